@@ -1,0 +1,582 @@
+"""Live on the local GPU: detect it, measure kernels/models with the paper's protocol, compare.
+
+Everything here runs on CPU with fakes (injectable timer, faked device properties); a real GPU is
+only touched through :class:`CudaEventTimer` and :func:`local_properties`. The local GPU is always
+treated as *unseen*: nothing measured here is ever fed to a predictor's ``fit``.
+
+Measurement protocol (paper): warm-up, 25 timed runs, mean of the 5 fastest, FP32 with TF32 off.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+import warnings
+from dataclasses import dataclass, field, asdict
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+RUNS = 25
+FASTEST = 5
+WARMUP = 3
+
+
+# ---------------------------------------------------------------- device detection
+@dataclass(frozen=True)
+class GpuProperties:
+    """The three facts torch.cuda.get_device_properties gives us that identify a GPU."""
+    name: str
+    total_memory_bytes: int
+    sm_count: int
+
+
+@dataclass
+class DetectedDevice:
+    name: str                      # catalogue id (release file stem) or "UNKNOWN:<display name>"
+    display_name: str
+    num_sm: int
+    mem_gb: float
+    known: bool
+    estimated_fields: tuple = ()   # fields derived by rule of thumb for an unknown GPU
+    device: object | None = None   # devices.Device when the catalogue is available
+    note: str = ""
+
+
+# Identification by SM count + memory, because names alone do not tell H100 SXM/PCIe/H200 apart.
+# (sm_count, min_gb, max_gb, name contains, catalogue id)
+_RULES = [
+    (132, 120, 200, "", "NVIDIA_H200"),
+    (132, 60, 100, "", "NVIDIA_H100_80GB_HBM3"),          # SXM5, HBM3
+    (114, 60, 100, "", "NVIDIA_H100_PCIe"),
+    (108, 30, 50, "SXM", "NVIDIA_A100-SXM4-40GB"),
+    (108, 30, 50, "", "NVIDIA_A100-PCIE-40GB"),
+    (108, 60, 100, "SXM", "NVIDIA_A100-SXM4-80GB"),
+    (108, 60, 100, "", "NVIDIA_A100_80GB_PCIe"),
+    (58, 18, 30, "L4", "NVIDIA_L4"),
+    (80, 14, 40, "V100", "Tesla_V100-PCIE-32GB"),
+    (40, 12, 20, "T4", "Tesla_T4"),
+    (56, 12, 20, "P100", "Tesla_P100-PCIE-16GB"),
+    (20, 6, 10, "P4", "Tesla_P4"),
+    (142, 40, 56, "", "NVIDIA_L40S"),
+    (148, 150, 200, "", "NVIDIA_B200"),
+]
+
+
+def _catalogue_lookup(props: GpuProperties):
+    """Ask devices.device_from_properties first (the catalogue owner), else None."""
+    try:
+        from neusight_core import devices
+    except ImportError:
+        return None
+    try:
+        return devices.device_from_properties(props.name, props.total_memory_bytes, props.sm_count)
+    except Exception:  # noqa: BLE001 - an unknown GPU is not an error here
+        return None
+
+
+def identify(props: GpuProperties) -> DetectedDevice:
+    """Map faked or real device properties to the catalogue; unknown -> derived entry + warning."""
+    gb = props.total_memory_bytes / 2**30
+    dev = _catalogue_lookup(props)
+    if dev is not None:
+        return DetectedDevice(dev.name, props.name, props.sm_count, gb, True, (), dev)
+    for sm, lo, hi, contains, cid in _RULES:
+        if props.sm_count == sm and lo <= gb <= hi and contains.lower() in props.name.lower():
+            return DetectedDevice(cid, props.name, props.sm_count, gb, True, (), _get_device(cid))
+    est = ("mem_bw_gbs", "fp32_gflops", "fp32_vec_gflops", "l2_mb", "freq_mhz", "core_per_sm", "link_gbs")
+    msg = (f"unknown GPU {props.name!r} ({props.sm_count} SMs, {gb:.1f} GiB): catalogue entry derived "
+           f"from its properties; estimated fields: {', '.join(est)} — predictions are indicative only")
+    warnings.warn(msg, stacklevel=2)
+    return DetectedDevice(f"UNKNOWN:{props.name}", props.name, props.sm_count, gb, False, est, None, msg)
+
+
+def _get_device(cid: str):
+    try:
+        from neusight_core import devices
+        return devices.get_device(cid)
+    except Exception:  # noqa: BLE001 - catalogue module may not be there yet
+        return None
+
+
+def local_properties() -> GpuProperties | None:
+    """The local GPU 0's properties, or None when there is no CUDA GPU."""
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    p = torch.cuda.get_device_properties(0)
+    return GpuProperties(p.name, int(p.total_memory), int(p.multi_processor_count))
+
+
+def no_gpu_reason() -> str | None:
+    """None if a CUDA GPU is usable, else a one-line reason."""
+    import torch
+    if torch.cuda.is_available():
+        return None
+    cuda = torch.version.cuda
+    return f"no CUDA GPU: torch {torch.__version__} (CUDA build: {cuda or 'none'}), torch.cuda.is_available() is False"
+
+
+def gpu_count() -> int:
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def software_versions() -> dict:
+    import torch
+    import transformers
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "cudnn": (torch.backends.cudnn.version() if torch.cuda.is_available() else None),
+            "transformers": transformers.__version__, "platform": platform.platform()}
+
+
+# ---------------------------------------------------------------- measurement harness
+@dataclass
+class HarnessConfig:
+    runs: int = RUNS
+    fastest: int = FASTEST
+    warmup: int = WARMUP
+    precision: str = "fp32"        # "fp32" (paper), extensions: "tf32", "bf16" (labelled as such)
+
+
+class TimeBudget:
+    """Wall-clock budget; ``allows(cost_s)`` says whether a step of that cost still fits."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
+        self.seconds, self.clock, self.start = float(seconds), clock, clock()
+
+    def remaining(self) -> float:
+        return self.seconds - (self.clock() - self.start)
+
+    def allows(self, cost_s: float) -> bool:
+        return cost_s <= self.remaining()
+
+
+class CudaEventTimer:
+    """Times one call of ``fn`` in ms with CUDA events (the paper's tool)."""
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        import torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        return float(start.elapsed_time(end))
+
+
+def set_precision(precision: str) -> None:
+    """FP32 with TF32 off by default; TF32 is an extension and is labelled in every output."""
+    import torch
+    if precision not in ("fp32", "tf32", "bf16"):
+        raise ValueError(f"precision must be fp32, tf32 or bf16, not {precision!r}")
+    allow = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+
+
+def _dtype(cfg: "HarnessConfig | None"):
+    import torch
+    return torch.bfloat16 if (cfg is not None and cfg.precision == "bf16") else torch.float32
+
+
+def _is_oom(e: BaseException) -> bool:
+    import torch
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    return (oom is not None and isinstance(e, oom)) or "out of memory" in str(e).lower()
+
+
+@dataclass
+class Measurement:
+    status: str                    # OK | OOM | BUDGET | ERROR
+    mean_ms: float | None = None   # mean of the `fastest` fastest timed runs
+    times_ms: list = field(default_factory=list)
+    reason: str | None = None
+
+
+def measure(fn: Callable[[], object], timer: Callable | None = None, cfg: HarnessConfig | None = None,
+            budget: TimeBudget | None = None) -> Measurement:
+    """Warm up, time ``cfg.runs`` runs, return the mean of the ``cfg.fastest`` fastest.
+
+    The budget is checked before every call using the slowest call seen so far as the cost of the
+    next one, so a run stops *before* it would overrun; a stopped measurement is status BUDGET.
+    """
+    cfg = cfg or HarnessConfig()
+    timer = timer or CudaEventTimer()
+    worst_s = 0.0
+    times: list[float] = []
+    try:
+        for i in range(cfg.warmup + cfg.runs):
+            if budget is not None and not budget.allows(worst_s):
+                return Measurement("BUDGET", None, times, f"time budget exhausted after {i} of "
+                                   f"{cfg.warmup + cfg.runs} calls")
+            ms = float(timer(fn))
+            worst_s = max(worst_s, ms / 1e3)
+            if i >= cfg.warmup:
+                times.append(ms)
+    except Exception as e:  # noqa: BLE001 - OOM is recorded per configuration, others re-raised
+        if _is_oom(e):
+            _free_cuda()
+            return Measurement("OOM", None, times, f"out of memory: {str(e).splitlines()[0][:200]}")
+        raise
+    fastest = sorted(times)[: cfg.fastest]
+    return Measurement("OK", float(np.mean(fastest)), times)
+
+
+def _free_cuda() -> None:
+    try:
+        import torch
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+# ---------------------------------------------------------------- kernel sweep
+def kernel_sweep(quick: bool = False) -> pd.DataFrame:
+    """Kernel shapes (transformer-derived) in the kernel-table convention of docs/interfaces.md.
+
+    Columns: op_class, sub_op, B, M, N, K, H, flops, bytes_read, bytes_written, dtype.
+    GEMM: [M x N] @ [N x K] (N reduction); vector ops: B rows of length H.
+    """
+    rows = []
+    gemm = [(512, 1024, 1024), (2048, 1024, 4096), (2048, 4096, 1024), (4096, 4096, 4096)]
+    bmm = [(64, 512, 64, 512), (64, 512, 512, 64), (128, 1024, 128, 1024)]
+    vec = [(2048, 1024), (8192, 4096), (16384, 1600)]
+    if quick:
+        gemm, bmm, vec = gemm[:2], bmm[:1], vec[:1]
+    for m, n, k in gemm:
+        rows.append(dict(op_class="LINEAR", sub_op="", B=1, M=m, N=n, K=k, H=np.nan,
+                         flops=2 * m * n * k, bytes_read=4 * (m * n + n * k + k), bytes_written=4 * m * k))
+    for b, m, n, k in bmm:
+        rows.append(dict(op_class="BMM", sub_op="", B=b, M=m, N=n, K=k, H=np.nan,
+                         flops=2 * b * m * n * k, bytes_read=4 * b * (m * n + n * k), bytes_written=4 * b * m * k))
+    for b, h in vec:
+        n = b * h
+        for sub, ins, ops in (("add", 2, 1), ("mul", 2, 1), ("gelu", 1, 1)):
+            rows.append(dict(op_class="VEC", sub_op=sub, B=b, M=np.nan, N=np.nan, K=np.nan, H=h,
+                             flops=ops * n, bytes_read=4 * ins * n, bytes_written=4 * n))
+        rows.append(dict(op_class="SOFTMAX", sub_op="", B=b, M=np.nan, N=np.nan, K=np.nan, H=h,
+                         flops=5 * n, bytes_read=4 * n, bytes_written=4 * n))
+        rows.append(dict(op_class="LAYERNORM", sub_op="", B=b, M=np.nan, N=np.nan, K=np.nan, H=h,
+                         flops=6 * n, bytes_read=4 * n + 8 * h, bytes_written=4 * n))
+    df = pd.DataFrame(rows)
+    df["dtype"] = "float32"
+    df["count"] = 1
+    return df
+
+
+def kernel_callable(row, device: str = "cuda", dtype=None) -> Callable[[], object]:
+    """Allocate the row's tensors on ``device`` and return a zero-argument call of the kernel."""
+    import torch
+    import torch.nn.functional as F
+    dt = dtype or torch.float32
+    mk = lambda *s: torch.randn(*[int(x) for x in s], device=device, dtype=dt)  # noqa: E731
+    c = row["op_class"]
+    if c == "LINEAR":
+        x, w, b = mk(row["M"], row["N"]), mk(row["K"], row["N"]), mk(row["K"])
+        return lambda: F.linear(x, w, b)
+    if c == "BMM":
+        a, b = mk(row["B"], row["M"], row["N"]), mk(row["B"], row["N"], row["K"])
+        return lambda: torch.bmm(a, b)
+    x = mk(row["B"], row["H"])
+    if c == "SOFTMAX":
+        return lambda: torch.softmax(x, dim=-1)
+    if c == "LAYERNORM":
+        w, b = mk(row["H"]), mk(row["H"])
+        return lambda: F.layer_norm(x, (int(row["H"]),), w, b)
+    y = mk(row["B"], row["H"])
+    fn = {"add": lambda: x + y, "mul": lambda: x * y, "gelu": lambda: F.gelu(x)}
+    if row["sub_op"] not in fn:
+        raise ValueError(f"kernel sweep: unsupported VEC sub_op {row['sub_op']!r}")
+    return fn[row["sub_op"]]
+
+
+def measure_kernels(kernels: pd.DataFrame, timer=None, cfg: HarnessConfig | None = None,
+                    budget: TimeBudget | None = None, device: str = "cuda") -> pd.DataFrame:
+    """Add measured_ms / status / reason per row; OOM and budget stops are recorded, not raised."""
+    out = kernels.copy()
+    res = []
+    from tqdm.auto import tqdm
+    for _, row in tqdm(list(kernels.iterrows()), desc="kernels", leave=False):
+        if budget is not None and budget.remaining() <= 0:
+            res.append(Measurement("BUDGET", reason="time budget exhausted"))
+            continue
+        try:
+            fn = kernel_callable(row, device, dtype=_dtype(cfg))
+        except Exception as e:  # noqa: BLE001
+            if not _is_oom(e):
+                raise
+            res.append(Measurement("OOM", reason="out of memory allocating inputs"))
+            continue
+        res.append(measure(fn, timer, cfg, budget))
+    out["measured_ms"] = [m.mean_ms for m in res]
+    out["status"] = [m.status for m in res]
+    out["reason"] = [m.reason for m in res]
+    return out
+
+
+def skipped_measurements(df: pd.DataFrame, reason: str) -> pd.DataFrame:
+    out = df.copy()
+    out["measured_ms"] = None
+    out["status"] = "SKIPPED"
+    out["reason"] = reason
+    return out
+
+
+# ---------------------------------------------------------------- whole models on the GPU
+def load_model_config(model):
+    """trace.load_config when the tracer is there, else the release's HF JSON; a config passes through."""
+    if not isinstance(model, str):
+        return model
+    try:
+        from neusight_core import trace
+        return trace.load_config(model)
+    except ImportError:
+        from transformers import AutoConfig
+        from neusight_core import paths
+        return AutoConfig.from_pretrained(str(Path(paths.model_configs_dir()) / f"{model}.json"))
+
+
+def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda", compile: bool = False,
+                   num_layers: int | None = None, dtype=None) -> Callable[[], object]:
+    """Random-weight HF model (eager attention, no KV cache) -> zero-arg inference or fwd+bwd call.
+
+    ``num_layers`` cuts the block count (Llama-2-70B: measure fewer layers, scale to the full model).
+    ``compile`` wraps the model in torch.compile (the fused case of the paper's -fusion labels).
+    """
+    import copy
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModel
+    cfg = copy.deepcopy(load_model_config(model))
+    if num_layers is not None:
+        for key in ("num_hidden_layers", "n_layer", "num_layers"):
+            if hasattr(cfg, key):
+                setattr(cfg, key, int(num_layers))
+    cfg.use_cache = False
+    cfg._attn_implementation = "eager"
+    try:
+        m = AutoModelForCausalLM.from_config(cfg)
+    except ValueError:
+        m = AutoModel.from_config(cfg)
+    m = m.to(device=device, dtype=dtype or torch.float32)
+    ids = torch.randint(0, int(cfg.vocab_size), (batch, seq), device=device)
+    run = torch.compile(m) if compile else m
+    if mode == "inf":
+        m.eval()
+
+        def call():
+            with torch.no_grad():
+                return run(input_ids=ids)
+        return call
+    m.train()
+
+    def step():
+        out = run(input_ids=ids)
+        logits = out.logits if hasattr(out, "logits") else out.last_hidden_state
+        loss = logits.float().mean()
+        loss.backward()          # optimizer step excluded, as in the paper
+        m.zero_grad(set_to_none=True)
+    return step
+
+
+def measure_model(model, batch: int, seq: int, mode: str, timer=None, cfg: HarnessConfig | None = None,
+                  budget: TimeBudget | None = None, device: str = "cuda", compile: bool = False,
+                  num_layers: int | None = None) -> Measurement:
+    """Build + measure one model configuration; OOM while building is recorded like OOM while running."""
+    try:
+        fn = model_callable(model, batch, seq, mode, device, compile, num_layers, dtype=_dtype(cfg))
+    except Exception as e:  # noqa: BLE001
+        if _is_oom(e):
+            _free_cuda()
+            return Measurement("OOM", reason="out of memory building the model")
+        raise
+    try:
+        return measure(fn, timer, cfg, budget)
+    finally:
+        del fn
+        _free_cuda()
+
+
+# ---------------------------------------------------------------- predictions (degrade cleanly)
+def predict_kernels(kernels: pd.DataFrame, device_name: str, predictor: str = "neusight",
+                    quick: bool = False) -> tuple[np.ndarray | None, str | None]:
+    """Per-row predicted ms, or (None, reason) when the predictors/catalogue are not available."""
+    try:
+        from neusight_core import devices, predictors
+        dev = devices.get_device(device_name)
+        return np.asarray(predictors.get(predictor, quick=quick).predict(kernels, dev), float), None
+    except Exception as e:  # noqa: BLE001 - reported, never replaced by a number
+        return None, f"prediction unavailable: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+def predict_model(model: str, device_name: str, batch: int, seq: int, mode: str, **kw) -> tuple[dict | None, str | None]:
+    """latency.predict_model's headline numbers, or (None, reason)."""
+    try:
+        from neusight_core import latency
+        r = latency.predict_model(model, device_name, batch, seq, mode, **kw)
+        return {k: float(r[k]) for k in ("e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms") if k in r}, None
+    except Exception as e:  # noqa: BLE001
+        return None, f"prediction unavailable: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+# ---------------------------------------------------------------- scenarios
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    model: str
+    batch: int
+    seq: int
+    mode: str                      # inf | train
+    parallel: str | None = None    # dp | tp | pp
+    gpus: int = 1
+    gpu: str = ""                  # catalogue GPU the scenario is stated for ("" = local/target)
+    extension: bool = False
+    note: str = ""
+
+
+# sequence length of each paper model in the release's label names
+SEQ = {"bert_large": 512, "switchxl4": 512, "gpt2_large": 1024, "gpt3_xl": 2048, "gpt3_27": 2048, "opt_13": 2048}
+
+
+def paper_scenarios(models=None, batches=None, quick: bool = False) -> list[Scenario]:
+    models = models or (["gpt2_large"] if quick else ["bert_large", "gpt2_large", "gpt3_xl", "opt_13", "gpt3_27"])
+    batches = batches or ([4] if quick else [2, 4, 8])
+    out = []
+    for m in models:
+        seq = SEQ.get(m, 2048)
+        for b in batches:
+            for mode in ("inf", "train"):
+                out.append(Scenario(f"{m}-{mode}-{seq}-{b}", m, b, seq, mode))
+    return out
+
+
+def llama_scenarios(quick: bool = False) -> list[Scenario]:
+    s = [Scenario("llama2_7b-prefill-2048", "llama2_7b", 1, 2048, "inf", extension=True),
+         Scenario("llama2_13b-prefill-2048", "llama2_13b", 1, 2048, "inf", extension=True),
+         Scenario("llama2_70b-prefill-2048", "llama2_70b", 1, 2048, "inf", extension=True,
+                  note="measured with fewer layers; full model = measured x 80 / measured layers "
+                       "(transformer blocks are identical; embedding/head counted once, a small error)")]
+    return s[:1] if quick else s
+
+
+def parallel_scenarios() -> list[Scenario]:
+    return [Scenario("gpt2_large-train-dp8-a100", "gpt2_large", 8, 1024, "train", "dp", 8, "NVIDIA_A100-SXM4-40GB", True),
+            Scenario("llama2_13b-inf-tp4-a100", "llama2_13b", 1, 2048, "inf", "tp", 4, "NVIDIA_A100-SXM4-40GB", True),
+            Scenario("gpt2_large-train-1024-4-dp4", "gpt2_large", 4, 1024, "train", "dp", 4, "NVIDIA_A100-SXM4-40GB"),
+            Scenario("gpt2_large-train-1024-4-tp4", "gpt2_large", 4, 1024, "train", "tp", 4, "NVIDIA_A100-SXM4-40GB"),
+            Scenario("gpt2_large-train-1024-4-pp4_1", "gpt2_large", 4, 1024, "train", "pp", 4, "NVIDIA_A100-SXM4-40GB")]
+
+
+def multi_gpu_skip_reason(needed: int) -> str | None:
+    have = gpu_count()
+    return None if have >= needed else f"needs {needed} GPUs, this machine has {have}"
+
+
+def author_label(device_name: str, scenario_name: str) -> float | None:
+    """The authors' measured e2e latency (ms) for the same GPU/config, if the release has it."""
+    try:
+        from neusight_core import paths
+        p = Path(paths.labels_dir()) / device_name / f"{scenario_name}.json"
+        return float(json.loads(p.read_text())["e2e_latency"]) if p.exists() else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def label_gap(measured_ms, label_ms, threshold_pct: float = 15.0) -> dict:
+    """Our measurement vs the authors' label for the same GPU/config; > 15 % apart = software stack differs."""
+    gap = abs(measured_ms - label_ms) / label_ms * 100 if (measured_ms is not None and label_ms) else None
+    return {"author_label_ms": label_ms, "label_gap_pct": gap,
+            "flag_stack_differs": None if gap is None else bool(gap > threshold_pct)}
+
+
+def write_json(output_dir, name: str, body: dict) -> Path:
+    from neusight_core import report
+    p = report.out_dir(output_dir) / f"{name}.json"
+    p.write_text(json.dumps(report._jsonable(body), indent=2, allow_nan=False))
+    return p
+
+
+def detected_to_dict(d: DetectedDevice) -> dict:
+    x = asdict(d) if d.device is None else {**{k: v for k, v in asdict(d).items() if k != "device"},
+                                           "device": asdict(d.device) if hasattr(d.device, "__dataclass_fields__") else str(d.device)}
+    x["estimated_fields"] = list(d.estimated_fields)
+    return x
+
+
+# ---------------------------------------------------------------- the notebook's driver
+def run_live(output_dir, quick: bool = False, models=None, batches=None, time_budget_s: float = 3600,
+             target_gpu: str = "NVIDIA_H100_80GB_HBM3", precision: str = "fp32", timer=None) -> dict:
+    """Every section of notebooks/05_live_gpu: measure what the machine allows, predict the rest.
+
+    Without a GPU every measured field is null with ``skipped_reason``; predictions are made for
+    ``target_gpu`` and labelled prediction-only. Writes live_*.json, fusion_*.json, parallel_*.json.
+    """
+    from neusight_core import report
+    budget = TimeBudget(time_budget_s)
+    skip = no_gpu_reason()
+    props = local_properties()
+    det = identify(props) if props else None
+    dev_name = det.name if det and det.known else target_gpu
+    head = {"device": detected_to_dict(det) if det else None, "predicted_for": dev_name,
+            "prediction_only": det is None, "precision": precision,
+            "precision_label": "paper protocol (FP32, TF32 off)" if precision == "fp32" else f"extension: {precision}",
+            "protocol": f"{WARMUP} warm-up, {RUNS} timed runs, mean of {FASTEST} fastest (CUDA events)",
+            "software": software_versions(), "skipped_reason": skip}
+    cfg = HarnessConfig(precision=precision)
+    if not skip:
+        set_precision(precision)
+
+    # kernels
+    k = kernel_sweep(quick)
+    k = skipped_measurements(k, skip) if skip else measure_kernels(k, timer, cfg, budget)
+    pred, why = predict_kernels(k, dev_name, quick=quick)
+    k["pred_ms"] = pred if pred is not None else None
+    k["pred_reason"] = why
+    if pred is not None:
+        k["ape"] = [report.ape(m, p) if m is not None and not pd.isna(m) else None for m, p in zip(k["measured_ms"], pred)]
+    write_json(output_dir, "live_kernels", {**head, "rows": k.to_dict(orient="records")})
+
+    def _models(scen, name):
+        rows = []
+        for s in scen:
+            p, why = predict_model(s.model, dev_name if not s.gpu else s.gpu, s.batch, s.seq, s.mode,
+                                   **({"parallel": s.parallel, "gpus": s.gpus} if s.parallel else {}))
+            mskip = skip or (multi_gpu_skip_reason(s.gpus) if s.gpus > 1 else None)
+            if not mskip and s.gpus > 1:
+                mskip = "multi-GPU measurement (torch.distributed, one process per GPU) not implemented in this version"
+            meas, layers = None, None
+            if not mskip:
+                layers = 8 if s.model == "llama2_70b" else None
+                mm = measure_model(s.model, s.batch, s.seq, s.mode, timer, cfg, budget, num_layers=layers)
+                meas = mm.mean_ms if mm.status == "OK" else None
+                mskip = None if mm.status == "OK" else f"{mm.status}: {mm.reason}"
+            full = meas * 80 / layers if (meas is not None and layers) else meas
+            rows.append({**asdict(s), "predicted": p, "predicted_reason": why, "measured_ms": full,
+                         "measured_layers": layers, "skipped_reason": mskip,
+                         **label_gap(full, author_label(dev_name if not s.gpu else s.gpu, s.name))})
+        write_json(output_dir, name, {**head, "rows": rows})
+        return rows
+
+    paper = _models(paper_scenarios(models, batches, quick), "live_models")
+    llama = _models(llama_scenarios(quick), "live_llama")
+    fus = []
+    for s in paper_scenarios(models, batches, quick):
+        if s.mode != "inf":
+            continue
+        pe, w1 = predict_model(s.model, dev_name, s.batch, s.seq, s.mode, fusion=False)
+        pf, w2 = predict_model(s.model, dev_name, s.batch, s.seq, s.mode, fusion=True)
+        me = mc = None
+        if not skip:
+            me = measure_model(s.model, s.batch, s.seq, s.mode, timer, cfg, budget)
+            mc = measure_model(s.model, s.batch, s.seq, s.mode, timer, cfg, budget, compile=True)
+        fus.append({**asdict(s), "pred_eager": pe, "pred_fused": pf, "predicted_reason": w1 or w2,
+                    "measured_eager_ms": me.mean_ms if me else None, "measured_compile_ms": mc.mean_ms if mc else None,
+                    "skipped_reason": skip or "; ".join(f"{x.status}: {x.reason}" for x in (me, mc) if x.status != "OK") or None,
+                    "author_label_fusion_ms": author_label(dev_name, s.name + "-fusion")})
+    write_json(output_dir, "fusion_live", {**head, "rows": fus})
+    par = _models(parallel_scenarios(), "parallel_live")
+    return {"head": head, "kernels": k, "paper": pd.DataFrame(paper), "llama": pd.DataFrame(llama),
+            "fusion": pd.DataFrame(fus), "parallel": pd.DataFrame(par), "skip": skip}

@@ -1,0 +1,95 @@
+"""Writing a notebook's outputs, the same way for every notebook.
+
+Layout under the output folder a notebook is given (papermill parameter ``output_dir``):
+  tables/<name>.csv and tables/<name>.md   tidy tables (Markdown for people, CSV for code)
+  figures/<name>.png and figures/<name>.pdf
+  metrics.json                             the notebook's key numbers; ``status`` is OK or SKIPPED
+  summary.md                               optional short Markdown that run_all.sh copies into SUMMARY.md
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def out_dir(output_dir: str | Path) -> Path:
+    p = Path(output_dir)
+    (p / "tables").mkdir(parents=True, exist_ok=True)
+    (p / "figures").mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def save_table(df: pd.DataFrame, output_dir: str | Path, name: str, floatfmt: str = ".1f",
+               index: bool = False) -> Path:
+    """Write ``df`` as CSV (full precision) and Markdown (``floatfmt``); return the CSV path."""
+    d = out_dir(output_dir) / "tables"
+    csv = d / f"{name}.csv"
+    df.to_csv(csv, index=index)
+    (d / f"{name}.md").write_text(df.to_markdown(index=index, floatfmt=floatfmt) + "\n")
+    return csv
+
+
+def save_figure(fig, output_dir: str | Path, name: str) -> Path:
+    """Write a matplotlib figure as PNG (150 dpi) and PDF; return the PNG path."""
+    d = out_dir(output_dir) / "figures"
+    png = d / f"{name}.png"
+    fig.savefig(png, dpi=150, bbox_inches="tight")
+    fig.savefig(d / f"{name}.pdf", bbox_inches="tight")
+    return png
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating, float)):
+        x = float(x)
+        return None if math.isnan(x) or math.isinf(x) else x
+    if isinstance(x, (np.bool_,)):
+        return bool(x)
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
+def write_metrics(output_dir: str | Path, metrics: dict, status: str = "OK", reason: str | None = None) -> Path:
+    """Write metrics.json with a ``status`` (OK | SKIPPED) that run_all.sh reads."""
+    if status not in ("OK", "SKIPPED"):
+        raise ValueError(f"status must be OK or SKIPPED, not {status!r}")
+    body = {"status": status, **({"reason": reason} if reason else {}), **metrics}
+    p = out_dir(output_dir) / "metrics.json"
+    p.write_text(json.dumps(_jsonable(body), indent=2, allow_nan=False))
+    return p
+
+
+def write_summary(output_dir: str | Path, markdown: str) -> Path:
+    """Short Markdown (a table or two) that run_all.sh includes in SUMMARY.md."""
+    p = out_dir(output_dir) / "summary.md"
+    p.write_text(markdown.rstrip() + "\n")
+    return p
+
+
+def ape(measured, predicted):
+    """Absolute percentage error, |measured - predicted| / measured x 100 (SPEC section 2)."""
+    m = np.asarray(measured, dtype=float)
+    p = np.asarray(predicted, dtype=float)
+    if np.any(m <= 0):
+        raise ValueError("measured latency must be positive to compute an APE")
+    return np.abs(m - p) / m * 100.0
+
+
+def mape(measured, predicted) -> float:
+    """Plain mean of the APEs; NaN pairs (missing prediction or label) are dropped."""
+    m = np.asarray(measured, dtype=float)
+    p = np.asarray(predicted, dtype=float)
+    ok = ~(np.isnan(m) | np.isnan(p))
+    if not ok.any():
+        return float("nan")
+    return float(np.mean(ape(m[ok], p[ok])))

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Sourced by run_all.sh and run_tests.sh. Makes .venv from the pinned requirements.txt when it is
+# missing or stale, then provisions (unpacks and verifies) the authors' release.
+# Honours: PYTHON (interpreter to build the venv with, default python3.11), NEUSIGHT_RELEASE
+# (path to the release folder, archive or upstream clone).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+PY="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)'; then
+  echo "error: Python 3.11 is required (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  exit 2
+fi
+want="$(sha256sum "$ROOT/requirements.txt" | cut -d' ' -f1)"
+have="$(cat "$VENV/.requirements.sha256" 2>/dev/null || true)"
+if [ "$want" != "$have" ]; then
+  echo "[setup] creating virtualenv .venv from requirements.txt (first run takes a few minutes)"
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  # This machine's pip config lists local wheel folders that may not all exist; hide that noise only.
+  set +o pipefail
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$ROOT/requirements.txt" 2>&1 \
+    | grep -v "is ignored: it is neither a file nor a directory"
+  rc=${PIPESTATUS[0]}
+  set -o pipefail
+  if [ "$rc" -ne 0 ]; then echo "error: pip install -r requirements.txt failed (exit $rc)" >&2; exit "$rc"; fi
+  echo "$want" > "$VENV/.requirements.sha256"
+fi
+echo "[setup] provisioning the authors' release"
+(cd "$ROOT" && "$VENV/bin/python" -m neusight_core.release ${NEUSIGHT_RELEASE:+--source "$NEUSIGHT_RELEASE"})
