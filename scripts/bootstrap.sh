@@ -17,9 +17,10 @@ if [ "$want" != "$have" ]; then
   echo "[setup] creating virtualenv .venv from requirements.txt (first run takes a few minutes)"
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   # This machine's pip config lists local wheel folders that may not all exist; hide that noise only.
+  # (grep exits 1 when pip printed nothing, which must not abort the script under set -e.)
   set +o pipefail
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$ROOT/requirements.txt" 2>&1 \
-    | grep -v "is ignored: it is neither a file nor a directory"
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; }
   rc=${PIPESTATUS[0]}
   set -o pipefail
   if [ "$rc" -ne 0 ]; then echo "error: pip install -r requirements.txt failed (exit $rc)" >&2; exit "$rc"; fi

@@ -1,0 +1,110 @@
+"""Command line: ``python -m neusight_core predict | devices | models``.
+
+    python -m neusight_core predict --model gpt3_27 --device H100 --batch 1 --seq 2048 --mode train
+    python -m neusight_core predict --model gpt2_large --device A100-40GB --batch 4 --seq 1024 \
+        --mode train --parallel dp --gpus 4 --json
+    python -m neusight_core devices
+    python -m neusight_core models
+
+Bad input (unknown GPU or model, zero batch, ...) ends with one line ``error: ...`` and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _models() -> list[tuple[str, str]]:
+    """(name, source) of every model config the tracer knows by name."""
+    from neusight_core import paths
+    out = []
+    try:
+        for p in sorted(paths.model_configs_dir().glob("*.json")):
+            out.append((p.stem, "authors' release"))
+    except Exception:  # release not provisioned: still list ours
+        pass
+    for p in sorted((Path(__file__).parent / "model_configs").glob("*.json")):
+        out.append((p.stem, "neusight_core/model_configs (ours)"))
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m neusight_core",
+                                 description="NeuSight re-implementation: predict GPU latency of a model.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("predict", help="predict one configuration")
+    p.add_argument("--model", required=True, help="config name (see `models`) or path to a HF config JSON")
+    p.add_argument("--device", required=True, help="GPU name, file stem or alias (see `devices`)")
+    p.add_argument("--batch", type=int, required=True, help="global batch size")
+    p.add_argument("--seq", type=int, required=True, help="sequence length")
+    p.add_argument("--mode", choices=("inf", "train"), default="inf")
+    p.add_argument("--fusion", action="store_true", help="operator fusion as torch.compile would do")
+    p.add_argument("--parallel", choices=("dp", "tp", "pp"), default=None)
+    p.add_argument("--gpus", type=int, default=None,
+                   help="GPUs for --parallel (default 4, the paper's setting; 1 without --parallel)")
+    p.add_argument("--link-gbs", type=float, default=None, help="link peak GB/s (default: catalogue)")
+    p.add_argument("--micro-batches", type=int, default=1, help="PP micro-batches (default 1)")
+    p.add_argument("--predictor", default="neusight", choices=("neusight", "roofline", "habitat", "li"))
+    p.add_argument("--quick", action="store_true", help="use (or train) the quick predictors")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    sub.add_parser("devices", help="list the GPUs in the catalogue")
+    sub.add_parser("models", help="list the model configs known by name")
+    return ap
+
+
+def _predict(a) -> int:
+    from neusight_core import latency
+    if a.gpus is None:
+        a.gpus = 4 if a.parallel else 1
+    r = latency.predict_model(a.model, a.device, a.batch, a.seq, a.mode, predictor=a.predictor,
+                              fusion=a.fusion, parallel=a.parallel, gpus=a.gpus, link_gbs=a.link_gbs,
+                              micro_batches=a.micro_batches, quick=a.quick)
+    k = r.pop("kernels")
+    r.update(model=a.model, batch=a.batch, seq=a.seq, mode=a.mode, fusion=a.fusion,
+             parallel=a.parallel, gpus=a.gpus, kernels=int(len(k)))
+    if a.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    plan = f" {a.parallel}x{a.gpus}" if a.parallel else ""
+    print(f"{a.model} {a.mode} batch={a.batch} seq={a.seq}{' fused' if a.fusion else ''}{plan} "
+          f"on {r['device']} ({r['predictor']})")
+    print(f"  end-to-end  {r['e2e_ms']:12.3f} ms")
+    for key, label in (("fw_ms", "forward"), ("bw_ms", "backward"), ("acc_ms", "grad acc"),
+                       ("comm_ms", "comm"), ("comm_exposed_ms", "comm exposed")):
+        if r.get(key):
+            print(f"  {label:<11} {r[key]:12.3f} ms")
+    print("  by op class:")
+    for c, v in r["breakdown"].items():
+        print(f"    {c:<12} {v:12.3f} ms")
+    print(f"  {r['kernels']} kernel rows; trace {r['trace_s']:.2f} s, predict {r['predict_s']:.2f} s")
+    return 0
+
+
+def main(argv=None) -> int:
+    a = _parser().parse_args(argv)
+    try:
+        if a.cmd == "predict":
+            return _predict(a)
+        if a.cmd == "devices":
+            from neusight_core import devices
+            import pandas as pd
+            with pd.option_context("display.width", 200, "display.max_rows", 200):
+                print(devices.list_devices().to_string(index=False))
+            return 0
+        if a.cmd == "models":
+            for name, src in _models():
+                print(f"{name:<16} {src}")
+            return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # one line for the user; the traceback helps nobody here
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Model latency: from a kernel table and a device to forward / backward / end-to-end time.
+
+Pipeline: ``trace.trace_model`` -> (``fusion.fuse``) -> (``parallel.apply_plan``) -> a predictor's
+per-launch latency for every row -> ``network.NetworkModel`` for the COMM rows -> the sums below.
+
+Aggregation (SPEC 3.3: kernels of one GPU run one after another):
+- ``fw_ms`` / ``bw_ms`` / ``acc_ms``: sum over rows of that phase of ``pred_ms`` (= per-launch time x
+  ``count``), compute only.
+- ``comm_ms``: time of all COMM rows. Rows marked ``overlap`` (DP gradient all-reduce) run under the
+  backward pass, so only the part longer than backward + accumulation is exposed:
+  ``exposed = max(0, overlapped_comm - (bw_ms + acc_ms)) + other_comm``.
+- single GPU, DP, TP: ``e2e_ms = fw_ms + bw_ms + acc_ms + exposed comm``.
+- PP: the kernel table holds one micro-batch with a ``stage`` per row. With stage times T_s
+  (compute + its send/recv) and m micro-batches, a GPipe-style schedule takes
+  ``sum_s T_s + (m - 1) x max_s T_s``; with m = 1 (the paper's ``pp4_1`` labels) this is the plain
+  sum, i.e. the stages wait for each other.
+
+The result is a dict (see :func:`predict_model`) whose ``kernels`` frame carries ``pred_ms`` so that
+any number can be traced back to the kernels that make it up.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from neusight_core import network
+
+MODES = ("inf", "train")
+PLANS = ("dp", "tp", "pp")
+
+
+class LatencyInputError(ValueError):
+    """Bad arguments to predict_model (zero batch, unknown mode or plan, missing link bandwidth)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _trace_cached(model: str, batch: int, seq: int, mode: str) -> pd.DataFrame:
+    from neusight_core import trace
+    return trace.trace_model(model, batch, seq, mode)
+
+
+def trace(model, batch: int, seq: int, mode: str) -> pd.DataFrame:
+    """Kernel table of a model; traces of named models are cached (warm predictions skip tracing)."""
+    if isinstance(model, (str, Path)):
+        return _trace_cached(str(model), int(batch), int(seq), mode).copy()
+    from neusight_core import trace as _trace
+    return _trace.trace_model(model, batch, seq, mode)
+
+
+@functools.lru_cache(maxsize=16)
+def _predictor(name: str, quick: bool):
+    from neusight_core import predictors
+    return predictors.get(name, quick=quick)
+
+
+def _device(device):
+    if isinstance(device, str):
+        from neusight_core import devices
+        return devices.get_device(device)
+    return device
+
+
+def _validate(batch, seq, mode, parallel, gpus, micro_batches):
+    for what, v in (("batch", batch), ("sequence length", seq), ("micro-batch count", micro_batches),
+                    ("GPU count", gpus)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise LatencyInputError(f"{what} must be a positive integer, got {v!r}")
+    if mode not in MODES:
+        raise LatencyInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if parallel is not None and parallel not in PLANS:
+        raise LatencyInputError(f"parallel plan must be one of {', '.join(PLANS)}, got {parallel!r}")
+
+
+def aggregate(kernels: pd.DataFrame, micro_batches: int = 1) -> dict:
+    """Sum a kernel table that already has ``pred_ms`` (per row, times ``count``) into phase totals."""
+    k = kernels
+    comm = (k["op_class"] == "COMM").to_numpy()
+    phase = k["phase"].to_numpy()
+    pred = k["pred_ms"].to_numpy(float)
+    fw = float(pred[(phase == "fw") & ~comm].sum())
+    bw = float(pred[(phase == "bw") & ~comm].sum())
+    acc = float(pred[(phase == "acc") & ~comm].sum())
+    overlap = comm & k.get("overlap", pd.Series(False, index=k.index)).fillna(False).astype(bool).to_numpy()
+    comm_total = float(pred[comm].sum())
+    comm_overlap = float(pred[overlap].sum())
+    exposed = max(0.0, comm_overlap - (bw + acc)) + (comm_total - comm_overlap)
+    stages = k["stage"].fillna(0).astype(int) if "stage" in k else pd.Series(0, index=k.index)
+    if stages.nunique() > 1:
+        per_stage = k.assign(_s=stages.to_numpy()).groupby("_s")["pred_ms"].sum()
+        e2e = float(per_stage.sum() + (micro_batches - 1) * per_stage.max())
+    else:
+        per_stage = None
+        e2e = fw + bw + acc + exposed
+    breakdown = (k.groupby("op_class")["pred_ms"].sum().sort_values(ascending=False))
+    out = {"e2e_ms": e2e, "fw_ms": fw, "bw_ms": bw, "acc_ms": acc, "comm_ms": comm_total,
+           "comm_exposed_ms": exposed, "breakdown": {c: float(v) for c, v in breakdown.items()}}
+    if per_stage is not None:
+        out["stage_ms"] = {int(s): float(v) for s, v in per_stage.items()}
+    return out
+
+
+def predict_kernels(kernels: pd.DataFrame, device, predictor="neusight", quick: bool = False,
+                    net: network.NetworkModel | None = None) -> pd.DataFrame:
+    """Return ``kernels`` with ``pred_ms`` = predicted per-launch time x ``count`` (COMM by ``net``)."""
+    dev = _device(device)
+    pred = _predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    per_launch = np.asarray(pred.predict(kernels, dev), dtype=float)
+    comm = (kernels["op_class"] == "COMM").to_numpy()
+    if comm.any():
+        if net is None:
+            raise LatencyInputError("the kernel table has communication rows but no network model was given")
+        per_launch = np.where(comm, net.time_ms(kernels), per_launch)
+    count = kernels["count"].fillna(1).to_numpy(float) if "count" in kernels else 1.0
+    return kernels.assign(pred_ms=per_launch * count)
+
+
+def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neusight",
+                  fusion: bool = False, parallel: str | None = None, gpus: int = 1,
+                  link_gbs: float | None = None, micro_batches: int = 1,
+                  efficiency: float = network.DEFAULT_EFFICIENCY, quick: bool = False) -> dict:
+    """Predict one configuration.
+
+    ``model``: a config name known to ``trace.load_config`` or a path; ``device``: anything
+    ``devices.get_device`` accepts or a Device; ``predictor``: a name in ``predictors.NAMES`` or a
+    fitted KernelPredictor. For ``parallel`` in dp/tp/pp, ``batch`` is the global batch and
+    ``link_gbs`` defaults to the device's catalogue link bandwidth.
+
+    Returns ``e2e_ms``, ``fw_ms``, ``bw_ms``, ``acc_ms``, ``comm_ms``, ``comm_exposed_ms``,
+    ``breakdown`` (ms per op class), ``stage_ms`` (PP only), ``trace_s`` and ``predict_s`` (wall
+    times), and ``kernels`` (the kernel table with ``pred_ms``).
+    """
+    _validate(batch, seq, mode, parallel, gpus, micro_batches)
+    dev = _device(device)
+    t0 = time.perf_counter()
+    kernels = trace(model, batch, seq, mode)
+    if fusion:
+        from neusight_core import fusion as _fusion
+        kernels = _fusion.fuse(kernels)
+    net = None
+    if parallel is not None:
+        from neusight_core import parallel as _parallel
+        bw = link_gbs if link_gbs is not None else dev.link_gbs
+        if bw is None and gpus > 1:
+            raise LatencyInputError(f"no link bandwidth known for {dev.name}: pass link_gbs")
+        net = network.NetworkModel(link_gbs=bw or 1.0, gpus=gpus, efficiency=efficiency)
+        kernels = _parallel.apply_plan(kernels, parallel, gpus, micro_batches=micro_batches)
+    t1 = time.perf_counter()
+    kernels = predict_kernels(kernels, dev, predictor, quick=quick, net=net)
+    out = aggregate(kernels, micro_batches if parallel == "pp" else 1)
+    out.update(trace_s=t1 - t0, predict_s=time.perf_counter() - t1, kernels=kernels,
+               device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name)
+    return out
