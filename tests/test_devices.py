@@ -1,0 +1,149 @@
+"""GPU catalogue: release JSONs as shipped, spec-sheet additions, lookup, user files, bad files."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from neusight_core import devices
+
+GiB = 2**30
+
+
+@pytest.fixture(autouse=True)
+def _fresh_catalogue(monkeypatch):
+    monkeypatch.delenv(devices.ENV_USER_DEVICES, raising=False)
+    devices.reload()
+    yield
+    devices.reload()
+
+
+def test_release_devices_are_read_exactly_as_shipped(release_root):
+    files = sorted((release_root / "data" / "device_configs").glob("*.json"))
+    assert len(files) >= 13
+    for f in files:
+        raw = json.loads(f.read_text())
+        d = devices.get_device(f.stem)
+        assert d.name == f.stem and d.display_name == raw["Device"]
+        assert (d.mem_gb, d.mem_bw_gbs, d.num_sm, d.core_per_sm, d.freq_mhz, d.l2_mb) == (
+            raw["Dev_Mem"], raw["Mem_Bw"], raw["Num_Sm"], raw["Core_Per_SM"], raw["Freq"], raw["L2Cache"])
+        assert d.fp32_gflops == raw.get("SingleFLOPs", raw.get("SingleFLOPsMM"))
+        assert d.fp32_vec_gflops == raw.get("SingleFLOPs", raw.get("SingleFLOPsVEC"))
+        assert "release" in d.source
+
+
+def test_training_gpus_are_the_papers_five(release_root):
+    names = {d.name for d in devices.training_devices("NVIDIA")}
+    assert names == {"Tesla_P4", "Tesla_P100-PCIE-16GB", "Tesla_V100-PCIE-32GB", "Tesla_T4",
+                     "NVIDIA_A100-PCIE-40GB"}
+    assert {d.name for d in devices.training_devices("AMD")} == {"AMD_Instinct_MI100", "AMD_Instinct_MI210"}
+    for unseen in ("H100", "L4", "A100-80GB"):
+        assert not devices.get_device(unseen).training
+
+
+@pytest.mark.parametrize("name,sm,tflops,bw", [
+    ("NVIDIA_H100_PCIe", 114, 51.2, 2000), ("NVIDIA_H200", 132, 67.0, 4800),
+    ("NVIDIA_A100-SXM4-80GB", 108, 19.5, 2039), ("NVIDIA_L40S", 142, 91.6, 864), ("NVIDIA_B200", 148, 80.0, 8000),
+])
+def test_spec_sheet_gpus(name, sm, tflops, bw):
+    d = devices.get_device(name)
+    assert (d.num_sm, d.fp32_gflops / 1000, d.mem_bw_gbs) == (sm, tflops, bw)
+    assert "datasheet" in d.source.lower() and not d.training
+    # FP32 peak = 2 x cores x clock, within 1 %: the derived clocks are consistent with the peak
+    assert abs(2 * d.num_sm * d.core_per_sm * d.freq_mhz / 1e3 / d.fp32_gflops - 1) < 0.01
+
+
+@pytest.mark.parametrize("key,expected", [
+    ("NVIDIA_H100_80GB_HBM3", "NVIDIA_H100_80GB_HBM3"), ("NVIDIA H100 80GB HBM3", "NVIDIA_H100_80GB_HBM3"),
+    ("H100", "NVIDIA_H100_80GB_HBM3"), ("h100-sxm", "NVIDIA_H100_80GB_HBM3"), ("H100 80GB HBM3", "NVIDIA_H100_80GB_HBM3"),
+    ("A100-40GB", "NVIDIA_A100-PCIE-40GB"), ("A100-80GB", "NVIDIA_A100_80GB_PCIe"), ("Tesla T4", "Tesla_T4"),
+    ("v100", "Tesla_V100-PCIE-32GB"), ("H100-PCIe", "NVIDIA_H100_PCIe"), ("NVIDIA B200", "NVIDIA_B200"),
+    ("MI250", "AMD_Instinct_MI250"), ("H100-TP", "NVIDIA_H100_80GB_HBM3_TP"),
+])
+def test_lookup(release_root, key, expected):
+    assert devices.get_device(key).name == expected
+
+
+def test_unknown_gpu_lists_close_names(release_root):
+    with pytest.raises(devices.UnknownDeviceError, match="close names: .*H100") as e:
+        devices.get_device("H10O")
+    assert "\n" not in str(e.value)
+
+
+def test_nvlink_bandwidths(release_root):
+    assert devices.get_device("H100").link_gbs == 900
+    assert devices.get_device("A100-40GB").link_gbs == 600
+    assert devices.get_device("L4").link_gbs is None
+
+
+@pytest.mark.parametrize("props,expected", [
+    (("NVIDIA H100 80GB HBM3", 80 * GiB, 132), "NVIDIA_H100_80GB_HBM3"),   # never the FP16 _TP variant
+    (("NVIDIA H100 PCIe", 80 * GiB, 114), "NVIDIA_H100_PCIe"),
+    (("NVIDIA H200", 141 * GiB, 132), "NVIDIA_H200"),
+    (("NVIDIA A100-SXM4-80GB", 80 * GiB, 108), "NVIDIA_A100-SXM4-80GB"),
+    (("NVIDIA A100 80GB PCIe", 80 * GiB, 108), "NVIDIA_A100_80GB_PCIe"),
+    (("NVIDIA L4", 22 * GiB, 58), "NVIDIA_L4"),          # real L4 reports 58 SMs; the release says 60
+    (("Tesla V100-PCIE-32GB", 32 * GiB, 80), "Tesla_V100-PCIE-32GB"),
+    (("NVIDIA H100 80GB HBM3 (renamed)", 80 * GiB, 132), "NVIDIA_H100_80GB_HBM3"),
+])
+def test_device_from_properties(release_root, props, expected):
+    assert devices.device_from_properties(*props).name == expected
+
+
+def test_device_from_properties_unknown(release_root):
+    assert devices.device_from_properties("Imaginary GPU X9", 24 * GiB, 77) is None
+
+
+def test_user_device_from_yaml_via_env(release_root, tmp_path, monkeypatch):
+    f = tmp_path / "mygpu.yaml"
+    f.write_text("My_GPU_9000:\n  display_name: My GPU 9000\n  aliases: [G9000]\n  mem_gb: 48\n"
+                 "  mem_bw_gbs: 1000\n  num_sm: 100\n  fp32_gflops: 40000\n  l2_mb: 32\n  training: true\n")
+    monkeypatch.setenv(devices.ENV_USER_DEVICES, str(f))
+    d = devices.get_device("g9000")
+    assert d.name == "My_GPU_9000" and d.num_sm == 100 and d.mem_bw_gbs == 1000
+    assert not d.training                      # user GPUs never join the training set
+    assert d.freq_mhz == pytest.approx(40000e3 / (2 * 100 * 128))
+    assert devices.device_from_properties("My GPU 9000", 48 * GiB, 100).name == "My_GPU_9000"
+    assert "My_GPU_9000" in set(devices.list_devices()["name"])
+
+
+def test_user_device_release_json_in_user_devices_folder(tmp_path, monkeypatch):
+    # a home without the release: spec-sheet and user GPUs still work, release GPUs are reported missing
+    monkeypatch.setenv("NEUSIGHT_HOME", str(tmp_path))
+    (tmp_path / "user_devices").mkdir()
+    (tmp_path / "user_devices" / "NVIDIA_RTX_9090.json").write_text(json.dumps({
+        "Device": "NVIDIA RTX 9090", "Dev_Mem": 32, "Mem_Bw": 1800, "Num_Sm": 170, "Core_Per_SM": 128,
+        "Freq": 2400, "SingleFLOPs": 104000, "L2Cache": 96}))
+    assert devices.get_device("NVIDIA RTX 9090").name == "NVIDIA_RTX_9090"
+    assert devices.get_device("B200").num_sm == 148
+    with pytest.raises(devices.UnknownDeviceError, match="not provisioned"):
+        devices.get_device("Tesla_P4")
+
+
+@pytest.mark.parametrize("suffix,text,match", [
+    (".yaml", "X:\n  display_name: X\n  mem_gb: [1\n", "not valid YAML"),
+    (".json", "{\"Device\": \"X\", ", "not valid JSON"),
+    (".yaml", "X:\n  display_name: X\n  mem_gb: 8\n", "missing field"),
+    (".yaml", "X:\n  display_name: X\n  mem_gb: lots\n  mem_bw_gbs: 1\n  num_sm: 1\n  fp32_gflops: 1\n  l2_mb: 1\n",
+     "'mem_gb' must be a number"),
+    (".yaml", "X:\n  display_name: X\n  mem_gb: -8\n  mem_bw_gbs: 1\n  num_sm: 1\n  fp32_gflops: 1\n  l2_mb: 1\n",
+     "must be positive"),
+    (".json", json.dumps({"Device": "X", "Dev_Mem": 8}), "missing field"),
+    (".yaml", "- just a list\n", "expected a mapping"),
+    (".yaml", "H100:\n  display_name: Dup\n  mem_gb: 8\n  mem_bw_gbs: 1\n  num_sm: 1\n  fp32_gflops: 1\n  l2_mb: 1\n",
+     "already refers to"),
+])
+def test_malformed_device_file_one_line_error(release_root, tmp_path, monkeypatch, suffix, text, match):
+    f = tmp_path / f"bad{suffix}"
+    f.write_text(text)
+    monkeypatch.setenv(devices.ENV_USER_DEVICES, str(f))
+    with pytest.raises(devices.DeviceFileError, match=match) as e:
+        devices.get_device("H100")
+    msg = str(e.value)
+    assert "\n" not in msg and str(f) in msg
+
+
+def test_missing_user_device_path_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv(devices.ENV_USER_DEVICES, str(tmp_path / "nope.yaml"))
+    with pytest.raises(devices.DeviceFileError, match="does not exist"):
+        devices.get_device("B200")
