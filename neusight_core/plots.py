@@ -1,0 +1,194 @@
+"""Figures in the paper's style, from the long cell frames of :mod:`neusight_core.evaluation`.
+
+Every function takes frames, not files, so the same code draws the authors' predictions and ours:
+pass cells whose ``predictor_display`` says e.g. ``NeuSight (ours)`` next to the authors' rows, or a
+``{series label: cells}`` mapping for the latency figures. All functions return a matplotlib Figure.
+
+Habitat's errors reach thousands of percent on the unseen GPUs, which would flatten every other bar;
+the APE figures therefore clip the axis (default 100 %, like the paper) and print the value above
+each clipped bar, or use a log axis (``log=True``).
+"""
+from __future__ import annotations
+
+import matplotlib
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from . import evaluation as ev
+
+# Colours fixed per predictor so the authors' and our figures read the same way.
+PALETTE = {"Roofline": "#8c8c8c", "Habitat": "#dd8452", "Li et al.": "#55a868", "NeuSight": "#4c72b0",
+           "NeuSight (ours)": "#c44e52", "Measured": "#333333"}
+
+
+def _palette(names) -> dict:
+    extra = iter(sns.color_palette("tab10"))
+    return {n: PALETTE.get(n) or next(extra) for n in names}
+
+
+def _style():
+    sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
+
+
+def plot_ape_bars(cells: pd.DataFrame, title: str = "", clip: float | None = 100.0, log: bool = False,
+                  facet: str = "gpu_short", ncols: int = 2, panel_width: float = 9.0) -> matplotlib.figure.Figure:
+    """Grouped bars of APE (%): one panel per ``facet`` value (GPU), x = model and batch, one bar
+    per predictor (``predictor_display``). Clipped bars carry their value as text."""
+    _style()
+    need = {facet, "model_display", "batch", "predictor_display", "ape"}
+    if not need <= set(cells.columns):
+        raise ev.EvaluationError(f"plot_ape_bars needs columns {sorted(need)}")
+    df = cells.dropna(subset=["ape"]).copy()
+    df["config"] = df["model_display"] + "\nb" + df["batch"].astype(str)
+    panels = list(dict.fromkeys(df[facet]))
+    preds = list(dict.fromkeys(df["predictor_display"]))
+    pal = _palette(preds)
+    ncols = max(1, min(ncols, len(panels)))
+    nrows = max(1, int(np.ceil(len(panels) / ncols)))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_width * ncols, 2.9 * nrows), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        sub = df[df[facet] == panel]
+        order = list(dict.fromkeys(sub["config"]))
+        shown = sub.assign(ape_shown=sub["ape"].clip(upper=clip) if (clip and not log) else sub["ape"])
+        sns.barplot(data=shown, x="config", y="ape_shown", hue="predictor_display", order=order,
+                    hue_order=preds, palette=pal, ax=ax, errorbar=None, width=0.8)
+        if log:
+            ax.set_yscale("log")
+        elif clip:
+            ax.set_ylim(0, clip * 1.12)
+            # Label every clipped bar with its true value (as the paper does for Habitat).
+            width = 0.8 / len(preds)
+            for _, r in sub[sub["ape"] > clip].iterrows():
+                x = order.index(r["config"]) - 0.4 + width * (preds.index(r["predictor_display"]) + 0.5)
+                ax.text(x, clip * 1.01, f"{r['ape']:.0f}", ha="center", va="bottom", fontsize=6, rotation=90)
+        ax.set_title(str(panel))
+        ax.set_xlabel("")
+        ax.set_ylabel("APE (%)")
+        ax.tick_params(axis="x", labelsize=7)
+        if ax.get_legend():
+            ax.get_legend().remove()
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=pal[p]) for p in preds]
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.1 / nrows, 1, 1))
+    fig.legend(handles, preds, loc="lower center", ncol=len(preds), frameon=False)
+    return fig
+
+
+def plot_perop(table: pd.DataFrame, title: str = "Table 6: per-operator APE", log: bool = True) -> matplotlib.figure.Figure:
+    """Grouped bars of a Table 6 frame (rows predictor, columns (distribution, op))."""
+    _style()
+    long = (table.stack(level=[0, 1], future_stack=True).rename("mape").reset_index()
+            .rename(columns={"level_0": "predictor"}))
+    long.columns = ["predictor", "distribution", "op", "mape"]
+    preds = list(dict.fromkeys(long["predictor"]))
+    pal = _palette(preds)
+    dists = list(dict.fromkeys(long["distribution"]))
+    fig, axes = plt.subplots(1, len(dists), figsize=(6 * len(dists), 3), squeeze=False, sharey=True)
+    for ax, d in zip(axes.flat, dists):
+        sns.barplot(data=long[long["distribution"] == d].dropna(), x="op", y="mape", hue="predictor",
+                    hue_order=preds, palette=pal, ax=ax, errorbar=None)
+        if log:
+            ax.set_yscale("log")
+        ax.set_title(d)
+        ax.set_xlabel("")
+        ax.set_ylabel("MAPE (%)")
+        if ax.get_legend():
+            ax.get_legend().remove()
+    handles = [plt.Rectangle((0, 0), 1, 1, color=pal[p]) for p in preds]
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(handles, preds, loc="lower center", ncol=len(preds), frameon=False)
+    return fig
+
+
+def _latency_long(series: dict, keys: list) -> pd.DataFrame:
+    """{label: cells with label_ms/pred_ms} -> long frame (keys..., series, ms, ape)."""
+    frames, first = [], True
+    for label, cells in series.items():
+        if first:  # measured latency once, from the first frame
+            frames.append(cells[keys].assign(series="Measured", ms=cells["label_ms"], ape=np.nan))
+            first = False
+        frames.append(cells[keys].assign(series=label, ms=cells["pred_ms"], ape=cells["ape"]))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _latency_bars(long: pd.DataFrame, facet: str, x: str, title: str, ncols: int) -> matplotlib.figure.Figure:
+    _style()
+    panels = list(dict.fromkeys(long[facet]))
+    series = list(dict.fromkeys(long["series"]))
+    pal = _palette(series)
+    ncols = max(1, min(ncols, len(panels)))
+    nrows = int(np.ceil(len(panels) / ncols))
+    widest = max(long[long[facet] == p][x].nunique() for p in panels)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(4.2, 0.9 * widest) * ncols, 3.2 * nrows), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        sub = long[long[facet] == panel]
+        order = list(dict.fromkeys(sub[x]))
+        sns.barplot(data=sub, x=x, y="ms", hue="series", order=order, hue_order=series, palette=pal,
+                    ax=ax, errorbar=None)
+        width = 0.8 / len(series)
+        for _, r in sub.dropna(subset=["ape"]).iterrows():  # APE above each predicted bar
+            xpos = order.index(r[x]) - 0.4 + width * (series.index(r["series"]) + 0.5)
+            ax.text(xpos, r["ms"], f"{r['ape']:.1f}%", ha="center", va="bottom", fontsize=6, rotation=90)
+        ax.margins(y=0.2)
+        ax.set_title(str(panel))
+        ax.set_xlabel("")
+        ax.set_ylabel("latency (ms)")
+        ax.tick_params(axis="x", labelsize=7)
+        if ax.get_legend():
+            ax.get_legend().remove()
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=pal[s]) for s in series]
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.legend(handles, series, loc="lower center", ncol=len(series), frameon=False)
+    return fig
+
+
+def _as_series(cells, default: str) -> dict:
+    return dict(cells) if isinstance(cells, dict) else {default: cells}
+
+
+def plot_fusion(cells, title: str = "Table 7: operator fusion (inference)") -> matplotlib.figure.Figure:
+    """Measured vs predicted latency, non-fused and fused, per GPU; ``cells`` from
+    ``evaluation.fusion_cells`` or a {series label: cells} mapping."""
+    series = _as_series(cells, "NeuSight")
+    prepared = {}
+    for k, c in series.items():
+        c = c.copy()
+        c["config"] = (c["model_display"] + " b" + c["batch"].astype(str) + "\n"
+                       + np.where(c["fused"], "fused", "non-fused"))
+        prepared[k] = c
+    return _latency_bars(_latency_long(prepared, ["gpu_short", "config"]), "gpu_short", "config", title, 3)
+
+
+def plot_distributed(cells, title: str = "Table 8: 4-GPU training") -> matplotlib.figure.Figure:
+    """Measured vs predicted latency of DP/TP/PP per system; ``cells`` from
+    ``evaluation.distributed_cells`` or a {series label: cells} mapping."""
+    series = _as_series(cells, "NeuSight")
+    prepared = {}
+    for k, c in series.items():
+        c = c.copy()
+        c["config"] = c["model_display"] + " b" + c["batch"].astype(str) + "\n" + c["parallel"]
+        prepared[k] = c
+    return _latency_bars(_latency_long(prepared, ["system", "config"]), "system", "config", title, 2)
+
+
+def plot_fp16mm(table, title: str = "Figure 10: FP16 tensor-core BMM on H100") -> matplotlib.figure.Figure:
+    """Measured vs predicted latency per BMM shape; ``table`` from ``evaluation.table_fp16mm`` or a
+    {series label: table} mapping."""
+    series = _as_series(table, "NeuSight")
+    prepared = {}
+    for k, t in series.items():
+        t = t.reset_index()
+        t["shape"] = t["shape (BxMxNxK)"].str.replace("x", "x\n", n=1)
+        t["panel"] = "M=N=K=" + t["M"].astype(str)
+        prepared[k] = t
+    return _latency_bars(_latency_long(prepared, ["panel", "shape"]), "panel", "shape", title, 3)
