@@ -760,8 +760,37 @@ def compare_all(index: pd.DataFrame, fp16: pd.DataFrame | None = None,
     return tables, pd.concat(diffs, ignore_index=True)
 
 
-def explain_difference(row: pd.Series, index: pd.DataFrame | None = None) -> str:
-    """A reason for a cell that differs (used in the notebook's exception list)."""
+def explain_exceptions(diff: pd.DataFrame, index: pd.DataFrame, fp16: pd.DataFrame | None = None,
+                       summary_dir: str | Path | None = None) -> pd.DataFrame:
+    """The cells of ``diff`` that are not equal, each with a ``reason``.
+
+    Table 6 cells are re-checked with :func:`fill_per_op_from_authors_summary`: when the cell then
+    equals, the reason is the per-node labels missing from the release, which is thereby shown
+    (not assumed) to be the whole cause."""
+    bad = diff[~diff["equal"]].copy()
+    if bad.empty:
+        return bad.assign(reason=pd.Series(dtype=str))
+    reasons = {}
+    if (bad["table"] == "perop").any():
+        filled = fill_per_op_from_authors_summary(index, Path(summary_dir or paths.summary_dir()) / "summary.csv")
+        n_filled = int((filled["per_op_source"] == "authors_summary").sum())
+        cfgs = sorted(filled.loc[filled["per_op_source"] == "authors_summary", "model"].unique())
+        recheck = compare_table("perop", table_perop(filled), read_authors_table("perop", summary_dir))
+        ok = {(r.row, r.column) for r in recheck.itertuples() if r.equal}
+        for i, r in bad[bad["table"] == "perop"].iterrows():
+            if (r["row"], r["column"]) in ok:
+                reasons[i] = (f"the release lacks the per-node label CSVs of {n_filled} {'/'.join(cfgs)} "
+                              "configurations (ABSENT.txt) that the authors averaged over; with their per-op "
+                              "sums from summary.csv this cell equals")
+    for i, r in bad.iterrows():
+        if i not in reasons:
+            reasons[i] = explain_difference(r)
+    bad["reason"] = pd.Series(reasons)
+    return bad
+
+
+def explain_difference(row: pd.Series) -> str:
+    """A generic reason for a cell that differs."""
     t, o = row["theirs"], row["ours"]
     if np.isnan(t):
         if o == 0:
@@ -770,3 +799,12 @@ def explain_difference(row: pd.Series, index: pd.DataFrame | None = None) -> str
     if np.isnan(o):
         return "no label or prediction for this cell in the raw files"
     return f"values differ by {o - t:+.3f}"
+
+
+def flatten_table(table: pd.DataFrame) -> pd.DataFrame:
+    """A table with MultiIndex rows/columns as a flat frame (for CSV/Markdown output)."""
+    t = table.copy()
+    if isinstance(t.columns, pd.MultiIndex):
+        fig = list(t.columns.names) == ["model", "batch"]
+        t.columns = [f"{c[0]} b{c[1]}" if fig else " / ".join(str(x) for x in c) for c in t.columns]
+    return t.reset_index()
