@@ -247,7 +247,7 @@ def build_index(labels_dir: str | Path | None = None, predictions_dir: str | Pat
 
     it = files
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm  # plain text bar: no ipywidgets needed in the notebooks
         it = tqdm(files, desc="index", unit="config")
     rows = []
     for f in it:
