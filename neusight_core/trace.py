@@ -42,6 +42,8 @@ OUR_CONFIGS_DIR = Path(__file__).resolve().parent / "model_configs"
 COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "flops",
            "bytes_read", "bytes_written", "dtype", "module", "layer", "count",
            "comm_kind", "comm_bytes", "overlap", "stage"]
+# Extra columns after COLUMNS: `reads` / `writes` = tuples of (buffer key, bytes) per kernel, the
+# data dependencies fusion.fuse needs (a key names one tensor buffer within one trace).
 
 OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM", "COMM", "UNCLASSIFIED")
 
@@ -197,6 +199,10 @@ def _nbytes(t: torch.Tensor) -> int:
     return n * t.element_size()
 
 
+def _skey(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
 def _layer_of(module: str) -> int:
     m = _LAYER_RE.search(module)
     return int(m.group(1)) if m else -1
@@ -265,6 +271,7 @@ class _Recorder(TorchDispatchMode):
         self.params_by_id = params_by_id
         self.unclassified: Counter = Counter()
         self.skipped: Counter = Counter()
+        self.keep: list = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -298,12 +305,21 @@ class _Recorder(TorchDispatchMode):
         # in-place / out= ops: the written tensor is also an input; count it once as written
         out_ids = {id(t) for t in outs}
         if base == "copy_":
-            rd = _nbytes(args[1]) if isinstance(args[1], torch.Tensor) else 0
+            read_t = [args[1]] if isinstance(args[1], torch.Tensor) else []
         else:
-            rd = sum(_nbytes(t) for t in ins if id(t) not in out_ids or base.endswith("_"))
-        wr = sum(_nbytes(t) for t in outs)
-        self.rows.append((phase, full, op_class, sub_op, Bd, M, N, K, H, flops, rd, wr,
-                          str(outs[0].dtype).replace("torch.", ""), module, _layer_of(module)))
+            read_t = [t for t in ins if id(t) not in out_ids or base.endswith("_")]
+        # (buffer key, bytes) of every tensor read / written: fusion.py uses them to drop the
+        # traffic of intermediates. Views share their base's storage, hence the storage key;
+        # output storages are kept alive (meta: no memory) so that no key is ever reused.
+        reads = tuple((_skey(t), _nbytes(t)) for t in read_t)
+        writes = tuple((_skey(t), _nbytes(t)) for t in outs)
+        # hold the storages, not the tensors: an extra tensor reference would stop
+        # AccumulateGrad from stealing gradients and invent copy kernels
+        self.keep.extend(t.untyped_storage() for t in outs)
+        self.rows.append((phase, full, op_class, sub_op, Bd, M, N, K, H, flops,
+                          sum(b for _, b in reads), sum(b for _, b in writes),
+                          str(outs[0].dtype).replace("torch.", ""), module, _layer_of(module),
+                          reads, writes))
         return out
 
 
@@ -468,18 +484,29 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     finally:
         for h in handles:
             h.remove()
-    df = pd.DataFrame.from_records(rec.rows, columns=COLUMNS[:15])
+    df = pd.DataFrame.from_records(rec.rows, columns=COLUMNS[:15] + ["reads", "writes"])
     df["count"] = 1
     df["comm_kind"] = ""
     df["comm_bytes"] = 0.0
     df["overlap"] = False
     df["stage"] = 0
+    df = df[COLUMNS + ["reads", "writes"]]
     for c in ("B", "M", "N", "K", "H", "flops", "bytes_read", "bytes_written"):
         df[c] = df[c].astype(float)
-    df.attrs.update(model=cfg.name_or_path or cfg.model_type, batch=int(batch), seq=int(seq),
+    df.attrs.update(config=dict(cfg.to_dict(), name=cfg.name_or_path), hidden=hidden_size(cfg), vocab=int(getattr(cfg, "vocab_size", 0) or 0),
+                    params={n: int(p.numel()) for n, p in params.items()},
+                    model=cfg.name_or_path or cfg.model_type, batch=int(batch), seq=int(seq),
                     mode=mode, num_layers=num_layers(cfg), unclassified=dict(rec.unclassified),
                     skipped=dict(rec.skipped), trace_s=time.perf_counter() - t0)
     return df
+
+
+def hidden_size(cfg) -> int:
+    for k in ("hidden_size", "n_embd", "d_model"):
+        v = getattr(cfg, k, None)
+        if isinstance(v, int):
+            return v
+    return 0
 
 
 def num_layers(cfg) -> int:

@@ -1,0 +1,319 @@
+"""Parallel plans on one server: the per-GPU kernel table under DP, TP (Megatron) or PP.
+
+``apply_plan(kernels, plan, n, micro_batches=1)`` takes a table from ``trace.trace_model`` (its
+``attrs`` carry the config, batch, sequence and mode) and returns the kernel table ONE GPU runs,
+with communication rows (``op_class == "COMM"``, ``phase == "comm"``) that carry ``comm_kind``
+(``allreduce`` | ``sendrecv``), ``comm_bytes`` (bytes of the buffer each GPU contributes) and
+``overlap`` (True if it may overlap backward compute). Timing them is the network model's job.
+
+* ``dp``: the global batch is split, every GPU traces batch / n; after backward each parameter
+  module's gradient (weight and bias together, as the authors' op graphs group them) is
+  all-reduced, overlappable with the rest of backward (PyTorch DDP buckets do this).
+* ``tp``: Megatron-LM splits (Shoeybi et al. 2019, section 3): QKV and FC1 column-parallel,
+  attention output and FC2 row-parallel, heads and the FFN intermediate split by n, vocabulary-
+  parallel embedding and LM head. Every kernel between a column- and its row-parallel linear
+  works on 1/n of the data. All-reduce of the activation after the attention output and FC2 in
+  forward, and of the input gradient before QKV and FC1 in backward (the f/g operators); one
+  all-reduce after the vocab-parallel embedding lookup (forward), one for the LM head's input
+  gradient (backward), and three small ones of the vocab-parallel cross-entropy (max, sum, target
+  logit; forward).
+* ``pp``: n stages of consecutive layers (embedding on the first, final norm/head/loss on the
+  last), the batch split into ``micro_batches`` micro-batches; the table is one micro-batch with a
+  ``stage`` per row and a send/recv of the boundary activation (forward) and of its gradient
+  (backward) between consecutive stages.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from . import trace
+
+PLANS = ("dp", "tp", "pp")
+
+
+class PlanError(ValueError):
+    """A parallel plan that cannot be applied (unknown plan, n < 1, batch not divisible...)."""
+
+
+# Megatron split of HF module names (suffix match on the module path).
+_COLUMN = re.compile(r"(?:^|\.)(c_attn|q_proj|k_proj|v_proj|qkv_proj|query_key_value|query|key|value|"
+                     r"c_fc|fc1|gate_proj|up_proj|dense_h_to_4h|wi|wi_0|wi_1|q|k|v|lm_head|decoder)$")
+_ROW = re.compile(r"(?:^|\.)(attn\.c_proj|mlp\.c_proj|o_proj|out_proj|attention\.output\.dense|"
+                  r"output\.dense|fc2|down_proj|dense_4h_to_h|wo|o|c_proj)$")
+_EMBED = re.compile(r"(?:^|\.)(wte|embed_tokens|word_embeddings|shared|embed_in)$")
+
+
+def _kind(module: str) -> str:
+    if _ROW.search(module):
+        return "row"
+    if _COLUMN.search(module):
+        return "col"
+    return ""
+
+
+def _comm_row(phase_after: str, kind: str, nbytes: float, overlap: bool, module: str, layer: int,
+              stage: int = 0) -> dict:
+    nan = math.nan
+    return {"phase": "comm", "aten_op": f"comm.{kind}", "op_class": "COMM", "sub_op": "",
+            "B": nan, "M": nan, "N": nan, "K": nan, "H": nan, "flops": 0.0, "bytes_read": 0.0,
+            "bytes_written": 0.0, "dtype": "float32", "module": module, "layer": layer, "count": 1,
+            "comm_kind": kind, "comm_bytes": float(nbytes), "overlap": bool(overlap),
+            "stage": stage, "reads": (), "writes": (), "after": phase_after}
+
+
+def _retrace(kernels: pd.DataFrame, batch: int) -> pd.DataFrame:
+    a = kernels.attrs
+    if batch == a["batch"]:
+        return kernels.copy()
+    return trace.trace_model(a["config"], batch, a["seq"], a["mode"])
+
+
+def _insert(k: pd.DataFrame, inserts: list[tuple[int, dict]]) -> pd.DataFrame:
+    """Insert rows after the given positions (position -1 = at the start), keeping order."""
+    recs = k.to_dict("records")
+    by_pos: dict[int, list[dict]] = {}
+    for pos, row in inserts:
+        by_pos.setdefault(pos, []).append(row)
+    out = list(by_pos.get(-1, []))
+    for i, r in enumerate(recs):
+        out.append(r)
+        out.extend(by_pos.get(i, []))
+    cols = list(k.columns)
+    df = pd.DataFrame.from_records(out, columns=cols)
+    df.attrs.update(k.attrs)
+    return df
+
+
+# ------------------------------------------------------------------------------------------ DP
+def _dp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
+    a = kernels.attrs
+    if a["batch"] % n:
+        raise PlanError(f"dp{n}: global batch {a['batch']} is not divisible by {n}")
+    k = _retrace(kernels, a["batch"] // n).reset_index(drop=True)
+    if k.attrs["mode"] != "train":
+        return k  # inference: each GPU serves its share of the batch, nothing to synchronise
+    params = k.attrs["params"]
+    groups: dict[str, int] = {}
+    for name, numel in params.items():
+        mod = name.rsplit(".", 1)[0]
+        groups[mod] = groups.get(mod, 0) + numel
+    # all-reduce a module's gradients once its last gradient kernel has run
+    last: dict[str, int] = {}
+    bw = k.index[k.phase.isin(["bw", "acc"])]
+    for i in bw:
+        m = k.at[i, "module"]
+        mod = m.rsplit(".", 1)[0] if k.at[i, "phase"] == "acc" else m
+        if mod in groups:
+            last[mod] = i
+    end = int(bw.max()) if len(bw) else len(k) - 1
+    inserts = [(last.get(mod, end), _comm_row("bw", "allreduce", 4 * numel, True, mod,
+                                              trace._layer_of(mod)))
+               for mod, numel in groups.items()]
+    return _insert(k, inserts)
+
+
+# ------------------------------------------------------------------------------------------ TP
+def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
+    k = kernels.copy().reset_index(drop=True)
+    a = k.attrs
+    tokens = a["batch"] * a["seq"]
+    hidden, vocab = a.get("hidden", 0), a.get("vocab", 0)
+    kinds = {m: _kind(m) for m in k.module.unique()}
+
+    # (in, out) of every split linear from its forward GEMM
+    fw_gemm = k[(k.phase == "fw") & (k.op_class == "LINEAR")]
+    shape = {}
+    for m, g in fw_gemm.groupby("module"):
+        if kinds.get(m):
+            shape[m] = (int(g.N.iloc[0]), int(g.K.iloc[0]))
+    for m, (i, o) in shape.items():
+        if m.endswith(("lm_head", "decoder")):
+            continue  # vocabulary: Megatron pads it to a multiple of n (ceil below)
+        if kinds[m] == "col" and o % n:
+            raise PlanError(f"tp{n}: {m} has {o} output features, not divisible by {n}")
+        if kinds[m] == "row" and i % n:
+            raise PlanError(f"tp{n}: {m} has {i} input features, not divisible by {n}")
+
+    # modules whose forward element-wise/copy kernels run inside a column->row region
+    inside, votes = False, {}
+    for i in k.index[k.phase == "fw"]:
+        m, c = k.at[i, "module"], k.at[i, "op_class"]
+        if c == "LINEAR" and kinds.get(m) == "col" and m in shape:
+            inside = not m.endswith("lm_head") and not m.endswith("decoder")
+            continue
+        if c == "LINEAR" and kinds.get(m) == "row":
+            inside = False
+            continue
+        if c in ("LINEAR", "BMM"):
+            votes.setdefault(m, []).append(inside)
+            continue
+        votes.setdefault(m, []).append(inside)
+    sharded = {m for m, v in votes.items() if sum(v) * 2 > len(v)}
+    split_h = {o // 1 for m, (i, o) in shape.items() if kinds[m] == "col"}
+
+    # first kernel of the vocab-parallel loss, located before the vocabulary dims are split
+    loss = k.index[(k.phase == "fw") & (k.H == vocab) & (k.op_class != "LINEAR")] if vocab else []
+    recs = k.to_dict("records")
+    vocab_h = {vocab} if vocab else set()
+    for r in recs:
+        ph, c, m = r["phase"], r["op_class"], r["module"]
+        split = False
+        if c == "LINEAR" and m in shape:
+            fi, fo = shape[m]
+            D = fo if kinds[m] == "col" else fi
+            M, N = int(r["M"]), int(r["N"])
+            if ph == "fw":
+                pos = "K" if kinds[m] == "col" else "N"
+            elif M == tokens and N != tokens:      # input gradient dY W: (T, out, in)
+                pos = "N" if kinds[m] == "col" else "K"
+            else:                                  # weight gradient: D sits in M or K
+                pos = "M" if M == D else "K"
+            r[pos] = float(math.ceil(r[pos] / n))
+            split = True
+        elif c == "BMM":
+            if m in sharded:
+                r["B"] = float(math.ceil(r["B"] / n))
+                split = True
+        elif ph == "acc":
+            mod, _, leaf = m.rpartition(".")
+            if kinds.get(mod) == "col" or (kinds.get(mod) == "row" and leaf == "weight") or _EMBED.search(mod):
+                split = True
+                _split_vec(r, n, split_h | vocab_h)
+        elif c in ("VEC", "SOFTMAX", "MEM", "LAYERNORM", "UNCLASSIFIED"):
+            split = m in sharded
+            if kinds.get(m) == "col" and ph == "bw":   # bias gradient of a column-parallel linear
+                split = True
+            if _EMBED.search(m) and "embedding_dense_backward" in r["aten_op"]:
+                split = True
+            if vocab and r["H"] == vocab and not _EMBED.search(m):  # vocab-parallel loss
+                split = True
+            if split:
+                _split_vec(r, n, split_h | vocab_h)
+        if split:
+            for f in ("flops", "bytes_read", "bytes_written"):
+                r[f] = r[f] / n
+    k = pd.DataFrame.from_records(recs, columns=list(k.columns))
+    k.attrs.update(kernels.attrs)
+
+    # communication
+    inserts = []
+    act = 4.0 * tokens * hidden
+    for i in k.index[(k.phase == "fw") & (k.op_class == "LINEAR")]:
+        m = k.at[i, "module"]
+        if kinds.get(m) == "row" and m in shape:
+            inserts.append((i, _comm_row("fw", "allreduce", 4.0 * tokens * shape[m][1], False, m,
+                                         int(k.at[i, "layer"]))))
+    emb = k.index[(k.phase == "fw") & k.module.map(lambda s: bool(_EMBED.search(s)))
+                  & k.aten_op.str.contains("embedding")]
+    if len(emb):
+        inserts.append((int(emb[0]), _comm_row("fw", "allreduce", act, False, k.at[emb[0], "module"], -1)))
+    if vocab and (k.module == "lm_head").any():
+        if len(loss):
+            for _ in range(3):
+                inserts.append((int(loss[0]), _comm_row("fw", "allreduce", 4.0 * tokens, False, "loss", -1)))
+    # backward: the input gradient of each column-parallel group (QKV; FC1; LM head) is reduced
+    # after the group's last backward kernel
+    col_bw = k[(k.phase == "bw") & k.module.map(lambda s: kinds.get(s) == "col" and s in shape)]
+    for parent, g in col_bw.groupby(col_bw.module.map(_group_key)):
+        layers = sorted(set(g.layer))
+        for L in layers:
+            gl = g[g.layer == L]
+            fi = shape[gl.module.iloc[0]][0]
+            inserts.append((int(gl.index.max()), _comm_row("bw", "allreduce", 4.0 * tokens * fi, False,
+                                                            parent, int(L))))
+    out = _insert(k, inserts)
+    for c in ("B", "M", "N", "K", "H"):
+        out[c] = out[c].astype(float)
+    return out
+
+
+def _group_key(module: str) -> str:
+    """Column-parallel linears that share an input form one group (q/k/v; gate/up)."""
+    parent = module.rpartition(".")[0]
+    leaf = module.rpartition(".")[2]
+    if leaf in ("q_proj", "k_proj", "v_proj", "query", "key", "value", "q", "k", "v", "c_attn",
+                "qkv_proj", "query_key_value"):
+        return parent + ".attn_in"
+    return parent + ".mlp_in" if leaf not in ("lm_head", "decoder") else module
+
+
+def _split_vec(r: dict, n: int, split_h: set) -> None:
+    """Split a vector kernel's rows (per-head data) or its last dim (FFN / vocabulary slice)."""
+    H, B = r["H"], r["B"]
+    if isinstance(H, float) and math.isnan(H):
+        return
+    if int(H) in split_h and H % n == 0 or int(H) in split_h and H > 4096:
+        r["H"] = float(math.ceil(H / n))
+    else:
+        r["B"] = float(math.ceil(B / n))
+
+
+# ------------------------------------------------------------------------------------------ PP
+def _pp(kernels: pd.DataFrame, n: int, micro_batches: int) -> pd.DataFrame:
+    a = kernels.attrs
+    if a["batch"] % micro_batches:
+        raise PlanError(f"pp{n}: batch {a['batch']} is not divisible by {micro_batches} micro-batches")
+    L = a["num_layers"]
+    if L < n:
+        raise PlanError(f"pp{n}: the model has {L} layers, fewer than {n} stages")
+    k = _retrace(kernels, a["batch"] // micro_batches).reset_index(drop=True)
+    mb = k.attrs["batch"]
+    layer = k.layer.to_numpy()
+    stage = np.zeros(len(k), dtype=int)
+    per = L / n
+    for ph in ("fw", "bw", "acc"):
+        idx = np.flatnonzero(k.phase.to_numpy() == ph)
+        if not len(idx):
+            continue
+        in_layer = idx[layer[idx] >= 0]
+        first = in_layer.min() if len(in_layer) else idx.max() + 1
+        for i in idx:
+            if layer[i] >= 0:
+                stage[i] = min(int(layer[i] // per), n - 1)
+            elif ph == "acc":
+                m = k.at[i, "module"]
+                stage[i] = 0 if _EMBED.search(m.rsplit(".", 1)[0]) or "embed" in m or "wpe" in m else n - 1
+            else:
+                before = i < first
+                # forward: embeddings before the first layer -> stage 0, head/loss after -> last;
+                # backward runs in reverse order
+                stage[i] = (0 if before else n - 1) if ph == "fw" else (n - 1 if before else 0)
+    k["stage"] = stage
+    act = 4.0 * mb * a["seq"] * a.get("hidden", 0)
+    inserts = []
+    for ph, order in (("fw", range(n - 1)), ("bw", range(n - 1, 0, -1))):
+        idx = np.flatnonzero(k.phase.to_numpy() == ph)
+        for s in order:
+            sel = idx[stage[idx] == s]
+            if len(sel):
+                peer = s + 1 if ph == "fw" else s - 1
+                inserts.append((int(sel.max()), _comm_row(ph, "sendrecv", act, False,
+                                                          f"stage{s}->stage{peer}", -1, stage=s)))
+    out = _insert(k, inserts)
+    out.attrs["micro_batches"] = micro_batches
+    return out
+
+
+def apply_plan(kernels: pd.DataFrame, plan: str, n: int, micro_batches: int = 1) -> pd.DataFrame:
+    """Per-GPU kernel table of ``plan`` in ``dp | tp | pp`` over ``n`` GPUs (see module doc)."""
+    if plan not in PLANS:
+        raise PlanError(f"unknown parallel plan {plan!r}; use one of {', '.join(PLANS)}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise PlanError(f"number of GPUs must be a positive integer, got {n!r}")
+    if isinstance(micro_batches, bool) or not isinstance(micro_batches, (int, np.integer)) or micro_batches < 1:
+        raise PlanError(f"micro_batches must be a positive integer, got {micro_batches!r}")
+    if "config" not in kernels.attrs:
+        raise PlanError("apply_plan needs a kernel table from trace.trace_model (its attrs are missing)")
+    if plan == "dp":
+        out = _dp(kernels, int(n))
+    elif plan == "tp":
+        out = _tp(kernels, int(n))
+    else:
+        out = _pp(kernels, int(n), int(micro_batches))
+    out = out.drop(columns=["after"], errors="ignore")
+    out.attrs.update(plan=plan, gpus=int(n), micro_batches=int(micro_batches))
+    return out
