@@ -139,15 +139,21 @@ def _verdict(expected: float, computed: float, tol: float) -> str:
     return "REPRODUCED" if abs(computed - expected) <= tol + 1e-9 else "DEVIATES"
 
 
-def _quantity(spec: dict, index, fp16, predictor_columns: dict, tol: float, expected: float) -> dict:
+def _quantity(spec: dict, index, fp16, predictor_columns: dict, tol: float, expected: float,
+              cache: dict) -> dict:
     """Evaluate one quantity; never raises on missing data (that is a NOT COMPUTABLE verdict)."""
     pred = spec.get("predictor", "neusight")
     col = predictor_columns.get(pred, pred)
     try:
-        frames = [_cells(src, index, col, fp16) for src in spec["cells"]]
+        frames = []
+        for src in spec["cells"]:
+            if (src, col) not in cache:  # the same cells serve many quantities
+                cache[(src, col)] = _cells(src, index, col, fp16)
+            frames.append(cache[(src, col)])
         frames = [f for f in frames if not f.empty]
-        cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["gpu", "ape"])
-        cells = _filter(cells, spec.get("where"))
+        cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        if not cells.empty:
+            cells = _filter(cells, spec.get("where"))
     except ev.EvaluationError as e:
         return {"computed": np.nan, "n_cells": 0, "verdict": "NOT COMPUTABLE", "reason": str(e)}
     if cells.empty:
@@ -183,7 +189,7 @@ def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims
     reg = claims or load_claims()
     tol = float(reg["tolerance"] if tolerance is None else tolerance)
     pc = predictor_columns or {}
-    detail = []
+    detail, cache = [], {}
     for c in reg["claims"]:
         for k, agg in enumerate(c["aggregations"]):
             base = {key: agg[key] for key in _AGG_KEYS if key in agg}
@@ -193,7 +199,7 @@ def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims
                 if "cells" not in spec:
                     raise ClaimsError(f"claim {c['id']}, quantity {qname!r}: no 'cells'")
                 exp = float(c["expected"][qname])
-                r = _quantity(spec, index, fp16, pc, tol, exp)
+                r = _quantity(spec, index, fp16, pc, tol, exp, cache)
                 detail.append({"claim": c["id"], "aggregation": agg["name"], "primary": k == 0,
                                "quantity": qname, "expected": exp, "computed": r["computed"],
                                "difference": r["computed"] - exp, "n_cells": r["n_cells"],
