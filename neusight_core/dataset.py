@@ -1,0 +1,287 @@
+"""Kernel datasets of the release: training records rebuilt from ``train/collect/``, and the test sets.
+
+The release ships processed training sets only for element-wise ops, softmax and layernorm; BMM and
+LINEAR must be rebuilt from the raw per-GPU files ``data/dataset/train/collect/<op>/p2.1.0/<GPU>.csv``.
+We rebuild *every* op from the raw files the same way, so all classes share one code path.
+
+Processed frame (:func:`load_collect`), one row per measured kernel:
+
+| column | meaning |
+|---|---|
+| ``op`` | the release's op name (``bmm``, ``linear``, ``add``, ``addu``, ..., ``softmax``, ``ln``) |
+| ``op_class`` | ``BMM``, ``LINEAR``, ``VEC``, ``SOFTMAX``, ``LAYERNORM`` (kernel-table classes) |
+| ``sub_op`` | VEC: the op name; else ``""`` |
+| ``device`` | catalogue name of the GPU (release file stem, e.g. ``Tesla_V100-PCIE-32GB``) |
+| ``latency_ms`` | measured latency of the op (all its kernels), ms |
+| ``kernel`` | profiler name of the (first) kernel |
+| ``n_kernels`` | kernels the op launched (LINEAR with split-K launches a reduction kernel too) |
+| ``grid`` | blocks launched (Grid x * y * z) |
+| ``B``, ``M``, ``N``, ``K`` | GEMM dims, [M x N] @ [N x K], N the reduction dim (B = 1 for LINEAR) |
+| ``H`` | vector ops: row length (``B`` rows) |
+| ``tile_m``, ``tile_k`` | GEMM output tile: from the kernel name (``sgemm_AxB``: A along K, B along M, as the grid shows; ``tilesizeAxB`` / ``_MTAxB``: A along M) |
+| ``tile`` | vector ops: elements per tile; element-wise ops ceil(B*H / grid) rounded up to a power of two, softmax/layernorm H (one row per tile) |
+| device features | ``num_sm``, ``fp32_gflops``, ``fp32_vec_gflops``, ``mem_bw_gbs``, ``mem_gb``, ``l2_mb`` of the catalogue entry |
+
+:func:`to_kernels` maps any of these frames onto the kernel-table columns of ``trace.trace_model``
+(docs/interfaces.md), keeping ``device``, ``latency_ms`` and the tiles, so predictors see the same
+columns in training, in the kernel-level evaluation and on traced models.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from neusight_core import devices, paths
+
+TRAIN_OPS = ("bmm", "linear", "add", "addu", "mul", "mulu", "div", "divu", "pow", "powu",
+             "relu", "gelu", "tanh", "softmax", "ln")
+VEC_OPS = TRAIN_OPS[2:13]
+UNARY_VEC_OPS = ("addu", "mulu", "divu", "powu", "relu", "gelu", "tanh")
+OP_CLASS = {"bmm": "BMM", "linear": "LINEAR", "softmax": "SOFTMAX", "ln": "LAYERNORM",
+            **{op: "VEC" for op in VEC_OPS}}
+# FLOPs per output element (SPEC 3.1)
+OPS_PER_OUTPUT = {**{op: 1.0 for op in VEC_OPS}, "softmax": 5.0, "ln": 6.0}
+ATEN_OP = {"BMM": "aten.bmm.default", "LINEAR": "aten.mm.default", "SOFTMAX": "aten._softmax.default",
+           "LAYERNORM": "aten.native_layer_norm.default"}
+VEC_ATEN = {"add": "aten.add.Tensor", "mul": "aten.mul.Tensor", "div": "aten.div.Tensor",
+            "pow": "aten.pow.Tensor_Tensor", "addu": "aten.add.Tensor", "mulu": "aten.mul.Tensor",
+            "divu": "aten.div.Tensor", "powu": "aten.pow.Tensor_Scalar", "relu": "aten.relu.default",
+            "gelu": "aten.gelu.default", "tanh": "aten.tanh.default"}
+TEST_FILES = ("bmm", "linear", "vec")        # vec.csv = elem.csv + ln.csv + softmax.csv
+DEVICE_FEATURES = ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")
+
+
+class DatasetError(ValueError):
+    """A kernel dataset file that is missing or cannot be used (one line naming it)."""
+
+
+# ---------------------------------------------------------------- reading raw files
+def collect_dir() -> Path:
+    return paths.data_dir() / "dataset" / "train" / "collect"
+
+
+def test_dir() -> Path:
+    return paths.data_dir() / "dataset" / "test"
+
+
+def collect_files(ops=TRAIN_OPS) -> list[Path]:
+    """The raw per-GPU measurement files of ``ops`` (training GPUs only, by construction of the release)."""
+    paths.require_release()
+    files = []
+    for op in ops:
+        d = collect_dir() / op / "p2.1.0"
+        found = sorted(d.glob("*.csv"))
+        if not found:
+            raise DatasetError(f"{d}: no raw kernel measurements for op {op!r}")
+        files += found
+    return files
+
+
+def checksum(files) -> str:
+    """sha256 over the names and bytes of ``files`` (what a trained predictor's weights came from)."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(Path(f).name.encode())
+        h.update(Path(f).read_bytes())
+    return h.hexdigest()
+
+
+def _parse_gemm_tiles(kernel: pd.Series) -> pd.DataFrame:
+    """(tile_m, tile_k) of GEMM kernels from their names.
+
+    cuBLAS ``*sgemm_AxB*`` (maxwell/volta/ampere/cutlass): A tiles the output's K side, B its M side
+    (checked against the launch grid on the training data: ceil(K/A) * ceil(M/B) = grid x * grid y in
+    every maxwell/volta/ampere record); ``tilesizeAxB`` (sm80 xmma) and AMD ``_MTAxB`` are M-first.
+    """
+    k = kernel.str.lower()
+    sg = k.str.extract(r"sgemm_(\d+)x(\d+)").astype(float)
+    ts = k.str.extract(r"(?:tilesize|_mt)(\d+)x(\d+)").astype(float)
+    tile_m = sg[1].fillna(ts[0])
+    tile_k = sg[0].fillna(ts[1])
+    return pd.DataFrame({"tile_m": tile_m, "tile_k": tile_k})
+
+
+def _device_name(display: str) -> str:
+    return devices.get_device(display).name
+
+
+def process(raw: pd.DataFrame, source: str = "") -> pd.DataFrame:
+    """Turn release-format kernel rows (raw collect or test files) into the processed frame."""
+    need = {"OPName", "Latency", "Device", "Kernel Name", "Grid x", "Grid y", "Grid z", "B"}
+    missing = need - set(raw.columns)
+    if missing:
+        raise DatasetError(f"{source}: missing column(s) {', '.join(sorted(missing))}")
+    unknown = set(raw["OPName"]) - set(OP_CLASS)
+    if unknown:
+        raise DatasetError(f"{source}: unknown op(s) {', '.join(sorted(unknown))}")
+    out = pd.DataFrame({
+        "op": raw["OPName"].astype(str),
+        "op_class": raw["OPName"].map(OP_CLASS),
+        "sub_op": np.where(raw["OPName"].isin(VEC_OPS), raw["OPName"], ""),
+        "device": raw["Device"].map({d: _device_name(d) for d in raw["Device"].unique()}),
+        "latency_ms": raw["Latency"].astype(float),
+        "kernel": raw["Kernel Name"].astype(str),
+        "n_kernels": (raw["Kernels"].astype(str).str.count(";") if "Kernels" in raw else 1),
+        "grid": (raw["Grid x"] * raw["Grid y"] * raw["Grid z"]).astype(float),
+    })
+    for c in ("B", "M", "N", "K", "H"):
+        out[c] = raw[c].astype(float) if c in raw else np.nan
+    gemm = out["op_class"].isin(["BMM", "LINEAR"])
+    tiles = _parse_gemm_tiles(out["kernel"])
+    out["tile_m"] = np.where(gemm, tiles["tile_m"], np.nan)
+    out["tile_k"] = np.where(gemm, tiles["tile_k"], np.nan)
+    if (gemm & out["tile_m"].isna()).any():
+        bad = out.loc[gemm & out["tile_m"].isna(), "kernel"].iloc[0]
+        raise DatasetError(f"{source}: cannot read a GEMM tile from kernel name {bad!r}")
+    elem = out["B"] * out["H"]
+    per_block = np.ceil(elem / out["grid"].clip(lower=1))
+    vec_tile = 2.0 ** np.ceil(np.log2(per_block.clip(lower=1)))
+    row_op = out["op"].isin(["softmax", "ln"])
+    out["tile"] = np.where(row_op, out["H"], np.where(gemm, np.nan, vec_tile))
+    return join_device_features(out)
+
+
+def join_device_features(df: pd.DataFrame) -> pd.DataFrame:
+    """Add the catalogue's numbers of each row's ``device`` (DEVICE_FEATURES columns)."""
+    feats = {n: devices.get_device(n) for n in df["device"].unique()}
+    for c in DEVICE_FEATURES:
+        df[c] = df["device"].map({n: float(getattr(d, c)) for n, d in feats.items()})
+    return df
+
+
+def _read_csv(f: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(f)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{f}: cannot read ({str(e).splitlines()[0]})") from None
+
+
+def _cache_path(kind: str, digest: str) -> Path:
+    return paths.trained_dir() / "datasets" / f"{kind}_{digest[:16]}.pkl"
+
+
+def load_collect(ops=TRAIN_OPS, cache: bool = True) -> pd.DataFrame:
+    """Processed training records of the 5 training GPUs for ``ops`` (cached by data checksum)."""
+    files = collect_files(ops)
+    digest = checksum(files)
+    cp = _cache_path("collect", digest)
+    if cache and cp.is_file():
+        return pd.read_pickle(cp)
+    parts = [process(_read_csv(f), str(f)) for f in files]
+    df = pd.concat(parts, ignore_index=True)
+    train_names = {d.name for d in devices.training_devices("NVIDIA")}
+    if not set(df["device"]) <= train_names:
+        raise DatasetError(f"{collect_dir()}: records of non-training GPUs {set(df['device']) - train_names}")
+    if cache:
+        cp.parent.mkdir(parents=True, exist_ok=True)
+        df.to_pickle(cp)
+    return df
+
+
+def load_test(files=TEST_FILES) -> pd.DataFrame:
+    """The release's kernel-level test sets (all NVIDIA GPUs, transformer-derived shapes), processed."""
+    paths.require_release()
+    parts = []
+    for name in files:
+        f = test_dir() / f"{name}.csv"
+        if not f.is_file():
+            raise DatasetError(f"{f}: test set missing")
+        parts.append(process(_read_csv(f), str(f)))
+    return pd.concat(parts, ignore_index=True)
+
+
+# ---------------------------------------------------------------- kernel-table view
+def _elements(df: pd.DataFrame) -> pd.Series:
+    return df["B"] * df["H"]
+
+
+def to_kernels(df: pd.DataFrame) -> pd.DataFrame:
+    """Map processed dataset rows onto the kernel-table columns of ``trace.trace_model``.
+
+    FLOPs and bytes follow SPEC 3.1: GEMM 2BMNK FLOPs, A and B read once and C written once (FP32);
+    element-wise ops 1 FLOP per output, 1 (scalar/unary) or 2 (binary) inputs read, the output written;
+    softmax 5 and layernorm 6 FLOPs per output, the input read and the output written (layernorm also
+    reads its weight and bias). Extra columns kept: ``device``, ``latency_ms``, ``op``, ``tile_m``,
+    ``tile_k``, ``tile``.
+    """
+    cls = df["op_class"]
+    gemm = cls.isin(["BMM", "LINEAR"]).to_numpy()
+    B, M, N, K, H = (df[c].to_numpy(float) for c in ("B", "M", "N", "K", "H"))
+    with np.errstate(invalid="ignore"):
+        elem = B * H
+        opo = df["op"].map(OPS_PER_OUTPUT).fillna(0).to_numpy(float)
+        n_in = np.where(df["op"].isin(UNARY_VEC_OPS + ("softmax", "ln")), 1.0, 2.0)
+        flops = np.where(gemm, 2.0 * B * M * N * K, opo * elem)
+        rd = np.where(gemm, 4.0 * B * (M * N + N * K), 4.0 * n_in * elem
+                      + np.where(df["op"].eq("ln"), 8.0 * H, 0.0))
+        wr = np.where(gemm, 4.0 * B * M * K, 4.0 * elem)
+    out = pd.DataFrame({
+        "phase": "fw",
+        "aten_op": np.where(cls.eq("VEC"), df["sub_op"].map(VEC_ATEN), cls.map(ATEN_OP)),
+        "op_class": cls.to_numpy(),
+        "sub_op": df["sub_op"].to_numpy(),
+        "B": B, "M": np.where(gemm, M, np.nan), "N": np.where(gemm, N, np.nan),
+        "K": np.where(gemm, K, np.nan), "H": np.where(gemm, np.nan, H),
+        "flops": flops, "bytes_read": rd, "bytes_written": wr, "dtype": "float32", "module": "",
+        "layer": -1, "count": 1, "comm_kind": "", "comm_bytes": 0.0, "overlap": False, "stage": 0,
+    }, index=df.index)
+    for c in ("device", "latency_ms", "op", "tile_m", "tile_k", "tile"):
+        if c in df:
+            out[c] = df[c].to_numpy()
+    return out
+
+
+# ---------------------------------------------------------------- training data bundle
+@dataclass
+class TrainingData:
+    """What a predictor's ``fit`` receives: training-GPU kernels as a kernel table plus provenance."""
+    kernels: pd.DataFrame        # to_kernels(load_collect()) with device, latency_ms and tiles
+    checksum: str                # sha256 of the raw files it came from
+    devices: tuple               # catalogue names of the training GPUs
+
+    def of_class(self, *classes) -> pd.DataFrame:
+        return self.kernels[self.kernels["op_class"].isin(classes)]
+
+
+def training_data(quick: bool = False, seed: int = 0, quick_rows: int = 4000) -> TrainingData:
+    """All training records (or, with ``quick``, a fixed random subset per op class for CI)."""
+    df = load_collect()
+    files = collect_files()
+    digest = checksum(files)
+    if quick:
+        rng = np.random.default_rng(seed)
+        keep = [rng.choice(idx, size=min(len(idx), quick_rows), replace=False)
+                for _, idx in sorted(df.groupby("op_class").indices.items())]
+        df = df.iloc[np.sort(np.concatenate(keep))]
+        digest = hashlib.sha256(f"{digest}:quick:{quick_rows}:{seed}".encode()).hexdigest()
+    k = to_kernels(df.reset_index(drop=True))
+    return TrainingData(k, digest, tuple(sorted(k["device"].unique())))
+
+
+def describe_columns() -> str:
+    """The processed-frame column documentation (module docstring table) for notebooks."""
+    doc = __doc__ or ""
+    start = doc.find("| column")
+    end = doc.find("\n\n", start)
+    return doc[start:end]
+
+
+def test_kernels() -> pd.DataFrame:
+    """The test sets as a kernel table with ``device``, ``latency_ms`` and ``seen`` (training GPU)."""
+    k = to_kernels(load_test())
+    train = {d.name for d in devices.training_devices("NVIDIA")}
+    k["seen"] = k["device"].isin(train)
+    return k
+
+
+def dataset_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows per op class and GPU (for notebooks)."""
+    return df.pivot_table(index="op_class", columns="device", values="latency_ms", aggfunc="size", fill_value=0)
+
+
+__all__ = ["load_collect", "load_test", "to_kernels", "training_data", "test_kernels", "TrainingData",
+           "DatasetError", "process", "checksum", "describe_columns"]

@@ -1,0 +1,63 @@
+"""Kernel latency predictors: NeuSight and the paper's three baselines, one interface.
+
+``get(name, quick=False, seed=0)`` returns a trained predictor: the saved weights under
+``paths.trained_dir()/<name>[-quick]-seed<seed>/`` when their config and training-data checksum match,
+otherwise it trains on the five training GPUs' kernels and saves (``meta.json`` records the config,
+the data checksum, the training wall time and the validation errors).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from neusight_core import paths
+from neusight_core.predictors.base import KernelPredictor, PredictorLoadError, config_hash
+from neusight_core.predictors.common import PredictorInputError
+from neusight_core.predictors.habitat import HabitatPredictor
+from neusight_core.predictors.li import LiPredictor
+from neusight_core.predictors.neusight import NeuSightPredictor
+from neusight_core.predictors.roofline import RooflinePredictor
+
+NAMES = ("neusight", "roofline", "habitat", "li")
+REGISTRY = {"neusight": NeuSightPredictor, "roofline": RooflinePredictor, "habitat": HabitatPredictor,
+            "li": LiPredictor}
+
+
+class UnknownPredictorError(KeyError):
+    def __str__(self):
+        return self.args[0]
+
+
+def create(name: str, seed: int = 0, config: dict | None = None) -> KernelPredictor:
+    if name not in REGISTRY:
+        raise UnknownPredictorError(f"unknown predictor {name!r}; choose one of {', '.join(NAMES)}")
+    return REGISTRY[name](config, seed=seed)
+
+
+def folder(name: str, quick: bool = False, seed: int = 0) -> Path:
+    return paths.trained_dir() / f"{name}{'-quick' if quick else ''}-seed{seed}"
+
+
+def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = None,
+        retrain: bool = False) -> KernelPredictor:
+    """Load trained weights if config + data checksum are unchanged, else train and save."""
+    from neusight_core import dataset
+    p = create(name, seed, config)
+    train = dataset.training_data(quick=quick)
+    f = folder(name, quick, seed)
+    want = config_hash(name, {**p.config, "seed": seed})
+    meta_file = f / "meta.json"
+    if not retrain and meta_file.is_file():
+        try:
+            meta = json.loads(meta_file.read_text())
+            if meta.get("config_hash") == want and meta.get("info", {}).get("data_checksum") == train.checksum:
+                return REGISTRY[name].load(f)
+        except (PredictorLoadError, json.JSONDecodeError, KeyError):
+            pass        # stale or damaged: retrain below
+    p.fit(train, quick=quick)
+    p.save(f)
+    return p
+
+
+__all__ = ["NAMES", "REGISTRY", "get", "create", "folder", "KernelPredictor", "PredictorInputError",
+           "PredictorLoadError", "UnknownPredictorError"]

@@ -1,0 +1,122 @@
+"""Arithmetic every predictor shares: per-row device numbers, roofline, tiles and waves (SPEC 3.1).
+
+Units: FLOPs and bytes as counts, device peaks in GFLOPS and GB/s (decimal, as in the release's
+device JSONs), latencies in ms.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from neusight_core import devices
+
+GEMM_CLASSES = ("BMM", "LINEAR")
+VECTOR_CLASSES = ("VEC", "SOFTMAX", "LAYERNORM")
+MODEL_CLASSES = GEMM_CLASSES + VECTOR_CLASSES
+MEMORY_CLASSES = ("MEM", "UNCLASSIFIED")
+ROW_TILE_CLASSES = ("SOFTMAX", "LAYERNORM")   # one row (H elements) per tile
+MIN_BYTES = 4.0                                # a kernel moves at least one FP32 element
+
+
+class PredictorInputError(ValueError):
+    """A kernel table a predictor cannot use (one line naming the problem)."""
+
+
+def check_kernels(kernels: pd.DataFrame) -> None:
+    need = {"op_class", "B", "M", "N", "K", "H", "flops", "bytes_read", "bytes_written"}
+    missing = need - set(kernels.columns)
+    if missing:
+        raise PredictorInputError(f"kernel table lacks column(s) {', '.join(sorted(missing))} "
+                                  "(see docs/interfaces.md, kernel table)")
+
+
+def device_arrays(kernels: pd.DataFrame, device=None) -> dict:
+    """Device numbers per row: from ``device`` (one GPU) or from the table's ``device`` column."""
+    n = len(kernels)
+    if device is not None:
+        d = devices.get_device(device)
+        return {c: np.full(n, float(getattr(d, c))) for c in
+                ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")}
+    if "device" not in kernels:
+        raise PredictorInputError("no device given and the kernel table has no 'device' column")
+    devs = {name: devices.get_device(name) for name in kernels["device"].unique()}
+    return {c: kernels["device"].map({k: float(getattr(d, c)) for k, d in devs.items()}).to_numpy(float)
+            for c in ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")}
+
+
+def total_bytes(kernels: pd.DataFrame) -> np.ndarray:
+    b = (kernels["bytes_read"].fillna(0) + kernels["bytes_written"].fillna(0)).to_numpy(float)
+    return np.maximum(b, MIN_BYTES)
+
+
+def peak_gflops(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
+    """GEMM peak for GEMMs, vector peak otherwise (they differ on AMD only)."""
+    gemm = kernels["op_class"].isin(GEMM_CLASSES).to_numpy()
+    return np.where(gemm, dev["fp32_gflops"], dev["fp32_vec_gflops"])
+
+
+def memory_ms(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
+    """Bytes / bandwidth: the memory-bound model of MEM and UNCLASSIFIED kernels."""
+    return total_bytes(kernels) / (dev["mem_bw_gbs"] * 1e9) * 1e3
+
+
+def roofline_ms(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
+    """max(FLOPs / peak, bytes / bandwidth) = FLOPs / min(peak, intensity x bandwidth)."""
+    flops = kernels["flops"].fillna(0).to_numpy(float)
+    return np.maximum(flops / (peak_gflops(kernels, dev) * 1e9), total_bytes(kernels) / (dev["mem_bw_gbs"] * 1e9)) * 1e3
+
+
+def elements(kernels: pd.DataFrame) -> np.ndarray:
+    """Output elements of vector kernels (B rows x H), else bytes written / 4."""
+    e = (kernels["B"] * kernels["H"]).to_numpy(float)
+    alt = kernels["bytes_written"].fillna(0).to_numpy(float) / 4.0
+    return np.maximum(np.where(np.isfinite(e) & (e > 0), e, alt), 1.0)
+
+
+def geometry(kernels: pd.DataFrame, dev: dict, tile_m, tile_k, tile) -> dict:
+    """Tiles, waves and per-tile work of every row (SPEC 3.1), for the given tile sizes.
+
+    GEMM (B, M, N, K), output M x K cut into tile_m x tile_k tiles, each over the whole reduction N:
+      tiles = B * ceil(M / tile_m) * ceil(K / tile_k); tile FLOPs = 2 tile_m N tile_k;
+      tile bytes = 4 (tile_m N + N tile_k + tile_m tile_k).
+    Vector ops: element-wise kernels cut the flat B*H outputs into tiles of ``tile`` elements;
+      softmax / layernorm one row per tile (tile = H). Tile FLOPs and bytes are the kernel's per-output
+      FLOPs and bytes times the tile.
+    waves = ceil(tiles / num_SM). ``padded_flops`` = tiles x tile FLOPs >= the kernel's FLOPs.
+    """
+    cls = kernels["op_class"].to_numpy()
+    gemm = np.isin(cls, GEMM_CLASSES)
+    rows = np.isin(cls, ROW_TILE_CLASSES)
+    B = np.maximum(kernels["B"].fillna(1).to_numpy(float), 1.0)
+    M, N, K, H = (np.maximum(kernels[c].fillna(1).to_numpy(float), 1.0) for c in ("M", "N", "K", "H"))
+    tile_m, tile_k, tile = (np.asarray(x, float) for x in (tile_m, tile_k, tile))
+    num_sm = dev["num_sm"]
+    E = elements(kernels)
+    flops = kernels["flops"].fillna(0).to_numpy(float)
+    byts = total_bytes(kernels)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t_vec = np.where(rows, H, np.maximum(tile, 1.0))
+        g_tiles = B * np.ceil(M / tile_m) * np.ceil(K / tile_k)
+        v_tiles = np.where(rows, np.maximum(np.round(E / H), 1.0), np.ceil(E / t_vec))
+        tiles = np.where(gemm, g_tiles, v_tiles)
+        g_tile_flops = 2.0 * tile_m * N * tile_k
+        g_tile_bytes = 4.0 * (tile_m * N + N * tile_k + tile_m * tile_k)
+        v_tile_flops = flops / E * t_vec
+        v_tile_bytes = byts / E * t_vec
+    tile_flops = np.where(gemm, g_tile_flops, v_tile_flops)
+    tile_bytes = np.where(gemm, g_tile_bytes, v_tile_bytes)
+    waves = np.ceil(tiles / num_sm)
+    return {"tiles": tiles, "waves": waves, "tile_flops": tile_flops, "tile_bytes": tile_bytes,
+            "padded_flops": tiles * tile_flops, "bytes": byts, "flops": flops}
+
+
+def wave_roofline_ms(kernels: pd.DataFrame, dev: dict, geo: dict) -> np.ndarray:
+    """Latency at utilisation 1: waves x (tile FLOPs / per-SM roofline throughput).
+
+    = waves x num_SM / tiles x max(padded FLOPs / peak, bytes / bandwidth), never below the plain
+    roofline because waves x num_SM >= tiles and padded FLOPs >= FLOPs.
+    """
+    peak = peak_gflops(kernels, dev) * 1e9
+    bw = dev["mem_bw_gbs"] * 1e9
+    occupancy = geo["waves"] * dev["num_sm"] / geo["tiles"]
+    return occupancy * np.maximum(geo["padded_flops"] / peak, geo["bytes"] / bw) * 1e3

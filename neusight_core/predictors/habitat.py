@@ -1,0 +1,135 @@
+"""Habitat-style baseline (Yu et al., ATC'21; SPEC 3.2).
+
+GEMMs (BMM, LINEAR): an MLP per class on (B, M, N, K, bandwidth, memory, SMs, FP32 peak), z-scored,
+predicting the latency directly (softplus output, ms), trained with a MAPE loss.
+Vector ops (VEC, SOFTMAX, LAYERNORM): Habitat's wave scaling -- the latency the same op has on a
+reference training GPU (V100, interpolated in log-log over its measured records of that op by bytes
+moved) times the ratio of memory bandwidths reference / target.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from neusight_core import devices
+from neusight_core.predictors import common
+from neusight_core.predictors.base import MLP, KernelPredictor, Timer, split_validation, train_loop
+
+FEATURES = ("B", "M", "N", "K")
+HW = ("mem_bw_gbs", "mem_gb", "num_sm", "fp32_gflops")
+REFERENCE = "Tesla_V100-PCIE-32GB"
+
+
+def _gemm_x(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
+    dims = [kernels[c].fillna(1).to_numpy(float) for c in FEATURES]
+    return np.stack(dims + [dev[h] for h in HW], 1)
+
+
+class HabitatPredictor(KernelPredictor):
+    name = "habitat"
+
+    @classmethod
+    def default_config(cls) -> dict:
+        return {"hidden": 128, "layers": 4, "epochs": 30, "batch": 512, "lr": 2e-3, "val_fraction": 0.1,
+                "quick_epochs": 3, "reference": REFERENCE}
+
+    def __init__(self, config=None, seed=0):
+        super().__init__(config, seed)
+        self.nets: dict = {}
+        self.norm: dict = {}
+        self.curves: dict = {}      # key (sub_op or class) -> (log bytes, log ms) of the reference GPU
+
+    def _net(self):
+        return MLP(len(FEATURES) + len(HW), 1, self.config["hidden"], self.config["layers"])
+
+    def fit(self, train, quick: bool = False) -> None:
+        torch.manual_seed(self.seed)
+        k = train.kernels
+        ep = self.config["quick_epochs"] if quick else self.config["epochs"]
+        gemm_classes = [c for c in common.GEMM_CLASSES if (k["op_class"] == c).any()]
+        self.info = {"data_checksum": train.checksum, "quick": quick, "classes": {}}
+        with Timer() as t, tqdm(total=ep * len(gemm_classes), desc=f"train {self.name}", unit="epoch") as bar:
+            for cls in gemm_classes:
+                df = k[k["op_class"] == cls].reset_index(drop=True)
+                dev = common.device_arrays(df)
+                X = _gemm_x(df, dev)
+                mu, sd = X.mean(0), X.std(0) + 1e-9
+                self.norm[cls] = (mu, sd)
+                Xt = torch.tensor((X - mu) / sd, dtype=torch.float32)
+                y = torch.tensor(df["latency_ms"].to_numpy(float), dtype=torch.float32)
+                net = self._net()
+                self.nets[cls] = net
+
+                def ratio(idx, net=net, Xt=Xt, y=y):
+                    return torch.nn.functional.softplus(net(Xt[idx])[:, 0]) / y[idx] + 1e-9
+
+                val = split_validation(len(df), self.config["val_fraction"], self.seed)
+                res = train_loop(net, ratio, len(df), val, ep, self.config["batch"], self.config["lr"], "ape",
+                                 self.seed, bar)
+                self.info["classes"][cls] = {"rows": len(df), "val_mape": res["val_mape"]}
+            ref = k[k["device"] == self.config["reference"]]
+            for cls in common.VECTOR_CLASSES:
+                rc = ref[ref["op_class"] == cls]
+                if rc.empty:
+                    continue
+                self.curves[cls] = self._curve(rc)
+                if cls == "VEC":
+                    for sub, g in rc.groupby("sub_op"):
+                        self.curves[f"VEC:{sub}"] = self._curve(g)
+        self.info["train_seconds"] = t.seconds
+        self.fitted = True
+
+    @staticmethod
+    def _curve(df: pd.DataFrame) -> np.ndarray:
+        lb = np.log(common.total_bytes(df))
+        lm = np.log(df["latency_ms"].to_numpy(float))
+        s = pd.Series(lm).groupby(np.round(lb, 2)).median()
+        return np.stack([s.index.to_numpy(float), s.to_numpy(float)])
+
+    def _reference_ms(self, kernels: pd.DataFrame) -> np.ndarray:
+        out = np.empty(len(kernels))
+        lb = np.log(common.total_bytes(kernels))
+        keys = np.where(kernels["op_class"].eq("VEC"), "VEC:" + kernels["sub_op"].fillna("").astype(str),
+                        kernels["op_class"].astype(str))
+        for key in np.unique(keys):
+            rows = keys == key
+            curve = self.curves.get(key, self.curves.get(key.split(":")[0]))
+            xb, ym = curve
+            v = np.interp(lb[rows], xb, ym)
+            # beyond the largest measured size the time grows with the bytes moved
+            v = np.where(lb[rows] > xb[-1], ym[-1] + lb[rows] - xb[-1], v)
+            out[rows] = np.exp(v)
+        return out
+
+    def _predict_model(self, kernels: pd.DataFrame, device, dev: dict) -> np.ndarray:
+        out = common.roofline_ms(kernels, dev)
+        cls_col = kernels["op_class"].to_numpy()
+        for cls, net in self.nets.items():
+            rows = cls_col == cls
+            if rows.any():
+                mu, sd = self.norm[cls]
+                X = (_gemm_x(kernels[rows], {k: v[rows] for k, v in dev.items()}) - mu) / sd
+                with torch.no_grad():
+                    out[rows] = torch.nn.functional.softplus(net(torch.tensor(X, dtype=torch.float32))[:, 0]).double().numpy()
+        vec = np.isin(cls_col, list(common.VECTOR_CLASSES)) & np.isin(cls_col, [c for c in self.curves if ":" not in c])
+        if vec.any():
+            ref_bw = devices.get_device(self.config["reference"]).mem_bw_gbs
+            out[vec] = self._reference_ms(kernels[vec]) * ref_bw / dev["mem_bw_gbs"][vec]
+        return np.maximum(out, 1e-9)
+
+    def get_state(self) -> dict:
+        return {"nets": {c: n.state_dict() for c, n in self.nets.items()},
+                "norm": {c: {"mu": m, "sd": s} for c, (m, s) in self.norm.items()},
+                "curves": dict(self.curves)}
+
+    def set_state(self, state: dict) -> None:
+        self.nets = {}
+        for c, sd in state["nets"].items():
+            net = self._net()
+            net.load_state_dict(sd)
+            net.eval()
+            self.nets[c] = net
+        self.norm = {c: (np.asarray(v["mu"]), np.asarray(v["sd"])) for c, v in state["norm"].items()}
+        self.curves = {c: np.asarray(v) for c, v in state["curves"].items()}

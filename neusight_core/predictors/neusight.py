@@ -1,0 +1,175 @@
+"""NeuSight (SPEC 3.1): tiles and waves, a roofline bound, and an MLP-predicted utilisation per op class.
+
+For every kernel of a modelled class (BMM, LINEAR, VEC, SOFTMAX, LAYERNORM):
+
+    latency = waves x tile FLOPs / (per-SM roofline throughput x u),   u in (0, 1]
+
+(computed as ``common.wave_roofline_ms / u``), so no prediction is ever faster than the roofline.
+The utilisation is u = sigmoid(g) * (1 - sigmoid(a) / waves) from a 2-output MLP: like the paper's
+alpha - beta / waves it saturates as waves grow, and unlike the authors' sigmoid(g) - sigmoid(a)/waves
+it can never be zero or negative. Each class has its own MLP, trained with a relative-error loss.
+
+MLP inputs (log2, then z-scored with the training statistics), per SM as in SPEC 3.1:
+tile FLOPs / (peak / SM), tile bytes / (bandwidth / SM), waves x tile bytes / (L2 / SM),
+waves x tile bytes / (memory / SM), tile intensity / ridge point, and waves.
+
+Tiles: the training records' own tiles in training; for prediction the tile of the nearest training
+record (``tiles.TileLookup``), so unseen GPUs never contribute a tile. MEM / UNCLASSIFIED kernels:
+bytes / bandwidth; COMM: 0 (the network model times them).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from neusight_core.predictors import common
+from neusight_core.predictors.base import MLP, KernelPredictor, Timer, split_validation, train_loop
+from neusight_core.predictors.tiles import TileLookup
+
+N_FEATURES = 6
+U_MIN = 1e-6
+
+
+def features(kernels: pd.DataFrame, dev: dict, geo: dict, waves_input: bool = True) -> np.ndarray:
+    """The log2 MLP inputs of every row (see module docstring); the last (waves) is optional."""
+    num_sm = dev["num_sm"]
+    peak_sm = common.peak_gflops(kernels, dev) * 1e9 / num_sm
+    bw_sm = dev["mem_bw_gbs"] * 1e9 / num_sm
+    l2_sm = dev["l2_mb"] * 2**20 / num_sm
+    mem_sm = dev["mem_gb"] * 2**30 / num_sm
+    tf = np.maximum(geo["tile_flops"], 1.0)
+    tb = np.maximum(geo["tile_bytes"], 1.0)
+    w = geo["waves"]
+    f = np.stack([tf / peak_sm, tb / bw_sm, w * tb / l2_sm, w * tb / mem_sm,
+                  (tf / tb) / (peak_sm / bw_sm), w], axis=1)
+    return np.log2(f if waves_input else f[:, :5])
+
+
+def utilisation(out: torch.Tensor, waves: torch.Tensor) -> torch.Tensor:
+    """u = sigmoid(g) * (1 - sigmoid(a) / waves), in (0, 1)."""
+    g, a = out[:, 0], out[:, 1]
+    return (torch.sigmoid(g) * (1 - torch.sigmoid(a) / waves)).clamp(min=U_MIN, max=1.0)
+
+
+class NeuSightPredictor(KernelPredictor):
+    name = "neusight"
+
+    @classmethod
+    def default_config(cls) -> dict:
+        # chosen on a validation split of the training GPUs' kernels (see predictors/hparams.yaml)
+        return {"hidden": 64, "layers": 4, "epochs": {"BMM": 25, "LINEAR": 40, "VEC": 15, "SOFTMAX": 60,
+                                                      "LAYERNORM": 60},
+                "batch": 512, "lr": 3e-3, "loss": "ape", "val_fraction": 0.1, "tile_lookup": "scaled",
+                "quick_epochs": 4, "waves_input": True, "weight_decay": 0.0}
+
+    def __init__(self, config=None, seed=0):
+        super().__init__(config, seed)
+        self.nets: dict = {}
+        self.norm: dict = {}
+        self.tiles = TileLookup(self.config["tile_lookup"])
+
+    def _net(self):
+        return MLP(N_FEATURES if self.config["waves_input"] else N_FEATURES - 1, 2,
+                   self.config["hidden"], self.config["layers"])
+
+    # ------------------------------------------------------------ training
+    def fit(self, train, quick: bool = False) -> None:
+        torch.manual_seed(self.seed)
+        k = train.kernels
+        self.tiles.fit(k)
+        classes = [c for c in common.MODEL_CLASSES if (k["op_class"] == c).any()]
+        epochs = {c: (self.config["quick_epochs"] if quick else self.config["epochs"][c]) for c in classes}
+        self.info = {"data_checksum": train.checksum, "quick": quick, "classes": {}}
+        with Timer() as t, tqdm(total=sum(epochs.values()), desc=f"train {self.name} (seed {self.seed})",
+                                unit="epoch") as bar:
+            for c in classes:
+                bar.set_description(f"train {self.name} {c} (seed {self.seed})")
+                self.info["classes"][c] = self._fit_class(k[k["op_class"] == c].reset_index(drop=True),
+                                                          c, epochs[c], bar)
+        self.info["train_seconds"] = t.seconds
+        self.fitted = True
+
+    def _inputs(self, df: pd.DataFrame, dev: dict, tile_m, tile_k, tile):
+        geo = common.geometry(df, dev, tile_m, tile_k, tile)
+        base = common.wave_roofline_ms(df, dev, geo)
+        return features(df, dev, geo, self.config["waves_input"]), geo["waves"], base
+
+    def _fit_class(self, df: pd.DataFrame, cls: str, epochs: int, bar) -> dict:
+        dev = common.device_arrays(df)
+        X, waves, base = self._inputs(df, dev, df["tile_m"], df["tile_k"], df["tile"])
+        y = df["latency_ms"].to_numpy(float)
+        mu, sd = X.mean(0), X.std(0) + 1e-6
+        self.norm[cls] = (mu, sd)
+        Xt = torch.tensor((X - mu) / sd, dtype=torch.float32)
+        wt = torch.tensor(waves, dtype=torch.float32)
+        # work with base / y (the roofline's ratio to the measurement) so the loss sees ratios only
+        by = torch.tensor(base / y, dtype=torch.float32)
+        net = self._net()
+        self.nets[cls] = net
+
+        def ratio(idx):
+            return by[idx] / utilisation(net(Xt[idx]), wt[idx])
+
+        val = split_validation(len(df), self.config["val_fraction"], self.seed)
+        res = train_loop(net, ratio, len(df), val, epochs, self.config["batch"], self.config["lr"],
+                         self.config["loss"], self.seed, bar,
+                         weight_decay=self.config["weight_decay"])
+        return {"rows": len(df), "val_mape": res["val_mape"], "best_epoch": res["best_epoch"], "epochs": epochs}
+
+    # ------------------------------------------------------------ prediction
+    def utilisation(self, kernels: pd.DataFrame, device) -> np.ndarray:
+        """Predicted u per row of the modelled classes (NaN elsewhere): for tests and plots."""
+        out = np.full(len(kernels), np.nan)
+        kernels = kernels.reset_index(drop=True)
+        dev = common.device_arrays(kernels, device)
+        tm, tk, t = self.tiles.lookup(kernels, device)
+        for cls, net in self.nets.items():
+            rows = np.flatnonzero(kernels["op_class"].to_numpy() == cls)
+            if rows.size == 0:
+                continue
+            d = {k: v[rows] for k, v in dev.items()}
+            X, waves, _ = self._inputs(kernels.iloc[rows], d, tm[rows], tk[rows], t[rows])
+            mu, sd = self.norm[cls]
+            with torch.no_grad():
+                u = utilisation(net(torch.tensor((X - mu) / sd, dtype=torch.float32)),
+                                torch.tensor(waves, dtype=torch.float32))
+            out[rows] = u.numpy()
+        return out
+
+    def _predict_model(self, kernels: pd.DataFrame, device, dev: dict) -> np.ndarray:
+        kernels = kernels.reset_index(drop=True)
+        tm, tk, t = self.tiles.lookup(kernels, device)
+        out = np.empty(len(kernels))
+        cls_col = kernels["op_class"].to_numpy()
+        for cls in np.unique(cls_col):
+            rows = np.flatnonzero(cls_col == cls)
+            d = {k: v[rows] for k, v in dev.items()}
+            sub = kernels.iloc[rows]
+            if cls not in self.nets:     # a class the training data did not have: roofline
+                out[rows] = common.roofline_ms(sub, d)
+                continue
+            X, waves, base = self._inputs(sub, d, tm[rows], tk[rows], t[rows])
+            mu, sd = self.norm[cls]
+            with torch.no_grad():
+                u = utilisation(self.nets[cls](torch.tensor((X - mu) / sd, dtype=torch.float32)),
+                                torch.tensor(waves, dtype=torch.float32)).double().numpy()
+            out[rows] = base / u
+        return out
+
+    # ------------------------------------------------------------ state
+    def get_state(self) -> dict:
+        return {"nets": {c: n.state_dict() for c, n in self.nets.items()},
+                "norm": {c: {"mu": m, "sd": s} for c, (m, s) in self.norm.items()},
+                "tiles": self.tiles.state()}
+
+    def set_state(self, state: dict) -> None:
+        self.nets = {}
+        for c, sd in state["nets"].items():
+            net = self._net()
+            net.load_state_dict(sd)
+            net.eval()
+            self.nets[c] = net
+        self.norm = {c: (np.asarray(v["mu"]), np.asarray(v["sd"])) for c, v in state["norm"].items()}
+        self.tiles = TileLookup.from_state(state["tiles"])

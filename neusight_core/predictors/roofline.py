@@ -1,0 +1,20 @@
+"""Roofline baseline (SPEC 3.2): FLOPs / min(peak, intensity x bandwidth) for every modelled kernel,
+which is bytes / bandwidth for the (memory-bound) vector ops. Nothing to train."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from neusight_core.predictors import common
+from neusight_core.predictors.base import KernelPredictor
+
+
+class RooflinePredictor(KernelPredictor):
+    name = "roofline"
+
+    def fit(self, train=None, quick: bool = False) -> None:
+        self.info = {"data_checksum": getattr(train, "checksum", None), "quick": quick, "train_seconds": 0.0}
+        self.fitted = True
+
+    def _predict_model(self, kernels: pd.DataFrame, device, dev: dict) -> np.ndarray:
+        return common.roofline_ms(kernels, dev)
