@@ -103,10 +103,19 @@ def _config_from_dict(d: dict, where: str, name: str):
     return cfg
 
 
-def _model_class(cfg):
+# The release's BERT config names BertLMHeadModel, but the authors' op graphs (and so the measured
+# labels) show a sequence classifier in inference (`bert_pooler_dense`, `classifier` with 2 labels)
+# and the pre-training heads in training (`cls_predictions_decoder`, `cls_seq_relationship`).
+AUTHORS_HEADS = {"BertLMHeadModel": {"inf": "BertForSequenceClassification", "train": "BertForPreTraining"}}
+
+
+def _model_class(cfg, mode: str | None = None):
     import transformers
 
-    for arch in (getattr(cfg, "architectures", None) or []):
+    archs = list(getattr(cfg, "architectures", None) or [])
+    if mode and archs and archs[0] in AUTHORS_HEADS:
+        archs = [AUTHORS_HEADS[archs[0]][mode]] + archs
+    for arch in archs:
         cls = getattr(transformers, arch, None)
         if cls is not None:
             return cls
@@ -323,6 +332,18 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
+def _cuda_dropout(input, p=0.5, training=True, inplace=False):
+    """Dropout as eager PyTorch runs it on a GPU.
+
+    ``F.dropout`` picks its implementation by device: on CUDA one fused ``native_dropout`` kernel
+    (and ``native_dropout_backward``), elsewhere -- including meta -- bernoulli_ + div_ + mul. We
+    trace on meta but predict GPUs, so we call the CUDA path's op directly.
+    """
+    if not training or p == 0:
+        return input
+    return torch.native_dropout(input, p, True)[0]
+
+
 class _NodeTagger(TorchFunctionMode):
     """Stamp every autograd node created in forward with the module that created it."""
 
@@ -331,7 +352,11 @@ class _NodeTagger(TorchFunctionMode):
         self.module_stack = module_stack
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.dropout:
+            out = _cuda_dropout(*args, **kwargs)
+        else:
+            out = func(*args, **kwargs)
         mod = self.module_stack[-1]
         # A composite function (matmul, linear, ...) creates several nodes; only the last is on
         # the output. Walk back through untagged nodes: everything older is already tagged, so
@@ -412,12 +437,17 @@ def _inputs(model, cfg, batch: int, seq: int, train: bool) -> dict:
         kw["decoder_input_ids"] = ids
     if train:
         kw["labels"] = ids
+        name = type(model).__name__
+        if name.endswith("ForSequenceClassification"):
+            kw["labels"] = torch.zeros((batch,), dtype=torch.long, device="meta")
+        if name.endswith("ForPreTraining"):
+            kw["next_sentence_label"] = torch.zeros((batch,), dtype=torch.long, device="meta")
     return kw
 
 
-def build_model(cfg):
+def build_model(cfg, mode: str | None = None):
     """The model of ``cfg`` on the meta device: FP32, eager attention, no KV cache."""
-    cls = _model_class(cfg)
+    cls = _model_class(cfg, mode)
     cfg.use_cache = False
     try:
         cfg._attn_implementation = "eager"
@@ -429,13 +459,16 @@ def build_model(cfg):
 
 
 def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
-                accumulate_grads: bool = True) -> pd.DataFrame:
+                accumulate_grads: bool = True, authors_heads: bool = True) -> pd.DataFrame:
     """Kernel table of one forward pass (``inf``) or forward + loss + backward (``train``).
 
     ``accumulate_grads``: in training, parameters already hold a gradient (as in the authors'
     measured loop, whose labels carry an accumulation latency), so autograd adds each new
     gradient into it: one ``acc`` kernel per parameter. False = gradients start as None
     (``zero_grad(set_to_none=True)``), and no accumulation kernels appear.
+
+    ``authors_heads``: use the task heads the authors traced (see ``AUTHORS_HEADS``) instead of
+    the config's ``architectures``.
 
     The frame's ``attrs`` hold ``unclassified`` (aten op -> count), ``skipped`` (no-kernel ops),
     ``model``, ``batch``, ``seq``, ``mode``, ``num_layers`` and ``trace_s`` (wall time).
@@ -451,7 +484,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     if maxpos is not None and seq > maxpos:
         raise TraceError(f"seq {seq} exceeds the model's {maxpos} positions ({cfg.model_type})")
     train = mode == "train"
-    model = build_model(cfg)
+    model = build_model(cfg, mode if authors_heads else None)
     model.train(train)  # dropout kernels only in training (eval() makes dropout an identity)
     _switch_routing_stand_in(model)
     params = dict(model.named_parameters())
@@ -495,7 +528,8 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
         df[c] = df[c].astype(float)
     df.attrs.update(config=dict(cfg.to_dict(), name=cfg.name_or_path), hidden=hidden_size(cfg), vocab=int(getattr(cfg, "vocab_size", 0) or 0),
                     params={n: int(p.numel()) for n, p in params.items()},
-                    model=cfg.name_or_path or cfg.model_type, batch=int(batch), seq=int(seq),
+                    model=cfg.name_or_path or cfg.model_type, model_class=type(model).__name__,
+                    batch=int(batch), seq=int(seq),
                     mode=mode, num_layers=num_layers(cfg), unclassified=dict(rec.unclassified),
                     skipped=dict(rec.skipped), trace_s=time.perf_counter() - t0)
     return df

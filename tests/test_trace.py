@@ -59,7 +59,9 @@ def gpt2():
 
 @pytest.fixture(scope="module")
 def bert():
-    return trace.trace_model(TINY_BERT, B, S, "inf"), trace.trace_model(TINY_BERT, B, S, "train")
+    # the config's own head (BertLMHeadModel); the authors' heads are tested below
+    return (trace.trace_model(TINY_BERT, B, S, "inf", authors_heads=False),
+            trace.trace_model(TINY_BERT, B, S, "train", authors_heads=False))
 
 
 GPT2_LAYER = [(D, 3 * D), (D, D), (D, 4 * D), (4 * D, D)]  # c_attn, attn c_proj, c_fc, mlp c_proj
@@ -192,3 +194,24 @@ def test_switch_routing_stand_in_fills_experts_up_to_capacity():
         wi = df[(df.phase == "fw") & df.module.str.contains(r"experts\.expert_\d\.wi$")]
         # 16 tokens / 4 experts = 4 per sequence, capped at capacity 3 -> 3 x batch 2 = 6 rows
         assert len(wi) == 2 * 4 and set(wi.M) == {6} and set(wi.K) == {64}
+
+
+def test_bert_uses_the_authors_heads_by_default():
+    inf = trace.trace_model(TINY_BERT, B, S, "inf")
+    train = trace.trace_model(TINY_BERT, B, S, "train")
+    assert inf.attrs["model_class"] == "BertForSequenceClassification"
+    assert train.attrs["model_class"] == "BertForPreTraining"
+    lin = gemms(inf, "fw", "LINEAR")
+    # pooler on the first token of each sequence, then a 2-way classifier; no vocabulary GEMM
+    assert lin[(1, B, D, D)] == 1 and lin[(1, B, D, 2)] == 1
+    assert not any(k[3] == V for k in lin)
+    tl = gemms(train, "fw", "LINEAR")
+    assert tl[(1, T, D, V)] == 1 and tl[(1, B, D, 2)] == 1   # MLM decoder + next-sentence head
+
+
+def test_training_dropout_is_one_fused_kernel_as_on_cuda(gpt2):
+    _, train = gpt2
+    fw = train[train.phase == "fw"]
+    assert (fw.aten_op == "aten.native_dropout.default").sum() == 1 + 2 * 3   # embeddings + 3 per layer
+    assert not fw.aten_op.str.contains("bernoulli").any()
+    assert (train.aten_op == "aten.native_dropout_backward.default").sum() == 7

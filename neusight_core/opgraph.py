@@ -1,0 +1,234 @@
+"""Our kernel tables against the authors' traced operator graphs (release ``results/opgraph/``).
+
+Each release op-graph CSV is a torch.fx graph: one row per node with the kernels the authors
+assign to it in forward (``FwOps``), backward (``BwOps``) and gradient accumulation (``AccOps``),
+e.g. ``[['Linear', (4096, 1280, 3840)]]`` or ``[['VECadd', (4096, 1280)]]``. Most graphs hold ONE
+transformer layer, which the authors replicate ``num_layer`` times; fused and Switch graphs hold
+every layer. We count their kernels the same way: nodes from the first node of layer 0 through
+the functional nodes that follow its last module (e.g. the residual ``add``) are multiplied by
+the model's layer count.
+
+Per op class (BMM, LINEAR, VEC, SOFTMAX, LAYERNORM, MEM, COMM) we compare kernel count, FLOPs
+and bytes for the forward pass and for the whole step (training = fw + bw + acc).
+The authors' byte counts are not stored; we derive them with one convention for both sides'
+shapes where possible: GEMM 4 (MN + NK + MK) B; element-wise 4 x (inputs + outputs) x rows x H
+(binary ops 3 tensors, unary / scalar / softmax / layernorm 2); MEM 4 x the elements of the shapes
+listed; COMM the elements all-reduced / sent x 4; a fused node 4 x 2 x its largest member
+(one read, one write). Our bytes are the traced tensor traffic (``bytes_read + bytes_written``).
+"""
+from __future__ import annotations
+
+import ast
+import math
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import fusion, parallel, paths, trace
+
+CLASSES = ["BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM", "COMM"]
+_LAYER = re.compile(r"(?:^|_)(?:h|layer|layers|block)_(\d+)(?:_|$)")
+# names of graph nodes that are module calls of the model (not per-layer functional nodes)
+_MODULE_PREFIX = re.compile(r"^(transformer|bert|model|lm_head|cls|encoder|decoder|shared|final)")
+_NAME = re.compile(r"^(?P<model>.+?)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\d+)(?:-(?P<suffix>.+))?$")
+_BINARY = {"VECadd", "VECmul", "VECdiv", "VECpow", "VECsub"}
+_RANK = {"SOFTMAX": 3, "LAYERNORM": 2, "VEC": 1, "MEM": 0}
+
+
+class OpGraphError(ValueError):
+    """An op-graph file that cannot be read or a configuration name we cannot parse."""
+
+
+def parse_name(name: str) -> dict:
+    """'gpt3_xl-train-2048-4-pp4_4' -> model, mode, seq, batch, plan, n, micro_batches, fusion."""
+    m = _NAME.match(Path(name).stem)
+    if not m:
+        raise OpGraphError(f"cannot parse configuration name {name!r} (model-mode-seq-batch[-suffix])")
+    d = {"model": m["model"], "mode": m["mode"], "seq": int(m["seq"]), "batch": int(m["batch"]),
+         "plan": None, "n": 1, "micro_batches": 1, "fusion": False}
+    suf = m["suffix"] or ""
+    if suf == "fusion":
+        d["fusion"] = True
+    elif suf:
+        p = re.match(r"^(dp|tp|pp)(\d+)(?:_(\d+))?$", suf)
+        if not p:
+            raise OpGraphError(f"unknown configuration suffix {suf!r} in {name!r}")
+        d.update(plan=p[1], n=int(p[2]), micro_batches=int(p[3] or 1))
+    return d
+
+
+def _numel(shape) -> int:
+    return int(np.prod(shape)) if len(shape) else 1
+
+
+def _kernel(entry) -> tuple[str, float, float]:
+    """(op class, flops, bytes) of one authors' kernel entry."""
+    kind, dims = entry[0], entry[1]
+    if kind == "Linear":
+        M, N, K = dims
+        return "LINEAR", 2.0 * M * N * K, 4.0 * (M * N + N * K + M * K)
+    if kind == "BMM":
+        B, M, N, K = dims
+        return "BMM", 2.0 * B * M * N * K, 4.0 * B * (M * N + N * K + M * K)
+    if kind.startswith("VEC"):
+        rows, H = dims
+        e = float(rows) * float(H)
+        if kind == "VECsoftmax":
+            return "SOFTMAX", 5 * e, 8 * e
+        if kind == "VECln":
+            return "LAYERNORM", 6 * e, 8 * e
+        return "VEC", e, (12 if kind in _BINARY else 8) * e
+    if kind == "MEM":
+        shapes = [s for s in dims if isinstance(s, tuple)]
+        return "MEM", 0.0, 4.0 * sum(_numel(s) for s in shapes)
+    if kind in ("ALLREDUCE", "ALLREDUCE_ASYNC", "SENDRECV"):
+        return "COMM", 0.0, 4.0 * _numel(dims)
+    return "MEM", 0.0, 0.0
+
+
+def _parse_ops(text: str):
+    if not text or text == "[]":
+        return []
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError) as e:
+        raise OpGraphError(f"cannot parse op list {text[:60]!r}: {e}") from None
+
+
+def layer_span(names: list[str]) -> tuple[int, int, int]:
+    """(first, last, highest layer index) of the layer-0 nodes (last extended over the functional
+    nodes that follow, such as the residual add); highest index > 0 means every layer is present."""
+    idx = [(i, int(m.group(1))) for i, nm in enumerate(names) for m in [_LAYER.search(nm)] if m]
+    if not idx:
+        return -1, -1, -1
+    top = max(l for _, l in idx)
+    l0 = [i for i, l in idx if l == 0]
+    first, last = l0[0], l0[-1]
+    while last + 1 < len(names) and not _MODULE_PREFIX.match(names[last + 1]) \
+            and not _LAYER.search(names[last + 1]) and names[last + 1] != "output":
+        last += 1
+    return first, last, top
+
+
+def load_opgraph(path, num_layers: int) -> pd.DataFrame:
+    """One row per authors' kernel: phase (fw/bw/acc), op_class, flops, bytes, count (layer copies)."""
+    path = Path(path)
+    if not path.is_file():
+        raise OpGraphError(f"op graph {path} not found")
+    g = pd.read_csv(path)
+    first, last, top = layer_span(g["Name"].tolist())
+    rep = num_layers if top == 0 else 1
+    rows = []
+    for i, r in enumerate(g.itertuples(index=False)):
+        mult = rep if first <= i <= last else 1
+        fused = r.OpName == "fused"
+        for phase, col in (("fw", r.FwOps), ("bw", r.BwOps), ("acc", r.AccOps)):
+            ops = _parse_ops(col if isinstance(col, str) else "")
+            if not ops:
+                continue
+            if fused:
+                ks = [_kernel(e) for e in ops]
+                cls = max((k[0] for k in ks), key=lambda c: _RANK.get(c, 0))
+                big = max((_numel(e[1]) if e[0] != "MEM" else 0) for e in ops) if ops else 0
+                rows.append((phase, cls, sum(k[1] for k in ks), 8.0 * big, mult, r.Name))
+            else:
+                for e in ops:
+                    c, f, b = _kernel(e)
+                    rows.append((phase, c, f, b, mult, r.Name))
+    return pd.DataFrame(rows, columns=["phase", "op_class", "flops", "bytes", "count", "node"])
+
+
+def ours(config: str, cache: dict | None = None) -> pd.DataFrame:
+    """Our kernel table for a release configuration name (trace + fusion / parallel plan)."""
+    d = parse_name(config)
+    key = (d["model"], d["mode"], d["seq"], d["batch"])
+    if cache is not None and key in cache:
+        k = cache[key]
+    else:
+        k = trace.trace_model(d["model"], d["batch"], d["seq"], d["mode"])
+        if cache is not None:
+            cache[key] = k
+    if d["fusion"]:
+        k = fusion.fuse(k)
+    if d["plan"]:
+        k = parallel.apply_plan(k, d["plan"], d["n"], d["micro_batches"])
+    return k
+
+
+def _totals(df: pd.DataFrame, flops="flops", nbytes="bytes") -> pd.DataFrame:
+    d = df.assign(_n=df["count"], _f=df[flops] * df["count"], _b=df[nbytes] * df["count"])
+    out = []
+    for scope, ph in (("forward", ["fw"]), ("total", ["fw", "bw", "acc", "comm"])):
+        s = d[d.phase.isin(ph)].groupby("op_class")[["_n", "_f", "_b"]].sum()
+        s = s.reindex(CLASSES, fill_value=0.0)
+        s["scope"] = scope
+        out.append(s.reset_index())
+    return pd.concat(out).rename(columns={"_n": "kernels", "_f": "flops", "_b": "bytes"})
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = (a - b) / b
+    r[(a == 0) & (b == 0)] = 0.0
+    r[(b == 0) & (a != 0)] = np.nan
+    return r
+
+
+def compare(config: str, cache: dict | None = None) -> pd.DataFrame:
+    """Per op class and scope: kernels / FLOPs / bytes, ours vs theirs, relative difference."""
+    d = parse_name(config)
+    path = paths.opgraph_dir() / f"{config}.csv"
+    t0 = time.perf_counter()
+    mine = ours(config, cache)
+    t_ours = time.perf_counter() - t0
+    nl = mine.attrs.get("num_layers") or trace.num_layers(trace.load_config(d["model"]))
+    theirs = load_opgraph(path, nl)
+    m = mine.assign(bytes=np.where(mine.op_class == "COMM", mine.comm_bytes,
+                                   mine.bytes_read + mine.bytes_written))
+    a, b = _totals(m), _totals(theirs)
+    t = a.merge(b, on=["scope", "op_class"], suffixes=("_ours", "_theirs"))
+    for c in ("kernels", "flops", "bytes"):
+        t[f"{c}_rel"] = _rel(t[f"{c}_ours"], t[f"{c}_theirs"])
+    if d["mode"] == "inf":
+        t = t[t.scope == "forward"]
+    # drop classes neither side has
+    t = t[(t.kernels_ours > 0) | (t.kernels_theirs > 0)]
+    t.insert(0, "config", config)
+    t["trace_s"] = t_ours
+    return t.reset_index(drop=True)
+
+
+def release_configs(models=None, batches=None) -> list[str]:
+    paths.require_release()
+    names = sorted(p.stem for p in paths.opgraph_dir().glob("*.csv"))
+    out = []
+    for nm in names:
+        d = parse_name(nm)
+        if models and d["model"] not in models:
+            continue
+        if batches and d["batch"] not in batches:
+            continue
+        out.append(nm)
+    return out
+
+
+def compare_all(configs=None, models=None, batches=None, progress: bool = True) -> pd.DataFrame:
+    """`compare` over release configurations (all, or filtered by model / batch)."""
+    from tqdm.auto import tqdm
+
+    configs = configs or release_configs(models, batches)
+    cache: dict = {}
+    parts = [compare(c, cache) for c in tqdm(configs, desc="op graphs", disable=not progress)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def worst_by_class(table: pd.DataFrame, metric: str = "flops") -> pd.DataFrame:
+    """Largest |relative difference| per op class and scope, with the configuration it occurs in."""
+    col = f"{metric}_rel"
+    t = table.dropna(subset=[col]).assign(_abs=lambda x: x[col].abs())
+    idx = t.groupby(["scope", "op_class"])["_abs"].idxmax()
+    return t.loc[idx, ["scope", "op_class", "config", col]].reset_index(drop=True)
