@@ -239,3 +239,16 @@ def test_tile_lookup_uses_training_gpus_only(trained):
     for gpu in ("H100", "L4", "A100-80GB", "B200"):
         assert ns.tiles.reference_device(gpu) in train_names
     assert ns.tiles.reference_device("T4") == "Tesla_T4"
+
+
+def test_notebook_03_quick(release_root, run_notebook):
+    out, metrics = run_notebook("03_train_and_kernel_accuracy", seeds=2)
+    assert metrics["status"] == "OK" and metrics["quick"] is True
+    assert set(metrics["train_seconds"]) == {"Roofline", "Habitat", "Li et al.", "NeuSight"}
+    ns = metrics["perop_mape"]["NeuSight"]
+    assert {"ID BMM", "ID FC", "OOD BMM", "OOD FC", "OOD EW"} <= set(ns) and all(v > 0 for v in ns.values())
+    for name in ("perop_mape", "mape_per_gpu", "training_time", "neusight_seed_spread", "tile_lookup_match"):
+        assert (out / "tables" / f"{name}.csv").is_file()
+    for name in ("ape_distribution", "predicted_vs_measured"):
+        assert (out / "figures" / f"{name}.png").is_file() and (out / "figures" / f"{name}.pdf").is_file()
+    assert "NeuSight" in (out / "summary.md").read_text()

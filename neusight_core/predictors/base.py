@@ -16,6 +16,13 @@ from torch import nn
 from neusight_core.predictors import common
 
 VERSION = 1          # bump when a change of code makes saved weights stale
+HPARAMS_FILE = Path(__file__).with_name("hparams.yaml")
+
+
+def hparams(name: str) -> dict:
+    """The chosen hyper-parameters of predictor ``name`` (predictors/hparams.yaml)."""
+    import yaml
+    return dict((yaml.safe_load(HPARAMS_FILE.read_text()) or {}).get(name, {}))
 
 
 class PredictorLoadError(RuntimeError):

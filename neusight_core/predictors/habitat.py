@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from neusight_core import devices
 from neusight_core.predictors import common
-from neusight_core.predictors.base import MLP, KernelPredictor, Timer, split_validation, train_loop
+from neusight_core.predictors.base import MLP, KernelPredictor, Timer, hparams, split_validation, train_loop
 
 FEATURES = ("B", "M", "N", "K")
 HW = ("mem_bw_gbs", "mem_gb", "num_sm", "fp32_gflops")
@@ -32,8 +32,7 @@ class HabitatPredictor(KernelPredictor):
 
     @classmethod
     def default_config(cls) -> dict:
-        return {"hidden": 128, "layers": 4, "epochs": 30, "batch": 512, "lr": 2e-3, "val_fraction": 0.1,
-                "quick_epochs": 3, "reference": REFERENCE}
+        return {"reference": REFERENCE, **hparams("habitat")}
 
     def __init__(self, config=None, seed=0):
         super().__init__(config, seed)

@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from neusight_core.predictors import common
-from neusight_core.predictors.base import MLP, KernelPredictor, Timer, split_validation, train_loop
+from neusight_core.predictors.base import MLP, KernelPredictor, Timer, hparams, split_validation, train_loop
 from neusight_core.predictors.tiles import TileLookup
 
 N_FEATURES = 6
@@ -58,11 +58,8 @@ class NeuSightPredictor(KernelPredictor):
 
     @classmethod
     def default_config(cls) -> dict:
-        # chosen on a validation split of the training GPUs' kernels (see predictors/hparams.yaml)
-        return {"hidden": 64, "layers": 4, "epochs": {"BMM": 25, "LINEAR": 40, "VEC": 15, "SOFTMAX": 60,
-                                                      "LAYERNORM": 60},
-                "batch": 512, "lr": 3e-3, "loss": "ape", "val_fraction": 0.1, "tile_lookup": "scaled",
-                "quick_epochs": 4, "waves_input": True, "weight_decay": 0.0}
+        # chosen on the training GPUs' kernels only, see predictors/hparams.yaml
+        return hparams("neusight")
 
     def __init__(self, config=None, seed=0):
         super().__init__(config, seed)

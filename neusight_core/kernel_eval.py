@@ -1,0 +1,137 @@
+"""Kernel-level accuracy of the predictors on the release's kernel test sets (notebook 03).
+
+In distribution = the five training GPUs' test rows (shapes not in the training data); out of
+distribution = H100, L4 and A100-80GB, whose data are used here for evaluation only.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from neusight_core import dataset, paths, report
+from neusight_core import predictors as P
+
+CLASS_LABEL = {"BMM": "BMM", "LINEAR": "FC", "VEC": "EW", "SOFTMAX": "Softmax", "LAYERNORM": "LN"}
+PRED_LABEL = {"roofline": "Roofline", "habitat": "Habitat", "li": "Li et al.", "neusight": "NeuSight"}
+ORDER = ("roofline", "habitat", "li", "neusight")        # row order of the paper's per-op table
+DIST = {True: "In Distribution", False: "Out of Distribution"}
+
+
+def train_all(quick: bool = False, seed: int = 0, names=ORDER) -> tuple[dict, pd.DataFrame]:
+    """Load or train every predictor; table of wall time (this call) and recorded training time."""
+    preds, rows = {}, []
+    for name in names:
+        t0 = time.perf_counter()
+        p = P.get(name, quick=quick, seed=seed)
+        wall = time.perf_counter() - t0
+        preds[name] = p
+        rows.append({"predictor": PRED_LABEL[name], "train_seconds": p.info.get("train_seconds", float("nan")),
+                     "this_call_seconds": wall, "quick": quick, "seed": seed,
+                     "data_checksum": str(p.info.get("data_checksum", ""))[:12]})
+    return preds, pd.DataFrame(rows)
+
+
+def predict_all(preds: dict, test: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Long frame: one row per (test kernel, predictor) with measured, predicted and APE."""
+    test = dataset.test_kernels() if test is None else test
+    parts = []
+    for name, p in preds.items():
+        pred = p.predict(test, None)
+        parts.append(pd.DataFrame({"predictor": name, "device": test["device"].to_numpy(),
+                                   "op_class": test["op_class"].to_numpy(), "op": test["op"].to_numpy(),
+                                   "seen": test["seen"].to_numpy(), "measured_ms": test["latency_ms"].to_numpy(),
+                                   "predicted_ms": pred}))
+    out = pd.concat(parts, ignore_index=True)
+    out["ape"] = report.ape(out["measured_ms"], out["predicted_ms"])
+    return out
+
+
+def perop_table(long: pd.DataFrame) -> pd.DataFrame:
+    """MAPE in the layout of the paper's per-op table: predictors x (distribution, op class)."""
+    g = long.groupby(["predictor", "seen", "op_class"])["ape"].mean().reset_index()
+    g["dist"] = g["seen"].map(DIST)
+    g["cls"] = g["op_class"].map(CLASS_LABEL)
+    t = g.pivot_table(index="predictor", columns=["dist", "cls"], values="ape")
+    cols = [(d, c) for d in DIST.values() for c in CLASS_LABEL.values() if (d, c) in t.columns]
+    t = t.reindex(columns=pd.MultiIndex.from_tuples(cols))
+    t = t.reindex([n for n in ORDER if n in t.index])
+    t.index = [PRED_LABEL[n] for n in t.index]
+    return t
+
+
+def flat(t: pd.DataFrame) -> pd.DataFrame:
+    """A two-level column table flattened for CSV/Markdown ("In Distribution BMM", ...)."""
+    out = t.copy()
+    out.columns = [" ".join(c).replace("In Distribution", "ID").replace("Out of Distribution", "OOD")
+                   for c in out.columns]
+    return out.rename_axis("predictor").reset_index()
+
+
+def per_gpu_table(long: pd.DataFrame) -> pd.DataFrame:
+    """MAPE per GPU x op class for every predictor (rows: predictor, GPU)."""
+    t = long.groupby(["predictor", "device", "op_class"])["ape"].mean().unstack("op_class")
+    t = t.rename(columns=CLASS_LABEL)
+    t = t.reset_index()
+    t["seen"] = t["device"].isin(long.loc[long["seen"], "device"].unique())
+    t["predictor"] = t["predictor"].map(PRED_LABEL)
+    return t
+
+
+def paper_perop() -> pd.DataFrame | None:
+    """The authors' per-op table from the release (``summary/perop.csv``), same layout, or None."""
+    f = paths.summary_dir() / "perop.csv"
+    if not f.is_file():
+        return None
+    raw = pd.read_csv(f, header=None, names=range(12))   # data rows end with a trailing comma
+    # two header rows: distribution (filled right), op class; first column the predictor
+    classes = raw.iloc[1, 1:11].tolist()
+    top = [DIST[True]] * 5 + [DIST[False]] * 5
+    raw = raw.iloc[2:, :11].set_index(0)
+    raw.index.name = None
+    raw.columns = pd.MultiIndex.from_tuples(list(zip(top, classes)))
+    return raw.astype(float)
+
+
+def seed_study(seeds, quick: bool = False, test: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """NeuSight trained with each seed: per-seed per-op MAPE and mean / std / min / max over seeds."""
+    test = dataset.test_kernels() if test is None else test
+    rows = []
+    for s in seeds:
+        p = P.get("neusight", quick=quick, seed=int(s))
+        t = perop_table(predict_all({"neusight": p}, test))
+        row = flat(t).iloc[0].drop("predictor")
+        rows.append({"seed": int(s), "train_seconds": p.info.get("train_seconds"), **row.to_dict()})
+    per_seed = pd.DataFrame(rows)
+    vals = per_seed.drop(columns=["seed", "train_seconds"])
+    spread = pd.DataFrame({"mean": vals.mean(), "std": vals.std(ddof=1) if len(vals) > 1 else np.nan,
+                           "min": vals.min(), "max": vals.max()}).rename_axis("column").reset_index()
+    return per_seed, spread
+
+
+def tile_lookup_accuracy(neusight, test: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Share of GEMM test kernels whose looked-up tile equals the tile in the measured kernel's name
+    (evaluation only: the lookup never sees the test sets)."""
+    test = dataset.test_kernels() if test is None else test
+    rows = []
+    g = test[test["op_class"].isin(["BMM", "LINEAR"])]
+    for dev, d in g.groupby("device"):
+        d = d.reset_index(drop=True)
+        tm, tk, _ = neusight.tiles.lookup(d, dev)
+        ok = (tm == d["tile_m"].to_numpy()) & (tk == d["tile_k"].to_numpy())
+        rows.append({"device": dev, "seen": bool(d["seen"].iloc[0]), "reference_gpu": neusight.tiles.reference_device(dev),
+                     "gemm_kernels": len(d), "tile_match_%": 100 * ok.mean()})
+    return pd.DataFrame(rows)
+
+
+def summary_markdown(perop: pd.DataFrame, times: pd.DataFrame, spread: pd.DataFrame | None) -> str:
+    lines = ["Kernel-level MAPE (%) on the release's kernel test sets, our re-implementation "
+             "(ID = the 5 training GPUs, OOD = H100, L4, A100-80GB):", "",
+             flat(perop).to_markdown(index=False, floatfmt=".1f"), "",
+             "Training wall time (s): " + ", ".join(f"{r.predictor} {r.train_seconds:.1f}" for r in times.itertuples())]
+    if spread is not None and len(spread):
+        ood = spread[spread["column"].isin(["OOD BMM", "OOD FC"])]
+        lines.append("NeuSight over seeds: " + ", ".join(
+            f"{r.column} {r.mean:.1f} ± {r.std:.1f}" for r in ood.itertuples()))
+    return "\n".join(lines)
