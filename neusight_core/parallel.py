@@ -173,7 +173,12 @@ def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
             else:                                  # weight gradient: D sits in M or K
                 pos = "M" if M == D else "K"
             r[pos] = float(math.ceil(r[pos] / n))
-            split = True
+            # traffic of the sliced GEMM from its new dims (the unsplit operand is still read whole)
+            bias = 4.0 * r["K"] if "addmm" in r["aten_op"] else 0.0
+            r["bytes_read"] = 4.0 * (r["M"] * r["N"] + r["N"] * r["K"]) + bias
+            r["bytes_written"] = 4.0 * r["M"] * r["K"]
+            r["flops"] = 2.0 * r["M"] * r["N"] * r["K"]
+            continue
         elif c == "BMM":
             if m in sharded:
                 r["B"] = float(math.ceil(r["B"] / n))
