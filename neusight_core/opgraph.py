@@ -216,6 +216,7 @@ def compare(config: str, cache: dict | None = None) -> pd.DataFrame:
     t = t[(t.kernels_ours > 0) | (t.kernels_theirs > 0)]
     t.insert(0, "config", config)
     t["trace_s"] = t_ours
+    t["unclassified_ours"] = int(sum(mine.attrs.get("unclassified", {}).values()))
     return t.reset_index(drop=True)
 
 

@@ -215,3 +215,15 @@ def test_training_dropout_is_one_fused_kernel_as_on_cuda(gpt2):
     assert (fw.aten_op == "aten.native_dropout.default").sum() == 1 + 2 * 3   # embeddings + 3 per layer
     assert not fw.aten_op.str.contains("bernoulli").any()
     assert (train.aten_op == "aten.native_dropout_backward.default").sum() == 7
+
+
+@pytest.mark.parametrize("name, b, s, mode", [("gpt3_27", 1, 2048, "train"), ("llama2_70b", 1, 4096, "inf")])
+def test_trace_speed(benchmark, name, b, s, mode):
+    """Issue-3 benchmark workloads: under 10 s each (pytest-benchmark; disabled = one timed run)."""
+    import time
+
+    t0 = time.perf_counter()
+    k = benchmark.pedantic(trace.trace_model, args=(name, b, s, mode), rounds=1, iterations=1)
+    assert time.perf_counter() - t0 < 10
+    assert k.attrs["unclassified"] == {}
+    assert len(k) > 1000
