@@ -130,6 +130,8 @@ def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     for m, g in fw_gemm.groupby("module"):
         if kinds.get(m):
             shape[m] = (int(g.N.iloc[0]), int(g.K.iloc[0]))
+    # only modules that run a GEMM themselves are split linears (T5's "decoder" stack is not)
+    kinds = {m: (kd if m in shape else "") for m, kd in kinds.items()}
     for m, (i, o) in shape.items():
         if m.endswith(("lm_head", "decoder")):
             continue  # vocabulary: Megatron pads it to a multiple of n (ceil below)

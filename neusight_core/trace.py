@@ -517,6 +517,11 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     finally:
         for h in handles:
             h.remove()
+    if rec.unclassified:
+        import warnings
+
+        warnings.warn(f"{sum(rec.unclassified.values())} kernels of aten ops without an op class kept as "
+                      f"UNCLASSIFIED (memory-bound): {dict(rec.unclassified)}", stacklevel=2)
     df = pd.DataFrame.from_records(rec.rows, columns=COLUMNS[:15] + ["reads", "writes"])
     df["count"] = 1
     df["comm_kind"] = ""

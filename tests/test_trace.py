@@ -153,12 +153,20 @@ def test_kernel_table_columns_and_bytes(gpt2):
     assert not inf.aten_op.str.contains("dropout").any()
 
 
-def test_unclassified_ops_are_kept_and_counted():
+def test_unclassified_ops_are_kept_and_counted(monkeypatch):
     import torch
 
     out = torch.empty(4, 8, device="meta")
     c = trace.classify("some_new_op", (), {}, [out], [out])
     assert c[0] == "UNCLASSIFIED" and c[1] == "" and c[6] == 8
+    # an op the tables do not know (here: tanh, removed from them) is kept, counted and reported
+    monkeypatch.delitem(trace.UNARY, "tanh")
+    with pytest.warns(UserWarning, match="UNCLASSIFIED"):
+        df = trace.trace_model(TINY_GPT2, B, S, "inf")
+    un = df[df.op_class == "UNCLASSIFIED"]
+    assert len(un) == 2 and set(un.aten_op) == {"aten.tanh.default"}     # one per layer (GELU-tanh)
+    assert df.attrs["unclassified"] == {"aten.tanh.default": 2}
+    assert (un.flops == 0).all() and (un.bytes_read > 0).all()
 
 
 def test_llama_config_traces(tmp_path):
