@@ -69,7 +69,12 @@ def _retrace(kernels: pd.DataFrame, batch: int) -> pd.DataFrame:
     a = kernels.attrs
     if batch == a["batch"]:
         return kernels.copy()
-    return trace.trace_model(a["config"], batch, a["seq"], a["mode"])
+    k = trace.trace_model(a["config"], batch, a["seq"], a["mode"])
+    if a.get("fused"):  # a fused table stays fused at the new batch
+        from . import fusion
+
+        k = fusion.fuse(k)
+    return k
 
 
 def _insert(k: pd.DataFrame, inserts: list[tuple[int, dict]]) -> pd.DataFrame:

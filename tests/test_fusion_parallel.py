@@ -124,3 +124,10 @@ def test_bad_plan_gives_one_line_error(plan, n, mb, match, train):
     with pytest.raises(parallel.PlanError, match=match) as e:
         parallel.apply_plan(train, plan, n, micro_batches=mb)
     assert "\n" not in str(e.value)
+
+
+def test_plans_keep_a_fused_table_fused(inf):
+    f = fusion.fuse(inf)
+    p = parallel.apply_plan(f, "dp", 2)
+    assert p.attrs.get("fused") and (p.sub_op == "fused").any()
+    assert len(p) == len(fusion.fuse(trace.trace_model(TINY, B // 2, S, "inf")))
