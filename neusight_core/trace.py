@@ -281,17 +281,22 @@ class _Recorder(TorchDispatchMode):
         self.unclassified: Counter = Counter()
         self.skipped: Counter = Counter()
         self.keep: list = []
+        self.scalar_queries: Counter = Counter()  # .item() calls answered, by dtype
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         base, full = _op_name(func)
         if base in ("_local_scalar_dense", "is_nonzero"):
-            # .item() on a meta tensor has no value. transformers calls it in mask pre-processing
-            # (e.g. "does the mask have padding?"); answering 0/False is the no-padding path.
+            # .item() on a meta tensor has no value. transformers 5 calls it once, in mask
+            # pre-processing: `(packed_sequence_mask[:, -1] == 0).all()` in
+            # find_packed_sequence_indices, which is True for real unpadded, unpacked input
+            # (position ids 0..s-1 in every row). Answering True for booleans takes that real
+            # path; numbers get 0. Every answer is counted in attrs["scalar_queries"].
             t = args[0]
-            if t.dtype.is_floating_point:
-                return 0.0
-            return False if t.dtype == torch.bool else 0
+            self.scalar_queries[str(t.dtype).replace("torch.", "")] += 1
+            if t.dtype == torch.bool:
+                return True
+            return 0.0 if t.dtype.is_floating_point else 0
         out = func(*args, **kwargs)
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
@@ -536,7 +541,8 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
                     model=cfg.name_or_path or cfg.model_type, model_class=type(model).__name__,
                     batch=int(batch), seq=int(seq),
                     mode=mode, num_layers=num_layers(cfg), unclassified=dict(rec.unclassified),
-                    skipped=dict(rec.skipped), trace_s=time.perf_counter() - t0)
+                    skipped=dict(rec.skipped), scalar_queries=dict(rec.scalar_queries),
+                    trace_s=time.perf_counter() - t0)
     return df
 
 
