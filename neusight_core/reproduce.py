@@ -1,0 +1,174 @@
+"""Tier 1: our re-implementation predicts every labelled configuration of the release.
+
+Input is the evaluation index (one row per labelled configuration; columns ``gpu``, ``model``,
+``mode``, ``seq``, ``batch``, ``option`` and the label/authors' prediction columns). Output is the same
+frame with, for every predictor ``p`` we ran:
+
+| column | meaning |
+|---|---|
+| ``ours_<p>_ms`` | our end-to-end prediction (ms); NaN when the configuration could not be predicted |
+| ``ours_<p>_ape`` | APE of it against ``label_e2e_ms`` (%) |
+| ``ours_<p>_fw_ms``, ``ours_<p>_bw_ms`` | forward and backward (+ accumulation) parts |
+| ``ours_<p>_top_class`` | the op class with the largest predicted time (what dominates the error) |
+| ``ours_error`` | why a configuration has no prediction ("" when all predictors ran) |
+
+Options map onto the model-latency call: ``fusion`` -> ``fusion=True``; ``dp4``/``tp4`` -> that plan on
+4 GPUs; ``pp4_1`` -> PP on 4 GPUs with 1 micro-batch (the labels' naming). Link bandwidth is the
+catalogue's for the GPU (``devices.yaml``), the efficiency the authors' 0.72.
+"""
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import pandas as pd
+
+from neusight_core import latency
+from neusight_core.report import ape
+
+PREDICTORS = ("neusight", "roofline", "habitat", "li")
+OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM")
+
+
+def option_kwargs(option: str) -> dict:
+    """Arguments of ``latency.predict_model`` for a label option (none, fusion, dp4, tp4, pp4_1)."""
+    if option in (None, "", "none") or (isinstance(option, float) and np.isnan(option)):
+        return {}
+    if option == "fusion":
+        return {"fusion": True}
+    m = re.fullmatch(r"(dp|tp|pp)(\d+)(?:_(\d+))?", str(option))
+    if not m:
+        raise ValueError(f"unknown configuration option {option!r}")
+    kw = {"parallel": m.group(1), "gpus": int(m.group(2))}
+    if m.group(3):
+        kw["micro_batches"] = int(m.group(3))
+    return kw
+
+
+def predict_configs(index: pd.DataFrame, predictors=PREDICTORS,
+                    quick: bool = False, progress: bool = True) -> pd.DataFrame:
+    """Predict every row of ``index`` with each predictor; never fills in a number it did not compute."""
+    from tqdm.auto import tqdm
+    out = index.copy()
+    errors = [""] * len(out)
+    parts = ("ms", "fw_ms", "bw_ms") + tuple(f"{op}_ms" for op in OP_CLASSES)
+    cols = {f"ours_{p}_{c}": np.full(len(out), np.nan) for p in predictors for c in parts}
+    top = {p: [""] * len(out) for p in predictors}
+    wall = np.full(len(out), np.nan)
+    rows = list(out.itertuples(index=False))
+    for i, r in enumerate(tqdm(rows, desc="predicting configurations", disable=not progress)):
+        t0 = time.perf_counter()
+        for p in predictors:
+            try:
+                res = latency.predict_model(r.model, r.gpu, int(r.batch), int(r.seq), r.mode, predictor=p,
+                                            quick=quick, **option_kwargs(r.option))
+            except Exception as e:  # recorded per configuration, the rest goes on
+                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                errors[i] = f"{p}: {type(e).__name__}: {msg}"[:300]
+                continue
+            cols[f"ours_{p}_ms"][i] = res["e2e_ms"]
+            cols[f"ours_{p}_fw_ms"][i] = res["fw_ms"]
+            cols[f"ours_{p}_bw_ms"][i] = res["bw_ms"] + res["acc_ms"]
+            for op in OP_CLASSES:
+                cols[f"ours_{p}_{op}_ms"][i] = res["breakdown"].get(op, 0.0)
+            top[p][i] = next(iter(res["breakdown"]), "")
+        wall[i] = time.perf_counter() - t0
+    for k, v in cols.items():
+        out[k] = v
+    for p in predictors:
+        out[f"ours_{p}_top_class"] = top[p]
+        out[f"ours_{p}_ape"] = ape(out["label_e2e_ms"], out[f"ours_{p}_ms"])
+    out["ours_error"] = errors
+    out["ours_wall_s"] = wall
+    return out
+
+
+def as_index(index: pd.DataFrame, ours: pd.DataFrame, predictors=PREDICTORS) -> pd.DataFrame:
+    """The evaluation index with every ``pred_<p>_ms`` (and per-op ``pred_<p>_<OP>_ms``) replaced by
+    ours, so that ``evaluation.build_tables`` and ``claims.compute_claims`` regenerate the paper's
+    tables and verdicts from our numbers with the same code as Tier 0."""
+    from neusight_core import evaluation
+    out = index
+    for p in predictors:
+        out = evaluation.with_predictions(out, ours, predictor=p, column=f"ours_{p}_ms",
+                                          per_op_columns={op: f"ours_{p}_{op}_ms" for op in OP_CLASSES})
+    return out
+
+
+def pooled_mape(df: pd.DataFrame, predictors=PREDICTORS) -> pd.DataFrame:
+    """MAPE per group (pooled and per GPU) for ours and the authors', tidy: group, predictor, source, mape, n."""
+    groups = {
+        # (df["mode"], not df.mode: the latter is DataFrame.mode, a method)
+        "NVIDIA inference": (df["vendor"] == "NVIDIA") & (df["mode"] == "inf") & (df["option"] == "none"),
+        "NVIDIA training": (df["vendor"] == "NVIDIA") & (df["mode"] == "train") & (df["option"] == "none"),
+        "unseen NVIDIA GPUs": (df["vendor"] == "NVIDIA") & df["ood_gpu"].astype(bool) & (df["option"] == "none"),
+        "fusion": df["option"] == "fusion",
+        "distributed": df["option"].isin(["dp4", "tp4", "pp4_1"]),
+        "AMD": df["vendor"] == "AMD",
+    }
+    rows = []
+    for g, m in groups.items():
+        for p in predictors:
+            for source, col in (("ours", f"ours_{p}_ape"), ("authors", f"ape_{p}")):
+                if col not in df:
+                    continue
+                v = df.loc[m, col].dropna()
+                rows.append({"group": g, "predictor": p, "source": source,
+                             "mape": float(v.mean()) if len(v) else np.nan, "n": int(len(v))})
+    return pd.DataFrame(rows)
+
+
+#: The quick subset (CI and ``./run_all.sh --quick``): one of each kind of configuration, on a seen and
+#: an unseen GPU, small models only so that tracing stays in seconds.
+QUICK_CONFIGS = (
+    ("NVIDIA_H100_80GB_HBM3", "bert_large-inf-512-8"),
+    ("NVIDIA_H100_80GB_HBM3", "gpt2_large-inf-1024-4"),
+    ("NVIDIA_H100_80GB_HBM3", "bert_large-train-512-2"),
+    ("NVIDIA_H100_80GB_HBM3", "bert_large-inf-512-8-fusion"),
+    ("NVIDIA_H100_80GB_HBM3", "gpt2_large-train-1024-4-dp4"),
+    ("Tesla_V100-PCIE-32GB", "bert_large-inf-512-8"),
+)
+
+
+def select_configs(index: pd.DataFrame, quick: bool = False) -> pd.DataFrame:
+    """Every labelled configuration, or the quick subset."""
+    if not quick:
+        return index.reset_index(drop=True)
+    keep = pd.Series(list(zip(index["gpu"], index["config"]))).isin(QUICK_CONFIGS).to_numpy()
+    return index[keep].reset_index(drop=True)
+
+
+def prediction_time(model: str, device: str, batch: int, seq: int, mode: str, predictor: str = "neusight",
+                    quick: bool = False, repeats: int = 3, **kw) -> dict:
+    """Wall time to predict one configuration: ``load_s`` (predictor weights, once per process),
+    ``cold_s`` (trace + predict, trace cache empty) and ``warm_s`` (predict only: the fastest of
+    ``repeats`` calls with the trace cached)."""
+    latency._predictor.cache_clear()
+    t0 = time.perf_counter()
+    latency._predictor(predictor, quick)
+    load = time.perf_counter() - t0
+    latency._trace_cached.cache_clear()
+    t0 = time.perf_counter()
+    latency.predict_model(model, device, batch, seq, mode, predictor=predictor, quick=quick, **kw)
+    cold = time.perf_counter() - t0
+    warm = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        latency.predict_model(model, device, batch, seq, mode, predictor=predictor, quick=quick, **kw)
+        warm.append(time.perf_counter() - t0)
+    return {"model": model, "device": device, "batch": batch, "seq": seq, "mode": mode,
+            "predictor": predictor, "load_s": load, "cold_s": cold, "warm_s": min(warm)}
+
+
+def per_gpu_mape(df: pd.DataFrame, predictors=PREDICTORS) -> pd.DataFrame:
+    """MAPE per GPU and mode (plain configurations), ours next to the authors': gpu, mode, predictor,
+    ours, authors, n."""
+    plain = df[df["option"] == "none"]
+    rows = []
+    for (gpu, mode), g in plain.groupby(["gpu", "mode"]):
+        for p in predictors:
+            rows.append({"gpu": gpu, "mode": mode, "predictor": p,
+                         "ours": g[f"ours_{p}_ape"].mean(), "authors": g[f"ape_{p}"].mean(),
+                         "n": int(g[f"ours_{p}_ape"].notna().sum())})
+    return pd.DataFrame(rows)
