@@ -15,4 +15,7 @@ for a in "$@"; do
 done
 source "$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
-exec "$ROOT/.venv/bin/python" -m neusight_core.runner "$@"
+# Each Jupyter kernel warns that it talks to papermill over local TCP; that line says nothing about
+# the run, so it is dropped from the console (everything else on stderr passes through).
+exec "$ROOT/.venv/bin/python" -m neusight_core.runner "$@" \
+  2> >(grep --line-buffered -v "Kernel is running over TCP without encryption" >&2)

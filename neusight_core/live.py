@@ -542,7 +542,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     def _models(scen, name):
         rows = []
         for s in scen:
-            p, why = predict_model(s.model, dev_name if not s.gpu else s.gpu, s.batch, s.seq, s.mode,
+            p, why = predict_model(s.model, dev_name if not s.gpu else s.gpu, s.batch, s.seq, s.mode, quick=quick,
                                    **({"parallel": s.parallel, "gpus": s.gpus} if s.parallel else {}))
             mskip = skip or (multi_gpu_skip_reason(s.gpus) if s.gpus > 1 else None)
             if not mskip and s.gpus > 1:
@@ -566,8 +566,8 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     for s in paper_scenarios(models, batches, quick):
         if s.mode != "inf":
             continue
-        pe, w1 = predict_model(s.model, dev_name, s.batch, s.seq, s.mode, fusion=False)
-        pf, w2 = predict_model(s.model, dev_name, s.batch, s.seq, s.mode, fusion=True)
+        pe, w1 = predict_model(s.model, dev_name, s.batch, s.seq, s.mode, fusion=False, quick=quick)
+        pf, w2 = predict_model(s.model, dev_name, s.batch, s.seq, s.mode, fusion=True, quick=quick)
         me = mc = None
         if not skip:
             me = measure_model(s.model, s.batch, s.seq, s.mode, timer, cfg, budget)
