@@ -28,12 +28,15 @@ from neusight_core.predictors import common
 from neusight_core.predictors.base import MLP, KernelPredictor, Timer, hparams, split_validation, train_loop
 from neusight_core.predictors.tiles import TileLookup
 
-N_FEATURES = 6
 U_MIN = 1e-6
 
 
-def features(kernels: pd.DataFrame, dev: dict, geo: dict, waves_input: bool = True) -> np.ndarray:
-    """The log2 MLP inputs of every row (see module docstring); the last (waves) is optional."""
+FEATURE_NAMES = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per_sm_l2",
+                 "wave_bytes_per_sm_mem", "tile_intensity_per_ridge", "waves")
+
+
+def features(kernels: pd.DataFrame, dev: dict, geo: dict, inputs=FEATURE_NAMES) -> np.ndarray:
+    """The log2 MLP inputs of every row (see module docstring), the columns named in ``inputs``."""
     num_sm = dev["num_sm"]
     peak_sm = common.peak_gflops(kernels, dev) * 1e9 / num_sm
     bw_sm = dev["mem_bw_gbs"] * 1e9 / num_sm
@@ -44,7 +47,7 @@ def features(kernels: pd.DataFrame, dev: dict, geo: dict, waves_input: bool = Tr
     w = geo["waves"]
     f = np.stack([tf / peak_sm, tb / bw_sm, w * tb / l2_sm, w * tb / mem_sm,
                   (tf / tb) / (peak_sm / bw_sm), w], axis=1)
-    return np.log2(f if waves_input else f[:, :5])
+    return np.log2(f[:, [FEATURE_NAMES.index(i) for i in inputs]])
 
 
 def utilisation(out: torch.Tensor, waves: torch.Tensor) -> torch.Tensor:
@@ -67,9 +70,13 @@ class NeuSightPredictor(KernelPredictor):
         self.norm: dict = {}
         self.tiles = TileLookup(self.config["tile_lookup"])
 
-    def _net(self):
-        return MLP(N_FEATURES if self.config["waves_input"] else N_FEATURES - 1, 2,
-                   self.config["hidden"], self.config["layers"])
+    def _net(self, cls: str):
+        h = self.config["hidden"]
+        return MLP(len(self._input_names()), 2, h[cls] if isinstance(h, dict) else h, self.config["layers"])
+
+    def _input_names(self):
+        names = self.config.get("inputs") or FEATURE_NAMES
+        return tuple(n for n in names if n != "waves" or self.config["waves_input"])
 
     # ------------------------------------------------------------ training
     def fit(self, train, quick: bool = False) -> None:
@@ -91,7 +98,7 @@ class NeuSightPredictor(KernelPredictor):
     def _inputs(self, df: pd.DataFrame, dev: dict, tile_m, tile_k, tile):
         geo = common.geometry(df, dev, tile_m, tile_k, tile)
         base = common.wave_roofline_ms(df, dev, geo)
-        return features(df, dev, geo, self.config["waves_input"]), geo["waves"], base
+        return features(df, dev, geo, self._input_names()), geo["waves"], base
 
     def _fit_class(self, df: pd.DataFrame, cls: str, epochs: int, bar) -> dict:
         dev = common.device_arrays(df)
@@ -103,7 +110,7 @@ class NeuSightPredictor(KernelPredictor):
         wt = torch.tensor(waves, dtype=torch.float32)
         # work with base / y (the roofline's ratio to the measurement) so the loss sees ratios only
         by = torch.tensor(base / y, dtype=torch.float32)
-        net = self._net()
+        net = self._net(cls)
         self.nets[cls] = net
 
         def ratio(idx):
@@ -164,7 +171,7 @@ class NeuSightPredictor(KernelPredictor):
     def set_state(self, state: dict) -> None:
         self.nets = {}
         for c, sd in state["nets"].items():
-            net = self._net()
+            net = self._net(c)
             net.load_state_dict(sd)
             net.eval()
             self.nets[c] = net
