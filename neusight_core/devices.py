@@ -344,3 +344,30 @@ def device_from_properties(name: str, total_memory_bytes: int, sm_count: int) ->
     fit = [d for d in usable if d.num_sm == sm_count and mem_ok(d)
            and tokens & {t.lower() for t in _MODEL_TOKEN.findall(d.display_name)}]
     return fit[0] if len(fit) == 1 else None
+
+
+#: Device fields an entry derived from torch's device properties cannot know and so estimates.
+ESTIMATED_FIELDS = ("mem_bw_gbs", "fp32_gflops", "fp32_vec_gflops", "l2_mb", "freq_mhz", "core_per_sm")
+
+
+def derive_from_properties(name: str, total_memory_bytes: int, sm_count: int) -> tuple[Device, tuple]:
+    """A catalogue entry for a GPU the catalogue does not know, from what torch reports.
+
+    SM count and memory are measured; everything else is taken from the known NVIDIA GPU with the
+    closest SM count (per-SM peak FLOPS scaled to this SM count, bandwidth, L2, clock, cores per SM
+    as they are). Returns (device, estimated field names). Predictions for it are indicative only:
+    add a device file (see the module docstring) with the spec-sheet numbers to do better.
+    """
+    if sm_count < 1 or total_memory_bytes <= 0:
+        raise DeviceFileError(f"cannot derive a device for {name!r}: {sm_count} SMs, {total_memory_bytes} bytes")
+    cat = _catalogue()
+    known = [d for d in cat.devices.values() if d.vendor == "NVIDIA" and d.name not in cat.variants]
+    ref = min(known, key=lambda d: (abs(d.num_sm - sm_count), -d.fp32_gflops))
+    scale = sm_count / ref.num_sm
+    dev = Device(name=f"derived:{name}", display_name=name, vendor="NVIDIA",
+                 mem_gb=round(total_memory_bytes / 2**30, 1), mem_bw_gbs=ref.mem_bw_gbs, num_sm=int(sm_count),
+                 core_per_sm=ref.core_per_sm, freq_mhz=ref.freq_mhz, fp32_gflops=ref.fp32_gflops * scale,
+                 fp32_vec_gflops=ref.fp32_vec_gflops * scale, l2_mb=ref.l2_mb, link_gbs=None, training=False,
+                 source=(f"derived from torch device properties (SM count, memory); {', '.join(ESTIMATED_FIELDS)} "
+                         f"estimated from {ref.name} ({ref.num_sm} SMs, FLOPS scaled by SM count)"))
+    return dev, ESTIMATED_FIELDS

@@ -86,11 +86,17 @@ def identify(props: GpuProperties) -> DetectedDevice:
     for sm, lo, hi, contains, cid in _RULES:
         if props.sm_count == sm and lo <= gb <= hi and contains.lower() in props.name.lower():
             return DetectedDevice(cid, props.name, props.sm_count, gb, True, (), _get_device(cid))
-    est = ("mem_bw_gbs", "fp32_gflops", "fp32_vec_gflops", "l2_mb", "freq_mhz", "core_per_sm", "link_gbs")
+    derived, est = None, ("mem_bw_gbs", "fp32_gflops", "fp32_vec_gflops", "l2_mb", "freq_mhz", "core_per_sm", "link_gbs")
+    try:
+        from neusight_core import devices
+        derived, est = devices.derive_from_properties(props.name, props.total_memory_bytes, props.sm_count)
+        est = tuple(est) + ("link_gbs",)
+    except Exception:  # noqa: BLE001 - no catalogue (release not provisioned): detection still reports
+        pass
     msg = (f"unknown GPU {props.name!r} ({props.sm_count} SMs, {gb:.1f} GiB): catalogue entry derived "
            f"from its properties; estimated fields: {', '.join(est)} — predictions are indicative only")
     warnings.warn(msg, stacklevel=2)
-    return DetectedDevice(f"UNKNOWN:{props.name}", props.name, props.sm_count, gb, False, est, None, msg)
+    return DetectedDevice(f"UNKNOWN:{props.name}", props.name, props.sm_count, gb, False, est, derived, msg)
 
 
 def _get_device(cid: str):
@@ -519,7 +525,12 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     skip = no_gpu_reason()
     props = local_properties()
     det = identify(props) if props else None
+    # An unknown local GPU is predicted with its derived catalogue entry (the warning names the
+    # estimated fields); without a GPU, predictions are for target_gpu.
     dev_name = det.name if det and det.known else target_gpu
+    dev_arg = det.device if det and not det.known and det.device is not None else dev_name
+    if dev_arg is not dev_name:
+        dev_name = dev_arg.name
     head = {"device": detected_to_dict(det) if det else None, "predicted_for": dev_name,
             "prediction_only": det is None, "precision": precision,
             "precision_label": "paper protocol (FP32, TF32 off)" if precision == "fp32" else f"extension: {precision}",
@@ -532,7 +543,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     # kernels
     k = kernel_sweep(quick)
     k = skipped_measurements(k, skip) if skip else measure_kernels(k, timer, cfg, budget)
-    pred, why = predict_kernels(k, dev_name, quick=quick)
+    pred, why = predict_kernels(k, dev_arg, quick=quick)
     k["pred_ms"] = pred if pred is not None else None
     k["pred_reason"] = why
     if pred is not None:
@@ -542,7 +553,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     def _models(scen, name):
         rows = []
         for s in scen:
-            p, why = predict_model(s.model, dev_name if not s.gpu else s.gpu, s.batch, s.seq, s.mode, quick=quick,
+            p, why = predict_model(s.model, dev_arg if not s.gpu else s.gpu, s.batch, s.seq, s.mode, quick=quick,
                                    **({"parallel": s.parallel, "gpus": s.gpus} if s.parallel else {}))
             mskip = skip or (multi_gpu_skip_reason(s.gpus) if s.gpus > 1 else None)
             if not mskip and s.gpus > 1:
@@ -566,8 +577,8 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     for s in paper_scenarios(models, batches, quick):
         if s.mode != "inf":
             continue
-        pe, w1 = predict_model(s.model, dev_name, s.batch, s.seq, s.mode, fusion=False, quick=quick)
-        pf, w2 = predict_model(s.model, dev_name, s.batch, s.seq, s.mode, fusion=True, quick=quick)
+        pe, w1 = predict_model(s.model, dev_arg, s.batch, s.seq, s.mode, fusion=False, quick=quick)
+        pf, w2 = predict_model(s.model, dev_arg, s.batch, s.seq, s.mode, fusion=True, quick=quick)
         me = mc = None
         if not skip:
             me = measure_model(s.model, s.batch, s.seq, s.mode, timer, cfg, budget)

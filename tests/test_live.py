@@ -120,6 +120,21 @@ def test_identify_unknown_warns_with_estimated_fields():
     assert not d.known and d.name.startswith("UNKNOWN") and "mem_bw_gbs" in d.estimated_fields
 
 
+def test_unknown_gpu_gets_a_derived_entry_that_predicts(release_root):
+    with pytest.warns(UserWarning):
+        d = live.identify(live.GpuProperties("Imaginary GPU X9", 24 * GiB, 77))
+    dev = d.device
+    # measured fields kept, the rest from the nearest-SM-count GPU (V100, 80 SMs) with FLOPS scaled
+    assert dev.num_sm == 77 and dev.mem_gb == 24.0 and not dev.training
+    from neusight_core import devices
+    v100 = devices.get_device("Tesla_V100-PCIE-32GB")
+    assert dev.fp32_gflops == pytest.approx(v100.fp32_gflops * 77 / 80)
+    assert "estimated" in dev.source and "V100" in dev.source
+    k = live.kernel_sweep(quick=True)
+    pred, why = live.predict_kernels(k, dev, predictor="roofline", quick=True)
+    assert why is None and (pred > 0).all()
+
+
 def test_precision_flags():
     import torch
     live.set_precision("fp32")
