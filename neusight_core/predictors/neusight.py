@@ -68,11 +68,13 @@ class NeuSightPredictor(KernelPredictor):
         super().__init__(config, seed)
         self.nets: dict = {}
         self.norm: dict = {}
+        self.range: dict = {}       # per class: min and max of every MLP input in the training data
         self.tiles = TileLookup(self.config["tile_lookup"])
 
     def _net(self, cls: str):
-        h = self.config["hidden"]
-        return MLP(len(self._input_names()), 2, h[cls] if isinstance(h, dict) else h, self.config["layers"])
+        h, n = self.config["hidden"], self.config["layers"]
+        return MLP(len(self._input_names()), 2, h[cls] if isinstance(h, dict) else h,
+                   n[cls] if isinstance(n, dict) else n)
 
     def _input_names(self):
         names = self.config.get("inputs") or FEATURE_NAMES
@@ -86,7 +88,8 @@ class NeuSightPredictor(KernelPredictor):
         classes = [c for c in common.MODEL_CLASSES if (k["op_class"] == c).any()]
         epochs = {c: (self.config["quick_epochs"] if quick else self.config["epochs"][c]) for c in classes}
         self.info = {"data_checksum": train.checksum, "quick": quick, "classes": {}}
-        with Timer() as t, tqdm(total=sum(epochs.values()), desc=f"train {self.name} (seed {self.seed})",
+        members = self._members()
+        with Timer() as t, tqdm(total=sum(epochs.values()) * members, desc=f"train {self.name} (seed {self.seed})",
                                 unit="epoch") as bar:
             for c in classes:
                 bar.set_description(f"train {self.name} {c} (seed {self.seed})")
@@ -106,21 +109,47 @@ class NeuSightPredictor(KernelPredictor):
         y = df["latency_ms"].to_numpy(float)
         mu, sd = X.mean(0), X.std(0) + 1e-6
         self.norm[cls] = (mu, sd)
+        self.range[cls] = (X.min(0), X.max(0))
         Xt = torch.tensor((X - mu) / sd, dtype=torch.float32)
         wt = torch.tensor(waves, dtype=torch.float32)
         # work with base / y (the roofline's ratio to the measurement) so the loss sees ratios only
         by = torch.tensor(base / y, dtype=torch.float32)
-        net = self._net(cls)
-        self.nets[cls] = net
-
-        def ratio(idx):
-            return by[idx] / utilisation(net(Xt[idx]), wt[idx])
-
         val = split_validation(len(df), self.config["val_fraction"], self.seed)
-        res = train_loop(net, ratio, len(df), val, epochs, self.config["batch"], self.config["lr"],
-                         self.config["loss"], self.seed, bar,
-                         weight_decay=self.config["weight_decay"])
-        return {"rows": len(df), "val_mape": res["val_mape"], "best_epoch": res["best_epoch"], "epochs": epochs}
+        self.nets[cls] = []
+        results = []
+        for i in range(self._members()):
+            # every ensemble member has its own initialisation and batch order
+            member_seed = self.seed * 1000 + i
+            torch.manual_seed(member_seed)
+            net = self._net(cls)
+            self.nets[cls].append(net)
+
+            def ratio(idx, net=net):
+                return by[idx] / utilisation(net(Xt[idx]), wt[idx])
+
+            results.append(train_loop(net, ratio, len(df), val, epochs, self.config["batch"], self.config["lr"],
+                                      self.config["loss"], member_seed, bar,
+                                      weight_decay=self.config["weight_decay"]))
+        with torch.no_grad():
+            ens = float((by[val] / self._u(cls, Xt[val], wt[val]) - 1).abs().mean() * 100) if len(val) else None
+        return {"rows": len(df), "val_mape_members": [r["val_mape"] for r in results], "val_mape": ens,
+                "best_epochs": [r["best_epoch"] for r in results], "epochs": epochs}
+
+    def _clip(self, cls: str, X: np.ndarray) -> np.ndarray:
+        """With ``clip_inputs``, hold MLP inputs inside the training range: an unseen GPU far outside
+        it (e.g. the L4's ridge point) then gets the utilisation of the nearest edge instead of an
+        arbitrary extrapolation. The roofline/wave part of the model still sees the true values."""
+        if not self.config.get("clip_inputs", False) or cls not in self.range:
+            return X
+        lo, hi = self.range[cls]
+        return np.clip(X, lo, hi)
+
+    def _members(self) -> int:
+        return int(self.config.get("ensemble", 1))
+
+    def _u(self, cls: str, X: torch.Tensor, waves: torch.Tensor) -> torch.Tensor:
+        """Ensemble utilisation: the mean of the members' u (each in (0, 1], so the mean is too)."""
+        return torch.stack([utilisation(net(X), waves) for net in self.nets[cls]]).mean(0)
 
     # ------------------------------------------------------------ prediction
     def utilisation(self, kernels: pd.DataFrame, device) -> np.ndarray:
@@ -129,17 +158,18 @@ class NeuSightPredictor(KernelPredictor):
         kernels = kernels.reset_index(drop=True)
         dev = common.device_arrays(kernels, device)
         tm, tk, t = self.tiles.lookup(kernels, device)
-        for cls, net in self.nets.items():
+        for cls in self.nets:
             rows = np.flatnonzero(kernels["op_class"].to_numpy() == cls)
             if rows.size == 0:
                 continue
             d = {k: v[rows] for k, v in dev.items()}
             X, waves, _ = self._inputs(kernels.iloc[rows], d, tm[rows], tk[rows], t[rows])
             mu, sd = self.norm[cls]
+            X = self._clip(cls, X)
             with torch.no_grad():
-                u = utilisation(net(torch.tensor((X - mu) / sd, dtype=torch.float32)),
-                                torch.tensor(waves, dtype=torch.float32))
-            out[rows] = u.numpy()
+                u = self._u(cls, torch.tensor((X - mu) / sd, dtype=torch.float32),
+                            torch.tensor(waves, dtype=torch.float32))
+            out[rows] = u.double().numpy()
         return out
 
     def _predict_model(self, kernels: pd.DataFrame, device, dev: dict) -> np.ndarray:
@@ -156,24 +186,29 @@ class NeuSightPredictor(KernelPredictor):
                 continue
             X, waves, base = self._inputs(sub, d, tm[rows], tk[rows], t[rows])
             mu, sd = self.norm[cls]
+            X = self._clip(cls, X)
             with torch.no_grad():
-                u = utilisation(self.nets[cls](torch.tensor((X - mu) / sd, dtype=torch.float32)),
-                                torch.tensor(waves, dtype=torch.float32)).double().numpy()
+                u = self._u(cls, torch.tensor((X - mu) / sd, dtype=torch.float32),
+                            torch.tensor(waves, dtype=torch.float32)).double().numpy()
             out[rows] = base / u
         return out
 
     # ------------------------------------------------------------ state
     def get_state(self) -> dict:
-        return {"nets": {c: n.state_dict() for c, n in self.nets.items()},
+        return {"nets": {c: [n.state_dict() for n in nets] for c, nets in self.nets.items()},
                 "norm": {c: {"mu": m, "sd": s} for c, (m, s) in self.norm.items()},
+                "range": {c: {"lo": lo, "hi": hi} for c, (lo, hi) in self.range.items()},
                 "tiles": self.tiles.state()}
 
     def set_state(self, state: dict) -> None:
         self.nets = {}
-        for c, sd in state["nets"].items():
-            net = self._net(c)
-            net.load_state_dict(sd)
-            net.eval()
-            self.nets[c] = net
+        for c, sds in state["nets"].items():
+            self.nets[c] = []
+            for sd in sds:
+                net = self._net(c)
+                net.load_state_dict(sd)
+                net.eval()
+                self.nets[c].append(net)
         self.norm = {c: (np.asarray(v["mu"]), np.asarray(v["sd"])) for c, v in state["norm"].items()}
+        self.range = {c: (np.asarray(v["lo"]), np.asarray(v["hi"])) for c, v in state.get("range", {}).items()}
         self.tiles = TileLookup.from_state(state["tiles"])
