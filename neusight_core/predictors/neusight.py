@@ -88,8 +88,7 @@ class NeuSightPredictor(KernelPredictor):
         classes = [c for c in common.MODEL_CLASSES if (k["op_class"] == c).any()]
         epochs = {c: (self.config["quick_epochs"] if quick else self.config["epochs"][c]) for c in classes}
         self.info = {"data_checksum": train.checksum, "quick": quick, "classes": {}}
-        members = self._members()
-        with Timer() as t, tqdm(total=sum(epochs.values()) * members, desc=f"train {self.name} (seed {self.seed})",
+        with Timer() as t, tqdm(total=sum(epochs[c] * self._members(c) for c in classes), desc=f"train {self.name} (seed {self.seed})",
                                 unit="epoch") as bar:
             for c in classes:
                 bar.set_description(f"train {self.name} {c} (seed {self.seed})")
@@ -117,7 +116,7 @@ class NeuSightPredictor(KernelPredictor):
         val = split_validation(len(df), self.config["val_fraction"], self.seed)
         self.nets[cls] = []
         results = []
-        for i in range(self._members()):
+        for i in range(self._members(cls)):
             # every ensemble member has its own initialisation and batch order
             member_seed = self.seed * 1000 + i
             torch.manual_seed(member_seed)
@@ -144,8 +143,11 @@ class NeuSightPredictor(KernelPredictor):
         lo, hi = self.range[cls]
         return np.clip(X, lo, hi)
 
-    def _members(self) -> int:
-        return int(self.config.get("ensemble", 1))
+    def _members(self, cls: str | None = None) -> int:
+        e = self.config.get("ensemble", 1)
+        if isinstance(e, dict):
+            return int(e.get(cls, 1)) if cls else max(int(v) for v in e.values())
+        return int(e)
 
     def _u(self, cls: str, X: torch.Tensor, waves: torch.Tensor) -> torch.Tensor:
         """Ensemble utilisation: the mean of the members' u (each in (0, 1], so the mean is too)."""
