@@ -73,11 +73,13 @@ class NeuSightPredictor(KernelPredictor):
 
     def _net(self, cls: str):
         h, n = self.config["hidden"], self.config["layers"]
-        return MLP(len(self._input_names()), 2, h[cls] if isinstance(h, dict) else h,
+        return MLP(len(self._input_names(cls)), 2, h[cls] if isinstance(h, dict) else h,
                    n[cls] if isinstance(n, dict) else n)
 
-    def _input_names(self):
+    def _input_names(self, cls: str):
         names = self.config.get("inputs") or FEATURE_NAMES
+        if isinstance(names, dict):
+            names = names[cls]
         return tuple(n for n in names if n != "waves" or self.config["waves_input"])
 
     # ------------------------------------------------------------ training
@@ -100,7 +102,8 @@ class NeuSightPredictor(KernelPredictor):
     def _inputs(self, df: pd.DataFrame, dev: dict, tile_m, tile_k, tile):
         geo = common.geometry(df, dev, tile_m, tile_k, tile)
         base = common.wave_roofline_ms(df, dev, geo)
-        return features(df, dev, geo, self._input_names()), geo["waves"], base
+        cls = str(df["op_class"].iloc[0])      # callers pass the rows of one class
+        return features(df, dev, geo, self._input_names(cls)), geo["waves"], base
 
     def _fit_class(self, df: pd.DataFrame, cls: str, epochs: int, bar) -> dict:
         dev = common.device_arrays(df)
