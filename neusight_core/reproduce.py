@@ -172,3 +172,25 @@ def per_gpu_mape(df: pd.DataFrame, predictors=PREDICTORS) -> pd.DataFrame:
                          "ours": g[f"ours_{p}_ape"].mean(), "authors": g[f"ape_{p}"].mean(),
                          "n": int(g[f"ours_{p}_ape"].notna().sum())})
     return pd.DataFrame(rows)
+
+
+#: The claims whose numbers are MAPEs of whole-model predictions: the headline comparison of Tier 1.
+HEADLINE_CLAIMS = ("C2", "C3", "C4", "C5", "C7", "C8", "C10")
+
+
+def paper_comparison(tier0_detail: pd.DataFrame, ours_detail: pd.DataFrame,
+                     claim_ids=HEADLINE_CLAIMS) -> pd.DataFrame:
+    """Paper value / the authors' pairs / our re-implementation for the headline claims, on the same
+    cells (each claim's primary aggregation, from ``claims.compute_claims`` detail frames):
+    claim, quantity, paper, authors, ours, ours_minus_paper, n_cells (ours)."""
+    key = ["claim", "quantity"]
+    a = tier0_detail[tier0_detail["primary"]].set_index(key)
+    o = ours_detail[ours_detail["primary"]].set_index(key)
+    rows = []
+    for (cid, q), r in o.iterrows():
+        if cid not in claim_ids:
+            continue
+        rows.append({"claim": cid, "quantity": q, "paper": r["expected"],
+                     "authors": a["computed"].get((cid, q), np.nan), "ours": r["computed"],
+                     "ours_minus_paper": r["computed"] - r["expected"], "n_cells": r["n_cells"]})
+    return pd.DataFrame(rows)
