@@ -266,3 +266,18 @@ def test_rebuild_contains_the_shipped_processed_sets(release_root):
             on=key + ["lat"], how="left", suffixes=("", "_ours"))
         assert len(m) == len(shipped) and m["tile_ours"].notna().all()
         assert (m["tile"] == m["tile_ours"]).all()
+
+
+def test_elementwise_utilisation_not_tied_to_fp32_peak(trained):
+    """Element-wise kernels are memory-bound on every GPU, and the VEC MLP sees only the roofline memory
+    time (hparams g10). A GPU differing only in FP32 peak must get the same utilisation: with per-tile
+    FLOP inputs it did not, and H100 / L4 (per-SM peak ~2.5-2.9x the training GPUs') fell to u ~ 0.3."""
+    import dataclasses
+    preds, _, _ = trained
+    k = kernel_rows([("VEC", "add", 81920, np.nan, np.nan, np.nan, 1024),
+                     ("VEC", "gelu", 64, np.nan, np.nan, np.nan, 768)])
+    a100 = devices.get_device("A100")
+    fast = dataclasses.replace(a100, fp32_gflops=3 * a100.fp32_gflops, fp32_vec_gflops=3 * a100.fp32_vec_gflops)
+    u, u_fast = (preds["neusight"].utilisation(k, d) for d in (a100, fast))
+    np.testing.assert_allclose(u_fast, u, rtol=1e-6)
+    assert u[0] > 0.5 and u[0] > u[1], u       # a big kernel is nearer its roofline than a tiny one

@@ -11,7 +11,13 @@ it can never be zero or negative. Each class has its own MLP, trained with a rel
 
 MLP inputs (log2, then z-scored with the training statistics), per SM as in SPEC 3.1:
 tile FLOPs / (peak / SM), tile bytes / (bandwidth / SM), waves x tile bytes / (L2 / SM),
-waves x tile bytes / (memory / SM), tile intensity / ridge point, and waves.
+waves x tile bytes / (memory / SM), tile intensity / ridge point, waves, and waves x tile bytes /
+(bandwidth / SM) (the kernel's roofline memory time). Each class uses the subset chosen by
+leave-one-training-GPU-out validation (hparams.yaml). Element-wise kernels use only the roofline memory
+time: their tile is 512 elements in almost every training record, so the per-tile inputs are constants
+per GPU that merely identify it, and they sent GPUs with a higher per-SM FP32 peak (H100, L4) into the
+region of the few tiny-tile records (u ~ 0.3); the roofline time is comparable across GPUs because the
+launch / tail costs it competes with are absolute times (search g10 in hparams.yaml).
 
 Tiles: the training records' own tiles in training; for prediction the tile of the nearest training
 record (``tiles.TileLookup``), so unseen GPUs never contribute a tile. MEM / UNCLASSIFIED kernels:
@@ -32,7 +38,7 @@ U_MIN = 1e-6
 
 
 FEATURE_NAMES = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per_sm_l2",
-                 "wave_bytes_per_sm_mem", "tile_intensity_per_ridge", "waves")
+                 "wave_bytes_per_sm_mem", "tile_intensity_per_ridge", "waves", "wave_bytes_per_sm_bw")
 
 
 def features(kernels: pd.DataFrame, dev: dict, geo: dict, inputs=FEATURE_NAMES) -> np.ndarray:
@@ -46,7 +52,7 @@ def features(kernels: pd.DataFrame, dev: dict, geo: dict, inputs=FEATURE_NAMES) 
     tb = np.maximum(geo["tile_bytes"], 1.0)
     w = geo["waves"]
     f = np.stack([tf / peak_sm, tb / bw_sm, w * tb / l2_sm, w * tb / mem_sm,
-                  (tf / tb) / (peak_sm / bw_sm), w], axis=1)
+                  (tf / tb) / (peak_sm / bw_sm), w, w * tb / bw_sm], axis=1)
     return np.log2(f[:, [FEATURE_NAMES.index(i) for i in inputs]])
 
 
