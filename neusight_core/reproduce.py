@@ -194,3 +194,31 @@ def paper_comparison(tier0_detail: pd.DataFrame, ours_detail: pd.DataFrame,
                      "authors": a["computed"].get((cid, q), np.nan), "ours": r["computed"],
                      "ours_minus_paper": r["computed"] - r["expected"], "n_cells": r["n_cells"]})
     return pd.DataFrame(rows)
+
+
+def small_kernel_report(model: str, device: str, batch: int, seq: int, mode: str, option: str = "none",
+                        threshold_us: float = 10.0) -> pd.DataFrame:
+    """Where an element-wise-heavy miss comes from: our NeuSight's predicted time of the VEC/MEM kernels of
+    one configuration, split by whether the kernel's bandwidth roofline time is below ``threshold_us``,
+    next to that roofline time. Columns: op_class, size, launches, predicted_ms, roofline_ms."""
+    from neusight_core import devices
+    dev = devices.get_device(device)
+    k = latency.predict_model(model, dev, batch, seq, mode, **option_kwargs(option))["kernels"]
+    k = k[k["op_class"].isin(["VEC", "MEM"])].copy()
+    per_launch_roof = (k["bytes_read"] + k["bytes_written"]) / (dev.mem_bw_gbs * 1e9) * 1e3
+    k["roofline_ms"] = per_launch_roof * k["count"]
+    k["size"] = np.where(per_launch_roof * 1e3 < threshold_us, f"< {threshold_us:g} us at roofline",
+                         f">= {threshold_us:g} us at roofline")
+    return (k.groupby(["op_class", "size"])
+            .agg(launches=("count", "sum"), predicted_ms=("pred_ms", "sum"), roofline_ms=("roofline_ms", "sum"))
+            .reset_index())
+
+
+def training_floor(op_class: str = "VEC", max_elems: int = 2**16) -> pd.DataFrame:
+    """Median measured latency of the smallest kernels of a class in the training data, per training GPU:
+    the fixed per-kernel cost the predictors learn (device, kernels, median_us)."""
+    from neusight_core import dataset
+    k = dataset.training_data().of_class(op_class)
+    small = k[(k["B"] * k["H"]) <= max_elems]
+    return (small.groupby("device")["latency_ms"].agg(kernels="size", median_us="median")
+            .assign(median_us=lambda d: d["median_us"] * 1e3).reset_index())
