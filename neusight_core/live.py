@@ -591,3 +591,34 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     par = _models(parallel_scenarios(), "parallel_live")
     return {"head": head, "kernels": k, "paper": pd.DataFrame(paper), "llama": pd.DataFrame(llama),
             "fusion": pd.DataFrame(fus), "parallel": pd.DataFrame(par), "skip": skip}
+
+
+def flat_table(df: pd.DataFrame) -> pd.DataFrame:
+    """A scenario frame of run_live with its dict columns spread out: ``predicted`` -> ``predicted_e2e_ms``,
+    ``predicted_fw_ms``, ...; ``pred_eager``/``pred_fused`` likewise (so the tables show the numbers)."""
+    out = df.copy()
+    for col in [c for c in df.columns if df[c].map(lambda v: isinstance(v, dict)).any()]:
+        spread = pd.DataFrame([v if isinstance(v, dict) else {} for v in df[col]], index=df.index)
+        spread.columns = [f"{col}_{k}" for k in spread.columns]
+        out = pd.concat([out.drop(columns=[col]), spread], axis=1)
+    return out
+
+
+def summary_markdown(r: dict, quick: bool = False) -> str:
+    """The notebook's summary.md: status line and one row per model/parallel scenario with the prediction,
+    the measurement (or why there is none) and the authors' label for the same GPU where the release has one."""
+    head = r["head"]
+    lines = [f"**05_live_gpu {'SKIPPED' if r['skip'] else 'OK'}** — "
+             + (f"{r['skip']}. Predictions only, for {head['predicted_for']}." if r["skip"]
+                else f"measured on {head['device']['display_name']} ({head['precision_label']}).")
+             + (" QUICK mode: subset of scenarios, predictors trained on a data subset." if quick else ""),
+             "", "| scenario | GPU | predicted e2e (ms) | measured (ms) | authors' label (ms) |", "|---|---|---:|---:|---:|"]
+    for sec in ("paper", "llama", "parallel"):
+        for s in r[sec].to_dict(orient="records"):
+            p = (s.get("predicted") or {}).get("e2e_ms")
+            gpu = s.get("gpu") or head["predicted_for"]
+            meas = f"{s['measured_ms']:.1f}" if s.get("measured_ms") is not None else "SKIPPED"
+            lab = f"{s['author_label_ms']:.1f}" if pd.notna(s.get("author_label_ms")) and s.get("author_label_ms") else "—"
+            ext = " (extension)" if s.get("extension") else ""
+            lines.append(f"| {s['name']}{ext} | {gpu} | {'—' if p is None else f'{p:.1f}'} | {meas} | {lab} |")
+    return "\n".join(lines)

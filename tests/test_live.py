@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
+
 import pytest
 
 from neusight_core import live
@@ -182,3 +184,16 @@ def test_bf16_extension_changes_dtype():
     cfg = live.HarnessConfig(precision="bf16")
     assert live.kernel_callable(row, "cpu", dtype=live._dtype(cfg))().dtype == torch.bfloat16
     assert live.kernel_callable(row, "cpu", dtype=live._dtype(live.HarnessConfig()))().dtype == torch.float32
+
+
+def test_scenario_tables_show_predictions_and_summary_rows():
+    df = pd.DataFrame([{"name": "a", "gpu": "G", "extension": False, "measured_ms": None, "author_label_ms": None,
+                        "predicted": {"e2e_ms": 12.5, "fw_ms": 4.0}},
+                       {"name": "b", "gpu": "", "extension": True, "measured_ms": 3.0, "author_label_ms": 2.0,
+                        "predicted": None}])
+    flat = live.flat_table(df)
+    assert flat.loc[0, "predicted_e2e_ms"] == 12.5 and "predicted" not in flat
+    r = {"head": {"predicted_for": "T", "device": None}, "skip": "no GPU", "paper": df,
+         "llama": df.iloc[:0], "parallel": df.iloc[:0]}
+    md = live.summary_markdown(r)
+    assert "SKIPPED" in md and "| a | G | 12.5 | SKIPPED | — |" in md and "| b (extension) | T | — | 3.0 | 2.0 |" in md
