@@ -617,7 +617,7 @@ def summary_markdown(r: dict, quick: bool = False) -> str:
         for s in r[sec].to_dict(orient="records"):
             p = (s.get("predicted") or {}).get("e2e_ms")
             gpu = s.get("gpu") or head["predicted_for"]
-            meas = f"{s['measured_ms']:.1f}" if s.get("measured_ms") is not None else "SKIPPED"
+            meas = f"{s['measured_ms']:.1f}" if pd.notna(s.get("measured_ms")) else "SKIPPED"
             lab = f"{s['author_label_ms']:.1f}" if pd.notna(s.get("author_label_ms")) and s.get("author_label_ms") else "—"
             ext = " (extension)" if s.get("extension") else ""
             lines.append(f"| {s['name']}{ext} | {gpu} | {'—' if p is None else f'{p:.1f}'} | {meas} | {lab} |")
