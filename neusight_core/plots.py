@@ -64,19 +64,29 @@ def plot_ape_bars(cells: pd.DataFrame, title: str = "", clip: float | None = 100
             for _, r in sub[sub["ape"] > clip].iterrows():
                 x = order.index(r["config"]) - 0.4 + width * (preds.index(r["predictor_display"]) + 0.5)
                 ax.text(x, clip * 1.01, f"{r['ape']:.0f}", ha="center", va="bottom", fontsize=6, rotation=90)
-        ax.set_title(str(panel))
-        ax.set_xlabel("")
-        ax.set_ylabel("APE (%)")
-        ax.tick_params(axis="x", labelsize=7)
-        if ax.get_legend():
-            ax.get_legend().remove()
-    for ax in list(axes.flat)[len(panels):]:
+        _panel_axes(ax, panel, "APE (%)")
+    return _finish(fig, axes, len(panels), pal, preds, title, 0.1 / nrows)
+
+
+def _panel_axes(ax, panel, ylabel: str) -> None:
+    """Title, labels and ticks of one panel; the per-panel legend goes (one legend for the figure)."""
+    ax.set_title(str(panel))
+    ax.set_xlabel("")
+    ax.set_ylabel(ylabel)
+    ax.tick_params(axis="x", labelsize=7)
+    if ax.get_legend():
+        ax.get_legend().remove()
+
+
+def _finish(fig, axes, n_panels: int, pal: dict, names: list, title: str, bottom: float):
+    """Hide unused panels, add the title and one legend under the figure."""
+    for ax in list(axes.flat)[n_panels:]:
         ax.set_visible(False)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=pal[p]) for p in preds]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=pal[n]) for n in names]
     if title:
         fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.1 / nrows, 1, 1))
-    fig.legend(handles, preds, loc="lower center", ncol=len(preds), frameon=False)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    fig.legend(handles, names, loc="lower center", ncol=len(names), frameon=False)
     return fig
 
 
@@ -137,47 +147,31 @@ def _latency_bars(long: pd.DataFrame, facet: str, x: str, title: str, ncols: int
             xpos = order.index(r[x]) - 0.4 + width * (series.index(r["series"]) + 0.5)
             ax.text(xpos, r["ms"], f"{r['ape']:.1f}%", ha="center", va="bottom", fontsize=6, rotation=90)
         ax.margins(y=0.2)
-        ax.set_title(str(panel))
-        ax.set_xlabel("")
-        ax.set_ylabel("latency (ms)")
-        ax.tick_params(axis="x", labelsize=7)
-        if ax.get_legend():
-            ax.get_legend().remove()
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=pal[s]) for s in series]
-    fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.legend(handles, series, loc="lower center", ncol=len(series), frameon=False)
-    return fig
+        _panel_axes(ax, panel, "latency (ms)")
+    return _finish(fig, axes, len(panels), pal, series, title, 0.07)
 
 
 def _as_series(cells, default: str) -> dict:
     return dict(cells) if isinstance(cells, dict) else {default: cells}
 
 
+def _with_config(cells, label) -> dict:
+    """{series: cells with an x-axis ``config`` label} from one frame or a {series: frame} mapping."""
+    return {k: c.assign(config=label(c)) for k, c in _as_series(cells, "NeuSight").items()}
+
+
 def plot_fusion(cells, title: str = "Table 7: operator fusion (inference)") -> matplotlib.figure.Figure:
     """Measured vs predicted latency, non-fused and fused, per GPU; ``cells`` from
     ``evaluation.fusion_cells`` or a {series label: cells} mapping."""
-    series = _as_series(cells, "NeuSight")
-    prepared = {}
-    for k, c in series.items():
-        c = c.copy()
-        c["config"] = (c["model_display"] + " b" + c["batch"].astype(str) + "\n"
-                       + np.where(c["fused"], "fused", "non-fused"))
-        prepared[k] = c
+    prepared = _with_config(cells, lambda c: (c["model_display"] + " b" + c["batch"].astype(str) + "\n"
+                                              + np.where(c["fused"], "fused", "non-fused")))
     return _latency_bars(_latency_long(prepared, ["gpu_short", "config"]), "gpu_short", "config", title, 3)
 
 
 def plot_distributed(cells, title: str = "Table 8: 4-GPU training") -> matplotlib.figure.Figure:
     """Measured vs predicted latency of DP/TP/PP per system; ``cells`` from
     ``evaluation.distributed_cells`` or a {series label: cells} mapping."""
-    series = _as_series(cells, "NeuSight")
-    prepared = {}
-    for k, c in series.items():
-        c = c.copy()
-        c["config"] = c["model_display"] + " b" + c["batch"].astype(str) + "\n" + c["parallel"]
-        prepared[k] = c
+    prepared = _with_config(cells, lambda c: c["model_display"] + " b" + c["batch"].astype(str) + "\n" + c["parallel"])
     return _latency_bars(_latency_long(prepared, ["system", "config"]), "system", "config", title, 2)
 
 
