@@ -46,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="GPUs for --parallel (default 4, the paper's setting; 1 without --parallel)")
     p.add_argument("--link-gbs", type=float, default=None, help="link peak GB/s (default: catalogue)")
     p.add_argument("--micro-batches", type=int, default=1, help="PP micro-batches (default 1)")
+    p.add_argument("--past", type=int, default=0,
+                   help="inference on a KV cache of this many tokens (extension; --seq 1 = one decode step)")
     p.add_argument("--predictor", default="neusight", choices=("neusight", "roofline", "habitat", "li"))
     p.add_argument("--quick", action="store_true", help="use (or train) the quick predictors")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -60,15 +62,16 @@ def _predict(a) -> int:
         a.gpus = 4 if a.parallel else 1
     r = latency.predict_model(a.model, a.device, a.batch, a.seq, a.mode, predictor=a.predictor,
                               fusion=a.fusion, parallel=a.parallel, gpus=a.gpus, link_gbs=a.link_gbs,
-                              micro_batches=a.micro_batches, quick=a.quick)
+                              micro_batches=a.micro_batches, quick=a.quick, past=a.past)
     k = r.pop("kernels")
-    r.update(model=a.model, batch=a.batch, seq=a.seq, mode=a.mode, fusion=a.fusion,
+    r.update(model=a.model, batch=a.batch, seq=a.seq, past=a.past, mode=a.mode, fusion=a.fusion,
              parallel=a.parallel, gpus=a.gpus, kernels=int(len(k)))
     if a.json:
         print(json.dumps(r, indent=2))
         return 0
     plan = f" {a.parallel}x{a.gpus}" if a.parallel else ""
-    print(f"{a.model} {a.mode} batch={a.batch} seq={a.seq}{' fused' if a.fusion else ''}{plan} "
+    print(f"{a.model} {a.mode} batch={a.batch} seq={a.seq}{f' past={a.past}' if a.past else ''}"
+          f"{' fused' if a.fusion else ''}{plan} "
           f"on {r['device']} ({r['predictor']})")
     print(f"  end-to-end  {r['e2e_ms']:12.3f} ms")
     for key, label in (("fw_ms", "forward"), ("bw_ms", "backward"), ("acc_ms", "grad acc"),

@@ -38,17 +38,17 @@ class LatencyInputError(ValueError):
 
 
 @functools.lru_cache(maxsize=64)
-def _trace_cached(model: str, batch: int, seq: int, mode: str) -> pd.DataFrame:
+def _trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0) -> pd.DataFrame:
     from neusight_core import trace
-    return trace.trace_model(model, batch, seq, mode)
+    return trace.trace_model(model, batch, seq, mode, past=past)
 
 
-def trace(model, batch: int, seq: int, mode: str) -> pd.DataFrame:
+def trace(model, batch: int, seq: int, mode: str, past: int = 0) -> pd.DataFrame:
     """Kernel table of a model; traces of named models are cached (warm predictions skip tracing)."""
     if isinstance(model, (str, Path)):
-        return _trace_cached(str(model), int(batch), int(seq), mode).copy()
+        return _trace_cached(str(model), int(batch), int(seq), mode, int(past)).copy()
     from neusight_core import trace as _trace
-    return _trace.trace_model(model, batch, seq, mode)
+    return _trace.trace_model(model, batch, seq, mode, past=past)
 
 
 @functools.lru_cache(maxsize=16)
@@ -121,13 +121,14 @@ def predict_kernels(kernels: pd.DataFrame, device, predictor="neusight", quick: 
 def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neusight",
                   fusion: bool = False, parallel: str | None = None, gpus: int = 1,
                   link_gbs: float | None = None, micro_batches: int = 1,
-                  efficiency: float = network.DEFAULT_EFFICIENCY, quick: bool = False) -> dict:
+                  efficiency: float = network.DEFAULT_EFFICIENCY, quick: bool = False, past: int = 0) -> dict:
     """Predict one configuration.
 
     ``model``: a config name known to ``trace.load_config`` or a path; ``device``: anything
     ``devices.get_device`` accepts or a Device; ``predictor``: a name in ``predictors.NAMES`` or a
     fitted KernelPredictor. For ``parallel`` in dp/tp/pp, ``batch`` is the global batch and
-    ``link_gbs`` defaults to the device's catalogue link bandwidth.
+    ``link_gbs`` defaults to the device's catalogue link bandwidth. ``past`` > 0 (inference,
+    extension): ``seq`` new tokens on a KV cache of ``past`` tokens (``seq=1``: one decode step).
 
     Returns ``e2e_ms``, ``fw_ms``, ``bw_ms``, ``acc_ms``, ``comm_ms``, ``comm_exposed_ms``,
     ``breakdown`` (ms per op class), ``stage_ms`` (PP only), ``trace_s`` and ``predict_s`` (wall
@@ -136,7 +137,7 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     _validate(batch, seq, mode, parallel, gpus, micro_batches)
     dev = _device(device)
     t0 = time.perf_counter()
-    kernels = trace(model, batch, seq, mode)
+    kernels = trace(model, batch, seq, mode, past)
     if fusion:
         from neusight_core import fusion as _fusion
         kernels = _fusion.fuse(kernels)

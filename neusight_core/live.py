@@ -441,6 +441,7 @@ class Scenario:
     gpu: str = ""                  # catalogue GPU the scenario is stated for ("" = local/target)
     extension: bool = False
     note: str = ""
+    past: int = 0                  # KV-cache length for a decode step (extension; predicted only)
 
 
 # sequence length of each paper model in the release's label names
@@ -465,7 +466,11 @@ def llama_scenarios(quick: bool = False) -> list[Scenario]:
          Scenario("llama2_70b-prefill-2048", "llama2_70b", 1, 2048, "inf", extension=True,
                   note="measured with fewer layers; full model = measured x 80 / measured layers "
                        "(transformer blocks are identical; embedding/head counted once, a small error)")]
-    return s[:1] if quick else s
+    # one decode step after a 2048-token prompt: 1 new token attending to 2048 cached ones
+    s += [Scenario(f"{m}-decode-after-2048", m, 1, 1, "inf", extension=True, past=2048,
+                   note="one decode step on a KV cache of 2048 tokens; predicted only (no decode measurement yet)")
+          for m in ("llama2_7b", "llama2_13b", "llama2_70b")]
+    return [s[0], s[3]] if quick else s
 
 
 def parallel_scenarios() -> list[Scenario]:
@@ -554,8 +559,11 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
         rows = []
         for s in scen:
             p, why = predict_model(s.model, dev_arg if not s.gpu else s.gpu, s.batch, s.seq, s.mode, quick=quick,
-                                   **({"parallel": s.parallel, "gpus": s.gpus} if s.parallel else {}))
+                                   **({"parallel": s.parallel, "gpus": s.gpus} if s.parallel else {}),
+                                   **({"past": s.past} if s.past else {}))
             mskip = skip or (multi_gpu_skip_reason(s.gpus) if s.gpus > 1 else None)
+            if not mskip and s.past:
+                mskip = "decode-step measurement (KV cache) not implemented in this version: predicted only"
             if not mskip and s.gpus > 1:
                 mskip = "multi-GPU measurement (torch.distributed, one process per GPU) not implemented in this version"
             meas, layers = None, None

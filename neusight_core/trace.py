@@ -450,6 +450,21 @@ def _inputs(model, cfg, batch: int, seq: int, train: bool) -> dict:
     return kw
 
 
+def _filled_cache(cfg, batch: int, past: int):
+    """A transformers DynamicCache holding ``past`` tokens of meta K/V for every layer."""
+    from transformers import DynamicCache
+    if getattr(cfg, "is_encoder_decoder", False) or cfg.model_type in ("bert",):
+        raise TraceError(f"a KV cache needs a decoder-only model, not {cfg.model_type!r}")
+    heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head")
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or hidden_size(cfg) // heads
+    cache = DynamicCache(config=cfg)
+    for i in range(num_layers(cfg)):
+        k = torch.empty((batch, kv_heads, past, head_dim), device="meta")
+        cache.update(k, torch.empty_like(k), i)
+    return cache
+
+
 def build_model(cfg, mode: str | None = None):
     """The model of ``cfg`` on the meta device: FP32, eager attention, no KV cache."""
     cls = _model_class(cfg, mode)
@@ -464,7 +479,7 @@ def build_model(cfg, mode: str | None = None):
 
 
 def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
-                accumulate_grads: bool = True, authors_heads: bool = True) -> pd.DataFrame:
+                accumulate_grads: bool = True, authors_heads: bool = True, past: int = 0) -> pd.DataFrame:
     """Kernel table of one forward pass (``inf``) or forward + loss + backward (``train``).
 
     ``accumulate_grads``: in training, parameters already hold a gradient (as in the authors'
@@ -475,6 +490,11 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     ``authors_heads``: use the task heads the authors traced (see ``AUTHORS_HEADS``) instead of
     the config's ``architectures``.
 
+    ``past`` (extension, inference of decoder-only models): a KV cache already holding ``past``
+    tokens, so ``seq`` new tokens attend to ``past + seq`` keys; ``seq=1`` is one decode step.
+    The cache is filled before recording (it exists before the step); the step's own cache
+    append (a ``cat`` per layer, as HF's eager decode runs it) is recorded.
+
     The frame's ``attrs`` hold ``unclassified`` (aten op -> count), ``skipped`` (no-kernel ops),
     ``model``, ``batch``, ``seq``, ``mode``, ``num_layers`` and ``trace_s`` (wall time).
     """
@@ -483,11 +503,15 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
             raise TraceError(f"{nm} must be a positive integer, got {v!r}")
     if mode not in ("inf", "train"):
         raise TraceError(f"mode must be 'inf' or 'train', got {mode!r}")
+    if isinstance(past, bool) or not isinstance(past, (int, np.integer)) or past < 0:
+        raise TraceError(f"past must be a non-negative integer, got {past!r}")
+    if past and mode != "inf":
+        raise TraceError("a KV cache (past > 0) is for inference only")
     t0 = time.perf_counter()
     cfg = load_config(config_or_name)
     maxpos = _max_positions(cfg)
-    if maxpos is not None and seq > maxpos:
-        raise TraceError(f"seq {seq} exceeds the model's {maxpos} positions ({cfg.model_type})")
+    if maxpos is not None and seq + past > maxpos:
+        raise TraceError(f"seq {seq + past} exceeds the model's {maxpos} positions ({cfg.model_type})")
     train = mode == "train"
     model = build_model(cfg, mode if authors_heads else None)
     model.train(train)  # dropout kernels only in training (eval() makes dropout an identity)
@@ -499,6 +523,8 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     rec = _Recorder({id(p): n for n, p in params.items()})
     handles = _install_module_hooks(model, rec.module_stack)
     kw = _inputs(model, cfg, int(batch), int(seq), train)
+    if past:
+        kw.update(past_key_values=_filled_cache(cfg, int(batch), int(past)), use_cache=True)
     try:
         with torch.autograd.set_grad_enabled(train):
             if train:
@@ -539,7 +565,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     df.attrs.update(config=dict(cfg.to_dict(), name=cfg.name_or_path), hidden=hidden_size(cfg), vocab=int(getattr(cfg, "vocab_size", 0) or 0),
                     params={n: int(p.numel()) for n, p in params.items()},
                     model=cfg.name_or_path or cfg.model_type, model_class=type(model).__name__,
-                    batch=int(batch), seq=int(seq),
+                    batch=int(batch), seq=int(seq), past=int(past),
                     mode=mode, num_layers=num_layers(cfg), unclassified=dict(rec.unclassified),
                     skipped=dict(rec.skipped), scalar_queries=dict(rec.scalar_queries),
                     trace_s=time.perf_counter() - t0)

@@ -235,3 +235,17 @@ def test_trace_speed(benchmark, name, b, s, mode):
     assert time.perf_counter() - t0 < 10
     assert k.attrs["unclassified"] == {}
     assert len(k) > 1000
+
+
+def test_decode_step_on_a_kv_cache(tmp_path):
+    """One new token per sequence attending to past + 1 keys: BMMs (B*heads, 1, hd, past+1) and back."""
+    import json
+    cfg = tmp_path / "tiny_gpt2.json"
+    cfg.write_text(json.dumps(dict(TINY_GPT2, n_positions=64)))
+    k = trace.trace_model(str(cfg), B, 1, "inf", past=31)
+    assert gemms(k, "fw", "BMM") == Counter({(B * NH, 1, HD, 32): 2, (B * NH, 1, 32, HD): 2})
+    assert set(k.loc[k.op_class == "LINEAR", "M"]) == {B}       # one token per sequence
+    with pytest.raises(trace.TraceError, match="inference only"):
+        trace.trace_model(str(cfg), B, 1, "train", past=3)
+    with pytest.raises(trace.TraceError, match="positions"):
+        trace.trace_model(str(cfg), B, 8, "inf", past=60)
