@@ -66,7 +66,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import paths
+from . import paths, report
 
 PREDICTORS = ("neusight", "roofline", "habitat", "li")
 # Release folder name of each predictor (Li et al. ships as "micro").
@@ -224,12 +224,7 @@ def _per_op(gpu: str, stem: str, model: str, n_layer: int, labels: Path, preds: 
 
 def _safe_ape(label, pred) -> np.ndarray:
     """APE in %; NaN where the label is missing or 0 (no relative error exists) or pred missing."""
-    m = np.asarray(label, dtype=float)
-    p = np.asarray(pred, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.abs(m - p) / m * 100.0
-    out[~(m > 0)] = np.nan
-    return out
+    return np.atleast_1d(report.ape(label, pred, nonpositive="nan"))
 
 
 def build_index(labels_dir: str | Path | None = None, predictions_dir: str | Path | None = None,

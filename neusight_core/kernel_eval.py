@@ -80,18 +80,15 @@ def per_gpu_table(long: pd.DataFrame) -> pd.DataFrame:
 
 
 def paper_perop() -> pd.DataFrame | None:
-    """The authors' per-op table from the release (``summary/perop.csv``), same layout, or None."""
-    f = paths.summary_dir() / "perop.csv"
-    if not f.is_file():
+    """The authors' per-op table from the release (``summary/perop.csv``), same layout, or None.
+    Parsed by ``evaluation.read_authors_table`` (the one reader of the authors' summary tables)."""
+    if not (paths.summary_dir() / "perop.csv").is_file():
         return None
-    raw = pd.read_csv(f, header=None, names=range(12))   # data rows end with a trailing comma
-    # two header rows: distribution (filled right), op class; first column the predictor
-    classes = raw.iloc[1, 1:11].tolist()
-    top = [DIST[True]] * 5 + [DIST[False]] * 5
-    raw = raw.iloc[2:, :11].set_index(0)
-    raw.index.name = None
-    raw.columns = pd.MultiIndex.from_tuples(list(zip(top, classes)))
-    return raw.astype(float)
+    from neusight_core import evaluation
+    t = evaluation.read_authors_table("perop")
+    t.index.name = None
+    t.columns.names = [None, None]
+    return t.astype(float)
 
 
 def seed_study(seeds, quick: bool = False, test: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:

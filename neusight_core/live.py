@@ -498,7 +498,8 @@ def author_label(device_name: str, scenario_name: str) -> float | None:
 
 def label_gap(measured_ms, label_ms, threshold_pct: float = 15.0) -> dict:
     """Our measurement vs the authors' label for the same GPU/config; > 15 % apart = software stack differs."""
-    gap = abs(measured_ms - label_ms) / label_ms * 100 if (measured_ms is not None and label_ms) else None
+    from neusight_core import report
+    gap = float(report.ape(label_ms, measured_ms)) if (measured_ms is not None and label_ms) else None
     return {"author_label_ms": label_ms, "label_gap_pct": gap,
             "flag_stack_differs": None if gap is None else bool(gap > threshold_pct)}
 
