@@ -45,66 +45,20 @@ class DetectedDevice:
     note: str = ""
 
 
-# Identification by SM count + memory, because names alone do not tell H100 SXM/PCIe/H200 apart.
-# (sm_count, min_gb, max_gb, name contains, catalogue id)
-_RULES = [
-    (132, 120, 200, "", "NVIDIA_H200"),
-    (132, 60, 100, "", "NVIDIA_H100_80GB_HBM3"),          # SXM5, HBM3
-    (114, 60, 100, "", "NVIDIA_H100_PCIe"),
-    (108, 30, 50, "SXM", "NVIDIA_A100-SXM4-40GB"),
-    (108, 30, 50, "", "NVIDIA_A100-PCIE-40GB"),
-    (108, 60, 100, "SXM", "NVIDIA_A100-SXM4-80GB"),
-    (108, 60, 100, "", "NVIDIA_A100_80GB_PCIe"),
-    (58, 18, 30, "L4", "NVIDIA_L4"),
-    (80, 14, 40, "V100", "Tesla_V100-PCIE-32GB"),
-    (40, 12, 20, "T4", "Tesla_T4"),
-    (56, 12, 20, "P100", "Tesla_P100-PCIE-16GB"),
-    (20, 6, 10, "P4", "Tesla_P4"),
-    (142, 40, 56, "", "NVIDIA_L40S"),
-    (148, 150, 200, "", "NVIDIA_B200"),
-]
-
-
-def _catalogue_lookup(props: GpuProperties):
-    """Ask devices.device_from_properties first (the catalogue owner), else None."""
-    try:
-        from neusight_core import devices
-    except ImportError:
-        return None
-    try:
-        return devices.device_from_properties(props.name, props.total_memory_bytes, props.sm_count)
-    except Exception:  # noqa: BLE001 - an unknown GPU is not an error here
-        return None
-
-
 def identify(props: GpuProperties) -> DetectedDevice:
-    """Map faked or real device properties to the catalogue; unknown -> derived entry + warning."""
+    """Map faked or real device properties to the catalogue (``devices.device_from_properties``);
+    unknown -> an entry derived from the properties (``devices.derive_from_properties``) + a warning."""
+    from neusight_core import devices
     gb = props.total_memory_bytes / 2**30
-    dev = _catalogue_lookup(props)
+    dev = devices.device_from_properties(props.name, props.total_memory_bytes, props.sm_count)
     if dev is not None:
         return DetectedDevice(dev.name, props.name, props.sm_count, gb, True, (), dev)
-    for sm, lo, hi, contains, cid in _RULES:
-        if props.sm_count == sm and lo <= gb <= hi and contains.lower() in props.name.lower():
-            return DetectedDevice(cid, props.name, props.sm_count, gb, True, (), _get_device(cid))
-    derived, est = None, ("mem_bw_gbs", "fp32_gflops", "fp32_vec_gflops", "l2_mb", "freq_mhz", "core_per_sm", "link_gbs")
-    try:
-        from neusight_core import devices
-        derived, est = devices.derive_from_properties(props.name, props.total_memory_bytes, props.sm_count)
-        est = tuple(est) + ("link_gbs",)
-    except Exception:  # noqa: BLE001 - no catalogue (release not provisioned): detection still reports
-        pass
+    derived, est = devices.derive_from_properties(props.name, props.total_memory_bytes, props.sm_count)
+    est = tuple(est) + ("link_gbs",)
     msg = (f"unknown GPU {props.name!r} ({props.sm_count} SMs, {gb:.1f} GiB): catalogue entry derived "
            f"from its properties; estimated fields: {', '.join(est)} — predictions are indicative only")
     warnings.warn(msg, stacklevel=2)
     return DetectedDevice(f"UNKNOWN:{props.name}", props.name, props.sm_count, gb, False, est, derived, msg)
-
-
-def _get_device(cid: str):
-    try:
-        from neusight_core import devices
-        return devices.get_device(cid)
-    except Exception:  # noqa: BLE001 - catalogue module may not be there yet
-        return None
 
 
 def local_properties() -> GpuProperties | None:
