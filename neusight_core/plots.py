@@ -21,7 +21,9 @@ from . import evaluation as ev
 
 # Colours fixed per predictor so the authors' and our figures read the same way.
 PALETTE = {"Roofline": "#8c8c8c", "Habitat": "#dd8452", "Li et al.": "#55a868", "NeuSight": "#4c72b0",
-           "NeuSight (ours)": "#c44e52", "Measured": "#333333"}
+           "NeuSight (ours)": "#c44e52", "Measured": "#333333",
+           # Tier 1 recipes (recipe_eval): the authors' shipped predictions keep NeuSight's blue
+           "neusight": "#c44e52", "neusight-paper": "#8172b3", "authors": "#4c72b0"}
 
 
 def _palette(names) -> dict:

@@ -15,12 +15,12 @@ from neusight_core.predictors.base import KernelPredictor, PredictorLoadError, c
 from neusight_core.predictors.common import PredictorInputError
 from neusight_core.predictors.habitat import HabitatPredictor
 from neusight_core.predictors.li import LiPredictor
-from neusight_core.predictors.neusight import NeuSightPredictor
+from neusight_core.predictors.neusight import NeuSightPaperPredictor, NeuSightPredictor
 from neusight_core.predictors.roofline import RooflinePredictor
 
-NAMES = ("neusight", "roofline", "habitat", "li")
-REGISTRY = {"neusight": NeuSightPredictor, "roofline": RooflinePredictor, "habitat": HabitatPredictor,
-            "li": LiPredictor}
+NAMES = ("neusight", "neusight-paper", "roofline", "habitat", "li")
+REGISTRY = {"neusight": NeuSightPredictor, "neusight-paper": NeuSightPaperPredictor, "roofline": RooflinePredictor,
+            "habitat": HabitatPredictor, "li": LiPredictor}
 
 
 class UnknownPredictorError(KeyError):
@@ -34,8 +34,10 @@ def create(name: str, seed: int = 0, config: dict | None = None) -> KernelPredic
     return REGISTRY[name](config, seed=seed)
 
 
-def folder(name: str, quick: bool = False, seed: int = 0) -> Path:
-    return paths.trained_dir() / f"{name}{'-quick' if quick else ''}-seed{seed}"
+def folder(name: str, quick: bool = False, seed: int = 0, config: dict | None = None) -> Path:
+    """Where trained weights live; a config override (ablation variants) gets its own folder."""
+    tag = f"-{config_hash(name, config)[:10]}" if config else ""
+    return paths.trained_dir() / f"{name}{tag}{'-quick' if quick else ''}-seed{seed}"
 
 
 def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = None,
@@ -44,7 +46,7 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
     from neusight_core import dataset
     p = create(name, seed, config)
     train = dataset.training_data(quick=quick)
-    f = folder(name, quick, seed)
+    f = folder(name, quick, seed, config)
     want = config_hash(name, {**p.config, "seed": seed})
     meta_file = f / "meta.json"
     if not retrain and meta_file.is_file():

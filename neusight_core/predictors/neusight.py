@@ -22,6 +22,27 @@ launch / tail costs it competes with are absolute times (search g10 in hparams.y
 Tiles: the training records' own tiles in training; for prediction the tile of the nearest training
 record (``tiles.TileLookup``), so unseen GPUs never contribute a tile. MEM / UNCLASSIFIED kernels:
 bytes / bandwidth; COMM: 0 (the network model times them).
+
+Recipes. Everything above is one *recipe* (``predictors/recipes/neusight.yaml``); the class also runs
+the authors' recipe (``recipes/neusight-paper.yaml``, documented with file and line of their code in
+``docs/recipes.md``). A recipe is a config file; the switches it sets are:
+
+| key | values | meaning |
+|---|---|---|
+| ``filter`` | {class: [B, H]} | keep a vector training record only if B > b and H > h (the authors' small-kernel filter) |
+| ``inputs`` | list or {class: list} | MLP inputs, names of ``FEATURE_NAMES`` |
+| ``input_units`` | ours / authors | per-SM features in bytes, FLOPs, s (ours) or the authors' GFLOP, TFLOPS, MB, KB units (constant log2 offsets) |
+| ``normalise`` | bool | z-score the log2 inputs with the training statistics |
+| ``clip_inputs`` | bool | hold inputs inside the training range at prediction |
+| ``output_form`` | ours / authors | u = sig(g)(1 - sig(a)/waves) from 2 outputs, or sig(g) - sig(a)/waves from 3 outputs |
+| ``bandwidth_gib`` | bool | the authors' roofline counts bytes in GiB against GB/s (x 1.074 bandwidth) |
+| ``hidden``, ``layers`` | int or {class: int} | MLP width and number of linear layers |
+| ``lr``, ``batch``, ``epochs`` | number or {class: number} | training length and step |
+| ``optimizer``, ``schedule``, ``weight_decay`` | adam/adamw, onecycle/constant, float | optimiser |
+| ``loss`` | ape / smape / smape_authors / logratio | relative loss on predicted / measured |
+| ``val_fraction``, ``val_weight`` | float, none / time | held-out share for the best epoch; APE weighted by measured time |
+| ``ensemble`` | int or {class: int} | MLPs per class (different initialisation and batch order), u averaged |
+| ``tile_lookup`` | scaled / authors | tile of an unseen kernel (``tiles.TileLookup``) |
 """
 from __future__ import annotations
 
@@ -39,9 +60,15 @@ U_MIN = 1e-6
 
 FEATURE_NAMES = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per_sm_l2",
                  "wave_bytes_per_sm_mem", "tile_intensity_per_ridge", "waves", "wave_bytes_per_sm_bw")
+# The authors' inputs (neusight/Model/mlp_wave.py 212, 249) are the same ratios in other units: tile
+# GFLOP / (TFLOPS per SM) = ours x 1e3, tile MB / (GB/s per SM) = ours x 1e9 / 2^20, waves x MB /
+# (device MB per SM) = ours, waves x MB / (L2 KB per SM) = ours / 2^10. Without z-scoring these
+# constant factors shift the MLP's inputs, so the paper recipe reproduces them.
+AUTHORS_UNITS = {"tile_flops_per_sm_peak": 1e3, "tile_bytes_per_sm_bw": 1e9 / 2**20,
+                 "wave_bytes_per_sm_mem": 1.0, "wave_bytes_per_sm_l2": 2.0**-10}
 
 
-def features(kernels: pd.DataFrame, dev: dict, geo: dict, inputs=FEATURE_NAMES) -> np.ndarray:
+def features(kernels: pd.DataFrame, dev: dict, geo: dict, inputs=FEATURE_NAMES, units: str = "ours") -> np.ndarray:
     """The log2 MLP inputs of every row (see module docstring), the columns named in ``inputs``."""
     num_sm = dev["num_sm"]
     peak_sm = common.peak_gflops(kernels, dev) * 1e9 / num_sm
@@ -53,22 +80,34 @@ def features(kernels: pd.DataFrame, dev: dict, geo: dict, inputs=FEATURE_NAMES) 
     w = geo["waves"]
     f = np.stack([tf / peak_sm, tb / bw_sm, w * tb / l2_sm, w * tb / mem_sm,
                   (tf / tb) / (peak_sm / bw_sm), w, w * tb / bw_sm], axis=1)
-    return np.log2(f[:, [FEATURE_NAMES.index(i) for i in inputs]])
+    f = f[:, [FEATURE_NAMES.index(i) for i in inputs]]
+    if units == "authors":
+        f = f * np.array([AUTHORS_UNITS.get(i, 1.0) for i in inputs])
+    return np.log2(f)
 
 
-def utilisation(out: torch.Tensor, waves: torch.Tensor) -> torch.Tensor:
-    """u = sigmoid(g) * (1 - sigmoid(a) / waves), in (0, 1)."""
+def utilisation(out: torch.Tensor, waves: torch.Tensor, form: str = "ours") -> torch.Tensor:
+    """ours: u = sigmoid(g) * (1 - sigmoid(a) / waves), in (0, 1).
+    authors: u = sigmoid(o2) - sigmoid(o0) / waves (neusight/Model/mlp_wave.py 253-259), which can reach
+    zero or below; it is held at U_MIN so that a prediction stays finite and positive."""
+    if form == "authors":
+        return (torch.sigmoid(out[:, 2]) - torch.sigmoid(out[:, 0]) / waves).clamp(min=U_MIN, max=1.0)
     g, a = out[:, 0], out[:, 1]
     return (torch.sigmoid(g) * (1 - torch.sigmoid(a) / waves)).clamp(min=U_MIN, max=1.0)
 
 
+def per_class(value, cls: str):
+    """A recipe value that is either one value for every class or a {class: value} dict."""
+    return value[cls] if isinstance(value, dict) else value
+
+
 class NeuSightPredictor(KernelPredictor):
+    """Our recipe (``recipes/neusight.yaml``), chosen on the training GPUs' kernels only."""
     name = "neusight"
 
     @classmethod
     def default_config(cls) -> dict:
-        # chosen on the training GPUs' kernels only, see predictors/hparams.yaml
-        return hparams("neusight")
+        return hparams(cls.name)
 
     def __init__(self, config=None, seed=0):
         super().__init__(config, seed)
@@ -78,9 +117,23 @@ class NeuSightPredictor(KernelPredictor):
         self.tiles = TileLookup(self.config["tile_lookup"])
 
     def _net(self, cls: str):
-        h, n = self.config["hidden"], self.config["layers"]
-        return MLP(len(self._input_names(cls)), 2, h[cls] if isinstance(h, dict) else h,
-                   n[cls] if isinstance(n, dict) else n)
+        n_out = 3 if self._form == "authors" else 2
+        return MLP(len(self._input_names(cls)), n_out, per_class(self.config["hidden"], cls),
+                   per_class(self.config["layers"], cls))
+
+    @property
+    def _form(self) -> str:
+        return self.config.get("output_form", "ours")
+
+    def filter_training(self, k: pd.DataFrame) -> pd.DataFrame:
+        """The recipe's small-kernel filter: a vector record of a filtered class is kept only if its
+        B and H both exceed the thresholds (the authors' ``neusight/Dataset/collect.py`` 263-313)."""
+        flt = self.config.get("filter") or {}
+        keep = np.ones(len(k), bool)
+        for cls, (b, h) in flt.items():
+            sel = (k["op_class"] == cls).to_numpy()
+            keep &= ~sel | ((k["B"] > b) & (k["H"] > h)).to_numpy()
+        return k[keep]
 
     def _input_names(self, cls: str):
         names = self.config.get("inputs") or FEATURE_NAMES
@@ -91,11 +144,12 @@ class NeuSightPredictor(KernelPredictor):
     # ------------------------------------------------------------ training
     def fit(self, train, quick: bool = False) -> None:
         torch.manual_seed(self.seed)
-        k = train.kernels
+        k = self.filter_training(train.kernels)
         self.tiles.fit(k)
         classes = [c for c in common.MODEL_CLASSES if (k["op_class"] == c).any()]
-        epochs = {c: (self.config["quick_epochs"] if quick else self.config["epochs"][c]) for c in classes}
-        self.info = {"data_checksum": train.checksum, "quick": quick, "classes": {}}
+        epochs = {c: (self.config["quick_epochs"] if quick else per_class(self.config["epochs"], c)) for c in classes}
+        self.info = {"data_checksum": train.checksum, "quick": quick, "classes": {},
+                     "rows_before_filter": int(len(train.kernels)), "rows_after_filter": int(len(k))}
         with Timer() as t, tqdm(total=sum(epochs[c] * self._members(c) for c in classes), desc=f"train {self.name} (seed {self.seed})",
                                 unit="epoch") as bar:
             for c in classes:
@@ -107,9 +161,20 @@ class NeuSightPredictor(KernelPredictor):
 
     def _inputs(self, df: pd.DataFrame, dev: dict, tile_m, tile_k, tile):
         geo = common.geometry(df, dev, tile_m, tile_k, tile)
-        base = common.wave_roofline_ms(df, dev, geo)
+        if self.config.get("bandwidth_gib", False):
+            # the authors' roofline: bytes in GiB over GB/s (mlp_wave_mm.py 20, mlp_wave_vec.py 16)
+            base = common.wave_roofline_ms(df, {**dev, "mem_bw_gbs": dev["mem_bw_gbs"] * 2**30 / 1e9}, geo)
+        else:
+            base = common.wave_roofline_ms(df, dev, geo)
         cls = str(df["op_class"].iloc[0])      # callers pass the rows of one class
-        return features(df, dev, geo, self._input_names(cls)), geo["waves"], base
+        X = features(df, dev, geo, self._input_names(cls), self.config.get("input_units", "ours"))
+        return X, geo["waves"], base
+
+    def _scale(self, cls: str, X: np.ndarray) -> np.ndarray:
+        if not self.config.get("normalise", True):
+            return X
+        mu, sd = self.norm[cls]
+        return (X - mu) / sd
 
     def _fit_class(self, df: pd.DataFrame, cls: str, epochs: int, bar) -> dict:
         dev = common.device_arrays(df)
@@ -118,11 +183,15 @@ class NeuSightPredictor(KernelPredictor):
         mu, sd = X.mean(0), X.std(0) + 1e-6
         self.norm[cls] = (mu, sd)
         self.range[cls] = (X.min(0), X.max(0))
-        Xt = torch.tensor((X - mu) / sd, dtype=torch.float32)
+        Xt = torch.tensor(self._scale(cls, X), dtype=torch.float32)
         wt = torch.tensor(waves, dtype=torch.float32)
         # work with base / y (the roofline's ratio to the measurement) so the loss sees ratios only
         by = torch.tensor(base / y, dtype=torch.float32)
         val = split_validation(len(df), self.config["val_fraction"], self.seed)
+        # "time": validation APE weighted by the measured time, so the best epoch is the one that is
+        # right about the kernels that dominate a model's run time, not about the many tiny ones
+        vw = y if self.config.get("val_weight", "none") == "time" else None
+        form = self._form
         self.nets[cls] = []
         results = []
         for i in range(self._members(cls)):
@@ -133,15 +202,21 @@ class NeuSightPredictor(KernelPredictor):
             self.nets[cls].append(net)
 
             def ratio(idx, net=net):
-                return by[idx] / utilisation(net(Xt[idx]), wt[idx])
+                return by[idx] / utilisation(net(Xt[idx]), wt[idx], form)
 
-            results.append(train_loop(net, ratio, len(df), val, epochs, self.config["batch"], self.config["lr"],
-                                      self.config["loss"], member_seed, bar,
-                                      weight_decay=self.config["weight_decay"]))
+            results.append(train_loop(net, ratio, len(df), val, epochs, int(per_class(self.config["batch"], cls)),
+                                      float(per_class(self.config["lr"], cls)), self.config["loss"], member_seed, bar,
+                                      weight_decay=float(self.config.get("weight_decay", 0.0)),
+                                      optimizer=self.config.get("optimizer", "adam"),
+                                      schedule=self.config.get("schedule", "onecycle"), val_weight=vw))
         with torch.no_grad():
             ens = float((by[val] / self._u(cls, Xt[val], wt[val]) - 1).abs().mean() * 100) if len(val) else None
         return {"rows": len(df), "val_mape_members": [r["val_mape"] for r in results], "val_mape": ens,
-                "best_epochs": [r["best_epoch"] for r in results], "epochs": epochs}
+                "best_epochs": [r["best_epoch"] for r in results], "epochs": epochs,
+                "diverged": [r["diverged"] for r in results],
+                # validation MAPE after every epoch (member 0): with a constant learning rate the first
+                # E epochs of a run are exactly a run of E epochs, so this shows what a cut would cost
+                "val_history": [round(v, 3) for v in results[0]["history"]] if results else []}
 
     def _clip(self, cls: str, X: np.ndarray) -> np.ndarray:
         """With ``clip_inputs``, hold MLP inputs inside the training range: an unseen GPU far outside
@@ -160,7 +235,7 @@ class NeuSightPredictor(KernelPredictor):
 
     def _u(self, cls: str, X: torch.Tensor, waves: torch.Tensor) -> torch.Tensor:
         """Ensemble utilisation: the mean of the members' u (each in (0, 1], so the mean is too)."""
-        return torch.stack([utilisation(net(X), waves) for net in self.nets[cls]]).mean(0)
+        return torch.stack([utilisation(net(X), waves, self._form) for net in self.nets[cls]]).mean(0)
 
     # ------------------------------------------------------------ prediction
     def utilisation(self, kernels: pd.DataFrame, device) -> np.ndarray:
@@ -175,10 +250,9 @@ class NeuSightPredictor(KernelPredictor):
                 continue
             d = {k: v[rows] for k, v in dev.items()}
             X, waves, _ = self._inputs(kernels.iloc[rows], d, tm[rows], tk[rows], t[rows])
-            mu, sd = self.norm[cls]
             X = self._clip(cls, X)
             with torch.no_grad():
-                u = self._u(cls, torch.tensor((X - mu) / sd, dtype=torch.float32),
+                u = self._u(cls, torch.tensor(self._scale(cls, X), dtype=torch.float32),
                             torch.tensor(waves, dtype=torch.float32))
             out[rows] = u.double().numpy()
         return out
@@ -196,10 +270,9 @@ class NeuSightPredictor(KernelPredictor):
                 out[rows] = common.roofline_ms(sub, d)
                 continue
             X, waves, base = self._inputs(sub, d, tm[rows], tk[rows], t[rows])
-            mu, sd = self.norm[cls]
             X = self._clip(cls, X)
             with torch.no_grad():
-                u = self._u(cls, torch.tensor((X - mu) / sd, dtype=torch.float32),
+                u = self._u(cls, torch.tensor(self._scale(cls, X), dtype=torch.float32),
                             torch.tensor(waves, dtype=torch.float32)).double().numpy()
             out[rows] = base / u
         return out
@@ -223,3 +296,8 @@ class NeuSightPredictor(KernelPredictor):
         self.norm = {c: (np.asarray(v["mu"]), np.asarray(v["sd"])) for c, v in state["norm"].items()}
         self.range = {c: (np.asarray(v["lo"]), np.asarray(v["hi"])) for c, v in state.get("range", {}).items()}
         self.tiles = TileLookup.from_state(state["tiles"])
+
+
+class NeuSightPaperPredictor(NeuSightPredictor):
+    """The authors' recipe as their code runs it (``recipes/neusight-paper.yaml``, docs/recipes.md)."""
+    name = "neusight-paper"

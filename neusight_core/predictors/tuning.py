@@ -38,8 +38,13 @@ def logo_scores(make_predictor, train: TrainingData, classes, folds=None) -> pd.
         # the held-out GPU is predicted as an unseen GPU: its tiles come from the lookup
         pred = p.predict(val.drop(columns=["tile_m", "tile_k", "tile"]), held)
         ape = report.ape(val["latency_ms"], pred)
-        for cls, a in pd.Series(ape).groupby(val["op_class"].to_numpy()):
-            rows.append({"held_out": held, "op_class": cls, "mape": float(a.mean())})
+        y = val["latency_ms"].to_numpy(float)
+        for cls, idx in pd.Series(np.arange(len(val))).groupby(val["op_class"].to_numpy()):
+            i = idx.to_numpy()
+            # wmape: APE weighted by the measured time, i.e. the relative error of the summed time of
+            # these kernels -- what matters when a model's time is dominated by its large kernels
+            rows.append({"held_out": held, "op_class": cls, "mape": float(ape[i].mean()),
+                         "wmape": float((ape[i] * y[i]).sum() / y[i].sum())})
     return pd.DataFrame(rows)
 
 
@@ -53,6 +58,36 @@ def grid_search(make, grid: dict, classes, folds=None, quick: bool = False) -> p
         cfg = dict(zip(keys, combo))
         s = logo_scores(lambda: make(cfg), train, classes, folds)
         for cls, g in s.groupby("op_class"):
-            out.append({**cfg, "op_class": cls, "logo_mape": g["mape"].mean(),
+            out.append({**cfg, "op_class": cls, "logo_mape": g["mape"].mean(), "logo_wmape": g["wmape"].mean(),
                         **{f"held_{h}": m for h, m in zip(g["held_out"], g["mape"])}})
     return pd.DataFrame(out)
+
+
+def main(argv=None) -> int:
+    """``python -m neusight_core.predictors.tuning --base neusight --classes BMM LINEAR --seeds 0 1
+    --try '{"hidden": 64}' '{"layers": 4}'``: LOGO scores of each override of a recipe (training GPUs
+    only), one line per (override, seed, class), for the search log in hparams.yaml."""
+    import argparse
+    import json
+
+    from neusight_core import predictors as P
+    ap = argparse.ArgumentParser(prog="python -m neusight_core.predictors.tuning")
+    ap.add_argument("--base", default="neusight", help="recipe the overrides start from")
+    ap.add_argument("--classes", nargs="+", required=True)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--try", dest="tries", nargs="+", default=["{}"], help="JSON config overrides")
+    a = ap.parse_args(argv)
+    train = dataset.training_data()
+    for t in a.tries:
+        over = json.loads(t)
+        for seed in a.seeds:
+            s = logo_scores(lambda: P.create(a.base, seed, over), train, a.classes)
+            for cls, g in s.groupby("op_class"):
+                held = " ".join(f"{h.split('_')[-1][:9]}={m:.1f}" for h, m in zip(g["held_out"], g["mape"]))
+                print(f"{a.base} {t} seed={seed} {cls}: logo_mape={g['mape'].mean():.1f} "
+                      f"logo_wmape={g['wmape'].mean():.1f} | {held}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
