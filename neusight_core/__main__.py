@@ -15,6 +15,9 @@ import json
 import sys
 from pathlib import Path
 
+# = predictors.NAMES (kept here so that the parser does not import torch; a test checks they agree)
+PREDICTORS = ("neusight", "neusight-paper", "roofline", "habitat", "li")
+
 
 def _models() -> list[tuple[str, str]]:
     """(name, source) of every model config the tracer knows by name."""
@@ -48,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--micro-batches", type=int, default=1, help="PP micro-batches (default 1)")
     p.add_argument("--past", type=int, default=0,
                    help="inference on a KV cache of this many tokens (extension; --seq 1 = one decode step)")
-    p.add_argument("--predictor", default="neusight", choices=("neusight", "roofline", "habitat", "li"))
+    p.add_argument("--predictor", default="neusight", choices=PREDICTORS,
+                   help="neusight (our recipe), neusight-paper (the authors' recipe, docs/recipes.md) or a baseline")
     p.add_argument("--quick", action="store_true", help="use (or train) the quick predictors")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     sub.add_parser("devices", help="list the GPUs in the catalogue")

@@ -71,7 +71,8 @@ from . import paths, report
 PREDICTORS = ("neusight", "roofline", "habitat", "li")
 # Release folder name of each predictor (Li et al. ships as "micro").
 RELEASE_PREDICTOR_DIR = {"neusight": "neusight", "roofline": "roofline", "habitat": "habitat", "li": "micro"}
-PREDICTOR_DISPLAY = {"roofline": "Roofline", "habitat": "Habitat", "li": "Li et al.", "neusight": "NeuSight"}
+PREDICTOR_DISPLAY = {"roofline": "Roofline", "habitat": "Habitat", "li": "Li et al.", "neusight": "NeuSight",
+                     "neusight-paper": "NeuSight (authors' recipe)"}
 # Row order of the authors' figures.
 FIGURE_PREDICTORS = {"roofline": "Roofline", "habitat": "Habitat", "li": "Li et al.", "neusight": "NeuSight"}
 
@@ -288,7 +289,7 @@ def build_index(labels_dir: str | Path | None = None, predictions_dir: str | Pat
 def _add_apes(df: pd.DataFrame) -> pd.DataFrame:
     """(Re)compute every ape_* column from the label and pred_* columns present."""
     df = df.copy()
-    for col in [c for c in df.columns if re.fullmatch(r"pred_[a-z0-9]+_ms", c)]:
+    for col in [c for c in df.columns if re.fullmatch(r"pred_[a-z0-9-]+_ms", c)]:
         p = col[len("pred_"):-len("_ms")]
         df[f"ape_{p}"] = _safe_ape(df["label_e2e_ms"], df[col])
         for op in OP_CLASSES:

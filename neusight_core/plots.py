@@ -23,7 +23,8 @@ from . import evaluation as ev
 PALETTE = {"Roofline": "#8c8c8c", "Habitat": "#dd8452", "Li et al.": "#55a868", "NeuSight": "#4c72b0",
            "NeuSight (ours)": "#c44e52", "Measured": "#333333",
            # Tier 1 recipes (recipe_eval): the authors' shipped predictions keep NeuSight's blue
-           "neusight": "#c44e52", "neusight-paper": "#8172b3", "authors": "#4c72b0"}
+           "neusight": "#c44e52", "neusight-paper": "#8172b3", "authors": "#4c72b0",
+           "NeuSight (authors' recipe)": "#8172b3"}
 
 
 def _palette(names) -> dict:

@@ -338,3 +338,30 @@ def plot_ablation(table: pd.DataFrame, groups=HEADLINE_GROUPS[:3], title: str = 
     fig.suptitle(title or "Ablation: the authors' recipe with one difference switched to ours")
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- epoch cut of the authors' recipe
+def epoch_cut_table(meta: dict, cuts=(5, 10, 15, 20, 25, 30, 40, 50)) -> pd.DataFrame:
+    """From one run's ``meta.json`` (``info.classes.<cls>.val_history``, validation MAPE after every
+    epoch): the best validation MAPE within the first E epochs against the best of the whole run, per
+    class. With a constant learning rate the first E epochs of a run are exactly an E-epoch run."""
+    rows = []
+    for cls, info in meta["info"]["classes"].items():
+        h = np.asarray(info.get("val_history", []), float)
+        if not len(h):
+            continue
+        full = float(np.nanmin(h))
+        row = {"op_class": cls, "epochs_run": len(h), "best_all": full, "best_epoch": int(np.nanargmin(h))}
+        for e in cuts:
+            if e <= len(h):
+                row[f"best_first_{e}"] = float(np.nanmin(h[:e]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def smallest_cut(table: pd.DataFrame, points: float = 1.0) -> int | None:
+    """The smallest E whose best validation MAPE is within ``points`` of the whole run, for every class."""
+    for c in [c for c in table.columns if c.startswith("best_first_")]:
+        if ((table[c] - table["best_all"]) <= points).all():
+            return int(c.rsplit("_", 1)[1])
+    return None

@@ -150,3 +150,8 @@ def test_ablation_table_shape():
     assert t.shape == (3, 1 + 3 * len(R.HEADLINE_GROUPS[:3]))
     g = R.HEADLINE_GROUPS[0]
     assert list(t[f"{g} vs base"]) == [0.0, -2.0, 2.0] and t.loc[1, f"{g} min-max"] == "8.0-9.0"
+
+
+def test_cli_offers_every_predictor():
+    from neusight_core import __main__ as cli
+    assert tuple(cli.PREDICTORS) == tuple(P.NAMES)

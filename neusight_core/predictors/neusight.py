@@ -210,8 +210,12 @@ class NeuSightPredictor(KernelPredictor):
                                       optimizer=self.config.get("optimizer", "adam"),
                                       schedule=self.config.get("schedule", "onecycle"), val_weight=vw))
         with torch.no_grad():
-            ens = float((by[val] / self._u(cls, Xt[val], wt[val]) - 1).abs().mean() * 100) if len(val) else None
+            ape = (by[val] / self._u(cls, Xt[val], wt[val]) - 1).abs().double().numpy() * 100 if len(val) else None
+        ens = float(ape.mean()) if ape is not None else None
+        # the same, weighted by measured time (the large kernels that dominate a model's run time)
+        ens_w = float((ape * y[val]).sum() / y[val].sum()) if ape is not None else None
         return {"rows": len(df), "val_mape_members": [r["val_mape"] for r in results], "val_mape": ens,
+                "val_wmape": ens_w,
                 "best_epochs": [r["best_epoch"] for r in results], "epochs": epochs,
                 "diverged": [r["diverged"] for r in results],
                 # validation MAPE after every epoch (member 0): with a constant learning rate the first

@@ -76,11 +76,21 @@ def main(argv=None) -> int:
     ap.add_argument("--classes", nargs="+", required=True)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--try", dest="tries", nargs="+", default=["{}"], help="JSON config overrides")
+    ap.add_argument("--random", action="store_true",
+                    help="also train on all five GPUs and report the random-split validation MAPE")
     a = ap.parse_args(argv)
     train = dataset.training_data()
+    sub = TrainingData(train.kernels[train.kernels["op_class"].isin(a.classes)].reset_index(drop=True),
+                       train.checksum, train.devices)
     for t in a.tries:
         over = json.loads(t)
         for seed in a.seeds:
+            if a.random:
+                p = P.create(a.base, seed, over)
+                p.fit(sub)
+                for cls, i in p.info["classes"].items():
+                    print(f"{a.base} {t} seed={seed} {cls}: random_val_mape={i['val_mape']:.1f} "
+                          f"random_val_wmape={i['val_wmape']:.1f} train_s={p.info['train_seconds']:.0f}", flush=True)
             s = logo_scores(lambda: P.create(a.base, seed, over), train, a.classes)
             for cls, g in s.groupby("op_class"):
                 held = " ".join(f"{h.split('_')[-1][:9]}={m:.1f}" for h, m in zip(g["held_out"], g["mape"]))
