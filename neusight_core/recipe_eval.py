@@ -278,8 +278,11 @@ def _variant(base_pred, overrides: dict):
     return p
 
 
-def train_ablation(seeds=(0, 1), epochs: int | None = None, quick: bool = False) -> tuple[dict, pd.DataFrame]:
-    """Train (or load) every ablation row for every seed: ({(row, seed): predictor}, training-time frame)."""
+def train_ablation(seeds=(0, 1), epochs: int | None = None, quick: bool = False,
+                   rows: int | None = None) -> tuple[dict, pd.DataFrame]:
+    """Train (or load) every ablation row for every seed: ({(row, seed): predictor}, training-time frame).
+    ``rows``: every row (the base and our recipe included) trains on the same random subset of that many
+    records per op class (CPU budget), so rows compare with each other, not with the full recipes."""
     import yaml
 
     from neusight_core.predictors.base import RECIPES_DIR
@@ -292,12 +295,12 @@ def train_ablation(seeds=(0, 1), epochs: int | None = None, quick: bool = False)
             t0 = time.perf_counter()
             train_keys = {k: v for k, v in over.items() if k not in PREDICTION_ONLY}
             if name.startswith("all = "):
-                p = P.get(name.split("= ", 1)[1], quick=quick, seed=int(seed))
+                p = P.get(name.split("= ", 1)[1], quick=quick, seed=int(seed), rows=rows)
             elif train_keys == base_over and set(over) - set(train_keys):
-                b = P.get(base_name, quick=quick, seed=int(seed), config=base_over or None)
+                b = P.get(base_name, quick=quick, seed=int(seed), config=base_over or None, rows=rows)
                 p = _variant(b, {k: over[k] for k in over if k in PREDICTION_ONLY})
             else:
-                p = P.get(base_name, quick=quick, seed=int(seed), config=over or None)
+                p = P.get(base_name, quick=quick, seed=int(seed), config=over or None, rows=rows)
             trained[(name, int(seed))] = p
             rows.append({"row": name, "seed": int(seed), "train_s": p.info.get("train_seconds", np.nan),
                          "this_call_s": time.perf_counter() - t0})

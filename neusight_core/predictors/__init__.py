@@ -34,19 +34,28 @@ def create(name: str, seed: int = 0, config: dict | None = None) -> KernelPredic
     return REGISTRY[name](config, seed=seed)
 
 
-def folder(name: str, quick: bool = False, seed: int = 0, config: dict | None = None) -> Path:
-    """Where trained weights live; a config override (ablation variants) gets its own folder."""
+def folder(name: str, quick: bool = False, seed: int = 0, config: dict | None = None,
+           rows: int | None = None) -> Path:
+    """Where trained weights live; a config override (ablation variants) or a training subset of
+    ``rows`` records per class gets its own folder."""
     tag = f"-{config_hash(name, config)[:10]}" if config else ""
-    return paths.trained_dir() / f"{name}{tag}{'-quick' if quick else ''}-seed{seed}"
+    sub = f"-rows{int(rows)}" if rows else ""
+    return paths.trained_dir() / f"{name}{tag}{sub}{'-quick' if quick else ''}-seed{seed}"
 
 
 def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = None,
-        retrain: bool = False) -> KernelPredictor:
-    """Load trained weights if config + data checksum are unchanged, else train and save."""
+        retrain: bool = False, rows: int | None = None) -> KernelPredictor:
+    """Load trained weights if config + data checksum are unchanged, else train and save.
+
+    ``rows``: train on a fixed random subset of that many records per op class, with the recipe's
+    own epochs (the ablation's CPU budget); ``quick`` uses the quick subset and the quick epochs."""
     from neusight_core import dataset
     p = create(name, seed, config)
-    train = dataset.training_data(quick=quick)
-    f = folder(name, quick, seed, config)
+    if rows and not quick:
+        train = dataset.training_data(quick=True, quick_rows=int(rows))
+    else:
+        train = dataset.training_data(quick=quick)
+    f = folder(name, quick, seed, config, rows if not quick else None)
     want = config_hash(name, {**p.config, "seed": seed})
     meta_file = f / "meta.json"
     if not retrain and meta_file.is_file():

@@ -39,7 +39,7 @@ the authors' recipe (``recipes/neusight-paper.yaml``, documented with file and l
 | ``hidden``, ``layers`` | int or {class: int} | MLP width and number of linear layers |
 | ``lr``, ``batch``, ``epochs`` | number or {class: number} | training length and step |
 | ``optimizer``, ``schedule``, ``weight_decay`` | adam/adamw, onecycle/constant, float | optimiser |
-| ``loss`` | ape / smape / smape_authors / logratio | relative loss on predicted / measured |
+| ``loss`` | ape / smape / smape_authors / logratio, or {class: loss} | relative loss on predicted / measured |
 | ``val_fraction``, ``val_weight`` | float, none / time | held-out share for the best epoch; APE weighted by measured time |
 | ``ensemble`` | int or {class: int} | MLPs per class (different initialisation and batch order), u averaged |
 | ``tile_lookup`` | scaled / authors | tile of an unseen kernel (``tiles.TileLookup``) |
@@ -205,7 +205,8 @@ class NeuSightPredictor(KernelPredictor):
                 return by[idx] / utilisation(net(Xt[idx]), wt[idx], form)
 
             results.append(train_loop(net, ratio, len(df), val, epochs, int(per_class(self.config["batch"], cls)),
-                                      float(per_class(self.config["lr"], cls)), self.config["loss"], member_seed, bar,
+                                      float(per_class(self.config["lr"], cls)), per_class(self.config["loss"], cls),
+                                      member_seed, bar,
                                       weight_decay=float(self.config.get("weight_decay", 0.0)),
                                       optimizer=self.config.get("optimizer", "adam"),
                                       schedule=self.config.get("schedule", "onecycle"), val_weight=vw))
