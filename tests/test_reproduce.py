@@ -123,3 +123,11 @@ def test_notebook_04_quick(run_notebook):
     assert (out / "figures" / "nvidia_inf_ours.png").exists()
     assert metrics["prediction_time_s"]["warm"] < metrics["prediction_time_s"]["cold"]
     assert "Tier 1" in (out / "summary.md").read_text()
+    # Tier 1 fidelity: both recipes over seeds, claims per recipe, ablation table
+    assert set(metrics["claims_per_recipe"]) == {"neusight", "neusight-paper"}
+    assert len(metrics["seeds"]) == 2
+    per_seed = pd.read_csv(out / "tables" / "mape_per_seed.csv")
+    assert set(per_seed[per_seed.predictor == "neusight-paper"]["seed"]) == {0, 1}
+    assert (out / "figures" / "recipes_per_gpu.png").exists() and (out / "figures" / "ablation.png").exists()
+    abl = pd.read_csv(out / "tables" / "ablation.csv")
+    assert abl["row"].iloc[0] == "neusight-paper (base)" and abl["row"].iloc[-1] == "all = neusight"
