@@ -184,13 +184,14 @@ class Family:
         self.ok = True
 
     # -------------------------------------------------------------- evaluating
-    def _eval(self, points, values=None, nan=None) -> np.ndarray:
+    def _eval(self, points, values=None, nan=None, integral=None) -> np.ndarray:
         """(P, n, c) derived numeric cells at the points."""
         values = self.values if values is None else values
         nan = self.nan if nan is None else nan
+        integral = self.integral if integral is None else integral
         W = _weights(points, self.sample_b)                              # (P, 6)
         v = np.tensordot(W, values, axes=(1, 0))                         # (P, n, c)
-        v = np.where(self.integral, np.rint(v), v).astype(float)
+        v = np.where(integral, np.rint(v), v).astype(float)
         v[:, nan] = np.nan
         return v
 
@@ -310,7 +311,8 @@ class Family:
         first = pd.Series(np.arange(n)).groupby(gid).first().to_numpy()
         base_count = self.values[0, :, cnt_j].astype(float) if cnt_j is not None else np.ones(n)
         launches = np.bincount(gid, weights=mult * base_count)
-        v = self._eval(points, self.values[:, first][:, :, num_j], self.nan[first][:, num_j])   # (P, u, c')
+        v = self._eval(points, self.values[:, first][:, :, num_j], self.nan[first][:, num_j],
+                       self.integral[num_j])                          # (P, u, c')
         P, u = v.shape[0], v.shape[1]
         out = pd.DataFrame({c: np.tile(self.struct[c].to_numpy()[first], P) for c in keep_s})
         for k, j in enumerate(num_j):
