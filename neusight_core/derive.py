@@ -113,6 +113,7 @@ class Family:
     def __init__(self, model, mode: str = "inf", batch_one: bool = False, **trace_kw):
         t0 = time.perf_counter()
         self.model, self.mode, self.trace_kw = model, mode, dict(trace_kw)
+        self.max_positions = None
         self.sample_b = SAMPLE_B1 if batch_one else SAMPLE_B
         self.check_point = (1 if batch_one else 3, CHECK_S)
         self.content = trace_cache.config_content(model)
@@ -125,6 +126,7 @@ class Family:
         self.reduced = L > REDUCED_LAYERS + 1
         maxpos = next((self.content[k] for k in ("n_positions", "max_position_embeddings")
                        if isinstance(self.content.get(k), int)), None)
+        self.max_positions = maxpos
         if maxpos is not None and maxpos < CHECK_S:
             self.reason = f"not derived: the model has only {maxpos} positions"
             return
@@ -364,6 +366,8 @@ def family_for(model, batch: int, seq: int, mode: str = "inf", **trace_kw) -> Fa
     if seq < MIN_SEQ:
         return None
     fam = family(model, mode, batch_one=int(batch) == 1, **trace_kw)
+    if fam.max_positions is not None and seq + int(trace_kw.get("past", 0) or 0) > fam.max_positions:
+        return None                    # the real tracer says why it cannot run
     return fam if fam.ok else None
 
 
