@@ -32,12 +32,17 @@ def cache_dir(tmp_path_factory, release_root):
 CATALOGUE = sorted(trace.available_configs()) if paths.model_configs_dir().is_dir() else []
 # (batch, seq, mode) points: batch 1 and batch >= 2 are separate families; seqs outside the samples
 POINTS = [(1, 96, "inf"), (3, 256, "inf"), (2, 160, "train")]
+# the largest configs repeat the architecture of a smaller one that is checked in training (gpt3_27,
+# llama2_7b): inference points only, to keep the test time small
+INF_ONLY = {"gpt3_13", "gpt3_67", "llama2_13b", "llama2_70b"}
 
 
 @pytest.mark.parametrize("model", CATALOGUE)
 def test_derived_tables_equal_real_traces_kernel_by_kernel(cache_dir, model):
     derived_any = False
     for b, s, mode in POINTS:
+        if mode == "train" and model in INF_ONLY:
+            continue
         real = trace.trace_model(model, b, s, mode)
         fam = derive.family_for(model, b, s, mode, past=0)
         got = derive.derived_or_traced(model, b, s, mode, past=0)
