@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -35,13 +36,15 @@ def first_result(model, b, s, mode, cache, quick) -> float:
     """Wall time of `python -m neusight_core predict ...` in a new process."""
     cmd = [sys.executable, "-m", "neusight_core", "predict", "--model", model, "--device", "H100",
            "--batch", str(b), "--seq", str(s), "--mode", mode] + (["--quick"] if quick else [])
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "NEUSIGHT_TRACE_CACHE": str(cache)})
     dt = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode:
         raise SystemExit(f"predict failed: {r.stderr.strip().splitlines()[-1]}")
-    return dt
+    return dt, (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
 
 
 def sweep_time(n_target: int, cache: Path, quick: bool) -> dict:
@@ -96,21 +99,22 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="100,1200,10000")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
-    res: dict = {"quick": a.quick}
+    res: dict = {"quick": a.quick, "loadavg_start": os.getloadavg()}
+    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall times inflate when > 0)")
     with tempfile.TemporaryDirectory(prefix="neusight-trace-cache-") as tmp:
         tmp = Path(tmp)
         if not a.skip_first:
             from neusight_core import predictors
             predictors.get("neusight", quick=a.quick)
             print("new process -> first result (H100, neusight):")
-            print(f"  {'workload':28s} {'miss s':>7s} {'hit s':>7s}   authors' code (issue 10)")
+            print(f"  {'workload':28s} {'miss s':>7s} {'hit s':>7s}  (CPU s: miss / hit)   authors' code (issue 10)")
             for i, (m, b, s, mode) in enumerate(FIRST):
                 cache = tmp / f"first{i}"
-                miss = first_result(m, b, s, mode, cache, a.quick)
-                hit = min(first_result(m, b, s, mode, cache, a.quick) for _ in range(2))
+                miss, miss_cpu = first_result(m, b, s, mode, cache, a.quick)
+                hit, hit_cpu = min(first_result(m, b, s, mode, cache, a.quick) for _ in range(2))
                 name = f"{m} {mode} b{b} s{s}"
-                res[name] = {"miss_s": miss, "hit_s": hit}
-                print(f"  {name:28s} {miss:7.2f} {hit:7.2f}   {AUTHORS[name]}"
+                res[name] = {"miss_s": miss, "hit_s": hit, "miss_cpu_s": miss_cpu, "hit_cpu_s": hit_cpu}
+                print(f"  {name:28s} {miss:7.2f} {hit:7.2f}  ({miss_cpu:.2f} / {hit_cpu:.2f})   {AUTHORS[name]}"
                       f"   [targets: miss <= {TARGETS['miss']} s, hit <= {TARGETS['hit']} s]", flush=True)
         print("sweeps, cold trace cache, neusight predictor:")
         for n in [int(x) for x in a.sizes.split(",")]:
@@ -126,6 +130,8 @@ def main(argv=None) -> int:
             print(f"all {r['configs']} labelled configurations x {len(r['predictors'])} predictors: "
                   f"cold {r['cold_s']:.1f} s, warm {r['warm_s']:.1f} s ({r['errors']} with an error)"
                   f"   [target warm <= {TARGETS['labelled']} s; before: 80 s (186 s loaded)]")
+    res["loadavg_end"] = os.getloadavg()
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
     if a.json:
         a.json.write_text(json.dumps(res, indent=2, default=str))
     return 0

@@ -205,6 +205,8 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     parts: list[pd.DataFrame] = []
     fam_points: dict[int, tuple] = {}     # id(family) -> (family, [(tab, b, s)])
     real: list[tuple[int, tuple]] = []
+    t0 = time.perf_counter()
+    bar = tqdm(total=len(keys), desc="kernel tables", disable=not progress, leave=False)
     for key, t in keys.items():
         model, b, s, mode, past, fusion, plan, g, mb = key
         fam = None
@@ -217,15 +219,13 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
             fam_points.setdefault(id(fam), (fam, []))[1].append((t, b, s))
         else:
             real.append((t, key))
-    bar = tqdm(total=len(fam_points) + len(real), desc="kernel tables", disable=not progress, leave=False)
-    t0 = time.perf_counter()
     for fam, pts in fam_points.values():
         c = fam.compact([(b, s) for _, b, s in pts])
         c["_tab"] = np.asarray([t for t, _, _ in pts])[c.pop("_point").to_numpy()]
         parts.append(c)
         for t, _, _ in pts:
             tab_derived[t] = True
-        bar.update()
+        bar.update(len(pts))
     for t, key in real:
         model, b, s, mode, past, fusion, plan, g, mb = key
         try:
