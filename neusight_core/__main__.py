@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="neusight (our recipe), neusight-paper (the authors' recipe, docs/recipes.md) or a baseline")
     p.add_argument("--quick", action="store_true", help="use (or train) the quick predictors")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _add_sweep_parser(sub)
     sub.add_parser("devices", help="list the GPUs in the catalogue")
     sub.add_parser("models", help="list the model configs known by name")
     return ap
@@ -89,11 +90,69 @@ def _predict(a) -> int:
     return 0
 
 
+def _add_sweep_parser(sub) -> None:
+    """``sweep``: the product of comma-separated lists, one CSV row per configuration x predictor."""
+    from neusight_core import predictors as _pred
+    p = sub.add_parser("sweep", help="predict many configurations (comma-separated lists) into a CSV")
+    p.add_argument("--model", required=True, help="model name(s) or config path(s), comma-separated")
+    p.add_argument("--device", required=True, help="GPU name(s), comma-separated")
+    p.add_argument("--batch", required=True, help="batch size(s), e.g. 1,2,4,8")
+    p.add_argument("--seq", required=True, help="sequence length(s), e.g. 512,1024")
+    p.add_argument("--mode", default="inf", help="inf, train or inf,train")
+    p.add_argument("--fusion", action="store_true")
+    p.add_argument("--parallel", default=None, help="dp, tp or pp (comma-separated for several)")
+    p.add_argument("--gpus", default=None, help="GPUs for --parallel (default 4)")
+    p.add_argument("--link-gbs", type=float, default=None)
+    p.add_argument("--micro-batches", type=int, default=1)
+    p.add_argument("--predictor", default="neusight",
+                   help=f"predictor(s), comma-separated, of: {', '.join(_pred.NAMES)}")
+    p.add_argument("--seed", default="0", help="predictor seed(s), comma-separated")
+    p.add_argument("--quick", action="store_true", help="use (or train) the quick predictors")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--out", required=True, help="CSV file to write")
+
+
+def _sweep(a) -> int:
+    from neusight_core import predictors as _pred
+    from neusight_core import sweep
+
+    def ints(s, what):
+        try:
+            return [int(x) for x in str(s).split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"--{what} takes comma-separated integers, got {s!r}") from None
+
+    names = [x.strip() for x in a.predictor.split(",") if x.strip()]
+    unknown = [x for x in names if x not in _pred.NAMES]
+    if unknown:
+        raise ValueError(f"unknown predictor(s) {', '.join(unknown)}; choose from {', '.join(_pred.NAMES)}")
+    modes = [x.strip() for x in a.mode.split(",") if x.strip()]
+    plans = [x.strip() for x in a.parallel.split(",")] if a.parallel else [None]
+    out = Path(a.out)
+    if out.parent and not out.parent.exists():
+        raise ValueError(f"folder of --out does not exist: {out.parent}")
+    df = sweep.sweep([x.strip() for x in a.model.split(",") if x.strip()],
+                     [x.strip() for x in a.device.split(",") if x.strip()],
+                     ints(a.batch, "batch"), ints(a.seq, "seq"), modes, predictors=names,
+                     seeds=ints(a.seed, "seed"), quick=a.quick, progress=not a.no_progress,
+                     fusion=a.fusion, parallel=plans, gpus=ints(a.gpus, "gpus") if a.gpus else None,
+                     micro_batches=a.micro_batches, link_gbs=a.link_gbs)
+    tmp = out.with_name(out.name + ".tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(out)
+    bad = int((df["error"] != "").sum())
+    print(f"{len(df)} rows ({bad} with an error) -> {out}; tables {df.attrs['tables_s']:.1f} s, "
+          f"total {df.attrs['total_s']:.1f} s")
+    return 0
+
+
 def main(argv=None) -> int:
     a = _parser().parse_args(argv)
     try:
         if a.cmd == "predict":
             return _predict(a)
+        if a.cmd == "sweep":
+            return _sweep(a)
         if a.cmd == "devices":
             from neusight_core import devices
             import pandas as pd

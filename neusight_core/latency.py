@@ -39,12 +39,14 @@ class LatencyInputError(ValueError):
 
 @functools.lru_cache(maxsize=64)
 def _trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0) -> pd.DataFrame:
-    from neusight_core import trace
-    return trace.trace_model(model, batch, seq, mode, past=past)
+    # on disk across processes (trace_cache: keyed by config content, arguments and versions; a hit
+    # does not import transformers), and in memory within the process
+    from neusight_core import trace_cache
+    return trace_cache.trace(model, batch, seq, mode, past=past)
 
 
 def trace(model, batch: int, seq: int, mode: str, past: int = 0) -> pd.DataFrame:
-    """Kernel table of a model; traces of named models are cached (warm predictions skip tracing)."""
+    """Kernel table of a model; traces of named models are cached on disk and per process."""
     if isinstance(model, (str, Path)):
         return _trace_cached(str(model), int(batch), int(seq), mode, int(past)).copy()
     from neusight_core import trace as _trace

@@ -47,39 +47,88 @@ def option_kwargs(option: str) -> dict:
 
 
 def predict_configs(index: pd.DataFrame, predictors=PREDICTORS,
-                    quick: bool = False, progress: bool = True) -> pd.DataFrame:
-    """Predict every row of ``index`` with each predictor; never fills in a number it did not compute."""
-    from tqdm.auto import tqdm
+                    quick: bool = False, progress: bool = True, seeds=(0,)) -> pd.DataFrame:
+    """Predict every row of ``index`` with each predictor; never fills in a number it did not compute.
+
+    Runs as one sweep (``sweep.run``): kernel tables derived or taken from the trace cache, one
+    predictor call per predictor x seed over all configurations. ``ours_<p>_*`` columns hold the first
+    seed of ``seeds``; with more seeds, ``ours_<p>_s<seed>_ms`` / ``ours_<p>_s<seed>_ape`` are added for
+    every seed. ``ours_wall_s`` is the sweep's wall time divided by the number of configurations.
+    ``sweep_configs`` gives the tidy sweep frame itself.
+    """
+    long, bad, wall = _sweep(index, predictors, seeds, quick, progress)
+    return _spread(index, long, bad, wall, predictors, seeds)
+
+
+def sweep_configs(index: pd.DataFrame, predictors=PREDICTORS, quick: bool = False, progress: bool = True,
+                  seeds=(0,)) -> pd.DataFrame:
+    """The tidy sweep frame of the labelled configurations (``sweep.run`` columns, one row per
+    configuration x predictor x seed) with the index's ``gpu``, ``config``, ``option`` and
+    ``label_e2e_ms`` beside it and ``ape`` (ours against the label)."""
+    long, bad, _ = _sweep(index, predictors, seeds, quick, progress)
+    idx = index.reset_index(drop=True)
+    reps = len(long) // max(len(idx), 1)
+    extra = pd.concat([idx[["gpu", "config", "option", "label_e2e_ms"]]] * reps, ignore_index=True)
+    out = pd.concat([extra, long.drop(columns=[]).reset_index(drop=True)], axis=1)
+    out["error"] = [b or e for b, e in zip(bad * reps, out["error"])]
+    out["ape"] = ape(out["label_e2e_ms"], out["e2e_ms"].where(out["error"] == ""))
+    return out
+
+
+def _sweep(index, predictors, seeds, quick, progress):
+    from neusight_core import sweep
+    n = len(index)
+    rows, bad = [], [""] * n
+    for i, r in enumerate(index.itertuples(index=False)):
+        row = {"model": r.model, "device": r.gpu, "batch": r.batch, "seq": r.seq, "mode": r.mode}
+        try:
+            row.update(option_kwargs(r.option))
+        except ValueError as e:
+            bad[i] = str(e)
+            row["batch"] = None            # the sweep records the row as an error; ours_error says why
+        rows.append(row)
+    t0 = time.perf_counter()
+    long = sweep.run(pd.DataFrame(rows), _names(predictors), _seeds(seeds), quick=quick, progress=progress)
+    return long, bad, (time.perf_counter() - t0) / max(n, 1)
+
+
+def _names(predictors):
+    return [predictors] if isinstance(predictors, str) else list(predictors)
+
+
+def _seeds(seeds):
+    return [int(seeds)] if isinstance(seeds, (int, np.integer)) else [int(x) for x in seeds]
+
+
+def _spread(index, long, bad, wall, predictors, seeds) -> pd.DataFrame:
+    from neusight_core import sweep
+    predictors, seeds = _names(predictors), _seeds(seeds)
     out = index.copy()
-    errors = [""] * len(out)
-    parts = ("ms", "fw_ms", "bw_ms") + tuple(f"{op}_ms" for op in OP_CLASSES)
-    cols = {f"ours_{p}_{c}": np.full(len(out), np.nan) for p in predictors for c in parts}
-    top = {p: [""] * len(out) for p in predictors}
-    wall = np.full(len(out), np.nan)
-    rows = list(out.itertuples(index=False))
-    for i, r in enumerate(tqdm(rows, desc="predicting configurations", disable=not progress)):
-        t0 = time.perf_counter()
+    classes = [c for c in sweep.CLASSES]
+    errors = [[b] if b else [] for b in bad]
+    for k, seed in enumerate(seeds):
         for p in predictors:
-            try:
-                res = latency.predict_model(r.model, r.gpu, int(r.batch), int(r.seq), r.mode, predictor=p,
-                                            quick=quick, **option_kwargs(r.option))
-            except Exception as e:  # recorded per configuration, the rest goes on
-                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                errors[i] = f"{p}: {type(e).__name__}: {msg}"[:300]
-                continue
-            cols[f"ours_{p}_ms"][i] = res["e2e_ms"]
-            cols[f"ours_{p}_fw_ms"][i] = res["fw_ms"]
-            cols[f"ours_{p}_bw_ms"][i] = res["bw_ms"] + res["acc_ms"]
-            for op in OP_CLASSES:
-                cols[f"ours_{p}_{op}_ms"][i] = res["breakdown"].get(op, 0.0)
-            top[p][i] = next(iter(res["breakdown"]), "")
-        wall[i] = time.perf_counter() - t0
-    for k, v in cols.items():
-        out[k] = v
-    for p in predictors:
-        out[f"ours_{p}_top_class"] = top[p]
-        out[f"ours_{p}_ape"] = ape(out["label_e2e_ms"], out[f"ours_{p}_ms"])
-    out["ours_error"] = errors
+            g = long[(long["predictor"] == p) & (long["seed"] == seed)].reset_index(drop=True)
+            ok = (g["error"] == "").to_numpy()
+            ms = np.where(ok, g["e2e_ms"].to_numpy(float), np.nan)
+            if k == 0:
+                out[f"ours_{p}_ms"] = ms
+                out[f"ours_{p}_fw_ms"] = np.where(ok, g["fw_ms"].to_numpy(float), np.nan)
+                out[f"ours_{p}_bw_ms"] = np.where(ok, (g["bw_ms"] + g["acc_ms"]).to_numpy(float), np.nan)
+                for op in OP_CLASSES:
+                    out[f"ours_{p}_{op}_ms"] = np.where(ok, g[f"{op}_ms"].to_numpy(float), np.nan)
+                per_class = g[[f"{c}_ms" for c in classes]].to_numpy(float)
+                top = np.where(ok & np.isfinite(per_class).any(axis=1),
+                               np.asarray(classes, dtype=object)[np.nan_to_num(per_class, nan=-1).argmax(axis=1)], "")
+                out[f"ours_{p}_top_class"] = top
+                out[f"ours_{p}_ape"] = ape(out["label_e2e_ms"], out[f"ours_{p}_ms"])
+                for i in np.flatnonzero(~ok):
+                    if not bad[i]:
+                        errors[i].append(f"{p}: {g['error'].iloc[i]}")
+            if len(seeds) > 1:
+                out[f"ours_{p}_s{seed}_ms"] = ms
+                out[f"ours_{p}_s{seed}_ape"] = ape(out["label_e2e_ms"], out[f"ours_{p}_s{seed}_ms"])
+    out["ours_error"] = ["; ".join(e)[:300] for e in errors]
     out["ours_wall_s"] = wall
     return out
 

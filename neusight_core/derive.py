@@ -1,0 +1,379 @@
+"""Shape reuse: kernel tables of other batch sizes and sequence lengths without re-running the model.
+
+A model's kernels differ between (batch, seq) points only in their shapes, and between depths only
+by how often the transformer block repeats. So, per *family* (model config, mode and every other
+trace argument except batch and seq):
+
+1. **Fewer layers.** The model is rebuilt with 3 blocks (first, one middle, last; the config's
+   layer count is the only change) -- tracing it costs a fraction of the full model. A model with
+   at most 4 blocks is used as it is. Configs whose depth is spread over several keys or lists
+   (encoder/decoder counts, sparse-layer counts, per-layer type lists) are not reduced and not
+   derived: they are traced for real (e.g. Switch Transformers, whose routing stand-in is not a
+   polynomial in seq either).
+2. **Six sample traces** of the reduced model at batch in {1, 2} x seq in {64, 128, 192} (through
+   the trace cache). Their kernel sequences must be identical in every non-numeric column and in
+   which numeric cells are NaN; otherwise the family is not derivable.
+3. **Every numeric cell is a polynomial** ``c0 + c1 b + c2 s + c3 b s + c4 s^2 + c5 b s^2`` (linear in
+   batch, at most quadratic in seq: attention scores are b x heads x s x s), found exactly by
+   Lagrange interpolation on the six samples and evaluated in extended precision; columns whose
+   samples are all integers are rounded to integers. No column list is hard-coded: every numeric
+   column of the traced table is derived the same way (``layer`` and ``count`` are constants).
+4. **Replicate the middle block**: rows of block 1 stand for blocks 1 .. L-2 (in ascending order in
+   forward, descending in backward), block 2 becomes block L-1, module names are renumbered.
+5. **Check before use**: the reduced model with 4 blocks is traced at batch 3, seq 320 (a point
+   outside the samples) and compared, row by row and column by column, with the table derived for 4
+   blocks at that point. Any difference makes the family not derivable, and callers fall back to a
+   real trace (``Family.ok`` is False, ``Family.reason`` says why).
+
+Derived tables have the columns of a real trace except ``reads`` / ``writes`` (buffer
+dependencies, needed by ``fusion.fuse`` only): fused and parallel tables are built from real
+(cached) traces. ``attrs["derived"]`` is True on them.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import re
+import time
+
+import numpy as np
+import pandas as pd
+
+from neusight_core import trace_cache
+
+SAMPLE_B = (2, 4)          # batch 1 is its own family (some ops become views at batch 1): SAMPLE_B1
+SAMPLE_B1 = (1,)
+SAMPLE_S = (64, 128, 192)
+CHECK_S = 320              # check point: (3, 320) for batch >= 2, (1, 320) for batch 1
+MIN_SEQ = 32               # shorter sequences are traced for real (not covered by the samples' regime)
+REDUCED_LAYERS = 3
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+# keys that also count layers: a config with one of them set is not reduced
+OTHER_DEPTH_KEYS = ("num_decoder_layers", "num_sparse_encoder_layers", "num_sparse_decoder_layers",
+                    "decoder_layers", "encoder_layers", "first_k_dense_replace", "moe_layer_freq")
+DROP = ("reads", "writes")         # not derived (see module doc)
+_LAYER_RE = re.compile(r"((?:^|\.)(?:h|layers|layer|block|blocks)\.)(\d+)(?=\.|$)")
+
+
+class DeriveError(ValueError):
+    pass
+
+
+def _depth(content: dict) -> tuple[str | None, int | None, str]:
+    """(layer key, layer count, reason it cannot be reduced or '')."""
+    keys = [k for k in LAYER_KEYS if isinstance(content.get(k), int)]
+    if len(keys) != 1:
+        return None, None, f"layer count not in exactly one of {LAYER_KEYS}"
+    key, L = keys[0], int(content[keys[0]])
+    others = [k for k in OTHER_DEPTH_KEYS if content.get(k) not in (None, 0, [], "")]
+    if others:
+        return key, L, f"depth also set by {', '.join(others)}"
+    lists = [k for k, v in content.items() if isinstance(v, list) and len(v) == L and L > 1]
+    if lists:
+        return key, L, f"per-layer list(s) {', '.join(lists)}"
+    return key, L, ""
+
+
+def _renumber(name: str, mapping) -> str:
+    """Replace the block index in a module/parameter path by ``mapping(old)``."""
+    m = _LAYER_RE.search(name)
+    if not m:
+        return name
+    new = mapping(int(m.group(2)))
+    return name[:m.start(2)] + str(new) + name[m.end(2):]
+
+
+def _is_num(s: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
+
+
+def _weights(points, sb=SAMPLE_B, ss=SAMPLE_S) -> np.ndarray:
+    """Lagrange weights (P x len(sb)*3) of the sample values at the points (b, s), extended precision."""
+    P = np.asarray(points, dtype=np.longdouble).reshape(-1, 2)
+    b, s = P[:, 0], P[:, 1]
+    if len(sb) == 1:
+        lb = [np.ones_like(b)]
+    else:
+        b0, b1 = (np.longdouble(x) for x in sb)
+        lb = [(b - b1) / (b0 - b1), (b - b0) / (b1 - b0)]
+    S = [np.longdouble(x) for x in ss]
+    ls = []
+    for j in range(3):
+        w = np.ones_like(s)
+        for m in range(3):
+            if m != j:
+                w = w * (s - S[m]) / (S[j] - S[m])
+        ls.append(w)
+    return np.stack([lb[i] * ls[j] for i in range(len(lb)) for j in range(3)], axis=1)
+
+
+class Family:
+    """Derivation of one model / mode / trace-options family (see module doc)."""
+
+    def __init__(self, model, mode: str = "inf", batch_one: bool = False, **trace_kw):
+        t0 = time.perf_counter()
+        self.model, self.mode, self.trace_kw = model, mode, dict(trace_kw)
+        self.max_positions = None
+        self.sample_b = SAMPLE_B1 if batch_one else SAMPLE_B
+        self.check_point = (1 if batch_one else 3, CHECK_S)
+        self.content = trace_cache.config_content(model)
+        self.ok, self.reason = False, ""
+        key, L, why = _depth(self.content)
+        self.layers = L
+        if why:
+            self.reason = f"not derived: {why}"
+            return
+        self.reduced = L > REDUCED_LAYERS + 1
+        maxpos = next((self.content[k] for k in ("n_positions", "max_position_embeddings")
+                       if isinstance(self.content.get(k), int)), None)
+        self.max_positions = maxpos
+        if maxpos is not None and maxpos < CHECK_S:
+            self.reason = f"not derived: the model has only {maxpos} positions"
+            return
+        self._layer_key = key
+        small = self._config(REDUCED_LAYERS) if self.reduced else self.content
+        try:
+            samples = [self._trace(small, b, s) for b in self.sample_b for s in SAMPLE_S]
+            self._fit(samples)
+            if self.ok:
+                check_cfg = self._config(REDUCED_LAYERS + 1) if self.reduced else self.content
+                real = self._trace(check_cfg, *self.check_point)
+                got = self.table(*self.check_point, layers=REDUCED_LAYERS + 1 if self.reduced else L)
+                diff = compare(got, real)
+                if diff:
+                    self.ok, self.reason = False, f"not derived: check at (batch, seq) = {self.check_point} failed: {diff}"
+        except Exception as e:  # noqa: BLE001 - any failure: this family falls back to real traces
+            self.ok = False
+            self.reason = f"not derived: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        self.build_s = time.perf_counter() - t0
+
+    # -------------------------------------------------------------- building
+    def _config(self, layers: int) -> dict:
+        c = copy.deepcopy(self.content)
+        c[self._layer_key] = layers
+        return c
+
+    def _trace(self, content, b, s):
+        return trace_cache.trace(content, b, s, self.mode, **self.trace_kw)
+
+    def _fit(self, samples: list[pd.DataFrame]) -> None:
+        first = samples[0]
+        cols = [c for c in first.columns if c not in DROP]
+        self.num_cols = [c for c in cols if _is_num(first[c])]
+        self.struct_cols = [c for c in cols if c not in self.num_cols]
+        n = len(first)
+        for i, s in enumerate(samples[1:], 1):
+            if len(s) != n:
+                self.reason = f"not derived: {len(s)} kernels at sample {i} vs {n} at sample 0"
+                return
+            for c in self.struct_cols:
+                if not np.array_equal(s[c].to_numpy(), first[c].to_numpy()):
+                    self.reason = f"not derived: column {c!r} differs between sample traces"
+                    return
+        vals = np.stack([s[self.num_cols].to_numpy(float) for s in samples])      # (6, n, c)
+        nan = np.isnan(vals)
+        if not (nan == nan[:1]).all():
+            self.reason = "not derived: NaN pattern differs between sample traces"
+            return
+        self.nan = nan[0]
+        self.values = np.where(nan, 0.0, vals).astype(np.longdouble)
+        self.integral = np.array([np.all(np.mod(vals[:, :, j][~nan[:, :, j]], 1) == 0)
+                                  for j in range(len(self.num_cols))])
+        self.struct = first[self.struct_cols].reset_index(drop=True)
+        self.dtypes = {c: first[c].dtype for c in self.num_cols}
+        self.attrs = dict(first.attrs)
+        self.layer = first["layer"].to_numpy(int) if "layer" in first else np.full(n, -1)
+        self.ok = True
+
+    # -------------------------------------------------------------- evaluating
+    def _eval(self, points, values=None, nan=None, integral=None) -> np.ndarray:
+        """(P, n, c) derived numeric cells at the points."""
+        values = self.values if values is None else values
+        nan = self.nan if nan is None else nan
+        integral = self.integral if integral is None else integral
+        W = _weights(points, self.sample_b)                              # (P, 6)
+        v = np.tensordot(W, values, axes=(1, 0))                         # (P, n, c)
+        v = np.where(integral, np.rint(v), v).astype(float)
+        v[:, nan] = np.nan
+        return v
+
+    def _expansion(self, layers: int) -> tuple[np.ndarray, np.ndarray]:
+        """(row of the reduced table, block index in the full model) for every row of the full table."""
+        if not self.reduced:
+            return np.arange(len(self.layer)), self.layer.copy()
+        last = REDUCED_LAYERS - 1
+        phase = self.struct["phase"].to_numpy() if "phase" in self.struct else np.full(len(self.layer), "fw")
+        rows, blocks = [], []
+        i, n = 0, len(self.layer)
+        while i < n:
+            if self.layer[i] == 1:
+                j = i
+                while j < n and self.layer[j] == 1:
+                    j += 1
+                order = range(1, layers - 1) if phase[i] == "fw" else range(layers - 2, 0, -1)
+                for blk in order:
+                    rows.extend(range(i, j))
+                    blocks.extend([blk] * (j - i))
+                i = j
+                continue
+            rows.append(i)
+            blocks.append(layers - 1 if self.layer[i] == last else self.layer[i])
+            i += 1
+        return np.asarray(rows), np.asarray(blocks)
+
+    def table(self, batch: int, seq: int, layers: int | None = None) -> pd.DataFrame:
+        """The derived kernel table at (batch, seq): same columns and attrs as a real trace minus reads/writes."""
+        if not self.ok:
+            raise DeriveError(self.reason)
+        t0 = time.perf_counter()
+        layers = self.layers if layers is None else layers
+        rows, blocks = self._expansion(layers)
+        v = self._eval([(batch, seq)])[0][rows]
+        old = self.layer[rows]
+        out = self.struct.iloc[rows].reset_index(drop=True)
+        for j, c in enumerate(self.num_cols):
+            out[c] = v[:, j]
+        if "layer" in out:
+            out["layer"] = blocks
+        if "module" in out:
+            mods = out["module"].to_numpy()
+            cache: dict = {}
+            new = []
+            for m, o, blk in zip(mods, old, blocks):
+                if o == blk or o < 0:
+                    new.append(m)
+                    continue
+                k = (m, blk)
+                if k not in cache:
+                    cache[k] = _renumber(m, lambda x, blk=blk, o=o: blk if x == o else x)
+                new.append(cache[k])
+            out["module"] = new
+        for c, dt in self.dtypes.items():
+            if pd.api.types.is_integer_dtype(dt):
+                out[c] = out[c].astype(dt)
+        out = out[[c for c in self.struct_cols + self.num_cols if c in out.columns]]
+        order = [c for c in self._column_order() if c in out.columns]
+        out = out[order]
+        out.attrs.update(self._attrs(batch, seq, layers, time.perf_counter() - t0))
+        return out
+
+    def _column_order(self):
+        from neusight_core import trace
+        rest = [c for c in self.struct_cols + self.num_cols if c not in trace.COLUMNS]
+        return list(trace.COLUMNS) + rest
+
+    def _attrs(self, batch, seq, layers, seconds) -> dict:
+        a = copy.deepcopy(self.attrs)
+        cfg = dict(a.get("config") or {})
+        if self.reduced:
+            cfg[self._layer_key] = layers
+            if "params" in a:
+                params = {}
+                for name, numel in a["params"].items():
+                    m = _LAYER_RE.search(name)
+                    if not m:
+                        params[name] = numel
+                    elif int(m.group(2)) == 1:
+                        for blk in range(1, layers - 1):
+                            params[_renumber(name, lambda x, blk=blk: blk)] = numel
+                    else:
+                        params[_renumber(name, lambda x: layers - 1 if x == REDUCED_LAYERS - 1 else x)] = numel
+                a["params"] = params
+            a["num_layers"] = a.get("num_layers", 0) - REDUCED_LAYERS + layers
+        cfg["name"] = self.content.get("name", cfg.get("name"))
+        a.update(config=cfg, batch=int(batch), seq=int(seq), trace_s=seconds, derived=True,
+                 model=self.content.get("name") or a.get("model"), skipped={})
+        return a
+
+    def compact(self, points) -> pd.DataFrame:
+        """Unique kernels with their launch counts at many (batch, seq) points at once.
+
+        Columns: ``_point`` (index into ``points``), the non-numeric columns except ``module``, the
+        numeric columns except ``layer``, and ``count`` (launches: count x block copies). Rows that
+        are the same kernel at every point (same structure and polynomial) are merged before
+        evaluation, so the cost does not grow with the number of layers.
+        """
+        if not self.ok:
+            raise DeriveError(self.reason)
+        rows, _ = self._expansion(self.layers)
+        mult = np.bincount(rows, minlength=len(self.layer)).astype(float)
+        keep_s = [c for c in self.struct_cols if c != "module"]
+        num_j = [j for j, c in enumerate(self.num_cols) if c not in ("layer", "count")]
+        cnt_j = self.num_cols.index("count") if "count" in self.num_cols else None
+        n = len(self.layer)
+        # merge rows with identical structure and identical sample values
+        sig = pd.DataFrame({f"s{k}": self.struct[c].to_numpy() for k, c in enumerate(keep_s)})
+        flat = self.values[:, :, num_j].transpose(1, 0, 2).reshape(n, -1).astype(float)
+        nanflat = np.repeat(self.nan[:, num_j], 1, axis=1)
+        for k in range(flat.shape[1]):
+            sig[f"v{k}"] = flat[:, k]
+        for k in range(nanflat.shape[1]):
+            sig[f"n{k}"] = nanflat[:, k]
+        gid = sig.groupby(list(sig.columns), sort=False, dropna=False).ngroup().to_numpy()
+        first = pd.Series(np.arange(n)).groupby(gid).first().to_numpy()
+        base_count = self.values[0, :, cnt_j].astype(float) if cnt_j is not None else np.ones(n)
+        launches = np.bincount(gid, weights=mult * base_count)
+        v = self._eval(points, self.values[:, first][:, :, num_j], self.nan[first][:, num_j],
+                       self.integral[num_j])                          # (P, u, c')
+        P, u = v.shape[0], v.shape[1]
+        out = pd.DataFrame({c: np.tile(self.struct[c].to_numpy()[first], P) for c in keep_s})
+        for k, j in enumerate(num_j):
+            out[self.num_cols[j]] = v[:, :, k].reshape(-1)
+        out["count"] = np.tile(launches, P)
+        out.insert(0, "_point", np.repeat(np.arange(P), u))
+        return out
+
+
+def compare(derived: pd.DataFrame, real: pd.DataFrame, rtol: float = 1e-12) -> str:
+    """'' if the tables are equal kernel by kernel in every column (but reads/writes), else the first difference.
+
+    Numbers are compared exactly, or within ``rtol`` relative where they exceed 2**53 (the tracer's
+    float products round there).
+    """
+    cols = [c for c in real.columns if c not in DROP]
+    if len(derived) != len(real):
+        return f"{len(derived)} kernels derived vs {len(real)} traced"
+    missing = [c for c in cols if c not in derived.columns]
+    if missing:
+        return f"derived table lacks column(s) {missing}"
+    for c in cols:
+        a, b = derived[c].to_numpy(), real[c].to_numpy()
+        if _is_num(real[c]):
+            a, b = a.astype(float), b.astype(float)
+            same = (a == b) | (np.isnan(a) & np.isnan(b)) | (np.abs(a - b) <= rtol * np.abs(b)) & (np.abs(b) > 2**53)
+        else:
+            same = np.array([x == y for x, y in zip(a, b)], dtype=bool)
+        if not same.all():
+            i = int(np.flatnonzero(~same)[0])
+            return f"row {i} ({real['aten_op'].iloc[i] if 'aten_op' in real else ''}) column {c!r}: derived {a[i]!r}, traced {b[i]!r}"
+    return ""
+
+
+_FAMILIES: dict = {}
+
+
+def family(model, mode: str = "inf", batch_one: bool = False, **trace_kw) -> Family:
+    """The (per-process memoised) family of a model config and trace options (batch 1 or batch >= 2)."""
+    key = trace_cache.key_hash({"config": trace_cache.config_content(model), "mode": mode,
+                                "batch_one": bool(batch_one), **trace_kw})
+    if key not in _FAMILIES:
+        _FAMILIES[key] = Family(model, mode, batch_one=batch_one, **trace_kw)
+    return _FAMILIES[key]
+
+
+def family_for(model, batch: int, seq: int, mode: str = "inf", **trace_kw) -> Family | None:
+    """The derivable family that covers (batch, seq), or None (trace for real)."""
+    if seq < MIN_SEQ:
+        return None
+    fam = family(model, mode, batch_one=int(batch) == 1, **trace_kw)
+    if fam.max_positions is not None and seq + int(trace_kw.get("past", 0) or 0) > fam.max_positions:
+        return None                    # the real tracer says why it cannot run
+    return fam if fam.ok else None
+
+
+def derived_or_traced(model, batch: int, seq: int, mode: str = "inf", **trace_kw) -> pd.DataFrame:
+    """The derived table where the family is derivable, else a real (cached) trace."""
+    fam = family_for(model, batch, seq, mode, **trace_kw)
+    if fam is not None:
+        return fam.table(batch, seq)
+    return trace_cache.trace(model, batch, seq, mode, **trace_kw)

@@ -1,0 +1,217 @@
+"""On-disk cache of kernel tables (docs/interfaces.md, "Trace cache").
+
+A traced kernel table depends on the model config's content, the trace arguments (batch, seq,
+mode, past, ... -- every keyword of ``trace.trace_model``, defaults filled in, so a new argument
+such as a dtype becomes part of the key without a change here), the table transforms applied after
+tracing (fusion, parallel plan) and the code that produced it (torch and transformers versions, a
+hash of the tracer's source files). All of that goes into one JSON-able *key dict*; its SHA-256
+names the cache file. Invalidation is by key only: change anything and a new entry is written;
+nothing is ever deleted by hand.
+
+Entries live in ``$NEUSIGHT_TRACE_CACHE`` or ``<NEUSIGHT_HOME>/artifacts/trace_cache/``
+(git-ignored), one pickle per key holding ``(key, frame, attrs)``. They are written atomically
+(temporary file in the same folder, then ``os.replace``). An entry that cannot be read or whose
+stored key differs from the requested one is ignored with one warning line and rebuilt.
+
+A cache hit reads the config file and the pickle only: ``transformers`` is not imported (its
+version comes from the installed package's metadata).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import os
+import pickle
+import tempfile
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from neusight_core import paths
+
+#: bump when the layout of a cache entry changes
+CACHE_VERSION = 1
+#: source files whose content changes kernel tables: part of every key
+CODE_FILES = ("trace.py", "fusion.py", "parallel.py")
+
+#: hits / misses / corrupt entries / stores of this process (tests and benchmarks read it)
+STATS: Counter = Counter()
+
+
+class TraceCacheWarning(UserWarning):
+    pass
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("NEUSIGHT_TRACE_CACHE")
+    return Path(env).expanduser().resolve() if env else paths.home() / "artifacts" / "trace_cache"
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict:
+    """torch / transformers versions and a hash of the tracing code (without importing transformers)."""
+    import importlib.metadata as md
+
+    import torch
+
+    try:
+        tf = md.version("transformers")
+    except md.PackageNotFoundError:
+        tf = "absent"
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for f in CODE_FILES:
+        p = here / f
+        h.update(f.encode())
+        h.update(p.read_bytes() if p.is_file() else b"")
+    return {"cache": CACHE_VERSION, "torch": torch.__version__, "transformers": tf,
+            "code": h.hexdigest()[:16]}
+
+
+def config_content(model) -> dict:
+    """The content of a model config as a plain dict (what the key hashes)."""
+    from neusight_core import trace
+
+    if isinstance(model, dict):
+        return dict(model)
+    if isinstance(model, (str, Path)):
+        p = Path(str(model))
+        if not (p.suffix == ".json" and p.is_file()):
+            known = trace.available_configs()
+            if str(model) not in known:
+                raise trace.TraceError(f"unknown model config {model!r}; known: {', '.join(sorted(known)) or 'none'} "
+                                       "(or give a path to a JSON file)")
+            p = known[str(model)]
+        try:
+            d = json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise trace.TraceError(f"model config {p} is not valid JSON: {e}") from None
+        return {**d, "name": d.get("name", p.stem)}
+    to_dict = getattr(model, "to_dict", None)       # a transformers PretrainedConfig
+    if to_dict is None:
+        raise trace.TraceError(f"cannot use {type(model).__name__} as a model config")
+    return {**to_dict(), "name": getattr(model, "name_or_path", "") or ""}
+
+
+def trace_kwargs(batch, seq, mode="inf", **kw) -> dict:
+    """All arguments of ``trace.trace_model`` except the config, defaults filled in."""
+    from neusight_core import trace
+
+    sig = inspect.signature(trace.trace_model)
+    bound = sig.bind(None, batch, seq, mode, **kw)
+    bound.apply_defaults()
+    out = dict(bound.arguments)
+    out.pop(next(iter(sig.parameters)))              # the config: hashed by content instead
+    return {k: (int(v) if hasattr(v, "__index__") and not isinstance(v, bool) else v) for k, v in out.items()}
+
+
+def make_key(kind: str, model, **fields) -> dict:
+    return {"kind": kind, "config": config_content(model), **fields, "versions": versions()}
+
+
+def key_hash(key: dict) -> str:
+    body = json.dumps(key, sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def entry_path(key: dict) -> Path:
+    return cache_dir() / f"{key['kind']}-{key_hash(key)[:40]}.pkl"
+
+
+def load(key: dict) -> pd.DataFrame | None:
+    """The cached frame of ``key``, or None (miss; a damaged entry warns once and counts as a miss)."""
+    p = entry_path(key)
+    if not p.is_file():
+        STATS["miss"] += 1
+        return None
+    try:
+        with open(p, "rb") as f:
+            stored_key, frame, attrs = pickle.load(f)
+        if json.dumps(stored_key, sort_keys=True, default=str) != json.dumps(key, sort_keys=True, default=str):
+            raise ValueError("stored key differs")
+        if not isinstance(frame, pd.DataFrame):
+            raise ValueError("not a kernel table")
+    except Exception as e:  # noqa: BLE001 - any damage: ignore the entry, rebuild it
+        STATS["corrupt"] += 1
+        STATS["miss"] += 1
+        warnings.warn(f"trace cache: ignoring damaged entry {p.name} ({type(e).__name__}: "
+                      f"{str(e).splitlines()[0][:120] if str(e) else ''}); rebuilding it", TraceCacheWarning,
+                      stacklevel=3)
+        return None
+    frame.attrs.clear()
+    frame.attrs.update(attrs)
+    STATS["hit"] += 1
+    return frame
+
+
+def store(key: dict, frame: pd.DataFrame) -> Path:
+    """Write ``frame`` under ``key`` atomically (temp file + rename); a failure to write is not fatal."""
+    d = cache_dir()
+    p = entry_path(key)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=d)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump((key, frame, dict(frame.attrs)), f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, p)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        warnings.warn(f"trace cache: cannot write {p} ({e}); continuing without caching", TraceCacheWarning,
+                      stacklevel=3)
+        return p
+    STATS["store"] += 1
+    return p
+
+
+def cached(key: dict, build):
+    """``load(key)`` or ``build()`` and store it."""
+    if os.environ.get("NEUSIGHT_TRACE_CACHE_OFF"):
+        return build()
+    frame = load(key)
+    if frame is None:
+        frame = build()
+        store(key, frame)
+    return frame
+
+
+def canonical_buffers(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Replace the process-specific buffer keys of ``reads`` / ``writes`` by first-use numbers.
+
+    The tracer names buffers by storage address; only equality matters (fusion), so numbering them
+    in order of first appearance gives the same table from every process and every run.
+    """
+    if "reads" not in kernels or "writes" not in kernels:
+        return kernels
+    ids: dict = {}
+
+    def ren(t):
+        return tuple((ids.setdefault(k, len(ids)), b) for k, b in t)
+
+    reads, writes = [], []
+    for r, w in zip(kernels["reads"].tolist(), kernels["writes"].tolist()):
+        reads.append(ren(r))
+        writes.append(ren(w))
+    out = kernels.copy()
+    out["reads"] = reads
+    out["writes"] = writes
+    out.attrs.update(kernels.attrs)
+    return out
+
+
+def trace(model, batch: int, seq: int, mode: str = "inf", **kw) -> pd.DataFrame:
+    """``trace.trace_model`` through the cache (same arguments, same table; buffer keys renumbered)."""
+    args = trace_kwargs(batch, seq, mode, **kw)
+    key = make_key("trace", model, **args)
+
+    def build():
+        from neusight_core import trace as _trace
+        return canonical_buffers(_trace.trace_model(model, **args))
+
+    return cached(key, build)
