@@ -320,18 +320,18 @@ class _Recorder(TorchDispatchMode):
         if not self.closed and key in self._alloc:
             self.mem_events.append((len(self.rows), key, -self._alloc[key]))
 
-    def track(self, tensors, note_alloc: bool = True) -> int:
-        """Count already existing tensors (the KV cache) as allocated now; returns their bytes."""
-        total = 0
+    def track(self, tensors) -> tuple[int, tuple]:
+        """Count already existing tensors (the KV cache) as allocated now: (bytes, buffer keys)."""
+        total, keys = 0, []
         for t in tensors:
             k = self._key(t)
             if k not in self._alloc:
                 b = int(t.untyped_storage().nbytes())
                 self._alloc[k] = b
                 total += b
-                if note_alloc:
-                    self.mem_events.append((len(self.rows), k, b))
-        return total
+                keys.append(k)
+                self.mem_events.append((len(self.rows), k, b))
+        return total, tuple(keys)
 
     def _note_allocations(self, outs, ins) -> None:
         in_keys = {self._key(t) for t in ins}
@@ -600,10 +600,10 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     rec = _Recorder({id(p): n for n, p in params.items()})
     handles = _install_module_hooks(model, rec.module_stack)
     kw = _inputs(model, cfg, int(batch), int(seq), train)
-    kv_bytes = 0
+    kv_bytes, kv_bufs = 0, ()
     if past:
         cache = _filled_cache(cfg, int(batch), int(past), TORCH_DTYPES[dtype])
-        kv_bytes = rec.track(_cache_tensors(cache))
+        kv_bytes, kv_bufs = rec.track(_cache_tensors(cache))
         kw.update(past_key_values=cache, use_cache=True)
         del cache
     try:
@@ -632,7 +632,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     kw.clear()
     out = loss = None  # noqa: F841 - the step's outputs die here, as in a serving/training loop
     rec.closed = True
-    memory = _memory_summary(rec, kv_bytes)
+    memory = _memory_summary(rec, kv_bytes, kv_bufs)
     if rec.unclassified:
         import warnings
 
@@ -692,10 +692,10 @@ class MemoryTimeline:
         return float(np.cumsum(self.bytes).max()) if len(self) else 0.0
 
 
-def _memory_summary(rec: _Recorder, kv_bytes: int) -> dict:
+def _memory_summary(rec: _Recorder, kv_bytes: int, kv_bufs: tuple) -> dict:
     tl = MemoryTimeline(rec.mem_events)
     return {"activation_peak_bytes": max(tl.peak(), kv_bytes) - kv_bytes, "kv_cache_bytes": float(kv_bytes),
-            "events": tl}
+            "kv_bufs": kv_bufs, "rows": len(rec.rows), "events": tl}
 
 
 def hidden_size(cfg) -> int:
