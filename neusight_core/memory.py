@@ -249,3 +249,60 @@ def format_footprint(m: dict) -> list[str]:
                      + (", FP32 master weights" if m.get("master_weights") else "") + ")")
     lines += [f"    note: {x}" for x in m.get("notes", [])]
     return lines
+
+
+# ------------------------------------------------------------------------------ CPU measurement
+def measure_cpu_peak(config, batch: int, seq: int, mode: str = "train", seed: int = 0, model=None) -> dict:
+    """Run one step of a small REAL model on this CPU and return PyTorch's own account of its memory.
+
+    The model is built from ``config`` (a ``transformers`` config with ``architectures``; pass
+    ``model`` to reuse one) in FP32 with eager attention, no KV cache (as the tracer). Training = forward + loss +
+    backward with gradients already allocated (as ``trace_model(accumulate_grads=True)``);
+    inference = a ``no_grad`` forward. The allocator's own records (``torch.profiler`` with
+    ``profile_memory=True``: every allocation and free of the CPU allocator, with sizes) give
+    ``peak_bytes`` = the highest sum of bytes allocated during the step and still alive, which is
+    what ``activation_peak_bytes`` predicts. Weights and gradients exist before the step.
+    """
+    import torch
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    if model is None:
+        model = build_cpu_model(config, seed)
+    train = mode == "train"
+    model.train(train)
+    torch.manual_seed(seed)
+    ids = torch.randint(0, config.vocab_size, (batch, seq))
+    if train:
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        if train:
+            out = model(input_ids=ids, labels=ids, use_cache=False)
+            out.loss.backward()
+            del out
+        else:
+            with torch.no_grad():
+                model(input_ids=ids, use_cache=False)
+    for p in model.parameters():
+        p.grad = None
+    events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.typed[0] == _EventType.Allocation:
+            events.append((node.start_time_ns, node.typed[1].alloc_size))
+        stack.extend(node.children)
+    events.sort()
+    live = np.cumsum([b for _, b in events]) if events else np.zeros(1)
+    return {"peak_bytes": float(live.max()), "allocations": sum(1 for _, b in events if b > 0),
+            "params": int(sum(p.numel() for p in model.parameters()))}
+
+
+def build_cpu_model(config, seed: int = 0):
+    """A real FP32 CPU model of ``config`` with eager attention and its usual random initialisation."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    cls = getattr(transformers, config.architectures[0])
+    return cls._from_config(config, attn_implementation="eager", dtype=torch.float32).float()
