@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--micro-batches", type=int, default=1, help="PP micro-batches (default 1)")
     p.add_argument("--past", type=int, default=0,
                    help="inference on a KV cache of this many tokens (extension; --seq 1 = one decode step)")
+    p.add_argument("--dtype", choices=("fp32", "tf32", "fp16", "bf16"), default="fp32",
+                   help="precision (default fp32 = the paper, TF32 off; the others are extrapolations: "
+                        "GEMMs at the dense tensor-core peak, 2-byte elements for fp16/bf16)")
     p.add_argument("--predictor", default="neusight", choices=PREDICTORS,
                    help="neusight (our recipe), neusight-paper (the authors' recipe, docs/recipes.md) or a baseline")
     p.add_argument("--quick", action="store_true", help="use (or train) the quick predictors")
@@ -67,17 +70,22 @@ def _predict(a) -> int:
         a.gpus = 4 if a.parallel else 1
     r = latency.predict_model(a.model, a.device, a.batch, a.seq, a.mode, predictor=a.predictor,
                               fusion=a.fusion, parallel=a.parallel, gpus=a.gpus, link_gbs=a.link_gbs,
-                              micro_batches=a.micro_batches, quick=a.quick, past=a.past)
+                              micro_batches=a.micro_batches, quick=a.quick, past=a.past, dtype=a.dtype)
     k = r.pop("kernels")
-    r.update(model=a.model, batch=a.batch, seq=a.seq, past=a.past, mode=a.mode, fusion=a.fusion,
+    r.update(model=a.model, batch=a.batch, seq=a.seq, past=a.past, mode=a.mode, fusion=a.fusion, dtype=a.dtype,
              parallel=a.parallel, gpus=a.gpus, kernels=int(len(k)))
     if a.json:
         print(json.dumps(r, indent=2))
         return 0
     plan = f" {a.parallel}x{a.gpus}" if a.parallel else ""
+    from neusight_core import memory
+    mem = r["memory"]
+    if not mem.get("fits", True):   # say it first: the latency below is of a run that cannot happen
+        print(f"WARNING: {mem['verdict']}")
     print(f"{a.model} {a.mode} batch={a.batch} seq={a.seq}{f' past={a.past}' if a.past else ''}"
-          f"{' fused' if a.fusion else ''}{plan} "
-          f"on {r['device']} ({r['predictor']})")
+          f"{' fused' if a.fusion else ''}{plan} {a.dtype} "
+          f"on {r['device']} ({r['predictor']})"
+          + ("" if a.dtype == "fp32" else f"  [{a.dtype}: extrapolation, the predictors are validated on FP32]"))
     print(f"  end-to-end  {r['e2e_ms']:12.3f} ms")
     for key, label in (("fw_ms", "forward"), ("bw_ms", "backward"), ("acc_ms", "grad acc"),
                        ("comm_ms", "comm"), ("comm_exposed_ms", "comm exposed")):
@@ -86,6 +94,8 @@ def _predict(a) -> int:
     print("  by op class:")
     for c, v in r["breakdown"].items():
         print(f"    {c:<12} {v:12.3f} ms")
+    for line in memory.format_footprint(mem):
+        print("  " + line)
     print(f"  {r['kernels']} kernel rows; trace {r['trace_s']:.2f} s, predict {r['predict_s']:.2f} s")
     return 0
 

@@ -60,6 +60,37 @@ class Device:
     link_gbs: float | None  # NVLink/xGMI peak per GPU, GB/s, None if unknown / no such link
     training: bool       # one of the five NVIDIA training GPUs (or MI100/MI210 for AMD)
     source: str          # where the numbers come from
+    # Dense (no sparsity) tensor-core / matrix-core GEMM peaks, GFLOPS, None when the GPU has no such
+    # unit for that precision (its GEMMs then run at the FP32 peak). Source in ``tensor_source``.
+    tf32_tensor_gflops: float | None = None
+    fp16_tensor_gflops: float | None = None
+    bf16_tensor_gflops: float | None = None
+    tensor_source: str = ""
+
+    def gemm_peak_gflops(self, precision: str = "fp32") -> float:
+        """GEMM peak of ``precision`` (fp32 | tf32 | fp16 | bf16): the dense tensor-core peak when the
+        GPU has one for it, else the FP32 (non-tensor) peak."""
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        v = getattr(self, f"{precision}_tensor_gflops", None) if precision != "fp32" else None
+        return float(v) if v else float(self.fp32_gflops)
+
+
+#: Precisions a prediction can be made in (fp32 = the paper: FP32 storage, TF32 off).
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+TENSOR_FIELDS = ("tf32_tensor_gflops", "fp16_tensor_gflops", "bf16_tensor_gflops")
+
+
+def _tensor_fields(path, name: str, d: dict) -> dict:
+    """``tensor_gflops: {tf32, fp16, bf16}`` + ``tensor_source`` of a catalogue/user entry -> Device kwargs."""
+    t = d.get("tensor_gflops") or {}
+    if not isinstance(t, dict) or set(t) - {"tf32", "fp16", "bf16"}:
+        raise DeviceFileError(f"{path}: tensor_gflops of {name!r} must map tf32/fp16/bf16 to dense GFLOPS")
+    out = {f"{k}_tensor_gflops": _num(path, f"tensor_gflops.{k}", v) for k, v in t.items() if v is not None}
+    if out and not d.get("tensor_source"):
+        raise DeviceFileError(f"{path}: tensor_gflops of {name!r} needs a tensor_source (e.g. the vendor datasheet)")
+    out["tensor_source"] = " ".join(str(d.get("tensor_source", "")).split())
+    return out
 
 
 @dataclass
@@ -110,6 +141,7 @@ def _from_release_json(path: Path, d: dict, name: str, extra: dict, source: str)
         link_gbs=None if link is None else _num(path, "link_gbs", link),
         training=bool(extra.get("training", False)),
         source=source + (f"; link: {extra['link_source']}" if extra.get("link_source") else ""),
+        **_tensor_fields(path, name, extra),
     )
 
 
@@ -141,6 +173,7 @@ def _from_own_format(path, name: str, d: dict, default_source: str, training_all
         link_gbs=None if link is None else _num(path, "link_gbs", link),
         training=bool(d.get("training", False)) and training_allowed,
         source=" ".join(str(d.get("source", default_source)).split()),
+        **_tensor_fields(path, name, d),
     )
 
 

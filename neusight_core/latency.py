@@ -31,6 +31,7 @@ from neusight_core import network
 
 MODES = ("inf", "train")
 PLANS = ("dp", "tp", "pp")
+DTYPES = ("fp32", "tf32", "fp16", "bf16")   # fp32 = the paper (TF32 off); the others are extensions
 
 
 class LatencyInputError(ValueError):
@@ -38,19 +39,19 @@ class LatencyInputError(ValueError):
 
 
 @functools.lru_cache(maxsize=64)
-def _trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0) -> pd.DataFrame:
+def _trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
     # on disk across processes (trace_cache: keyed by config content, arguments and versions; a hit
     # does not import transformers), and in memory within the process
     from neusight_core import trace_cache
-    return trace_cache.trace(model, batch, seq, mode, past=past)
+    return trace_cache.trace(model, batch, seq, mode, past=past, dtype=dtype)
 
 
-def trace(model, batch: int, seq: int, mode: str, past: int = 0) -> pd.DataFrame:
+def trace(model, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
     """Kernel table of a model; traces of named models are cached on disk and per process."""
     if isinstance(model, (str, Path)):
-        return _trace_cached(str(model), int(batch), int(seq), mode, int(past)).copy()
+        return _trace_cached(str(model), int(batch), int(seq), mode, int(past), dtype).copy()
     from neusight_core import trace as _trace
-    return _trace.trace_model(model, batch, seq, mode, past=past)
+    return _trace.trace_model(model, batch, seq, mode, past=past, dtype=dtype)
 
 
 @functools.lru_cache(maxsize=16)
@@ -66,7 +67,7 @@ def _device(device):
     return device
 
 
-def _validate(batch, seq, mode, parallel, gpus, micro_batches):
+def _validate(batch, seq, mode, parallel, gpus, micro_batches, dtype="fp32"):
     for what, v in (("batch", batch), ("sequence length", seq), ("micro-batch count", micro_batches),
                     ("GPU count", gpus)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
@@ -75,6 +76,8 @@ def _validate(batch, seq, mode, parallel, gpus, micro_batches):
         raise LatencyInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if parallel is not None and parallel not in PLANS:
         raise LatencyInputError(f"parallel plan must be one of {', '.join(PLANS)}, got {parallel!r}")
+    if dtype not in DTYPES:
+        raise LatencyInputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
 
 
 def aggregate(kernels: pd.DataFrame, micro_batches: int = 1) -> dict:
@@ -123,7 +126,8 @@ def predict_kernels(kernels: pd.DataFrame, device, predictor="neusight", quick: 
 def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neusight",
                   fusion: bool = False, parallel: str | None = None, gpus: int = 1,
                   link_gbs: float | None = None, micro_batches: int = 1,
-                  efficiency: float = network.DEFAULT_EFFICIENCY, quick: bool = False, past: int = 0) -> dict:
+                  efficiency: float = network.DEFAULT_EFFICIENCY, quick: bool = False, past: int = 0,
+                  dtype: str = "fp32", optimizer: str = "adamw", master_weights: bool = True) -> dict:
     """Predict one configuration.
 
     ``model``: a config name known to ``trace.load_config`` or a path; ``device``: anything
@@ -131,15 +135,19 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     fitted KernelPredictor. For ``parallel`` in dp/tp/pp, ``batch`` is the global batch and
     ``link_gbs`` defaults to the device's catalogue link bandwidth. ``past`` > 0 (inference,
     extension): ``seq`` new tokens on a KV cache of ``past`` tokens (``seq=1``: one decode step).
+    ``dtype`` in fp32 | tf32 | fp16 | bf16 (fp32 = the paper; others extrapolate, see
+    ``trace.trace_model``). ``optimizer`` / ``master_weights``: the training state counted in
+    ``memory`` (``memory.footprint``).
 
     Returns ``e2e_ms``, ``fw_ms``, ``bw_ms``, ``acc_ms``, ``comm_ms``, ``comm_exposed_ms``,
     ``breakdown`` (ms per op class), ``stage_ms`` (PP only), ``trace_s`` and ``predict_s`` (wall
-    times), and ``kernels`` (the kernel table with ``pred_ms``).
+    times), ``memory`` (per-GPU footprint and ``fits`` / ``verdict``, ``memory.footprint``), ``dtype``,
+    and ``kernels`` (the kernel table with ``pred_ms``).
     """
-    _validate(batch, seq, mode, parallel, gpus, micro_batches)
+    _validate(batch, seq, mode, parallel, gpus, micro_batches, dtype)
     dev = _device(device)
     t0 = time.perf_counter()
-    kernels = trace(model, batch, seq, mode, past)
+    kernels = trace(model, batch, seq, mode, past, dtype)
     if fusion:
         from neusight_core import fusion as _fusion
         kernels = _fusion.fuse(kernels)
@@ -154,6 +162,9 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     t1 = time.perf_counter()
     kernels = predict_kernels(kernels, dev, predictor, quick=quick, net=net)
     out = aggregate(kernels, micro_batches if parallel == "pp" else 1)
+    from neusight_core import memory as _memory
+    mem = _memory.footprint(kernels, dev, optimizer=optimizer, master_weights=master_weights)
     out.update(trace_s=t1 - t0, predict_s=time.perf_counter() - t1, kernels=kernels,
-               device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name)
+               device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name,
+               dtype=dtype, memory=mem)
     return out

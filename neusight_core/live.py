@@ -345,7 +345,14 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
 def measure_model(model, batch: int, seq: int, mode: str, timer=None, cfg: HarnessConfig | None = None,
                   budget: TimeBudget | None = None, device: str = "cuda", compile: bool = False,
                   num_layers: int | None = None) -> Measurement:
-    """Build + measure one model configuration; OOM while building is recorded like OOM while running."""
+    """Build + measure one model configuration; OOM while building is recorded like OOM while running.
+    On CUDA the peak memory of the whole run (weights + step) is noted in ``last_peak_memory_gb``."""
+    global last_peak_memory_gb
+    last_peak_memory_gb = None
+    if device == "cuda":
+        import torch
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
     try:
         fn = model_callable(model, batch, seq, mode, device, compile, num_layers, dtype=_dtype(cfg))
     except Exception as e:  # noqa: BLE001
@@ -357,7 +364,14 @@ def measure_model(model, batch: int, seq: int, mode: str, timer=None, cfg: Harne
         return measure(fn, timer, cfg, budget)
     finally:
         del fn
+        if device == "cuda":
+            import torch
+            if torch.cuda.is_available():
+                last_peak_memory_gb = torch.cuda.max_memory_allocated() / 1e9
         _free_cuda()
+
+
+last_peak_memory_gb: float | None = None   # peak CUDA memory of the last measure_model (GB = 1e9 B)
 
 
 # ---------------------------------------------------------------- predictions (degrade cleanly)
@@ -377,7 +391,12 @@ def predict_model(model: str, device_name: str, batch: int, seq: int, mode: str,
     try:
         from neusight_core import latency
         r = latency.predict_model(model, device_name, batch, seq, mode, **kw)
-        return {k: float(r[k]) for k in ("e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms") if k in r}, None
+        out = {k: float(r[k]) for k in ("e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms") if k in r}
+        mem = r.get("memory") or {}
+        out.update({f"mem_{k}": float(mem[k]) for k in ("total_gb", "weights_gb", "activations_gb", "kv_cache_gb") if k in mem})
+        if "fits" in mem:
+            out["mem_fits"] = bool(mem["fits"])
+        return out, None
     except Exception as e:  # noqa: BLE001
         return None, f"prediction unavailable: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
@@ -474,8 +493,15 @@ def detected_to_dict(d: DetectedDevice) -> dict:
 
 # ---------------------------------------------------------------- the notebook's driver
 def run_live(output_dir, quick: bool = False, models=None, batches=None, time_budget_s: float = 3600,
-             target_gpu: str = "NVIDIA_H100_80GB_HBM3", precision: str = "fp32", timer=None) -> dict:
+             target_gpu: str = "NVIDIA_H100_80GB_HBM3", precision: str = "fp32", timer=None,
+             llama_precision: str = "bf16") -> dict:
     """Every section of notebooks/05_live_gpu: measure what the machine allows, predict the rest.
+
+    ``precision`` is that of the paper's models (fp32 = the paper's protocol); ``llama_precision`` that
+    of the Llama-2 scenarios (bf16 by default, as people run them; "fp32" = the paper's protocol),
+    predicted with ``dtype=llama_precision`` and measured in it. Every model scenario carries the
+    predicted memory (``predicted_mem_*``) and, on a GPU, ``measured_peak_gb``
+    (``torch.cuda.max_memory_allocated`` of the run: weights + one step).
 
     Without a GPU every measured field is null with ``skipped_reason``; predictions are made for
     ``target_gpu`` and labelled prediction-only. Writes live_*.json, fusion_*.json, parallel_*.json.
@@ -510,32 +536,38 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
         k["ape"] = [report.ape(m, p) if m is not None and not pd.isna(m) else None for m, p in zip(k["measured_ms"], pred)]
     write_json(output_dir, "live_kernels", {**head, "rows": k.to_dict(orient="records")})
 
-    def _models(scen, name):
+    def _models(scen, name, prec=precision):
         rows = []
+        mcfg = cfg if prec == precision else HarnessConfig(precision=prec)
         for s in scen:
             p, why = predict_model(s.model, dev_arg if not s.gpu else s.gpu, s.batch, s.seq, s.mode, quick=quick,
                                    **({"parallel": s.parallel, "gpus": s.gpus} if s.parallel else {}),
-                                   **({"past": s.past} if s.past else {}))
+                                   **({"past": s.past} if s.past else {}), dtype=prec)
             mskip = skip or (multi_gpu_skip_reason(s.gpus) if s.gpus > 1 else None)
             if not mskip and s.past:
                 mskip = "decode-step measurement (KV cache) not implemented in this version: predicted only"
             if not mskip and s.gpus > 1:
                 mskip = "multi-GPU measurement (torch.distributed, one process per GPU) not implemented in this version"
-            meas, layers = None, None
+            meas, layers, peak = None, None, None
             if not mskip:
                 layers = 8 if s.model == "llama2_70b" else None
-                mm = measure_model(s.model, s.batch, s.seq, s.mode, timer, cfg, budget, num_layers=layers)
+                if prec != precision:
+                    set_precision(prec)
+                mm = measure_model(s.model, s.batch, s.seq, s.mode, timer, mcfg, budget, num_layers=layers)
+                peak = None if layers else last_peak_memory_gb   # a cut 70B model's memory is not the model's
+                if prec != precision:
+                    set_precision(precision)
                 meas = mm.mean_ms if mm.status == "OK" else None
                 mskip = None if mm.status == "OK" else f"{mm.status}: {mm.reason}"
             full = meas * 80 / layers if (meas is not None and layers) else meas
-            rows.append({**asdict(s), "predicted": p, "predicted_reason": why, "measured_ms": full,
-                         "measured_layers": layers, "skipped_reason": mskip,
+            rows.append({**asdict(s), "precision": prec, "predicted": p, "predicted_reason": why, "measured_ms": full,
+                         "measured_layers": layers, "measured_peak_gb": peak, "skipped_reason": mskip,
                          **label_gap(full, author_label(dev_name if not s.gpu else s.gpu, s.name))})
         write_json(output_dir, name, {**head, "rows": rows})
         return rows
 
     paper = _models(paper_scenarios(models, batches, quick), "live_models")
-    llama = _models(llama_scenarios(quick), "live_llama")
+    llama = _models(llama_scenarios(quick), "live_llama", llama_precision)
     fus = []
     for s in paper_scenarios(models, batches, quick):
         if s.mode != "inf":

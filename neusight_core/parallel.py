@@ -65,11 +65,16 @@ def _comm_row(phase_after: str, kind: str, nbytes: float, overlap: bool, module:
             "stage": stage, "reads": (), "writes": (), "after": phase_after}
 
 
+def _elem(kernels: pd.DataFrame) -> float:
+    """Bytes per element of the trace's activations/gradients (attrs ``dtype``; fp32 if absent)."""
+    return 2.0 if kernels.attrs.get("dtype", "fp32") in ("fp16", "bf16") else 4.0
+
+
 def _retrace(kernels: pd.DataFrame, batch: int) -> pd.DataFrame:
     a = kernels.attrs
     if batch == a["batch"]:
         return kernels.copy()
-    k = trace.trace_model(a["config"], batch, a["seq"], a["mode"])
+    k = trace.trace_model(a["config"], batch, a["seq"], a["mode"], dtype=a.get("dtype", "fp32"))
     if a.get("fused"):  # a fused table stays fused at the new batch
         from . import fusion
 
@@ -115,7 +120,7 @@ def _dp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
         if mod in groups:
             last[mod] = i
     end = int(bw.max()) if len(bw) else len(k) - 1
-    inserts = [(last.get(mod, end), _comm_row("bw", "allreduce", 4 * numel, True, mod,
+    inserts = [(last.get(mod, end), _comm_row("bw", "allreduce", _elem(k) * numel, True, mod,
                                               trace._layer_of(mod)))
                for mod, numel in groups.items()]
     return _insert(k, inserts)
@@ -128,6 +133,7 @@ def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     tokens = a["batch"] * a["seq"]
     hidden, vocab = a.get("hidden", 0), a.get("vocab", 0)
     kinds = {m: _kind(m) for m in k.module.unique()}
+    e = _elem(k)   # bytes per element (4 in FP32, the paper's setting)
 
     # (in, out) of every split linear from its forward GEMM
     fw_gemm = k[(k.phase == "fw") & (k.op_class == "LINEAR")]
@@ -181,9 +187,9 @@ def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
                 pos = "M" if M == D else "K"
             r[pos] = float(math.ceil(r[pos] / n))
             # traffic of the sliced GEMM from its new dims (the unsplit operand is still read whole)
-            bias = 4.0 * r["K"] if "addmm" in r["aten_op"] else 0.0
-            r["bytes_read"] = 4.0 * (r["M"] * r["N"] + r["N"] * r["K"]) + bias
-            r["bytes_written"] = 4.0 * r["M"] * r["K"]
+            bias = e * r["K"] if "addmm" in r["aten_op"] else 0.0
+            r["bytes_read"] = e * (r["M"] * r["N"] + r["N"] * r["K"]) + bias
+            r["bytes_written"] = e * r["M"] * r["K"]
             r["flops"] = 2.0 * r["M"] * r["N"] * r["K"]
             continue
         elif c == "BMM":
@@ -213,11 +219,11 @@ def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
 
     # communication
     inserts = []
-    act = 4.0 * tokens * hidden
+    act = e * tokens * hidden
     for i in k.index[(k.phase == "fw") & (k.op_class == "LINEAR")]:
         m = k.at[i, "module"]
         if kinds.get(m) == "row" and m in shape:
-            inserts.append((i, _comm_row("fw", "allreduce", 4.0 * tokens * shape[m][1], False, m,
+            inserts.append((i, _comm_row("fw", "allreduce", e * tokens * shape[m][1], False, m,
                                          int(k.at[i, "layer"]))))
     emb = k.index[(k.phase == "fw") & k.module.map(lambda s: bool(_EMBED.search(s)))
                   & k.aten_op.str.contains("embedding")]
@@ -226,7 +232,7 @@ def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     if vocab and (k.module == "lm_head").any():
         if len(loss):
             for _ in range(3):
-                inserts.append((int(loss[0]), _comm_row("fw", "allreduce", 4.0 * tokens, False, "loss", -1)))
+                inserts.append((int(loss[0]), _comm_row("fw", "allreduce", 4.0 * tokens, False, "loss", -1)))  # FP32 loss
     # backward: the input gradient of each column-parallel group (QKV; FC1; LM head) is reduced
     # after the group's last backward kernel
     col_bw = k[(k.phase == "bw") & k.module.map(lambda s: kinds.get(s) == "col" and s in shape)]
@@ -235,7 +241,7 @@ def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
         for L in layers:
             gl = g[g.layer == L]
             fi = shape[gl.module.iloc[0]][0]
-            inserts.append((int(gl.index.max()), _comm_row("bw", "allreduce", 4.0 * tokens * fi, False,
+            inserts.append((int(gl.index.max()), _comm_row("bw", "allreduce", e * tokens * fi, False,
                                                             parent, int(L))))
     out = _insert(k, inserts)
     for c in ("B", "M", "N", "K", "H"):
@@ -295,7 +301,7 @@ def _pp(kernels: pd.DataFrame, n: int, micro_batches: int) -> pd.DataFrame:
                 # backward runs in reverse order
                 stage[i] = (0 if before else n - 1) if ph == "fw" else (n - 1 if before else 0)
     k["stage"] = stage
-    act = 4.0 * mb * a["seq"] * a.get("hidden", 0)
+    act = _elem(k) * mb * a["seq"] * a.get("hidden", 0)
     inserts = []
     for ph, order in (("fw", range(n - 1)), ("bw", range(n - 1, 0, -1))):
         idx = np.flatnonzero(k.phase.to_numpy() == ph)

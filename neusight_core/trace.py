@@ -25,6 +25,7 @@ import json
 import math
 import re
 import time
+import weakref
 from collections import Counter
 from pathlib import Path
 
@@ -43,7 +44,14 @@ COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "f
            "bytes_read", "bytes_written", "dtype", "module", "layer", "count",
            "comm_kind", "comm_bytes", "overlap", "stage"]
 # Extra columns after COLUMNS: `reads` / `writes` = tuples of (buffer key, bytes) per kernel, the
-# data dependencies fusion.fuse needs (a key names one tensor buffer within one trace).
+# data dependencies fusion.fuse needs (a key names one tensor buffer within one trace), and
+# `precision` (fp32 | tf32 | fp16 | bf16): the arithmetic the kernel runs in, which picks the GEMM peak.
+
+# Precision of a trace (``trace_model(..., dtype=)``) -> storage dtype of the model's tensors.
+# tf32 = FP32 tensors, GEMMs on TF32 tensor cores; fp32 = the paper's setting (TF32 off).
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+_DTYPE_PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM", "COMM", "UNCLASSIFIED")
 
@@ -208,10 +216,6 @@ def _nbytes(t: torch.Tensor) -> int:
     return n * t.element_size()
 
 
-def _skey(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
-
-
 def _layer_of(module: str) -> int:
     m = _LAYER_RE.search(module)
     return int(m.group(1)) if m else -1
@@ -272,16 +276,72 @@ def classify(base: str, args, kwargs, outs: list[torch.Tensor], ins: list[torch.
 # capture
 # --------------------------------------------------------------------------------------------
 class _Recorder(TorchDispatchMode):
+    """Records one row per kernel and the memory timeline of the buffers the ops allocate.
+
+    Buffers are storages (views share their base's). Each gets a serial number when first seen; a
+    ``weakref.finalize`` on the storage notes when Python frees it, exactly as eager PyTorch would
+    free the GPU memory (meta storages hold no memory, but their lifetimes are the real ones: saved
+    tensors live until backward consumes them, temporaries die when the last reference goes). A
+    storage an op returns that none of its inputs has is a new allocation. ``mem_events`` lists
+    (row, buffer, +bytes | -bytes) in program order, ``row`` = index of the kernel row the event
+    precedes or belongs to (allocations of no-kernel ops such as ``empty`` go with the next row).
+    """
+
     def __init__(self, params_by_id: dict[int, str]):
         super().__init__()
         self.rows: list[tuple] = []
+        self._serial: dict[int, int] = {}      # storage _cdata -> serial number while it lives
+        self._alloc: dict[int, int] = {}       # serial -> bytes, buffers allocated while recording
+        self._next_serial = 0
+        self.mem_events: list[tuple[int, int, int]] = []
+        self.closed = False
         self.module_stack: list[str] = ["loss"]  # base entry: ops outside the model (the loss)
         self.phase = "fw"
         self.params_by_id = params_by_id
         self.unclassified: Counter = Counter()
         self.skipped: Counter = Counter()
-        self.keep: list = []
         self.scalar_queries: Counter = Counter()  # .item() calls answered, by dtype
+
+    # ------------------------------------------------------------ buffers and memory
+    def _key(self, t: torch.Tensor) -> int:
+        """Serial number of the tensor's storage, unique within the trace (never reused)."""
+        st = t.untyped_storage()
+        cd = st._cdata
+        k = self._serial.get(cd)
+        if k is None:
+            k = self._serial[cd] = self._next_serial
+            self._next_serial += 1
+            weakref.finalize(st, self._freed, cd, k)
+        return k
+
+    def _freed(self, cdata: int, key: int) -> None:
+        if self._serial.get(cdata) == key:
+            del self._serial[cdata]
+        if not self.closed and key in self._alloc:
+            self.mem_events.append((len(self.rows), key, -self._alloc[key]))
+
+    def track(self, tensors) -> tuple[int, tuple]:
+        """Count already existing tensors (the KV cache) as allocated now: (bytes, buffer keys)."""
+        total, keys = 0, []
+        for t in tensors:
+            k = self._key(t)
+            if k not in self._alloc:
+                b = int(t.untyped_storage().nbytes())
+                self._alloc[k] = b
+                total += b
+                keys.append(k)
+                self.mem_events.append((len(self.rows), k, b))
+        return total, tuple(keys)
+
+    def _note_allocations(self, outs, ins) -> None:
+        in_keys = {self._key(t) for t in ins}
+        for t in outs:
+            k = self._key(t)
+            if k in in_keys or k in self._alloc:
+                continue
+            b = int(t.untyped_storage().nbytes())
+            self._alloc[k] = b
+            self.mem_events.append((len(self.rows), k, b))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -300,6 +360,7 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        self._note_allocations(outs, ins)
         c = classify(base, args, kwargs, outs, ins)
         if c is None:
             self.skipped[full] += 1
@@ -323,13 +384,11 @@ class _Recorder(TorchDispatchMode):
         else:
             read_t = [t for t in ins if id(t) not in out_ids or base.endswith("_")]
         # (buffer key, bytes) of every tensor read / written: fusion.py uses them to drop the
-        # traffic of intermediates. Views share their base's storage, hence the storage key;
-        # output storages are kept alive (meta: no memory) so that no key is ever reused.
-        reads = tuple((_skey(t), _nbytes(t)) for t in read_t)
-        writes = tuple((_skey(t), _nbytes(t)) for t in outs)
-        # hold the storages, not the tensors: an extra tensor reference would stop
-        # AccumulateGrad from stealing gradients and invent copy kernels
-        self.keep.extend(t.untyped_storage() for t in outs)
+        # traffic of intermediates. Views share their base's storage, hence the storage key (a
+        # serial number, so a freed storage's key is never reused; no reference is held, so
+        # AccumulateGrad still steals gradients and lifetimes stay those of eager PyTorch).
+        reads = tuple((self._key(t), _nbytes(t)) for t in read_t)
+        writes = tuple((self._key(t), _nbytes(t)) for t in outs)
         self.rows.append((phase, full, op_class, sub_op, Bd, M, N, K, H, flops,
                           sum(b for _, b in reads), sum(b for _, b in writes),
                           str(outs[0].dtype).replace("torch.", ""), module, _layer_of(module),
@@ -450,7 +509,7 @@ def _inputs(model, cfg, batch: int, seq: int, train: bool) -> dict:
     return kw
 
 
-def _filled_cache(cfg, batch: int, past: int):
+def _filled_cache(cfg, batch: int, past: int, dtype=torch.float32):
     """A transformers DynamicCache holding ``past`` tokens of meta K/V for every layer."""
     from transformers import DynamicCache
     if getattr(cfg, "is_encoder_decoder", False) or cfg.model_type in ("bert",):
@@ -460,26 +519,28 @@ def _filled_cache(cfg, batch: int, past: int):
     head_dim = getattr(cfg, "head_dim", None) or hidden_size(cfg) // heads
     cache = DynamicCache(config=cfg)
     for i in range(num_layers(cfg)):
-        k = torch.empty((batch, kv_heads, past, head_dim), device="meta")
+        k = torch.empty((batch, kv_heads, past, head_dim), device="meta", dtype=dtype)
         cache.update(k, torch.empty_like(k), i)
     return cache
 
 
-def build_model(cfg, mode: str | None = None):
-    """The model of ``cfg`` on the meta device: FP32, eager attention, no KV cache."""
+def build_model(cfg, mode: str | None = None, dtype: str = "fp32"):
+    """The model of ``cfg`` on the meta device: FP32 (or ``dtype``), eager attention, no KV cache."""
     cls = _model_class(cfg, mode)
     cfg.use_cache = False
     try:
         cfg._attn_implementation = "eager"
     except Exception:  # noqa: BLE001 - older/newer config APIs; the kwarg below also sets it
         pass
+    tdt = TORCH_DTYPES[dtype]
     with torch.device("meta"):
-        model = cls._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
-    return model.float()
+        model = cls._from_config(cfg, attn_implementation="eager", dtype=tdt)
+    return model.float() if tdt == torch.float32 else model.to(tdt)
 
 
 def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
-                accumulate_grads: bool = True, authors_heads: bool = True, past: int = 0) -> pd.DataFrame:
+                accumulate_grads: bool = True, authors_heads: bool = True, past: int = 0,
+                dtype: str = "fp32") -> pd.DataFrame:
     """Kernel table of one forward pass (``inf``) or forward + loss + backward (``train``).
 
     ``accumulate_grads``: in training, parameters already hold a gradient (as in the authors'
@@ -495,8 +556,22 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     The cache is filled before recording (it exists before the step); the step's own cache
     append (a ``cat`` per layer, as HF's eager decode runs it) is recorded.
 
+    ``dtype`` (fp32 | tf32 | fp16 | bf16): the precision the model runs in. fp32 is the paper's
+    (FP32 tensors, TF32 off); fp16/bf16 build the model in that dtype, so every tensor's bytes follow
+    it (ops the model code runs in FP32, e.g. softmax or RMSNorm upcasts, stay FP32); tf32 keeps FP32
+    tensors and marks FP32 GEMMs ``precision == "tf32"`` (tensor cores). The ``precision`` column
+    holds each kernel's arithmetic; predictors take the GEMM peak from it. Precisions other than
+    fp32 are an extension: the predictors were trained and validated on FP32 kernels.
+
+    Memory (``attrs["memory"]``, see :class:`_Recorder`): ``activation_peak_bytes`` = the peak of
+    the bytes of buffers allocated while running (activations, saved tensors, temporaries, new
+    gradients), over the whole forward (+ backward); ``kv_cache_bytes`` = the KV cache the step
+    starts from (``past`` > 0; its growth during the step is part of the activations);
+    ``events`` = the timeline (arrays ``row``, ``buf``, ``bytes``) that ``memory.py`` rescales for
+    parallel plans. Weights, existing gradients and optimizer state are not in it (``memory.py``).
+
     The frame's ``attrs`` hold ``unclassified`` (aten op -> count), ``skipped`` (no-kernel ops),
-    ``model``, ``batch``, ``seq``, ``mode``, ``num_layers`` and ``trace_s`` (wall time).
+    ``model``, ``batch``, ``seq``, ``mode``, ``num_layers``, ``dtype``, ``memory`` and ``trace_s``.
     """
     for nm, v in (("batch", batch), ("seq", seq)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
@@ -507,13 +582,15 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
         raise TraceError(f"past must be a non-negative integer, got {past!r}")
     if past and mode != "inf":
         raise TraceError("a KV cache (past > 0) is for inference only")
+    if dtype not in PRECISIONS:
+        raise TraceError(f"dtype must be one of {', '.join(PRECISIONS)}, got {dtype!r}")
     t0 = time.perf_counter()
     cfg = load_config(config_or_name)
     maxpos = _max_positions(cfg)
     if maxpos is not None and seq + past > maxpos:
         raise TraceError(f"seq {seq + past} exceeds the model's {maxpos} positions ({cfg.model_type})")
     train = mode == "train"
-    model = build_model(cfg, mode if authors_heads else None)
+    model = build_model(cfg, mode if authors_heads else None, dtype)
     model.train(train)  # dropout kernels only in training (eval() makes dropout an identity)
     _switch_routing_stand_in(model)
     params = dict(model.named_parameters())
@@ -523,8 +600,12 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     rec = _Recorder({id(p): n for n, p in params.items()})
     handles = _install_module_hooks(model, rec.module_stack)
     kw = _inputs(model, cfg, int(batch), int(seq), train)
+    kv_bytes, kv_bufs = 0, ()
     if past:
-        kw.update(past_key_values=_filled_cache(cfg, int(batch), int(past)), use_cache=True)
+        cache = _filled_cache(cfg, int(batch), int(past), TORCH_DTYPES[dtype])
+        kv_bytes, kv_bufs = rec.track(_cache_tensors(cache))
+        kw.update(past_key_values=cache, use_cache=True)
+        del cache
     try:
         with torch.autograd.set_grad_enabled(train):
             if train:
@@ -548,6 +629,10 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     finally:
         for h in handles:
             h.remove()
+    kw.clear()
+    out = loss = None  # noqa: F841 - the step's outputs die here, as in a serving/training loop
+    rec.closed = True
+    memory = _memory_summary(rec, kv_bytes, kv_bufs)
     if rec.unclassified:
         import warnings
 
@@ -562,14 +647,55 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     df = df[COLUMNS + ["reads", "writes"]]
     for c in ("B", "M", "N", "K", "H", "flops", "bytes_read", "bytes_written"):
         df[c] = df[c].astype(float)
+    df["precision"] = df["dtype"].map(_DTYPE_PRECISION).fillna("fp32")
+    if dtype == "tf32":
+        df.loc[df["op_class"].isin(["BMM", "LINEAR"]) & (df["precision"] == "fp32"), "precision"] = "tf32"
     df.attrs.update(config=dict(cfg.to_dict(), name=cfg.name_or_path), hidden=hidden_size(cfg), vocab=int(getattr(cfg, "vocab_size", 0) or 0),
                     params={n: int(p.numel()) for n, p in params.items()},
                     model=cfg.name_or_path or cfg.model_type, model_class=type(model).__name__,
-                    batch=int(batch), seq=int(seq), past=int(past),
+                    batch=int(batch), seq=int(seq), past=int(past), dtype=dtype, memory=memory,
                     mode=mode, num_layers=num_layers(cfg), unclassified=dict(rec.unclassified),
                     skipped=dict(rec.skipped), scalar_queries=dict(rec.scalar_queries),
                     trace_s=time.perf_counter() - t0)
     return df
+
+
+def _cache_tensors(cache) -> list:
+    """The K/V tensors a transformers cache holds (DynamicCache of transformers 4.x or 5.x)."""
+    out = []
+    for layer in getattr(cache, "layers", None) or []:
+        out += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if isinstance(t, torch.Tensor)]
+    if not out:
+        for name in ("key_cache", "value_cache"):
+            out += [t for t in getattr(cache, name, []) if isinstance(t, torch.Tensor)]
+    return out
+
+
+class MemoryTimeline:
+    """Allocation (+bytes) and free (-bytes) events of a trace's buffers in program order: arrays
+    ``row`` (kernel row the event precedes or belongs to), ``buf`` (buffer serial), ``bytes``.
+    (A class, not a dict of arrays, so that pandas can compare frame attrs.)"""
+
+    def __init__(self, events):
+        ev = np.array(events, dtype=np.int64).reshape(-1, 3)
+        self.row, self.buf, self.bytes = ev[:, 0].copy(), ev[:, 1].copy(), ev[:, 2].astype(float)
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, MemoryTimeline) and bool(
+            np.array_equal(self.row, other.row) and np.array_equal(self.buf, other.buf)
+            and np.array_equal(self.bytes, other.bytes))
+
+    def peak(self) -> float:
+        return float(np.cumsum(self.bytes).max()) if len(self) else 0.0
+
+
+def _memory_summary(rec: _Recorder, kv_bytes: int, kv_bufs: tuple) -> dict:
+    tl = MemoryTimeline(rec.mem_events)
+    return {"activation_peak_bytes": max(tl.peak(), kv_bytes) - kv_bytes, "kv_cache_bytes": float(kv_bytes),
+            "kv_bufs": kv_bufs, "rows": len(rec.rows), "events": tl}
 
 
 def hidden_size(cfg) -> int:

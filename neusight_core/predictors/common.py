@@ -16,6 +16,8 @@ MODEL_CLASSES = GEMM_CLASSES + VECTOR_CLASSES
 MEMORY_CLASSES = ("MEM", "UNCLASSIFIED")
 ROW_TILE_CLASSES = ("SOFTMAX", "LAYERNORM")   # one row (H elements) per tile
 MIN_BYTES = 4.0                                # a kernel moves at least one FP32 element
+TENSOR_PRECISIONS = ("tf32", "fp16", "bf16")   # issue 11: GEMM precisions with a tensor-core peak
+HALF_PRECISIONS = ("fp16", "bf16")             # 2-byte elements
 
 
 class PredictorInputError(ValueError):
@@ -35,13 +37,18 @@ def device_arrays(kernels: pd.DataFrame, device=None) -> dict:
     n = len(kernels)
     if device is not None:
         d = devices.get_device(device)
-        return {c: np.full(n, float(getattr(d, c))) for c in
-                ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")}
+        out = {c: np.full(n, float(getattr(d, c))) for c in
+               ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")}
+        out.update({f"{p}_gemm_gflops": np.full(n, d.gemm_peak_gflops(p)) for p in TENSOR_PRECISIONS})
+        return out
     if "device" not in kernels:
         raise PredictorInputError("no device given and the kernel table has no 'device' column")
     devs = {name: devices.get_device(name) for name in kernels["device"].unique()}
-    return {c: kernels["device"].map({k: float(getattr(d, c)) for k, d in devs.items()}).to_numpy(float)
-            for c in ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")}
+    out = {c: kernels["device"].map({k: float(getattr(d, c)) for k, d in devs.items()}).to_numpy(float)
+           for c in ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")}
+    out.update({f"{p}_gemm_gflops": kernels["device"].map({k: d.gemm_peak_gflops(p) for k, d in devs.items()})
+                .to_numpy(float) for p in TENSOR_PRECISIONS})
+    return out
 
 
 def total_bytes(kernels: pd.DataFrame) -> np.ndarray:
@@ -50,9 +57,27 @@ def total_bytes(kernels: pd.DataFrame) -> np.ndarray:
 
 
 def peak_gflops(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
-    """GEMM peak for GEMMs, vector peak otherwise (they differ on AMD only)."""
+    """GEMM peak for GEMMs, vector peak otherwise (they differ on AMD only).
+
+    Precision (issue 11): a GEMM row whose ``precision`` column is tf32/fp16/bf16 gets the device's
+    dense tensor-core peak of that precision (``<p>_gemm_gflops`` of ``device_arrays``; the FP32
+    peak on GPUs without such tensor cores). Without the column, or for fp32 rows, nothing changes."""
     gemm = kernels["op_class"].isin(GEMM_CLASSES).to_numpy()
-    return np.where(gemm, dev["fp32_gflops"], dev["fp32_vec_gflops"])
+    peak = np.where(gemm, dev["fp32_gflops"], dev["fp32_vec_gflops"])
+    if "precision" in kernels.columns:
+        prec = kernels["precision"].to_numpy()
+        for p in TENSOR_PRECISIONS:
+            sel = gemm & (prec == p)
+            if sel.any():
+                peak = np.where(sel, dev.get(f"{p}_gemm_gflops", dev["fp32_gflops"]), peak)
+    return peak
+
+
+def element_bytes(kernels: pd.DataFrame) -> np.ndarray:
+    """Bytes per element of each row: 2 for fp16/bf16 rows (``precision`` column), else 4 (FP32)."""
+    if "precision" not in kernels.columns:
+        return np.full(len(kernels), 4.0)
+    return np.where(kernels["precision"].isin(HALF_PRECISIONS).to_numpy(), 2.0, 4.0)
 
 
 def memory_ms(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
@@ -78,7 +103,7 @@ def geometry(kernels: pd.DataFrame, dev: dict, tile_m, tile_k, tile) -> dict:
 
     GEMM (B, M, N, K), output M x K cut into tile_m x tile_k tiles, each over the whole reduction N:
       tiles = B * ceil(M / tile_m) * ceil(K / tile_k); tile FLOPs = 2 tile_m N tile_k;
-      tile bytes = 4 (tile_m N + N tile_k + tile_m tile_k).
+      tile bytes = 4 (tile_m N + N tile_k + tile_m tile_k) (2 instead of 4 for fp16/bf16 rows).
     Vector ops: element-wise kernels cut the flat B*H outputs into tiles of ``tile`` elements;
       softmax / layernorm one row per tile (tile = H). Tile FLOPs and bytes are the kernel's per-output
       FLOPs and bytes times the tile.
@@ -100,7 +125,7 @@ def geometry(kernels: pd.DataFrame, dev: dict, tile_m, tile_k, tile) -> dict:
         v_tiles = np.where(rows, np.maximum(np.round(E / H), 1.0), np.ceil(E / t_vec))
         tiles = np.where(gemm, g_tiles, v_tiles)
         g_tile_flops = 2.0 * tile_m * N * tile_k
-        g_tile_bytes = 4.0 * (tile_m * N + N * tile_k + tile_m * tile_k)
+        g_tile_bytes = element_bytes(kernels) * (tile_m * N + N * tile_k + tile_m * tile_k)
         v_tile_flops = flops / E * t_vec
         v_tile_bytes = byts / E * t_vec
     tile_flops = np.where(gemm, g_tile_flops, v_tile_flops)

@@ -1,0 +1,308 @@
+"""Memory footprint of a prediction, per GPU, against the device's memory (extension, issue 11).
+
+``footprint(kernels, device, optimizer="adamw", master_weights=True)`` takes the kernel table ONE GPU
+runs (``trace.trace_model`` -> optional ``parallel.apply_plan``) and returns the bytes of
+
+* ``weights``: the GPU's share of the parameters (``attrs["params"]``) in the trace's dtype;
+* ``grads`` (training): one gradient per weight, same dtype (gradients kept between steps, as in
+  the authors' loop and in ``trace_model(accumulate_grads=True)``);
+* ``optimizer`` (training): AdamW keeps two FP32 moments per parameter (8 B); SGD with momentum one
+  (4 B); ``none`` nothing. With fp16/bf16 weights and ``master_weights`` (default), an FP32 master
+  copy (4 B) too: mixed-precision AdamW = 2 + 2 + 4 + 8 = 16 B per parameter, as FP32 AdamW
+  (4 + 4 + 8);
+* ``activations``: the peak, over the traced step, of the bytes of every buffer the ops allocate
+  (activations, tensors saved for backward, temporaries, new gradients), from the traced tensors'
+  sizes and lifetimes (``trace._Recorder``), not from a formula;
+* ``kv_cache`` (decode, ``past`` > 0): the cache the step starts from (its growth in the step is in
+  the activations);
+
+and ``total`` against the device's memory: ``fits`` or ``does not fit: needs X GB, has Y GB``.
+GB = 1e9 bytes; the capacity is the catalogue's ``mem_gb`` x 1e9 (the CUDA context, cuBLAS
+workspaces and allocator fragmentation, typically 1-3 GB, are not modelled).
+
+Parallel plans divide what they divide:
+
+* ``dp``: every GPU holds all weights, gradients and optimizer state (plain DDP, no ZeRO); the
+  activations are those of its batch / n (the plan retraced the model at that batch).
+* ``tp``: column-parallel linears (weight and bias), row-parallel weights and the vocab-parallel
+  embedding / LM head are split n ways, everything else is replicated (the same Megatron split as
+  ``parallel._tp``); each activation buffer shrinks as the kernel that wrote it does (its bytes
+  written after / before the split); the KV cache is split by heads.
+* ``pp``: each stage holds the parameters of its layers (embeddings on the first, the head on the
+  last); a stage's activations are the peak of the buffers its kernels allocate for one
+  micro-batch, plus (m - 1) x what it still holds at the end of the forward pass (GPipe keeps
+  every micro-batch's saved tensors until its backward). The worst stage is reported.
+
+Validated on CPU (tests/test_memory.py): the traced activation peak against PyTorch's own
+allocation records (``torch.profiler`` with ``profile_memory``) for small real models. On a GPU,
+kernels with their own workspaces (cuBLAS, flash attention) and the caching allocator's rounding add
+to it; a GPU run measures that (notebook 05).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+GB = 1e9
+OPTIMIZERS = {"adamw": 8.0, "adam": 8.0, "sgd": 4.0, "none": 0.0}   # FP32 state bytes per parameter
+
+
+class MemoryInputError(ValueError):
+    """Bad arguments to footprint (unknown optimizer, a table without a trace's attrs)."""
+
+
+def element_bytes(dtype: str) -> int:
+    return 2 if dtype in ("fp16", "bf16") else 4
+
+
+# ------------------------------------------------------------------------------ parameters
+def _param_stage(name: str, n: int, num_layers: int) -> int:
+    from neusight_core import parallel, trace
+    layer = trace._layer_of(name)
+    if layer >= 0:
+        return min(int(layer // (num_layers / n)), n - 1)
+    mod = name.rsplit(".", 1)[0]
+    if parallel._EMBED.search(mod) or "embed" in name or "wpe" in name:
+        return 0
+    return n - 1
+
+
+def _tp_share(name: str, n: int) -> float:
+    """Fraction of parameter ``name`` one of n tensor-parallel GPUs holds."""
+    from neusight_core import parallel
+    mod, _, leaf = name.rpartition(".")
+    kind = parallel._kind(mod)
+    if kind == "col" or (kind == "row" and leaf == "weight") or parallel._EMBED.search(mod):
+        return 1.0 / n
+    return 1.0
+
+
+def param_counts(kernels: pd.DataFrame) -> list[float]:
+    """Parameters held per GPU (one entry; PP: one entry per stage)."""
+    a = kernels.attrs
+    params = a.get("params") or {}
+    plan, n = a.get("plan"), int(a.get("gpus", 1) or 1)
+    if plan == "tp" and n > 1:
+        return [sum(v * _tp_share(k, n) for k, v in params.items())]
+    if plan == "pp" and n > 1:
+        per = [0.0] * n
+        L = int(a.get("num_layers") or 1)
+        for k, v in params.items():
+            per[_param_stage(k, n, L)] += v
+        return per
+    return [float(sum(params.values()))]
+
+
+# ------------------------------------------------------------------------------ activations
+def _row_frame(kernels: pd.DataFrame, rows: int) -> pd.DataFrame | None:
+    """The kernel rows in trace order (COMM rows of a plan dropped), or None if they do not line up
+    with the trace (e.g. a fused table: its memory is the unfused trace's)."""
+    k = kernels[kernels["op_class"] != "COMM"] if "op_class" in kernels else kernels
+    if len(k) != rows or kernels.attrs.get("fused"):
+        return None
+    return k.reset_index(drop=True)
+
+
+def _scale(k: pd.DataFrame) -> np.ndarray:
+    """Per row, bytes written now / bytes written when traced (a TP split shrinks both)."""
+    if "writes" not in k:
+        return np.ones(len(k))
+    orig = np.array([sum(b for _, b in w) if isinstance(w, tuple) else 0.0 for w in k["writes"]], float)
+    now = k["bytes_written"].fillna(0).to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = np.where(orig > 0, now / orig, 1.0)
+    return np.clip(np.nan_to_num(f, nan=1.0), 0.0, 1.0)
+
+
+def _timeline(tl, row_factor: np.ndarray, row_stage: np.ndarray | None, stage: int | None,
+              last_fw_row: int | None, base_bufs=(), base_factor: float = 1.0):
+    """(peak, live bytes just after ``last_fw_row``) of the events without the KV cache the step
+    starts from (``base_bufs``, counted at ``base_factor`` of their size, on every stage), each
+    buffer scaled by the factor of the row that allocated it and restricted to ``stage``'s rows."""
+    row, buf, byt = tl.row, tl.buf, tl.bytes
+    nrows = len(row_factor)
+    base = set(int(b) for b in base_bufs)
+    alloc = byt > 0
+    size, keep = {}, {}
+    for r, b, x in zip(row[alloc], buf[alloc], byt[alloc]):
+        b = int(b)
+        rr = min(int(r), nrows - 1) if nrows else 0
+        if b in base:
+            size[b], keep[b] = x * base_factor, True
+            continue
+        size[b] = x * (row_factor[rr] if nrows else 1.0)
+        keep[b] = stage is None or (row_stage is not None and nrows > 0 and row_stage[rr] == stage)
+    start = sum(size[b] for b in base if b in size)
+    live, peak, at_fw_end = -start, 0.0, None
+    for r, b, x in zip(row, buf, byt):
+        if last_fw_row is not None and at_fw_end is None and r > last_fw_row:
+            at_fw_end = live
+        b = int(b)
+        if not keep.get(b, False):
+            continue
+        live += size[b] if x > 0 else -size[b]
+        peak = max(peak, live)
+    if at_fw_end is None:
+        at_fw_end = live
+    return peak, at_fw_end
+
+
+def activation_bytes(kernels: pd.DataFrame) -> tuple[list[float], list[str]]:
+    """Peak activation bytes per GPU (PP: per stage) and notes on how they were obtained."""
+    a = kernels.attrs
+    mem = a.get("memory")
+    if not mem:
+        raise MemoryInputError("the kernel table has no memory timeline: trace it with trace.trace_model")
+    tl, notes = mem["events"], []
+    plan, n = a.get("plan"), int(a.get("gpus", 1) or 1)
+    rows = int(tl.row.max()) + 1 if len(tl) else 0
+    k = _row_frame(kernels, int(mem.get("rows", rows)))
+    if k is None:
+        notes.append("activations of the unfused trace (fusion keeps intermediates out of memory: an upper bound)"
+                     if a.get("fused") else "activations of the unsplit trace")
+        return [mem["activation_peak_bytes"]] * (n if plan == "pp" else 1), notes
+    kv = mem.get("kv_bufs", ())
+    if plan == "tp" and n > 1:
+        peak, _ = _timeline(tl, _scale(k), None, None, None, kv, 1.0 / n)
+        return [peak], notes
+    if plan == "pp" and n > 1:
+        m = int(a.get("micro_batches", 1) or 1)
+        st = k["stage"].fillna(0).astype(int).to_numpy()
+        fw = np.flatnonzero(k["phase"].to_numpy() == "fw")
+        last_fw = int(fw.max()) if len(fw) else None
+        out = []
+        for s in range(n):
+            peak, saved = _timeline(tl, np.ones(len(k)), st, s, last_fw, kv, 1.0 / n)
+            out.append(peak + (m - 1) * saved)
+        if m > 1:
+            notes.append(f"GPipe: each stage keeps the saved tensors of {m} micro-batches")
+        return out, notes
+    return [mem["activation_peak_bytes"]], notes
+
+
+# ------------------------------------------------------------------------------ footprint
+def footprint(kernels: pd.DataFrame, device=None, optimizer: str = "adamw", master_weights: bool = True) -> dict:
+    """Per-GPU memory of the step the table describes (see the module docstring)."""
+    if optimizer not in OPTIMIZERS:
+        raise MemoryInputError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    a = kernels.attrs
+    if "params" not in a or "mode" not in a:
+        raise MemoryInputError("footprint needs a kernel table from trace.trace_model (its attrs are missing)")
+    dtype = a.get("dtype", "fp32")
+    e = element_bytes(dtype)
+    train = a["mode"] == "train"
+    plan, n = a.get("plan"), int(a.get("gpus", 1) or 1)
+    params = param_counts(kernels)
+    acts, notes = activation_bytes(kernels)
+    kv = float((a.get("memory") or {}).get("kv_cache_bytes", 0.0))
+    if plan in ("tp", "pp") and n > 1:
+        kv /= n
+    opt_per_param = OPTIMIZERS[optimizer] + (4.0 if master_weights and e == 2 else 0.0)
+    per = []
+    for p, act in zip(params if len(params) > 1 else params * len(acts), acts):
+        w = p * e
+        g = p * e if train else 0.0
+        o = p * opt_per_param if train else 0.0
+        per.append({"weights": w, "grads": g, "optimizer": o, "activations": act, "kv_cache": kv,
+                    "total": w + g + o + act + kv})
+    worst = int(np.argmax([x["total"] for x in per]))
+    r = per[worst]
+    out = {f"{key}_gb": r[key] / GB for key in ("weights", "grads", "optimizer", "activations", "kv_cache", "total")}
+    out["params_per_gpu"] = float(params[worst if len(params) > 1 else 0])
+    out["dtype"] = dtype
+    out["optimizer"] = optimizer if train else None
+    out["master_weights"] = bool(master_weights and e == 2 and train)
+    out["per_gpu"] = plan is not None and n > 1
+    out["gpus"] = n
+    if plan == "pp" and n > 1:
+        out["stage"] = worst
+        out["stage_total_gb"] = [x["total"] / GB for x in per]
+    if device is not None:
+        from neusight_core import devices
+        dev = devices.get_device(device)
+        out["device"] = dev.name
+        out["device_gb"] = float(dev.mem_gb)
+        out["fits"] = bool(r["total"] <= dev.mem_gb * GB)
+        where = " per GPU" if out["per_gpu"] else ""
+        out["verdict"] = ("fits" if out["fits"] else
+                          f"does not fit: needs {r['total'] / GB:.1f} GB{where}, has {dev.mem_gb:g} GB")
+    out["notes"] = notes
+    return out
+
+
+def format_footprint(m: dict) -> list[str]:
+    """Text lines for the CLI."""
+    where = f" per GPU ({m['gpus']} GPUs" + (f", worst stage {m['stage']}" if "stage" in m else "") + ")" \
+        if m.get("per_gpu") else ""
+    head = f"memory{where}: {m['total_gb']:.2f} GB of {m['device_gb']:g} GB -> {m['verdict']}" \
+        if "device_gb" in m else f"memory{where}: {m['total_gb']:.2f} GB"
+    lines = [head]
+    for key, label in (("weights_gb", "weights"), ("grads_gb", "gradients"), ("optimizer_gb", "optimizer"),
+                       ("activations_gb", "activations (peak)"), ("kv_cache_gb", "KV cache")):
+        if m.get(key):
+            lines.append(f"    {label:<19} {m[key]:10.2f} GB")
+    if m.get("optimizer"):
+        lines.append(f"    ({m['optimizer']}, {m['dtype']}"
+                     + (", FP32 master weights" if m.get("master_weights") else "") + ")")
+    lines += [f"    note: {x}" for x in m.get("notes", [])]
+    return lines
+
+
+# ------------------------------------------------------------------------------ CPU measurement
+def measure_cpu_peak(config, batch: int, seq: int, mode: str = "train", seed: int = 0, model=None) -> dict:
+    """Run one step of a small REAL model on this CPU and return PyTorch's own account of its memory.
+
+    The model is built from ``config`` (a ``transformers`` config with ``architectures``; pass
+    ``model`` to reuse one) in FP32 with eager attention, no KV cache (as the tracer). Training = forward + loss +
+    backward with gradients already allocated (as ``trace_model(accumulate_grads=True)``);
+    inference = a ``no_grad`` forward. The allocator's own records (``torch.profiler`` with
+    ``profile_memory=True``: every allocation and free of the CPU allocator, with sizes) give
+    ``peak_bytes`` = the highest sum of bytes allocated during the step and still alive, which is
+    what ``activation_peak_bytes`` predicts. Weights and gradients exist before the step.
+    """
+    import torch
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    if model is None:
+        model = build_cpu_model(config, seed)
+    train = mode == "train"
+    model.train(train)
+    torch.manual_seed(seed)
+    ids = torch.randint(0, config.vocab_size, (batch, seq))
+    if train:
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        if train:
+            out = model(input_ids=ids, labels=ids, use_cache=False)
+            out.loss.backward()
+            del out
+        else:
+            with torch.no_grad():
+                model(input_ids=ids, use_cache=False)
+    for p in model.parameters():
+        p.grad = None
+    events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.typed[0] == _EventType.Allocation:
+            events.append((node.start_time_ns, node.typed[1].alloc_size))
+        stack.extend(node.children)
+    events.sort()
+    live = np.cumsum([b for _, b in events]) if events else np.zeros(1)
+    return {"peak_bytes": float(live.max()), "allocations": sum(1 for _, b in events if b > 0),
+            "params": int(sum(p.numel() for p in model.parameters()))}
+
+
+def build_cpu_model(config, seed: int = 0):
+    """A real FP32 CPU model of ``config`` with eager attention and its usual random initialisation."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    cls = getattr(transformers, config.architectures[0])
+    return cls._from_config(config, attn_implementation="eager", dtype=torch.float32).float()

@@ -1,0 +1,119 @@
+"""Memory footprint (issue 11): the traced activation peak against PyTorch's own allocation records on
+small real CPU models, and the fit verdicts of the CLI for Llama-2-70B on H100."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import transformers
+
+from neusight_core import latency, memory, parallel, trace
+
+# Tolerance of the activation peak against PyTorch's measured peak: 3 %. Why so tight: the tracer
+# records the same aten ops the CPU runs (meta tensors go through the same decompositions) and
+# frees a buffer when Python does, so only allocations inside a CPU kernel that the meta kernel does
+# not make can differ (measured here: 0.00 % on every case below; 1 % on GPT-2 small before the
+# KV cache was switched off in the measurement as in the tracer). On a GPU, cuBLAS/cuDNN workspaces
+# and the caching allocator's rounding add to the measured peak; notebook 05 measures that there.
+TOL = 0.03
+
+
+def _gpt2_small():
+    return transformers.GPT2Config(resid_pdrop=0, embd_pdrop=0, attn_pdrop=0, architectures=["GPT2LMHeadModel"])
+
+
+def _bert_base():
+    return transformers.BertConfig(hidden_dropout_prob=0, attention_probs_dropout_prob=0,
+                                   architectures=["BertForMaskedLM"])
+
+
+def _llama_2_layers():
+    return transformers.LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=2,
+                                    num_attention_heads=8, num_key_value_heads=4, vocab_size=32000,
+                                    architectures=["LlamaForCausalLM"])
+
+
+SMALL = {"gpt2-small": _gpt2_small, "bert-base": _bert_base, "llama-2-layers": _llama_2_layers}
+CASES = [("gpt2-small", 1, 32, "train"), ("gpt2-small", 2, 32, "inf"), ("bert-base", 2, 32, "train"),
+         ("llama-2-layers", 1, 64, "train"), ("llama-2-layers", 4, 64, "train"), ("llama-2-layers", 4, 64, "inf")]
+
+
+@pytest.fixture(scope="module")
+def cpu_models():
+    built = {}
+
+    def get(name):
+        if name not in built:
+            built[name] = memory.build_cpu_model(SMALL[name]())
+        return built[name]
+    return get
+
+
+@pytest.mark.parametrize("name,batch,seq,mode", CASES)
+def test_activation_peak_matches_pytorch_measured_peak_on_cpu(cpu_models, name, batch, seq, mode):
+    cfg = SMALL[name]()
+    measured = memory.measure_cpu_peak(cfg, batch, seq, mode, model=cpu_models(name))["peak_bytes"]
+    predicted = trace.trace_model(cfg, batch, seq, mode, authors_heads=False).attrs["memory"]["activation_peak_bytes"]
+    assert measured > 1e6
+    assert abs(predicted - measured) <= TOL * measured, (name, batch, seq, mode, predicted, measured)
+
+
+def test_activation_peak_grows_with_batch():
+    cfg = _llama_2_layers()
+    a1 = trace.trace_model(cfg, 1, 64, "train", authors_heads=False).attrs["memory"]["activation_peak_bytes"]
+    a4 = trace.trace_model(cfg, 4, 64, "train", authors_heads=False).attrs["memory"]["activation_peak_bytes"]
+    assert 1.5 * a1 < a4 < 4 * a1   # batch-independent temporaries (embedding and LM-head gradients) damp it
+
+
+def test_llama2_70b_training_does_not_fit_one_h100_and_the_cli_says_so_first(capsys):
+    from neusight_core.__main__ import main
+    rc = main(["predict", "--model", "llama2_70b", "--device", "H100", "--batch", "1", "--seq", "4096",
+               "--mode", "train", "--predictor", "roofline"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0
+    assert out[0].startswith("WARNING: does not fit: needs ") and out[0].endswith("has 80 GB")
+    needed = float(out[0].split("needs ")[1].split(" GB")[0])
+    assert needed > 16 * 68e9 / 1e9        # at least weights + grads + AdamW state, 16 B per parameter
+    assert any("end-to-end" in line for line in out)   # the latency is still printed
+
+
+def test_llama2_70b_tp8_reports_per_gpu_memory():
+    k = latency.trace("llama2_70b", 1, 4096, "train")
+    whole = memory.footprint(k, "H100")
+    tp = memory.footprint(parallel.apply_plan(k, "tp", 8), "H100")
+    assert tp["per_gpu"] and tp["gpus"] == 8
+    # the split linears and the embeddings are >99 % of the parameters: close to 1/8 each
+    assert tp["weights_gb"] == pytest.approx(whole["weights_gb"] / 8, rel=0.02)
+    assert tp["optimizer_gb"] == pytest.approx(whole["optimizer_gb"] / 8, rel=0.02)
+    assert whole["activations_gb"] / 8 < tp["activations_gb"] < whole["activations_gb"] / 2
+    assert not tp["fits"] and tp["verdict"].endswith("per GPU, has 80 GB")   # AdamW training: still too big
+    # bf16 inference of the same model on 8 H100 fits per GPU (weights ~ 69e9 x 2 B / 8)
+    r = latency.predict_model("llama2_70b", "H100", 1, 512, "inf", predictor="roofline", parallel="tp",
+                              gpus=8, dtype="bf16")
+    assert r["memory"]["fits"] and r["memory"]["verdict"] == "fits"
+    assert r["memory"]["weights_gb"] == pytest.approx(69e9 * 2 / 8 / 1e9, rel=0.03)
+
+
+def test_optimizer_and_dtype_accounting():
+    k32 = trace.trace_model(_llama_2_layers(), 1, 16, "train", authors_heads=False)
+    kb = trace.trace_model(_llama_2_layers(), 1, 16, "train", authors_heads=False, dtype="bf16")
+    n = sum(k32.attrs["params"].values())
+    f32 = memory.footprint(k32)
+    fb = memory.footprint(kb)
+    assert f32["weights_gb"] * 1e9 == 4 * n and fb["weights_gb"] * 1e9 == 2 * n
+    assert f32["optimizer_gb"] * 1e9 == 8 * n                  # AdamW moments
+    assert fb["optimizer_gb"] * 1e9 == 12 * n                  # + FP32 master weights
+    assert memory.footprint(kb, master_weights=False)["optimizer_gb"] * 1e9 == 8 * n
+    assert memory.footprint(k32, optimizer="sgd")["optimizer_gb"] * 1e9 == 4 * n
+    assert fb["activations_gb"] < 0.75 * f32["activations_gb"]
+    with pytest.raises(memory.MemoryInputError, match="optimizer must be one of"):
+        memory.footprint(k32, optimizer="lion")
+
+
+def test_kv_cache_of_a_decode_step():
+    cfg = _llama_2_layers()
+    k = trace.trace_model(cfg, 2, 1, "inf", authors_heads=False, past=100, dtype="bf16")
+    kv = k.attrs["memory"]["kv_cache_bytes"]
+    assert kv == 2 * 2 * 4 * 100 * 64 * 2 * 2     # layers x (K, V) x kv heads x past x head dim x batch x 2 B
+    assert memory.footprint(k)["kv_cache_gb"] * 1e9 == kv
+    assert not math.isnan(memory.footprint(k)["activations_gb"])
