@@ -60,12 +60,19 @@ def _jsonable(x):
 
 
 def write_metrics(output_dir: str | Path, metrics: dict, status: str = "OK", reason: str | None = None) -> Path:
-    """Write metrics.json with a ``status`` (OK | SKIPPED) that run_all.sh reads."""
-    if status not in ("OK", "SKIPPED"):
-        raise ValueError(f"status must be OK or SKIPPED, not {status!r}")
+    """Write metrics.json with a ``status`` (OK | SKIPPED | FAILED) that run_all.sh reads.
+
+    FAILED: the notebook ran to its end but its result is a failure (e.g. every prediction failed);
+    the run then counts it as failed and exits non-zero. ``reason`` is required for SKIPPED/FAILED."""
+    if status not in ("OK", "SKIPPED", "FAILED"):
+        raise ValueError(f"status must be OK, SKIPPED or FAILED, not {status!r}")
+    if status != "OK" and not reason:
+        raise ValueError(f"status {status} needs a reason")
     body = {"status": status, **({"reason": reason} if reason else {}), **metrics}
     p = out_dir(output_dir) / "metrics.json"
-    p.write_text(json.dumps(_jsonable(body), indent=2, allow_nan=False))
+    tmp = p.with_name(".metrics.json.tmp")  # never a half-written metrics.json
+    tmp.write_text(json.dumps(_jsonable(body), indent=2, allow_nan=False))
+    tmp.replace(p)
     return p
 
 
