@@ -475,6 +475,10 @@ def build_model(cfg, mode: str | None = None):
         pass
     with torch.device("meta"):
         model = cls._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    if getattr(model, "loss_type", "") is None:
+        # transformers finds no loss in names like GPT2LMHeadModel and falls back to the causal-LM
+        # loss with a warning on every process; say so explicitly (same loss, no warning).
+        model.loss_type = "ForCausalLM"
     return model.float()
 
 
