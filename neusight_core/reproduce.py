@@ -46,6 +46,16 @@ def option_kwargs(option: str) -> dict:
     return kw
 
 
+def _error_reason(e: Exception, model: str) -> str:
+    """One whole sentence saying why a configuration has no prediction (never cut)."""
+    from neusight_core import trace as _trace
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, _trace.TraceError) and msg.startswith("unknown model config"):
+        return (f"the authors' release ships no model config for {model!r} (and neusight_core has none), "
+                "so the model cannot be traced")
+    return f"{type(e).__name__}: {msg}"
+
+
 def predict_configs(index: pd.DataFrame, predictors=PREDICTORS,
                     quick: bool = False, progress: bool = True) -> pd.DataFrame:
     """Predict every row of ``index`` with each predictor; never fills in a number it did not compute."""
@@ -59,13 +69,13 @@ def predict_configs(index: pd.DataFrame, predictors=PREDICTORS,
     rows = list(out.itertuples(index=False))
     for i, r in enumerate(tqdm(rows, desc="predicting configurations", disable=not progress)):
         t0 = time.perf_counter()
+        failed: dict[str, list[str]] = {}  # reason -> predictors that failed with it
         for p in predictors:
             try:
                 res = latency.predict_model(r.model, r.gpu, int(r.batch), int(r.seq), r.mode, predictor=p,
                                             quick=quick, **option_kwargs(r.option))
             except Exception as e:  # recorded per configuration, the rest goes on
-                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                errors[i] = f"{p}: {type(e).__name__}: {msg}"[:300]
+                failed.setdefault(_error_reason(e, r.model), []).append(p)
                 continue
             cols[f"ours_{p}_ms"][i] = res["e2e_ms"]
             cols[f"ours_{p}_fw_ms"][i] = res["fw_ms"]
@@ -74,6 +84,8 @@ def predict_configs(index: pd.DataFrame, predictors=PREDICTORS,
                 cols[f"ours_{p}_{op}_ms"][i] = res["breakdown"].get(op, 0.0)
             top[p][i] = next(iter(res["breakdown"]), "")
         wall[i] = time.perf_counter() - t0
+        errors[i] = "; ".join(f"{'all predictors' if len(ps) == len(predictors) else ', '.join(ps)}: {why}"
+                              for why, ps in failed.items())
     for k, v in cols.items():
         out[k] = v
     for p in predictors:

@@ -123,3 +123,12 @@ def test_notebook_04_quick(run_notebook):
     assert (out / "figures" / "nvidia_inf_ours.png").exists()
     assert metrics["prediction_time_s"]["warm"] < metrics["prediction_time_s"]["cold"]
     assert "Tier 1" in (out / "summary.md").read_text()
+
+
+def test_missing_model_config_is_named_for_every_predictor():
+    idx = pd.DataFrame([{"gpu": "NVIDIA_L4", "model": "switch4", "mode": "inf", "seq": 512, "batch": 1,
+                         "option": "none", "label_e2e_ms": 1.0}])
+    out = reproduce.predict_configs(idx, predictors=("roofline", "li"), quick=True, progress=False)
+    err = out.loc[0, "ours_error"]
+    assert err.startswith("all predictors: the authors' release ships no model config for 'switch4'")
+    assert err.endswith("cannot be traced")  # a whole sentence, not cut
