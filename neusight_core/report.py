@@ -17,7 +17,12 @@ import pandas as pd
 
 
 def out_dir(output_dir: str | Path) -> Path:
+    """The notebook's output folder (created); a relative path is taken from the repository root, so a
+    notebook writes to the same place whether it runs from notebooks/ (JupyterLab) or from the root."""
     p = Path(output_dir)
+    if not p.is_absolute():
+        from neusight_core import paths
+        p = paths.REPO_ROOT / p
     (p / "tables").mkdir(parents=True, exist_ok=True)
     (p / "figures").mkdir(parents=True, exist_ok=True)
     return p
