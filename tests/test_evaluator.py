@@ -293,3 +293,14 @@ def test_figures_colours_widths_and_labels():
     fig = plots.plot_ape_bars(ev.figure_cells(idx, "nvidia_inf"), log=True)
     ylims = {ax.get_ylim() for ax in fig.axes if ax.get_visible() and ax.get_yscale() == "log"}
     assert len(ylims) == 1  # log panels share one y-range
+
+
+def test_sub_resolution_values_are_not_printed_as_zero(tmp_path):
+    import pandas as pd
+    from neusight_core import report
+    df = pd.DataFrame({"kernel": ["tiny", "big", "none"], "ms": [0.031, 12.345, 0.0]})
+    report.save_table(df, tmp_path, "t")
+    md = (tmp_path / "tables" / "t.md").read_text()
+    assert "| 0.031 |" in md.replace(" ", " ") or "0.031" in md
+    assert "12.3" in md and "0.0" in md  # a true zero stays 0.0
+    assert pd.read_csv(tmp_path / "tables" / "t.csv")["ms"][0] == 0.031  # CSV keeps full precision
