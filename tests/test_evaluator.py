@@ -301,6 +301,6 @@ def test_sub_resolution_values_are_not_printed_as_zero(tmp_path):
     df = pd.DataFrame({"kernel": ["tiny", "big", "none"], "ms": [0.031, 12.345, 0.0]})
     report.save_table(df, tmp_path, "t")
     md = (tmp_path / "tables" / "t.md").read_text()
-    assert "| 0.031 |" in md.replace(" ", " ") or "0.031" in md
+    assert "0.031" in md
     assert "12.3" in md and "0.0" in md  # a true zero stays 0.0
     assert pd.read_csv(tmp_path / "tables" / "t.csv")["ms"][0] == 0.031  # CSV keeps full precision
