@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        print(f"error: cannot create {run_dir}: {e.strerror or e}", file=sys.stderr)
+        print(f"error: --out {run_dir}: cannot create it ({e.strerror or e}; a read-only place?)", file=sys.stderr)
         return 2
     # Executed notebooks keep their outputs in the HTML: progress bars there are noise.
     os.environ.setdefault("TQDM_DISABLE", "1")

@@ -103,6 +103,7 @@ RUNNER_HOSTILE = [
     ("--out below a file", ["--out", "{tmp}/afile/run"], "cannot create or write there"),
     ("--out holds an earlier run", ["--out", "{tmp}/used"], "already holds files"),
     ("--lab on nothing", ["--lab", "{tmp}/nothing"], "is not a folder"),
+    ("--out on a read-only place", ["--out", "/proc/neusight-run"], "cannot create it"),
 ]
 
 
