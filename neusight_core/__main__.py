@@ -33,10 +33,17 @@ def _models() -> list[tuple[str, str]]:
     return out
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors are one line ``error: ...`` and exit 2 (not the whole usage text)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m neusight_core",
+    ap = _OneLineParser(prog="python -m neusight_core",
                                  description="NeuSight re-implementation: predict GPU latency of a model.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_OneLineParser)
     p = sub.add_parser("predict", help="predict one configuration")
     p.add_argument("--model", required=True, help="config name (see `models`) or path to a HF config JSON")
     p.add_argument("--device", required=True, help="GPU name, file stem or alias (see `devices`)")

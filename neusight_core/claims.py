@@ -1,4 +1,4 @@
-"""The claims register: every claim of SPEC section 5, computed from an index frame and judged.
+"""The claims register: every claim of the paper (and of third-party summaries) computed and judged.
 
 The paper's numbers live only in ``claims.yaml`` (beside this file); its header documents the
 schema. :func:`compute_claims` evaluates every aggregation of every claim on an index frame built by
@@ -6,18 +6,30 @@ schema. :func:`compute_claims` evaluates every aggregation of every claim on an 
 ours, :func:`neusight_core.evaluation.with_predictions`) and returns two frames:
 
 * ``detail``: one row per (claim, aggregation, quantity): expected, computed, difference, number
-  of cells, verdict and reason;
-* ``summary``: one row per claim with its verdict.
+  of cells, tolerance, verdict, grade and reason;
+* ``summary``: one row per claim with its verdict and grade.
+
+Tolerance follows the printed precision of the claim (one rule for every notebook): a value printed
+with d decimals is REPRODUCED when |computed - printed| <= half a unit of its last digit, i.e.
+0.5 x 10^-d ("9.7" -> 0.05, "12.87" -> 0.005, "about 13" -> 0.5). The digits are read from
+``claims.yaml`` as written there (``8.40`` keeps its two decimals).
 
 Verdicts, per quantity:
-  REPRODUCED       |computed - expected| <= tolerance (0.1 by default)
+  REPRODUCED       within that tolerance
   DEVIATES         otherwise; the computed value and the difference are given
-  NOT COMPUTABLE   the index has no labelled cell for it, or some of its cells have no prediction
-                   (the value over the others is still shown), or an input is missing; the reason
-                   says which
+  NOT COMPUTABLE   the index has no labelled cell for it, some of its cells have no prediction
+                   (the value over the others is still shown), an input is missing, or the release
+                   cannot back the claim at all (``not_computable`` in claims.yaml); the reason says which
+Graded verdict next to it (:data:`GRADES`): ``within tolerance``; ``within 10 %`` (relative to the
+printed value); ``within 2x`` (between half and twice the printed value); ``worse``. A claim's grade
+is the worst grade of the quantities of the aggregation that decides it.
 An aggregation is REPRODUCED when all its quantities are, DEVIATES when any deviates, else NOT
 COMPUTABLE. A claim is REPRODUCED when one of its aggregations is (the ``aggregation`` column names
-it); otherwise it takes the verdict of its first (primary) aggregation.
+it, and the note says it is an alternative); otherwise it takes the verdict of its first (primary)
+aggregation.
+
+The verdict block of SUMMARY.md is built by the runner from the ``verdicts`` key of a notebook's
+``metrics.json``; :func:`verdict_block` produces that key (contract in ``docs/interfaces.md``).
 """
 from __future__ import annotations
 
@@ -31,6 +43,7 @@ from . import evaluation as ev
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
 VERDICTS = ("REPRODUCED", "DEVIATES", "NOT COMPUTABLE")
+GRADES = ("within tolerance", "within 10 %", "within 2x", "worse")
 _AGG_KEYS = ("cells", "where", "stat", "predictor", "group_by")
 
 
@@ -38,11 +51,63 @@ class ClaimsError(ValueError):
     """The claims file is malformed; the message names the claim and the problem."""
 
 
+class Printed(float):
+    """A number as printed in the claims file; ``decimals`` = digits after the point as written."""
+    decimals: int = 0
+
+    def __new__(cls, text: str):
+        v = super().__new__(cls, text)
+        v.text = text.strip()
+        t = text.strip().lower()
+        v.decimals = len(t.split(".", 1)[1].split("e")[0]) if "." in t else 0
+        return v
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe loader that keeps how numbers were written (tolerance follows printed precision)."""
+
+
+def _number(loader, node):
+    return Printed(loader.construct_scalar(node))
+
+
+_Loader.add_constructor("tag:yaml.org,2002:float", _number)
+_Loader.add_constructor("tag:yaml.org,2002:int", _number)
+
+
+def printed_tolerance(value) -> float:
+    """Half a unit of the last printed digit (0.5 x 10^-decimals); 0.05 for a plain float."""
+    d = getattr(value, "decimals", None)
+    if d is None:  # a plain number (claims given as a dict): its shortest repr is what was written
+        r = repr(value).lower()
+        d = len(r.split(".", 1)[1].split("e")[0]) if "." in r and not r.endswith(".0") else 0
+    return 0.5 * 10.0 ** (-d)
+
+
+def grade(expected: float, computed: float, tol: float) -> str:
+    """Graded verdict of one quantity (see :data:`GRADES`); '' when nothing was computed."""
+    if computed is None or not np.isfinite(computed):
+        return ""
+    diff = abs(computed - expected)
+    if diff <= tol + 1e-9:
+        return GRADES[0]
+    if diff <= 0.1 * abs(expected) + 1e-9:
+        return GRADES[1]
+    if expected > 0 and expected / 2 <= computed <= 2 * expected:
+        return GRADES[2]
+    return GRADES[3]
+
+
+def _worst(grades) -> str:
+    g = [x for x in grades if x]
+    return max(g, key=GRADES.index) if g else ""
+
+
 def load_claims(path: str | Path | None = None) -> dict:
-    """Read and check the claims file; returns {'tolerance': float, 'claims': [...]}."""
+    """Read and check the claims file; returns {'tolerance': 'printed' or float, 'claims': [...]}."""
     p = Path(path) if path else CLAIMS_FILE
     try:
-        body = yaml.safe_load(p.read_text())
+        body = yaml.load(p.read_text(), Loader=_Loader)
     except (OSError, yaml.YAMLError) as e:
         raise ClaimsError(f"{p}: cannot read the claims file ({str(e).splitlines()[0]})") from None
     if not isinstance(body, dict) or not isinstance(body.get("claims"), list):
@@ -50,6 +115,9 @@ def load_claims(path: str | Path | None = None) -> dict:
     seen = set()
     for c in body["claims"]:
         cid = c.get("id", "?")
+        c.setdefault("aggregations", [])
+        if not c["aggregations"] and not c.get("not_computable"):
+            raise ClaimsError(f"{p}: claim {cid} has no aggregation and no 'not_computable' reason")
         for k in ("id", "text", "source", "how", "expected", "aggregations"):
             if k not in c:
                 raise ClaimsError(f"{p}: claim {cid} lacks {k!r}")
@@ -63,7 +131,7 @@ def load_claims(path: str | Path | None = None) -> dict:
             if unknown or missing:
                 raise ClaimsError(f"{p}: claim {cid}, aggregation {a.get('name')!r}: quantities "
                                   f"{sorted(unknown)} not expected / {sorted(missing)} not computed")
-    body.setdefault("tolerance", 0.1)
+    body.setdefault("tolerance", "printed")
     return body
 
 
@@ -167,7 +235,8 @@ def _quantity(spec: dict, index, fp16, predictor_columns: dict, tol: float, expe
     if n_missing:
         return {"computed": value, "n_cells": len(cells) - n_missing, "verdict": "NOT COMPUTABLE",
                 "reason": f"{n_missing} of {len(cells)} cells have no {col} prediction (value over the others)"}
-    return {"computed": value, "n_cells": len(cells), "verdict": _verdict(expected, value, tol), "reason": ""}
+    return {"computed": value, "n_cells": len(cells), "verdict": _verdict(expected, value, tol), "reason": "",
+            "grade": grade(expected, value, tol)}
 
 
 def _aggregate_verdict(verdicts) -> str:
@@ -179,18 +248,31 @@ def _aggregate_verdict(verdicts) -> str:
     return "NOT COMPUTABLE"
 
 
+def _tolerance(reg: dict, override, expected) -> float:
+    if override is not None:
+        return float(override)
+    t = reg.get("tolerance", "printed")
+    return printed_tolerance(expected) if t in (None, "printed") else float(t)
+
+
 def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims: dict | None = None,
                    predictor_columns: dict | None = None, tolerance: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Compute every claim from ``index``; returns (summary, detail) frames (see module docstring).
 
     ``fp16``: the Figure 10 frame (``evaluation.load_fp16mm()`` or ours); None makes C9 NOT COMPUTABLE.
     ``predictor_columns`` maps a claim's predictor to an index column key, e.g. ``{"neusight": "ours"}``
-    to judge the claims with ``pred_ours_ms``."""
+    to judge the claims with ``pred_ours_ms``. ``tolerance`` overrides the printed-precision rule."""
     reg = claims or load_claims()
-    tol = float(reg["tolerance"] if tolerance is None else tolerance)
     pc = predictor_columns or {}
     detail, cache = [], {}
     for c in reg["claims"]:
+        if c.get("not_computable"):
+            for qname, exp in c["expected"].items():
+                detail.append({"claim": c["id"], "aggregation": "", "primary": True, "quantity": qname,
+                               "expected": float(exp), "computed": np.nan, "difference": np.nan, "n_cells": 0,
+                               "tolerance": _tolerance(reg, tolerance, exp), "verdict": "NOT COMPUTABLE",
+                               "grade": "", "reason": str(c["not_computable"]).strip()})
+            continue
         for k, agg in enumerate(c["aggregations"]):
             base = {key: agg[key] for key in _AGG_KEYS if key in agg}
             for qname, qspec in agg["quantities"].items():
@@ -198,17 +280,25 @@ def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims
                 spec.update({"predictor": qspec} if isinstance(qspec, str) else (qspec or {}))
                 if "cells" not in spec:
                     raise ClaimsError(f"claim {c['id']}, quantity {qname!r}: no 'cells'")
-                exp = float(c["expected"][qname])
+                exp_raw = c["expected"][qname]
+                exp, tol = float(exp_raw), _tolerance(reg, tolerance, exp_raw)
                 r = _quantity(spec, index, fp16, pc, tol, exp, cache)
                 detail.append({"claim": c["id"], "aggregation": agg["name"], "primary": k == 0,
                                "quantity": qname, "expected": exp, "computed": r["computed"],
-                               "difference": r["computed"] - exp, "n_cells": r["n_cells"],
-                               "verdict": r["verdict"], "reason": r["reason"]})
+                               "difference": r["computed"] - exp, "n_cells": r["n_cells"], "tolerance": tol,
+                               "verdict": r["verdict"], "grade": r.get("grade", ""), "reason": r["reason"]})
     detail = pd.DataFrame(detail)
 
     summary = []
     for c in reg["claims"]:
         d = detail[detail["claim"] == c["id"]]
+        expected = "; ".join(f"{q} {getattr(v, 'text', None) or f'{v:g}'}" for q, v in c["expected"].items())
+        if c.get("not_computable"):
+            summary.append({"claim": c["id"], "text": c["text"], "source": c["source"], "expected": expected,
+                            "computed": "n/a", "verdict": "NOT COMPUTABLE", "grade": "", "aggregation": "",
+                            "note": " | ".join([str(c["not_computable"]).strip()] + ([c["note"]] if c.get("note") else [])),
+                            "other_aggregations": ""})
+            continue
         per_agg = {a: _aggregate_verdict(g["verdict"]) for a, g in d.groupby("aggregation", sort=False)}
         primary = c["aggregations"][0]["name"]
         hit = next((a for a, v in per_agg.items() if v == "REPRODUCED"), None)
@@ -216,17 +306,18 @@ def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims
         rows = d[d["aggregation"] == chosen]
         computed = "; ".join(f"{q} {v:.2f}" if np.isfinite(v) else f"{q} n/a"
                              for q, v in zip(rows["quantity"], rows["computed"]))
-        expected = "; ".join(f"{q} {v:g}" for q, v in c["expected"].items())
         notes = [r for r in rows["reason"] if r]
         dev = rows[rows["verdict"] == "DEVIATES"]
         if len(dev):
             notes.insert(0, "differs: " + "; ".join(f"{q} {x:+.2f}" for q, x in zip(dev["quantity"], dev["difference"])))
         if hit and hit != primary:
-            notes.insert(0, f"reproduced by the alternative aggregation '{hit}', not by '{primary}'")
+            notes.insert(0, f"reproduced only by the alternative aggregation '{hit}' "
+                            f"(the primary aggregation '{primary}' gives: {per_agg[primary]})")
         others = [f"{a}: {v}" for a, v in per_agg.items() if a != chosen]
         summary.append({"claim": c["id"], "text": c["text"], "source": c["source"], "expected": expected,
                         "computed": computed, "verdict": per_agg[primary] if not hit else "REPRODUCED",
-                        "aggregation": chosen, "note": " | ".join(notes + ([c["note"]] if c.get("note") else [])),
+                        "grade": _worst(rows["grade"]), "aggregation": chosen,
+                        "note": " | ".join(notes + ([c["note"]] if c.get("note") else [])),
                         "other_aggregations": "; ".join(others)})
     return pd.DataFrame(summary), detail
 
@@ -236,8 +327,94 @@ def verdict_counts(summary: pd.DataFrame) -> dict:
     return {v: int((summary["verdict"] == v).sum()) for v in VERDICTS}
 
 
+def grade_counts(summary: pd.DataFrame) -> dict:
+    """{grade: number of claims} over the claims that have a computed value."""
+    g = summary["grade"] if "grade" in summary else pd.Series(dtype=str)
+    return {x: int((g == x).sum()) for x in GRADES}
+
+
+def _md_cell(x) -> str:
+    return str(x).replace("|", "/").replace("\n", " ")
+
+
 def claims_markdown(summary: pd.DataFrame) -> str:
-    """The claims table as Markdown for SUMMARY.md (one line per claim)."""
-    t = summary[["claim", "text", "expected", "computed", "verdict", "aggregation"]].copy()
-    t["text"] = t["text"].str.replace("|", "/", regex=False)
+    """The claims table as Markdown for SUMMARY.md (one line per claim, with its reason)."""
+    cols = ["claim", "text", "expected", "computed", "verdict", "grade", "aggregation", "note"]
+    t = summary[[c for c in cols if c in summary]].copy()
+    for c in t.columns:
+        t[c] = t[c].map(_md_cell)
     return t.to_markdown(index=False)
+
+
+TOLERANCE_RULE = ("REPRODUCED = within half a unit of the last digit the paper prints (\"9.7\" within 0.05, "
+                  "\"12.87\" within 0.005, \"about 13\" within 0.5); grades: within tolerance / within 10 % of "
+                  "the printed value / within 2x / worse")
+
+# ------------------------------------------------------------------------------ ranking, correlation
+RANKING_BASELINES = ("roofline", "habitat", "li")
+
+
+def _nvidia_cells(index: pd.DataFrame, keys) -> pd.DataFrame:
+    """Figure 7 + 8 cells (the 80 labelled single-GPU NVIDIA configurations) for the given column keys."""
+    frames = []
+    for fig in ("nvidia_inf", "nvidia_train"):
+        try:
+            frames.append(ev.figure_cells(index, fig, {k: k for k in keys}))
+        except ev.EvaluationError:
+            continue
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["predictor", "ape"])
+
+
+def agreement(index: pd.DataFrame, keys=("neusight", "roofline", "habitat", "li")) -> pd.DataFrame:
+    """Per predictor column key over the Fig. 7 + 8 cells: configurations, MAPE (%), and Pearson and
+    Spearman correlation of predicted vs measured end-to-end latency (NaN with fewer than 3 cells)."""
+    from scipy import stats
+    cells = _nvidia_cells(index, [k for k in keys if f"pred_{k}_ms" in index])
+    rows = []
+    for k in keys:
+        c = cells[(cells["predictor"] == k)].dropna(subset=["ape"]) if len(cells) else cells
+        n = len(c)
+        ok = n >= 3 and c["pred_ms"].nunique() > 1 and c["label_ms"].nunique() > 1
+        rows.append({"predictor": k, "configurations": n,
+                     "MAPE (%)": float(c["ape"].mean()) if n else np.nan,
+                     "Pearson r": float(stats.pearsonr(c["label_ms"], c["pred_ms"])[0]) if ok else np.nan,
+                     "Spearman rho": float(stats.spearmanr(c["label_ms"], c["pred_ms"])[0]) if ok else np.nan})
+    return pd.DataFrame(rows)
+
+
+def ranking(index: pd.DataFrame, neusight: str = "neusight", baselines=RANKING_BASELINES) -> dict:
+    """Does NeuSight (column key ``neusight``) have a lower pooled MAPE than every baseline over the
+    Fig. 7 + 8 cells? ``holds`` is None when a MAPE cannot be computed."""
+    keys = [neusight, *[b for b in baselines if b != neusight]]
+    a = agreement(index, keys).set_index("predictor")
+    mape = {k: (None if not np.isfinite(a.loc[k, "MAPE (%)"]) else round(float(a.loc[k, "MAPE (%)"]), 2)) for k in keys}
+    n = int(a.loc[neusight, "configurations"])
+    holds = None if any(v is None for v in mape.values()) else all(mape[neusight] < mape[b] for b in keys[1:])
+    return {"holds": holds, "mape": mape, "configurations": n,
+            "scope": "pooled MAPE over the labelled single-GPU NVIDIA configurations of Figures 7 and 8"}
+
+
+def verdict_block(index: pd.DataFrame, recipes, tier: int, fp16: pd.DataFrame | None = None,
+                  quick: bool = False, label: str | None = None, baselines=RANKING_BASELINES) -> dict:
+    """The ``verdicts`` key of a notebook's metrics.json (contract in docs/interfaces.md).
+
+    ``recipes``: NeuSight column keys of ``index`` (``pred_<key>_ms``) to judge the claims with, e.g.
+    ``["neusight"]`` for the authors' pairs (Tier 0) or ``["neusight", "neusight-paper"]`` for our
+    recipes (Tier 1; baselines in the index are then ours too). Keys that are not NeuSight recipes
+    (roofline, habitat, li) may be in the list: they are skipped. Returns
+    ``{"tier", "label", "quick", "claims": {key: {verdict: n, ..., "graded": {grade: n}}},
+    "ranking": {key: ranking(...)}, "correlation": {key: {"pearson", "spearman", "mape", "n"}}}``."""
+    out = {"tier": int(tier), "label": label or ("authors' shipped predictions" if tier == 0 else "our re-implementation"),
+           "quick": bool(quick), "claims": {}, "ranking": {}, "correlation": {}}
+    for key in recipes:
+        if key in baselines:
+            continue
+        summary, _ = compute_claims(index, fp16, predictor_columns={"neusight": key})
+        out["claims"][key] = {**verdict_counts(summary), "graded": grade_counts(summary)}
+        out["ranking"][key] = ranking(index, key, baselines)
+        a = agreement(index, [key]).iloc[0]
+        out["correlation"][key] = {"n": int(a["configurations"]),
+                                   **{k: (None if not np.isfinite(a[c]) else round(float(a[c]), 4))
+                                      for k, c in (("mape", "MAPE (%)"), ("pearson", "Pearson r"),
+                                                   ("spearman", "Spearman rho"))}}
+    return out

@@ -776,8 +776,8 @@ def explain_exceptions(diff: pd.DataFrame, index: pd.DataFrame, fp16: pd.DataFra
         for i, r in bad[bad["table"] == "perop"].iterrows():
             if (r["row"], r["column"]) in ok:
                 reasons[i] = (f"the release lacks the per-node label CSVs of {n_filled} {'/'.join(cfgs)} "
-                              "configurations (ABSENT.txt) that the authors averaged over; with their per-op "
-                              "sums from summary.csv this cell equals")
+                              "configurations (listed in ABSENT.txt) that the authors averaged over; filled in "
+                              "with the authors' per-op sums from their summary.csv, this cell equals theirs")
     for i, r in bad.iterrows():
         if i not in reasons:
             reasons[i] = explain_difference(r)

@@ -67,17 +67,136 @@ def _device(device):
     return device
 
 
-def _validate(batch, seq, mode, parallel, gpus, micro_batches, dtype="fp32"):
-    for what, v in (("batch", batch), ("sequence length", seq), ("micro-batch count", micro_batches),
-                    ("GPU count", gpus)):
+# Physical plausibility of a device description (generous: 10x beyond any GPU of 2026). A number
+# outside these ranges is a typo or a unit mistake (GB/s vs B/s), and a prediction from it would be
+# a bare wrong number.
+DEVICE_LIMITS = {"num_sm": (1, 10_000), "mem_bw_gbs": (1.0, 100_000.0), "fp32_gflops": (1.0, 10_000_000.0),
+                 "mem_gb": (0.1, 10_000.0), "l2_mb": (0.0, 10_000.0)}
+LINK_LIMITS_GBS = (0.001, 100_000.0)
+BYTES_PER_ELEMENT = 4  # FP32 throughout (SPEC 3.1)
+
+
+def _positive_int(what: str, v) -> int:
+    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+        raise LatencyInputError(f"{what} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def check_device(dev) -> None:
+    """Reject a device description no GPU can have (e.g. 1e8 SMs, 1e30 GB/s, zero bandwidth)."""
+    for field, (lo, hi) in DEVICE_LIMITS.items():
+        v = getattr(dev, field, None)
+        if v is None:
+            continue
+        try:
+            ok = np.isfinite(float(v)) and lo <= float(v) <= hi
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise LatencyInputError(f"device {getattr(dev, 'name', '?')}: {field} = {v!r} is outside the physically "
+                                    f"plausible range [{lo:g}, {hi:g}] (check the device file and its units)")
+
+
+def _config_of(model):
+    """The model's transformers config, with one clear line for files that cannot be one."""
+    from neusight_core import trace as _trace
+    if isinstance(model, (str, Path)) and str(model).endswith(".json") and Path(model).is_file():
+        import json
+        try:
+            body = json.loads(Path(model).read_text())
+        except (OSError, ValueError) as e:
+            raise LatencyInputError(f"model config {model}: not readable JSON ({str(e).splitlines()[0]})") from None
+        if not isinstance(body, dict):
+            raise LatencyInputError(f"model config {model}: must be a JSON object (a Hugging Face config), "
+                                    f"got a {type(body).__name__}")
+    return _trace.load_config(model)
+
+
+def check_config(cfg) -> dict:
+    """Layers, width, heads and vocabulary of a config; each must be a positive integer."""
+    dims = {}
+    for what, attrs in (("number of layers", ("num_hidden_layers", "n_layer", "num_layers")),
+                        ("hidden size", ("hidden_size", "n_embd", "d_model")),
+                        ("number of attention heads", ("num_attention_heads", "n_head", "num_heads")),
+                        ("vocabulary size", ("vocab_size",))):
+        v = next((getattr(cfg, a) for a in attrs if getattr(cfg, a, None) is not None), None)
+        if v is None:
+            continue
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise LatencyInputError(f"{what} must be a positive integer, got {v!r}")
+            raise LatencyInputError(f"model {getattr(cfg, 'name_or_path', '') or '?'}: {what} must be a positive "
+                                    f"integer, got {v!r}")
+        dims[what] = int(v)
+    inter = next((getattr(cfg, a) for a in ("intermediate_size", "n_inner", "ffn_dim", "d_ff")
+                  if getattr(cfg, a, None)), None)
+    dims["intermediate size"] = int(inter) if inter else 4 * dims.get("hidden size", 0)
+    return dims
+
+
+def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: int, past: int = 0) -> float:
+    """A lower bound of the memory one GPU needs (GB, FP32): the weights (attention 4h^2 + MLP 2hI per
+    layer + embeddings, sharded over the GPUs for TP/PP) + one hidden-state tensor + the KV cache.
+    Training needs far more (gradients, optimizer-free activations); the full footprint is not modelled here."""
+    L, h = dims.get("number of layers", 1), dims.get("hidden size", 1)
+    weights = L * (4 * h * h + 2 * h * dims.get("intermediate size", 4 * h)) + dims.get("vocabulary size", 0) * h
+    shard = gpus if parallel in ("tp", "pp") else 1
+    b = batch / gpus if parallel in ("dp", "pp") else batch
+    act = b * seq * h
+    kv = 2 * L * b * past * h / (gpus if parallel == "tp" else 1)
+    return BYTES_PER_ELEMENT * (weights / shard * (2 if mode == "train" else 1) + act + kv) / 1e9
+
+
+def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link_gbs=None, micro_batches=1,
+                    past=0, dtype="fp32"):
+    """Every check of a prediction request, in one place (the CLI and predict_model both use it).
+
+    Raises LatencyInputError with one line for anything a GPU run could not be: non-positive or
+    non-integer sizes, an unknown mode or plan, GPUs / link / micro-batches without the plan that uses
+    them, a link bandwidth of 0, tensor parallelism over more GPUs than the heads split into, a model
+    config that is not a JSON object or has non-positive dimensions, a device outside physical
+    ranges, or a configuration whose weights + one activation tensor exceed the GPUs' memory.
+    Returns (device, config)."""
+    batch = _positive_int("batch", batch)
+    seq = _positive_int("sequence length", seq)
+    micro_batches = _positive_int("micro-batch count", micro_batches)
+    gpus = _positive_int("GPU count", gpus)
+    if not isinstance(past, (int, np.integer)) or isinstance(past, bool) or past < 0:
+        raise LatencyInputError(f"past (KV cache length) must be a non-negative integer, got {past!r}")
     if mode not in MODES:
         raise LatencyInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if parallel is not None and parallel not in PLANS:
         raise LatencyInputError(f"parallel plan must be one of {', '.join(PLANS)}, got {parallel!r}")
     if dtype not in DTYPES:
         raise LatencyInputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if parallel is None:
+        if gpus > 1:
+            raise LatencyInputError(f"{gpus} GPUs need a parallel plan (dp, tp or pp); without one the "
+                                    "prediction is for a single GPU")
+        if link_gbs is not None:
+            raise LatencyInputError("a link bandwidth only matters with a parallel plan (dp, tp or pp)")
+    if micro_batches > 1 and parallel != "pp":
+        raise LatencyInputError("micro-batches only apply to pipeline parallelism (pp)")
+    if link_gbs is not None:
+        try:
+            lk = float(link_gbs)
+        except (TypeError, ValueError):
+            lk = float("nan")
+        if not (np.isfinite(lk) and LINK_LIMITS_GBS[0] <= lk <= LINK_LIMITS_GBS[1]):
+            raise LatencyInputError(f"link bandwidth must be a positive number of GB/s up to "
+                                    f"{LINK_LIMITS_GBS[1]:g}, got {link_gbs!r}")
+    dev = _device(device)
+    check_device(dev)
+    cfg = _config_of(model)
+    dims = check_config(cfg)
+    heads = dims.get("number of attention heads")
+    if parallel == "tp" and heads and heads % gpus:
+        raise LatencyInputError(f"tensor parallelism over {gpus} GPUs needs the {heads} attention heads to split "
+                                f"evenly; use a GPU count that divides {heads}")
+    layers = dims.get("number of layers")
+    if parallel == "pp" and layers and gpus > layers:
+        raise LatencyInputError(f"pipeline parallelism over {gpus} GPUs needs at least {gpus} layers, the model has {layers}")
+    if parallel == "dp" and batch % gpus:
+        raise LatencyInputError(f"data parallelism over {gpus} GPUs needs a global batch divisible by {gpus}, got {batch}")
+    return dev, cfg
 
 
 def aggregate(kernels: pd.DataFrame, micro_batches: int = 1) -> dict:
@@ -144,8 +263,7 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     times), ``memory`` (per-GPU footprint and ``fits`` / ``verdict``, ``memory.footprint``), ``dtype``,
     and ``kernels`` (the kernel table with ``pred_ms``).
     """
-    _validate(batch, seq, mode, parallel, gpus, micro_batches, dtype)
-    dev = _device(device)
+    dev, _ = validate_inputs(model, device, batch, seq, mode, parallel, gpus, link_gbs, micro_batches, past, dtype)
     t0 = time.perf_counter()
     kernels = trace(model, batch, seq, mode, past, dtype)
     if fusion:

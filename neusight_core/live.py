@@ -386,10 +386,13 @@ def predict_kernels(kernels: pd.DataFrame, device_name: str, predictor: str = "n
         return None, f"prediction unavailable: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
+NOT_POSSIBLE = "not possible: "
+
+
 def predict_model(model: str, device_name: str, batch: int, seq: int, mode: str, **kw) -> tuple[dict | None, str | None]:
     """latency.predict_model's headline numbers, or (None, reason)."""
+    from neusight_core import latency
     try:
-        from neusight_core import latency
         r = latency.predict_model(model, device_name, batch, seq, mode, **kw)
         out = {k: float(r[k]) for k in ("e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms") if k in r}
         mem = r.get("memory") or {}
@@ -397,6 +400,8 @@ def predict_model(model: str, device_name: str, batch: int, seq: int, mode: str,
         if "fits" in mem:
             out["mem_fits"] = bool(mem["fits"])
         return out, None
+    except latency.LatencyInputError as e:  # the configuration cannot run there: an answer, not a failure
+        return None, f"{NOT_POSSIBLE}{str(e).splitlines()[0]}"
     except Exception as e:  # noqa: BLE001
         return None, f"prediction unavailable: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
@@ -603,7 +608,8 @@ def summary_markdown(r: dict, quick: bool = False) -> str:
     """The notebook's summary.md: status line and one row per model/parallel scenario with the prediction,
     the measurement (or why there is none) and the authors' label for the same GPU where the release has one."""
     head = r["head"]
-    lines = [f"**05_live_gpu {'SKIPPED' if r['skip'] else 'OK'}** — "
+    status, reason = outcome(r)
+    lines = [f"**05_live_gpu {status}** — " + (f"{reason}. " if status == "FAILED" else "")
              + (f"{r['skip']}. Predictions only, for {head['predicted_for']}." if r["skip"]
                 else f"measured on {head['device']['display_name']} ({head['precision_label']}).")
              + (" QUICK mode: subset of scenarios, predictors trained on a data subset." if quick else ""),
@@ -617,3 +623,49 @@ def summary_markdown(r: dict, quick: bool = False) -> str:
             ext = " (extension)" if s.get("extension") else ""
             lines.append(f"| {s['name']}{ext} | {gpu} | {'—' if p is None else f'{p:.1f}'} | {meas} | {lab} |")
     return "\n".join(lines)
+
+
+def outcome(r: dict) -> tuple[str, str]:
+    """(status, reason) of notebook 05 for metrics.json: FAILED when any prediction failed (a broken
+    device file, a missing predictor ...: never reported as SKIPPED), else SKIPPED when nothing could
+    be measured, else OK. A configuration rejected as impossible on its GPU is an answer, not a failure."""
+    failed, total = [], 0
+    k = r.get("kernels", pd.DataFrame())
+    if len(k):
+        total += 1
+        if k["pred_ms"].isna().all() if "pred_ms" in k else True:
+            failed.append(("kernel sweep", str(k["pred_reason"].iloc[0]) if "pred_reason" in k else "no prediction"))
+    for sec in ("paper", "llama", "parallel", "fusion"):
+        for row in r.get(sec, pd.DataFrame()).to_dict(orient="records"):
+            preds = [row.get("predicted")] if sec != "fusion" else [row.get("pred_eager"), row.get("pred_fused")]
+            total += 1
+            why = str(row.get("predicted_reason") or "")
+            if any(p is None or (isinstance(p, float) and np.isnan(p)) for p in preds) and not why.startswith(NOT_POSSIBLE):
+                failed.append((row.get("name", sec), why or "no prediction"))
+    if failed:
+        name, why = failed[0]
+        return "FAILED", f"{len(failed)} of {total} predictions failed (first: {name}: {why})"
+    if r["skip"]:
+        return "SKIPPED", r["skip"]
+    return "OK", ""
+
+
+def tier2_verdicts(r: dict, status: str, reason: str, quick: bool = False) -> dict:
+    """The ``verdicts`` key of notebook 05's metrics.json (Tier 2, contract in docs/interfaces.md)."""
+    from neusight_core import report
+    rows = [x for sec in ("paper", "llama", "parallel") for x in r[sec].to_dict(orient="records")]
+    measured = [x for x in rows if x.get("measured_ms") is not None and pd.notna(x.get("measured_ms"))]
+    predicted = [x for x in rows if x.get("predicted")]
+    if status == "FAILED":
+        text = reason
+    elif not measured:
+        text = (f"SKIPPED: {r['skip'] or 'nothing measured'}; predictions only, for {r['head']['predicted_for']} "
+                f"({len(predicted)} of {len(rows)} scenarios predicted)")
+    else:
+        apes = [report.ape(x["measured_ms"], x["predicted"]["e2e_ms"]) for x in measured if x.get("predicted")]
+        flags = [x for x in measured if x.get("flag_stack_differs")]
+        with_label = [x for x in measured if x.get("label_gap_pct") is not None]
+        text = (f"measured {len(measured)} scenarios on {r['head']['device'].get('display_name', '?')}; our prediction vs "
+                f"our measurement MAPE {np.mean(apes):.1f} % over {len(apes)}; our measurement vs the authors' label: "
+                f"{len(flags)} of {len(with_label)} more than 15 % apart")
+    return {"tier": 2, "label": "live GPU", "quick": bool(quick), "summary": text}

@@ -19,17 +19,27 @@ import seaborn as sns
 
 from . import evaluation as ev
 
-# Colours fixed per predictor so the authors' and our figures read the same way.
+# Colours fixed per predictor so the authors' and our figures read the same way in every notebook:
+# NeuSight blue as the authors predicted it, red for our re-implementation (never a baseline's colour).
 PALETTE = {"Roofline": "#8c8c8c", "Habitat": "#dd8452", "Li et al.": "#55a868", "NeuSight": "#4c72b0",
-           "NeuSight (ours)": "#c44e52", "Measured": "#333333",
-           # Tier 1 recipes (recipe_eval): the authors' shipped predictions keep NeuSight's blue
-           "neusight": "#c44e52", "neusight-paper": "#8172b3", "authors": "#4c72b0",
-           "NeuSight (authors' recipe)": "#8172b3"}
+           "NeuSight (ours)": "#c44e52", "ours": "#c44e52", "authors": "#4c72b0", "Measured": "#333333",
+           # Tier 1 recipes (recipe_eval): ours red, the authors' recipe purple, their shipped predictions blue
+           "neusight": "#c44e52", "neusight-paper": "#8172b3", "NeuSight (authors' recipe)": "#8172b3",
+           "NeuSight (paper recipe)": "#8172b3"}
+# For series without a fixed colour: none of them close to a fixed one.
+_EXTRA = ["#937860", "#da8bc3", "#ccb974", "#64b5cd", "#2f4b7c", "#a05195"]
 
 
 def _palette(names) -> dict:
-    extra = iter(sns.color_palette("tab10"))
+    extra = iter(_EXTRA * 4)
     return {n: PALETTE.get(n) or next(extra) for n in names}
+
+
+def _crowded_ticks(ax, n_ticks: int, width_in: float) -> None:
+    """Rotate x labels (on one line each) when they would overlap: about 1 inch per label at 7 pt."""
+    if n_ticks * 1.0 > width_in:
+        labels = [t.get_text().replace("\n", " ") for t in ax.get_xticklabels()]
+        ax.set_xticks(ax.get_xticks(), labels, rotation=45, ha="right", rotation_mode="anchor")
 
 
 def _style():
@@ -68,6 +78,12 @@ def plot_ape_bars(cells: pd.DataFrame, title: str = "", clip: float | None = 100
                 x = order.index(r["config"]) - 0.4 + width * (preds.index(r["predictor_display"]) + 0.5)
                 ax.text(x, clip * 1.01, f"{r['ape']:.0f}", ha="center", va="bottom", fontsize=6, rotation=90)
         _panel_axes(ax, panel, "APE (%)")
+        _crowded_ticks(ax, len(order), panel_width)
+    if log and len(df):  # one y-range for every panel, so panels compare at a glance
+        pos = df["ape"][df["ape"] > 0]
+        lo, hi = (pos.min() / 1.5, pos.max() * 1.5) if len(pos) else (0.1, 100.0)
+        for ax in list(axes.flat)[:len(panels)]:
+            ax.set_ylim(lo, hi)
     return _finish(fig, axes, len(panels), pal, preds, title, 0.1 / nrows)
 
 
@@ -151,6 +167,7 @@ def _latency_bars(long: pd.DataFrame, facet: str, x: str, title: str, ncols: int
             ax.text(xpos, r["ms"], f"{r['ape']:.1f}%", ha="center", va="bottom", fontsize=6, rotation=90)
         ax.margins(y=0.2)
         _panel_axes(ax, panel, "latency (ms)")
+        _crowded_ticks(ax, len(order), max(4.2, 0.9 * widest))
     return _finish(fig, axes, len(panels), pal, series, title, 0.07)
 
 
@@ -168,7 +185,8 @@ def plot_fusion(cells, title: str = "Table 7: operator fusion (inference)") -> m
     ``evaluation.fusion_cells`` or a {series label: cells} mapping."""
     prepared = _with_config(cells, lambda c: (c["model_display"] + " b" + c["batch"].astype(str) + "\n"
                                               + np.where(c["fused"], "fused", "non-fused")))
-    return _latency_bars(_latency_long(prepared, ["gpu_short", "config"]), "gpu_short", "config", title, 3)
+    # one panel per row: three GPUs side by side made a figure too wide to read at page width
+    return _latency_bars(_latency_long(prepared, ["gpu_short", "config"]), "gpu_short", "config", title, 1)
 
 
 def plot_distributed(cells, title: str = "Table 8: 4-GPU training") -> matplotlib.figure.Figure:

@@ -198,6 +198,11 @@ def provision(source: str | os.PathLike | None = None, home: str | os.PathLike |
     """
     home = Path(home).resolve() if home else paths.home()
     manifest = load_manifest()
+    # A source that was asked for must exist, even when nothing needs unpacking (a typo in
+    # NEUSIGHT_RELEASE is an error, not silently ignored).
+    for what, cand in (("--source", source), ("NEUSIGHT_RELEASE", os.environ.get("NEUSIGHT_RELEASE"))):
+        if cand and not Path(cand).expanduser().exists():
+            raise ReleaseError(f"release source not found: {what} points to {cand}, which does not exist")
     if is_provisioned(home) and not force:
         return verify_installed(home)
 
@@ -266,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     except ReleaseError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # staging is removed; the stamp is written last, so a re-run unpacks again
+        print("interrupted: the release was not (fully) provisioned; run the same command again", file=sys.stderr)
+        return 130
     print(rep.line())
     return 0
 

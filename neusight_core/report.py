@@ -9,6 +9,7 @@ Layout under the output folder a notebook is given (papermill parameter ``output
 from __future__ import annotations
 
 import json
+import re
 import math
 from pathlib import Path
 
@@ -17,7 +18,12 @@ import pandas as pd
 
 
 def out_dir(output_dir: str | Path) -> Path:
+    """The notebook's output folder (created); a relative path is taken from the repository root, so a
+    notebook writes to the same place whether it runs from notebooks/ (JupyterLab) or from the root."""
     p = Path(output_dir)
+    if not p.is_absolute():
+        from neusight_core import paths
+        p = paths.REPO_ROOT / p
     (p / "tables").mkdir(parents=True, exist_ok=True)
     (p / "figures").mkdir(parents=True, exist_ok=True)
     return p
@@ -25,12 +31,34 @@ def out_dir(output_dir: str | Path) -> Path:
 
 def save_table(df: pd.DataFrame, output_dir: str | Path, name: str, floatfmt: str = ".1f",
                index: bool = False) -> Path:
-    """Write ``df`` as CSV (full precision) and Markdown (``floatfmt``); return the CSV path."""
+    """Write ``df`` as CSV (full precision) and Markdown (``floatfmt``); return the CSV path.
+
+    In the Markdown, a non-zero value that ``floatfmt`` would print as 0 (e.g. 0.03 ms at ".1f") is
+    written with two significant digits instead: "0.0 ms" would read as nothing at all."""
     d = out_dir(output_dir) / "tables"
     csv = d / f"{name}.csv"
     df.to_csv(csv, index=index)
-    (d / f"{name}.md").write_text(df.to_markdown(index=index, floatfmt=floatfmt) + "\n")
+    (d / f"{name}.md").write_text(markdown_table(df, floatfmt, index) + "\n")
     return csv
+
+
+def markdown_table(df: pd.DataFrame, floatfmt: str = ".1f", index: bool = False) -> str:
+    """``df.to_markdown`` where a non-zero float that ``floatfmt`` would round to zero is printed with
+    two significant digits (0.03, not 0.0)."""
+    m = re.fullmatch(r"\.(\d+)f", floatfmt)
+    floats = [c for c in df.columns if pd.api.types.is_float_dtype(df[c])]
+    if not m or not floats:
+        return df.to_markdown(index=index, floatfmt=floatfmt)
+    half = 0.5 * 10.0 ** -int(m.group(1))
+    if not any(((df[c] != 0) & (df[c].abs() < half)).any() for c in floats):
+        return df.to_markdown(index=index, floatfmt=floatfmt)
+    out = df.copy()
+    for c in floats:
+        out[c] = ["nan" if pd.isna(v) else (f"{v:.2g}" if v != 0 and abs(v) < half else format(v, floatfmt))
+                  for v in df[c]]
+    cols = ([None] if index else []) + list(df.columns)
+    align = ["right" if c in floats or (c is not None and pd.api.types.is_numeric_dtype(df[c])) else "left" for c in cols]
+    return out.to_markdown(index=index, floatfmt=floatfmt, disable_numparse=True, colalign=align)
 
 
 def save_figure(fig, output_dir: str | Path, name: str) -> Path:
@@ -60,12 +88,19 @@ def _jsonable(x):
 
 
 def write_metrics(output_dir: str | Path, metrics: dict, status: str = "OK", reason: str | None = None) -> Path:
-    """Write metrics.json with a ``status`` (OK | SKIPPED) that run_all.sh reads."""
-    if status not in ("OK", "SKIPPED"):
-        raise ValueError(f"status must be OK or SKIPPED, not {status!r}")
+    """Write metrics.json with a ``status`` (OK | SKIPPED | FAILED) that run_all.sh reads.
+
+    FAILED: the notebook ran to its end but its result is a failure (e.g. every prediction failed);
+    the run then counts it as failed and exits non-zero. ``reason`` is required for SKIPPED/FAILED."""
+    if status not in ("OK", "SKIPPED", "FAILED"):
+        raise ValueError(f"status must be OK, SKIPPED or FAILED, not {status!r}")
+    if status != "OK" and not reason:
+        raise ValueError(f"status {status} needs a reason")
     body = {"status": status, **({"reason": reason} if reason else {}), **metrics}
     p = out_dir(output_dir) / "metrics.json"
-    p.write_text(json.dumps(_jsonable(body), indent=2, allow_nan=False))
+    tmp = p.with_name(".metrics.json.tmp")  # never a half-written metrics.json
+    tmp.write_text(json.dumps(_jsonable(body), indent=2, allow_nan=False))
+    tmp.replace(p)
     return p
 
 

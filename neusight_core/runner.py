@@ -8,14 +8,25 @@ Layout of one run, ``results/<timestamp>/``:
 and ``results/neusight_results_<timestamp>.tar.gz`` holding the run folder.
 
 A notebook is OK when it ran and its metrics.json says OK, SKIPPED when metrics.json says so
-(e.g. no GPU), FAILED when it raised or wrote no metrics.json. A failure never stops the run; the
-exit code is 1 when any notebook failed.
+(e.g. no GPU), FAILED when it raised, wrote no metrics.json, or its metrics.json says FAILED. A
+failure never stops the run; the exit code is 1 when any notebook failed.
+
+SUMMARY.md opens with a verdict block built from the ``verdicts`` key of each notebook's
+metrics.json (contract in docs/interfaces.md, producer ``claims.verdict_block``).
+
+Usage errors (unknown option, ``--only`` naming no notebook, an ``--out`` that is a file, is not
+writable, or already holds files) end with one line and exit code 2 before anything runs; run_all.sh
+checks them before set-up too (``--check-args``). A run never mixes with an earlier one: a non-empty
+``--out`` is refused. SIGINT / SIGTERM stop the run: SUMMARY.md then says INTERRUPTED and lists what
+finished, no tarball is made, and the exit code is 130 / 143.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import signal
 import subprocess
 import sys
 import tarfile
@@ -25,15 +36,21 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from . import paths, release
+from . import paths  # stdlib only: run_all.sh checks the arguments with any python3 before set-up
 
 NOTEBOOKS_DIR = paths.REPO_ROOT / "notebooks"
+TIERS = {0: "Tier 0, the authors' shipped predictions", 1: "Tier 1, our re-implementation",
+         2: "Tier 2, live on the local GPU"}
+
+
+class UsageError(Exception):
+    """Bad command line; one line, exit code 2."""
 
 
 @dataclass
 class NotebookResult:
     name: str
-    status: str          # OK | SKIPPED | FAILED
+    status: str          # OK | SKIPPED | FAILED | INTERRUPTED
     seconds: float
     reason: str = ""
 
@@ -47,7 +64,7 @@ def discover(folder: Path, only: list[str] | None = None) -> list[Path]:
         missing = want - {p.stem for p in chosen} - {p.stem[3:] for p in chosen} - {p.stem[:2] for p in chosen}
         if missing:
             names = ", ".join(p.stem for p in found)
-            raise SystemExit(f"error: unknown notebook(s) {', '.join(sorted(missing))}; known: {names}")
+            raise UsageError(f"unknown notebook(s) {', '.join(sorted(missing))}; known: {names}")
         return chosen
     return found
 
@@ -66,7 +83,21 @@ def _export_html(ipynb: Path) -> None:
 def _last_error_line(exc: BaseException) -> str:
     text = str(getattr(exc, "evalue", "") or exc).strip().splitlines()
     ename = getattr(exc, "ename", type(exc).__name__)
-    return f"{ename}: {text[-1] if text else ''}"[:300]
+    return f"{ename}: {text[-1] if text else ''}"  # whole: a cut sentence explains nothing
+
+
+def _kernel_manager(log: Path):
+    """A KernelManager whose kernel writes its own stderr (its log, not the notebook's output) to
+    ``log`` instead of the console: an interrupted or dying kernel would otherwise print tracebacks
+    over the run's progress lines. Cell output, errors included, stays in the executed notebook."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class _LoggedKernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            kw["stderr"] = open(log, "ab")  # noqa: SIM115 (the kernel process owns it)
+            return await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    return _LoggedKernelManager
 
 
 def run_notebook(nb: Path, run_dir: Path, quick: bool, extra: dict | None = None) -> NotebookResult:
@@ -78,7 +109,8 @@ def run_notebook(nb: Path, run_dir: Path, quick: bool, extra: dict | None = None
     status, reason = "OK", ""
     try:
         pm.execute_notebook(str(nb), str(run_dir / nb.name), parameters=params, cwd=str(paths.REPO_ROOT),
-                            kernel_name="python3", progress_bar=sys.stdout.isatty(), log_output=False)
+                            kernel_name="python3", progress_bar=sys.stdout.isatty(), log_output=False,
+                            kernel_manager_class=_kernel_manager(run_dir / f".{nb.stem}.kernel.log"))
     except Exception as e:  # papermill raises PapermillExecutionError; keep going either way
         status, reason = "FAILED", _last_error_line(e)
     secs = time.time() - t0
@@ -90,7 +122,7 @@ def run_notebook(nb: Path, run_dir: Path, quick: bool, extra: dict | None = None
             try:
                 m = json.loads(metrics.read_text())
                 status = m.get("status", "OK")
-                reason = m.get("reason", "") if status == "SKIPPED" else ""
+                reason = m.get("reason", "") if status in ("SKIPPED", "FAILED") else ""
             except json.JSONDecodeError as e:
                 status, reason = "FAILED", f"malformed metrics.json: {e}"
     if (run_dir / nb.name).is_file():
@@ -122,6 +154,7 @@ def gpu_info() -> dict:
 
 def environment() -> dict:
     pkgs = sorted((d.metadata["Name"], d.version) for d in metadata.distributions() if d.metadata["Name"])
+    from . import release
     rel = release.status()
     try:
         rel["checksums"] = release.verify_installed().line()
@@ -138,73 +171,281 @@ def environment() -> dict:
 
 
 # ----------------------------------------------------------------------------- summary
-def write_summary(run_dir: Path, results: list[NotebookResult], env: dict, quick: bool, total: float) -> Path:
-    icon = {"OK": "OK", "SKIPPED": "SKIPPED", "FAILED": "**FAILED**"}
-    lines = [f"# NeuSight artifact run {run_dir.name}", "",
-             f"- mode: {'quick' if quick else 'full'}; total wall time {total / 60:.1f} min",
-             f"- artifact commit {env['artifact_commit'][:12] or '?'}{' (uncommitted changes)' if env['artifact_dirty'] else ''}; "
-             f"release commit {env['release'].get('commit', '?')[:7]}; checksums: {env['release'].get('checksums', '?')}",
-             f"- Python {env['python']} on {env['platform']}; GPU: "
-             + (", ".join(env['gpu']['names']) if env['gpu'].get('available') else f"none ({env['gpu'].get('reason', '')})"),
-             "", "| notebook | status | wall time (s) | reason |", "|---|---|---:|---|"]
+def _counts(c: dict) -> str:
+    main = ", ".join(f"{v} {c.get(v, 0)}" for v in ("REPRODUCED", "DEVIATES", "NOT COMPUTABLE"))
+    g = c.get("graded") or {}
+    graded = ", ".join(f"{k} {n}" for k, n in g.items())
+    return main + (f" (graded: {graded})" if graded else "")
+
+
+_DISPLAY = {"neusight": "NeuSight", "roofline": "Roofline", "habitat": "Habitat", "li": "Li et al."}
+
+
+def _ranking_text(r: dict, key: str) -> str:
+    mape = r.get("mape") or {}
+    vals = ", ".join(f"{_DISPLAY.get(k, k) if k != key else 'NeuSight'} "
+                     + ("n/a" if v is None else f"{v:.1f}") for k, v in mape.items())
+    holds = r.get("holds")
+    word = "cannot be judged" if holds is None else ("yes" if holds else "NO")
+    return f"{word} ({vals} %; {r.get('configurations', '?')} configurations)"
+
+
+def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
+    """The lines that open SUMMARY.md: one per tier (and recipe), then the ranking question.
+
+    Reads ``<run>/<notebook>/metrics.json["verdicts"]`` (contract in docs/interfaces.md)."""
+    by_tier: dict[int, list[tuple[NotebookResult, dict]]] = {}
     for r in results:
-        lines.append(f"| {r.name} | {icon[r.status] if r.status in icon else r.status} | {r.seconds:.1f} | {r.reason} |")
+        m = run_dir / r.name / "metrics.json"
+        try:
+            v = json.loads(m.read_text()).get("verdicts") if m.is_file() else None
+        except (json.JSONDecodeError, OSError):
+            v = None
+        if isinstance(v, dict) and v.get("tier") in TIERS:
+            by_tier.setdefault(int(v["tier"]), []).append((r, v))
+    not_ok = [r for r in results if r.status in ("FAILED", "INTERRUPTED")]
+    lines = ["## Verdict", ""]
+    rank = []
+    for tier, title in TIERS.items():
+        entries = by_tier.get(tier, [])
+        if not entries:
+            why = ("; ".join(f"{r.name} {r.status}" + (f" ({r.reason})" if r.reason else "") for r in not_ok)
+                   if not_ok else "no notebook of this run reports it")
+            lines.append(f"- **{title}**: not reported ({why})")
+            continue
+        for r, v in entries:
+            quick = " [quick mode: subset, quick predictors]" if v.get("quick") else ""
+            head = f"- **{title}** ({r.name}, {r.status}){quick}:"
+            summary = str(v.get("summary") or "").strip()
+            if r.status == "SKIPPED":
+                summary = summary or f"SKIPPED: {r.reason}"
+            if r.status == "FAILED":
+                summary = f"FAILED: {r.reason}" + (f"; {summary}" if summary else "")
+            claims = v.get("claims") or {}
+            if not claims:
+                lines.append(f"{head} {summary}")
+            else:
+                if summary:
+                    lines.append(f"{head} {summary}")
+                    head = "  -"
+                for key, c in claims.items():
+                    who = f"recipe `{key}`" if tier else str(v.get("label") or key)
+                    corr = (v.get("correlation") or {}).get(key) or {}
+                    extra = ""
+                    if corr.get("pearson") is not None:
+                        extra = (f"; predicted vs measured latency over {corr.get('n')} NVIDIA configurations: "
+                                 f"MAPE {corr['mape']:.1f} %, Pearson {corr['pearson']:.3f}, "
+                                 f"Spearman {corr['spearman']:.3f}")
+                    lines.append(f"{head} claims with {who}: {_counts(c)}{extra}")
+                    head = "  -"
+            for key, rk in (v.get("ranking") or {}).items():
+                who = "authors' predictions" if tier == 0 else f"ours, recipe `{key}`"
+                rank.append(f"{who}: {_ranking_text(rk, key)}")
+    if rank:
+        lines.append("- **Ranking** (does NeuSight have a lower pooled MAPE than Roofline, Habitat and "
+                     "Li et al. over the labelled single-GPU NVIDIA configurations of Figures 7 and 8?): "
+                     + "; ".join(rank))
+    else:
+        lines.append("- **Ranking** (NeuSight against Roofline, Habitat, Li et al.): not reported in this run")
+    lines.append("- Tolerance: a claim is REPRODUCED within half a unit of the last digit the paper prints "
+                 "(\"9.7\" within 0.05, \"about 13\" within 0.5); graded: within tolerance / within 10 % / "
+                 "within 2x / worse.")
+    return lines
+
+
+def write_summary(run_dir: Path, results: list[NotebookResult], env: dict, quick: bool, total: float,
+                  interrupted: str | None = None) -> Path:
+    icon = {"OK": "OK", "SKIPPED": "SKIPPED", "FAILED": "**FAILED**", "INTERRUPTED": "**INTERRUPTED**"}
+    lines = [f"# NeuSight artifact run {run_dir.name}", ""]
+    if interrupted:
+        done = [r.name for r in results if r.status != "INTERRUPTED"]
+        lines += [f"**INTERRUPTED** by {interrupted} after {total / 60:.1f} min: "
+                  f"{len(done)} notebook(s) finished ({', '.join(done) or 'none'}); the rest did not run. "
+                  "No tarball was made; this folder is incomplete evidence.", ""]
+    lines += verdict_block(run_dir, results) + [""]
+    lines += ["## Run", "",
+              f"- mode: {'quick' if quick else 'full'}; total wall time {total / 60:.1f} min",
+              f"- artifact commit {env.get('artifact_commit', '')[:12] or '?'}"
+              f"{' (uncommitted changes)' if env.get('artifact_dirty') else ''}; "
+              f"release commit {env.get('release', {}).get('commit', '?')[:7]}; "
+              f"checksums: {env.get('release', {}).get('checksums', '?')}",
+              f"- Python {env.get('python', '?')} on {env.get('platform', '?')}; GPU: "
+              + (", ".join(env['gpu']['names']) if env.get('gpu', {}).get('available')
+                 else f"none ({env.get('gpu', {}).get('reason', '')})"),
+              "", "| notebook | status | wall time (s) | reason |", "|---|---|---:|---|"]
+    for r in results:
+        reason = r.reason.replace("|", "/").replace("\n", " ")
+        lines.append(f"| {r.name} | {icon.get(r.status, r.status)} | {r.seconds:.1f} | {reason} |")
     for r in results:
         part = run_dir / r.name / "summary.md"
         if part.is_file():
             lines += ["", f"## {r.name}", "", part.read_text().strip()]
     p = run_dir / "SUMMARY.md"
-    p.write_text("\n".join(lines) + "\n")
+    tmp = run_dir / ".SUMMARY.md.tmp"  # never half-written: written aside, then renamed
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(p)
     return p
 
 
 def make_tarball(run_dir: Path) -> Path:
     tar_path = run_dir.parent / f"neusight_results_{run_dir.name}.tar.gz"
-    with tarfile.open(tar_path, "w:gz") as tar:
+    tmp = tar_path.with_name(tar_path.name + ".part")
+    with tarfile.open(tmp, "w:gz") as tar:
         tar.add(run_dir, arcname=run_dir.name)
+    tmp.replace(tar_path)
     return tar_path
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="./run_all.sh", description=(
+# ----------------------------------------------------------------------------- command line
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints the whole usage otherwise)
+        raise UsageError(f"{message} (see ./run_all.sh --help)")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="./run_all.sh", description=(
         "Run every notebook of the NeuSight artifact with papermill into results/<timestamp>/, "
-        "write SUMMARY.md and an environment capture, and tar the run."))
+        "write SUMMARY.md and an environment capture, and tar the run. Exit codes: 0 all OK or "
+        "SKIPPED, 1 a notebook failed, 2 usage error, 130/143 interrupted."))
     ap.add_argument("--quick", action="store_true", help="small subsets and quick training (minutes, not an hour)")
     ap.add_argument("--only", action="append", metavar="NAME",
                     help="run only this notebook (e.g. 05_live_gpu or 05); repeatable")
-    ap.add_argument("--out", metavar="DIR", help="run folder (default results/<timestamp>)")
+    ap.add_argument("--out", metavar="DIR",
+                    help="run folder (default results/<timestamp>); must not exist yet or be empty")
+    ap.add_argument("--lab", nargs="?", const="", metavar="RESULTS_DIR",
+                    help="open JupyterLab on notebooks/ (and on RESULTS_DIR, e.g. a finished run) instead of running")
     ap.add_argument("--notebooks-dir", metavar="DIR", default=str(NOTEBOOKS_DIR), help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
+    ap.add_argument("--check-args", action="store_true", help=argparse.SUPPRESS)
+    return ap
 
-    notebooks = discover(Path(a.notebooks_dir), a.only)
+
+def _writable_parent(p: Path) -> Path | None:
+    """The nearest existing ancestor of ``p`` if we may create ``p`` there, else None."""
+    q = p
+    while not q.exists():
+        if q.parent == q:
+            return None
+        q = q.parent
+    return q if q.is_dir() and os.access(q, os.W_OK | os.X_OK) else None
+
+
+def check_args(argv: list[str] | None = None):
+    """Parse and validate; returns (args, notebooks, run_dir). Raises UsageError (one line)."""
+    a = parser().parse_args(argv)
+    if a.lab is not None:
+        if a.lab and not Path(a.lab).is_dir():
+            raise UsageError(f"--lab: {a.lab} is not a folder (give a results folder, e.g. results/<timestamp>)")
+        return a, [], None
+    nb_dir = Path(a.notebooks_dir)
+    if not nb_dir.is_dir():
+        raise UsageError(f"--notebooks-dir: {nb_dir} is not a folder")
+    notebooks = discover(nb_dir, a.only)
     if not notebooks:
-        print(f"error: no notebooks NN_*.ipynb in {a.notebooks_dir}", file=sys.stderr)
-        return 2
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(a.out).resolve() if a.out else paths.REPO_ROOT / "results" / stamp
-    run_dir.mkdir(parents=True, exist_ok=True)
-    print(f"NeuSight artifact: {len(notebooks)} notebook(s), {'quick' if a.quick else 'full'} mode -> {run_dir}", flush=True)
+        raise UsageError(f"no notebooks NN_*.ipynb in {nb_dir}")
+    if a.out:
+        run_dir = Path(a.out).expanduser().resolve()
+        if run_dir.exists() and not run_dir.is_dir():
+            raise UsageError(f"--out {a.out}: exists and is not a folder")
+        if run_dir.is_dir() and any(run_dir.iterdir()):
+            raise UsageError(f"--out {a.out}: already holds files (an earlier run?); a run never mixes with "
+                             "another: remove the folder or choose a new one")
+        if _writable_parent(run_dir) is None:
+            raise UsageError(f"--out {a.out}: cannot create or write there (permission denied or not a folder)")
+        tar_parent = run_dir.parent
+        if tar_parent.exists() and not os.access(tar_parent, os.W_OK):
+            raise UsageError(f"--out {a.out}: the tarball goes to {tar_parent}, which is not writable")
+    else:
+        run_dir = paths.REPO_ROOT / "results" / time.strftime("%Y%m%d-%H%M%S")
+        while run_dir.exists():  # two runs started in the same second
+            run_dir = run_dir.with_name(run_dir.name + "b")
+        if _writable_parent(run_dir) is None:
+            raise UsageError(f"cannot create {run_dir} (permission denied); use --out DIR")
+    return a, notebooks, run_dir
 
+
+def open_lab(results: str) -> int:
+    """JupyterLab on the repository (notebooks/ importable), opened on ``results`` or notebooks/."""
+    target = Path(results).resolve() if results else NOTEBOOKS_DIR
+    root = Path(os.path.commonpath([str(paths.REPO_ROOT), str(target)]))
+    url = "/lab/tree/" + str(target.relative_to(root))
+    cmd = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={root}",
+           f"--ServerApp.default_url={url}"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(paths.REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    print("opening JupyterLab: " + " ".join(cmd), flush=True)
+    if os.environ.get("NEUSIGHT_LAB_DRY_RUN"):
+        return 0
+    os.execvpe(cmd[0], cmd, env)
+    return 0  # not reached
+
+
+class _Interrupted(BaseException):
+    def __init__(self, signame: str, code: int):
+        super().__init__(signame)
+        self.signame, self.code = signame, code
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        a, notebooks, run_dir = check_args(argv)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if a.check_args:
+        return 0
+    if a.lab is not None:
+        return open_lab(a.lab)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"error: --out {run_dir}: cannot create it ({e.strerror or e}; a read-only place?)", file=sys.stderr)
+        return 2
+    # Executed notebooks keep their outputs in the HTML: progress bars there are noise.
+    os.environ.setdefault("TQDM_DISABLE", "1")
+
+    def _on_signal(signum, frame):
+        raise _Interrupted(signal.Signals(signum).name, 128 + signum)
+
+    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    print(f"NeuSight artifact: {len(notebooks)} notebook(s), {'quick' if a.quick else 'full'} mode -> {run_dir}", flush=True)
     t_start = time.time()
     results: list[NotebookResult] = []
-    for i, nb in enumerate(notebooks, 1):
-        print(f"[{i}/{len(notebooks)}] {nb.stem} ... (started at +{time.time() - t_start:.0f} s)", flush=True)
-        try:
-            r = run_notebook(nb, run_dir, a.quick)
-        except Exception as e:  # the runner itself must survive anything a notebook does
-            traceback.print_exc()
-            r = NotebookResult(nb.stem, "FAILED", 0.0, f"runner error: {e}")
-        results.append(r)
-        extra = f": {r.reason}" if r.reason else ""
-        print(f"[{i}/{len(notebooks)}] {nb.stem} {r.status} in {r.seconds:.1f} s "
-              f"(elapsed {time.time() - t_start:.0f} s){extra}", flush=True)
-
-    env = environment()
-    (run_dir / "environment.json").write_text(json.dumps(env, indent=2))
+    interrupted: _Interrupted | None = None
+    try:
+        for i, nb in enumerate(notebooks, 1):
+            print(f"[{i}/{len(notebooks)}] {nb.stem} ... (started at +{time.time() - t_start:.0f} s)", flush=True)
+            t_nb = time.time()
+            try:
+                r = run_notebook(nb, run_dir, a.quick)
+            except _Interrupted:
+                results.append(NotebookResult(nb.stem, "INTERRUPTED", time.time() - t_nb, "interrupted while running"))
+                raise
+            except Exception as e:  # the runner itself must survive anything a notebook does
+                traceback.print_exc()
+                r = NotebookResult(nb.stem, "FAILED", 0.0, f"runner error: {e}")
+            results.append(r)
+            extra = f": {r.reason}" if r.reason else ""
+            print(f"[{i}/{len(notebooks)}] {nb.stem} {r.status} in {r.seconds:.1f} s "
+                  f"(elapsed {time.time() - t_start:.0f} s){extra}", flush=True)
+    except _Interrupted as e:
+        interrupted = e
+    # From here on the run is written out whole: further signals wait until it is.
+    for s in old:
+        signal.signal(s, signal.SIG_IGN)
     total = time.time() - t_start
+    try:
+        env = environment()
+    except Exception as e:  # an incomplete capture must not lose the summary
+        env = {"error": f"environment capture failed: {e}"}
+    (run_dir / "environment.json").write_text(json.dumps(env, indent=2))
     (run_dir / "run.json").write_text(json.dumps(
-        {"quick": a.quick, "seconds": total, "notebooks": [asdict(r) for r in results]}, indent=2))
-    summary = write_summary(run_dir, results, env, a.quick, total)
+        {"quick": a.quick, "seconds": total, "interrupted": interrupted.signame if interrupted else None,
+         "notebooks": [asdict(r) for r in results]}, indent=2))
+    summary = write_summary(run_dir, results, env, a.quick, total,
+                            interrupted=interrupted.signame if interrupted else None)
+    if interrupted:
+        print(f"INTERRUPTED by {interrupted.signame}: {sum(r.status != 'INTERRUPTED' for r in results)} "
+              f"notebook(s) finished; no tarball.\nsummary: {summary}", flush=True)
+        return interrupted.code
     tar = make_tarball(run_dir)
     n_failed = sum(r.status == "FAILED" for r in results)
     print(f"done in {total / 60:.1f} min: " + ", ".join(f"{s} {sum(r.status == s for r in results)}"

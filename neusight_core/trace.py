@@ -535,6 +535,10 @@ def build_model(cfg, mode: str | None = None, dtype: str = "fp32"):
     tdt = TORCH_DTYPES[dtype]
     with torch.device("meta"):
         model = cls._from_config(cfg, attn_implementation="eager", dtype=tdt)
+    if getattr(model, "loss_type", "") is None:
+        # transformers finds no loss in names like GPT2LMHeadModel and falls back to the causal-LM
+        # loss with a warning on every process; say so explicitly (same loss, no warning).
+        model.loss_type = "ForCausalLM"
     return model.float() if tdt == torch.float32 else model.to(tdt)
 
 

@@ -26,5 +26,15 @@ if [ "$want" != "$have" ]; then
   if [ "$rc" -ne 0 ]; then echo "error: pip install -r requirements.txt failed (exit $rc)" >&2; exit "$rc"; fi
   echo "$want" > "$VENV/.requirements.sha256"
 fi
+# This checkout on the venv's path (a .pth file: what an editable install does, without a build
+# step), so that a notebook opened from notebooks/ in JupyterLab imports neusight_core. Only into a
+# venv of this checkout: a .venv that is a symlink belongs to another checkout. pytest (pytest.ini
+# pythonpath) and run_all.sh put the running checkout first on sys.path in any case.
+if [ ! -L "$VENV" ]; then
+  SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  if [ "$(cat "$SITE/neusight-artifact.pth" 2>/dev/null || true)" != "$ROOT" ]; then
+    echo "$ROOT" > "$SITE/neusight-artifact.pth"
+  fi
+fi
 echo "[setup] provisioning the authors' release"
 (cd "$ROOT" && "$VENV/bin/python" -m neusight_core.release ${NEUSIGHT_RELEASE:+--source "$NEUSIGHT_RELEASE"})

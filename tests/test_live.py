@@ -197,3 +197,29 @@ def test_scenario_tables_show_predictions_and_summary_rows():
          "llama": df.iloc[:0], "parallel": df.iloc[:0]}
     md = live.summary_markdown(r)
     assert "SKIPPED" in md and "| a | G | 12.5 | SKIPPED | — |" in md and "| b (extension) | T | — | 3.0 | 2.0 |" in md
+
+
+def _live_result(**rows):
+    empty = pd.DataFrame()
+    return {"head": {"predicted_for": "T", "device": None}, "skip": "no CUDA GPU here",
+            "kernels": pd.DataFrame({"pred_ms": [1.0], "pred_reason": [None]}),
+            "paper": rows.get("paper", empty), "llama": empty, "parallel": empty, "fusion": empty}
+
+
+def test_failed_prediction_is_failed_not_skipped():
+    ok = pd.DataFrame([{"name": "a", "predicted": {"e2e_ms": 1.0}, "predicted_reason": None}])
+    assert live.outcome(_live_result(paper=ok)) == ("SKIPPED", "no CUDA GPU here")
+    bad = pd.DataFrame([{"name": "a", "predicted": None,
+                         "predicted_reason": "prediction unavailable: DeviceFileError: bad file x.yaml"}])
+    status, reason = live.outcome(_live_result(paper=bad))
+    assert status == "FAILED" and "1 of 2 predictions failed" in reason and "x.yaml" in reason
+    r = _live_result(paper=bad)
+    assert live.tier2_verdicts(r, status, reason)["summary"] == reason
+    assert "**05_live_gpu FAILED**" in live.summary_markdown(r)
+    # a configuration that cannot run on its GPU is an answer, not a failure
+    impossible = pd.DataFrame([{"name": "a", "predicted": None,
+                                "predicted_reason": live.NOT_POSSIBLE + "impossible on H100: at least 237 GB"}])
+    assert live.outcome(_live_result(paper=impossible))[0] == "SKIPPED"
+    # a malformed user device file, end to end: every prediction fails
+    p, why = live.predict_model("gpt2_large", "No_Such_GPU", 1, 128, "inf", quick=True)
+    assert p is None and why.startswith("prediction unavailable")

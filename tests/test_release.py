@@ -126,3 +126,35 @@ def test_environment_yml_follows_requirements():
         line = line.strip()
         if line and not line.startswith("#"):
             assert line.lower() in reqs.lower(), f"{line} of requirements.in not pinned in requirements.txt"
+
+
+def test_release_env_pointing_to_nothing_is_an_error(mini, monkeypatch):
+    tmp, files = mini
+    arch = _make_archive(tmp, files)
+    release.provision(arch.parent, tmp / "home")
+    monkeypatch.setenv("NEUSIGHT_RELEASE", str(tmp / "typo"))
+    with pytest.raises(release.ReleaseError, match="NEUSIGHT_RELEASE points to .*typo"):
+        release.provision(None, tmp / "home")  # even though the release is already provisioned
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/neusight-upstream not present")
+def test_sigint_during_unpacking_then_rerun_recovers(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    home = tmp_path / "home"
+    cmd = [sys.executable, "-m", "neusight_core.release", "--source", str(SHARED), "--home", str(home)]
+    proc = subprocess.Popen(cmd, cwd=paths.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(600):  # wait until unpacking has started (its staging folder exists)
+        if list((home / ".cache").glob("staging-*")):
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err
+    assert proc.returncode == 130 and "interrupted" in err and not release.is_provisioned(home)
+    assert not list((home / ".cache").glob("staging-*"))
+    again = subprocess.run(cmd, cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "1828 files OK" in again.stdout

@@ -131,3 +131,12 @@ def test_notebook_04_quick(run_notebook):
     assert (out / "figures" / "recipes_per_gpu.png").exists() and (out / "figures" / "ablation.png").exists()
     abl = pd.read_csv(out / "tables" / "ablation.csv")
     assert abl["row"].iloc[0] == "neusight-paper (base)" and abl["row"].iloc[-1] == "all = neusight"
+
+
+def test_missing_model_config_is_named_for_every_predictor():
+    idx = pd.DataFrame([{"gpu": "NVIDIA_L4", "model": "switch4", "mode": "inf", "seq": 512, "batch": 1,
+                         "option": "none", "label_e2e_ms": 1.0}])
+    out = reproduce.predict_configs(idx, predictors=("roofline", "li"), quick=True, progress=False)
+    err = out.loc[0, "ours_error"]
+    assert err.startswith("all predictors: the authors' release ships no model config for 'switch4'")
+    assert err.endswith("cannot be traced")  # a whole sentence, not cut
