@@ -109,6 +109,24 @@ def predict_seeded(configs: pd.DataFrame, trained: dict, progress: bool = True) 
     return out
 
 
+def sweep_seeded(configs: pd.DataFrame, names=RECIPES + BASELINES, seeds=(0, 1, 2), quick: bool = False,
+                 progress: bool = True) -> pd.DataFrame:
+    """``predict_seeded``'s frame computed as sweeps (``reproduce.sweep_configs``: one predictor call per
+    predictor x seed over all configurations' distinct kernels); seedless predictors run once (seed 0)."""
+    from neusight_core import reproduce
+    parts = []
+    for group, sd in (([n for n in names if n in SEEDED], list(seeds)), ([n for n in names if n not in SEEDED], [0])):
+        if group:
+            parts.append(reproduce.sweep_configs(configs, group, quick=quick, progress=progress, seeds=sd))
+    out = pd.concat(parts, ignore_index=True)
+    cfg = configs.set_index(["gpu", "config"])[["model", "mode", "batch", "seq"]]
+    out = out.drop(columns=[c for c in ("model", "mode", "batch", "seq") if c in out]).join(cfg, on=["gpu", "config"])
+    out = out.rename(columns={"e2e_ms": "pred_ms", "label_e2e_ms": "label_ms"})
+    out["pred_ms"] = out["pred_ms"].where(out["error"] == "")
+    out["ape"] = report.ape(out["label_ms"], out["pred_ms"])
+    return out
+
+
 def _config_key(df: pd.DataFrame) -> pd.Series:
     return df["gpu"].astype(str) + "/" + df["config"].astype(str)
 
