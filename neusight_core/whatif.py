@@ -174,13 +174,13 @@ def run(gpus=None, dtypes=("bf16", "fp32"), quick: bool = False, predictor="neus
                 n_used, verdict = None, None
                 for n in [1] + _tp_degrees(max_gpus):
                     kn, m = plan(n)
-                    if m is not None and m["total_gb"] <= dev.mem_gb:
+                    if m is not None and m["total_gib"] <= dev.mem_gb:
                         n_used = n
                         break
                 if n_used is None:
                     kn, m = plans[1]
                     n_used = 1
-                    verdict = f"does not fit on {max_gpus}: needs {m['total_gb']:.1f} GB on one GPU, has {dev.mem_gb:g} GB"
+                    verdict = f"does not fit on {max_gpus}: needs {m['total_gib']:.1f} GiB on one GPU, has {dev.mem_gb:g} GiB"
                 if n_used > 1 and dev.link_gbs is None:
                     # no NVLink: PCIe-only GPUs get no tensor-parallel latency (we have no link model for them)
                     rows.append(_row(sc, dt, dev, n_used, m, None, "no NVLink: TP latency not modelled", quick))
@@ -203,9 +203,9 @@ def _row(sc, dt, dev, n, m, e2e_ms, fit, quick, price=None) -> dict:
     return {"model": sc["model"], "workload": sc["workload"], "batch": sc["batch"], "seq": sc["seq"],
             "past": sc["past"], "dtype": dt, "gpu": dev.name, "gpus": n, "plan": f"tp{n}" if n > 1 else "1 GPU",
             "latency_ms": e2e_ms if e2e_ms else np.nan, "tokens_per_s": tps, "cost_per_mtok": cost,
-            "mem_total_gb": m["total_gb"], "mem_weights_gb": m["weights_gb"], "mem_grads_gb": m["grads_gb"],
-            "mem_optimizer_gb": m["optimizer_gb"], "mem_activations_gb": m["activations_gb"],
-            "mem_kv_cache_gb": m["kv_cache_gb"], "device_gb": dev.mem_gb, "fit": fit,
+            "mem_total_gib": m["total_gib"], "mem_weights_gib": m["weights_gib"], "mem_grads_gib": m["grads_gib"],
+            "mem_optimizer_gib": m["optimizer_gib"], "mem_activations_gib": m["activations_gib"],
+            "mem_kv_cache_gib": m["kv_cache_gib"], "device_gib": dev.mem_gb, "fit": fit,
             "validation": validation(sc["model"], dev, dt, sc["past"])}
 
 
