@@ -127,3 +127,13 @@ def test_every_training_configuration_the_authors_measured_is_predicted_to_fit()
     assert measured.predicted_fits.all(), measured[~measured.predicted_fits]
     # and most of the grid they did not measure would not have fitted (e.g. GPT-2 Large b4 on L4/V100)
     assert (~d[~d.authors_label].predicted_fits).mean() > 0.6
+
+
+def test_whatif_light_tp_split_equals_apply_plan():
+    from neusight_core import whatif
+    import pandas as pd
+    k = latency.trace("llama2_7b", 1, 128, "inf", 0, "bf16")
+    a, b = parallel.apply_plan(k, "tp", 4), whatif._apply_tp(k, 4)
+    cols = [c for c in a.columns if c not in ("reads", "writes")]
+    pd.testing.assert_frame_equal(a[cols], b[cols])
+    assert memory.footprint(a) == memory.footprint(b)
