@@ -346,9 +346,9 @@ def measure_model(model, batch: int, seq: int, mode: str, timer=None, cfg: Harne
                   budget: TimeBudget | None = None, device: str = "cuda", compile: bool = False,
                   num_layers: int | None = None) -> Measurement:
     """Build + measure one model configuration; OOM while building is recorded like OOM while running.
-    On CUDA the peak memory of the whole run (weights + step) is noted in ``last_peak_memory_gb``."""
-    global last_peak_memory_gb
-    last_peak_memory_gb = None
+    On CUDA the peak memory of the whole run (weights + step) is noted in ``last_peak_memory_gib``."""
+    global last_peak_memory_gib
+    last_peak_memory_gib = None
     if device == "cuda":
         import torch
         if torch.cuda.is_available():
@@ -367,11 +367,11 @@ def measure_model(model, batch: int, seq: int, mode: str, timer=None, cfg: Harne
         if device == "cuda":
             import torch
             if torch.cuda.is_available():
-                last_peak_memory_gb = torch.cuda.max_memory_allocated() / 1e9
+                last_peak_memory_gib = torch.cuda.max_memory_allocated() / 2**30
         _free_cuda()
 
 
-last_peak_memory_gb: float | None = None   # peak CUDA memory of the last measure_model (GB = 1e9 B)
+last_peak_memory_gib: float | None = None   # peak CUDA memory of the last measure_model (GiB)
 
 
 # ---------------------------------------------------------------- predictions (degrade cleanly)
@@ -396,7 +396,7 @@ def predict_model(model: str, device_name: str, batch: int, seq: int, mode: str,
         r = latency.predict_model(model, device_name, batch, seq, mode, **kw)
         out = {k: float(r[k]) for k in ("e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms") if k in r}
         mem = r.get("memory") or {}
-        out.update({f"mem_{k}": float(mem[k]) for k in ("total_gb", "weights_gb", "activations_gb", "kv_cache_gb") if k in mem})
+        out.update({f"mem_{k}": float(mem[k]) for k in ("total_gib", "weights_gib", "activations_gib", "kv_cache_gib") if k in mem})
         if "fits" in mem:
             out["mem_fits"] = bool(mem["fits"])
         return out, None
@@ -505,7 +505,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     ``precision`` is that of the paper's models (fp32 = the paper's protocol); ``llama_precision`` that
     of the Llama-2 scenarios (bf16 by default, as people run them; "fp32" = the paper's protocol),
     predicted with ``dtype=llama_precision`` and measured in it. Every model scenario carries the
-    predicted memory (``predicted_mem_*``) and, on a GPU, ``measured_peak_gb``
+    predicted memory (``predicted_mem_*``) and, on a GPU, ``measured_peak_gib``
     (``torch.cuda.max_memory_allocated`` of the run: weights + one step).
 
     Without a GPU every measured field is null with ``skipped_reason``; predictions are made for
@@ -559,14 +559,14 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
                 if prec != precision:
                     set_precision(prec)
                 mm = measure_model(s.model, s.batch, s.seq, s.mode, timer, mcfg, budget, num_layers=layers)
-                peak = None if layers else last_peak_memory_gb   # a cut 70B model's memory is not the model's
+                peak = None if layers else last_peak_memory_gib   # a cut 70B model's memory is not the model's
                 if prec != precision:
                     set_precision(precision)
                 meas = mm.mean_ms if mm.status == "OK" else None
                 mskip = None if mm.status == "OK" else f"{mm.status}: {mm.reason}"
             full = meas * 80 / layers if (meas is not None and layers) else meas
             rows.append({**asdict(s), "precision": prec, "predicted": p, "predicted_reason": why, "measured_ms": full,
-                         "measured_layers": layers, "measured_peak_gb": peak, "skipped_reason": mskip,
+                         "measured_layers": layers, "measured_peak_gib": peak, "skipped_reason": mskip,
                          **label_gap(full, author_label(dev_name if not s.gpu else s.gpu, s.name))})
         write_json(output_dir, name, {**head, "rows": rows})
         return rows

@@ -16,9 +16,13 @@ runs (``trace.trace_model`` -> optional ``parallel.apply_plan``) and returns the
 * ``kv_cache`` (decode, ``past`` > 0): the cache the step starts from (its growth in the step is in
   the activations);
 
-and ``total`` against the device's memory: ``fits`` or ``does not fit: needs X GB, has Y GB``.
-GB = 1e9 bytes; the capacity is the catalogue's ``mem_gb`` x 1e9 (the CUDA context, cuBLAS
-workspaces and allocator fragmentation, typically 1-3 GB, are not modelled).
+and ``total`` against the device's memory: ``fits`` or ``does not fit: needs X GiB, has Y GiB``.
+Units are GiB (2**30 bytes): the "80 GB" of an H100 or A100 is 80 GiB of HBM (CUDA reports 79.6 and
+80.0 GiB), so the catalogue's ``mem_gb`` is read as GiB, as the authors' code does. The CUDA
+context, cuBLAS workspaces and allocator fragmentation (typically 1-3 GiB) are not modelled.
+Check against the release: every single-GPU training configuration the authors measured (their loop
+has no optimizer step, so ``optimizer="none"``) is predicted to fit on its GPU, including GPT-3
+2.7B at 75 GiB on the 80 GiB H100 and A100-80GB (tests/test_memory.py).
 
 Parallel plans divide what they divide:
 
@@ -46,7 +50,7 @@ import re
 import numpy as np
 import pandas as pd
 
-GB = 1e9
+GIB = float(2**30)
 OPTIMIZERS = {"adamw": 8.0, "adam": 8.0, "sgd": 4.0, "none": 0.0}   # FP32 state bytes per parameter
 
 
@@ -210,7 +214,7 @@ def footprint(kernels: pd.DataFrame, device=None, optimizer: str = "adamw", mast
                     "total": w + g + o + act + kv})
     worst = int(np.argmax([x["total"] for x in per]))
     r = per[worst]
-    out = {f"{key}_gb": r[key] / GB for key in ("weights", "grads", "optimizer", "activations", "kv_cache", "total")}
+    out = {f"{key}_gib": r[key] / GIB for key in ("weights", "grads", "optimizer", "activations", "kv_cache", "total")}
     out["params_per_gpu"] = float(params[worst if len(params) > 1 else 0])
     out["dtype"] = dtype
     out["optimizer"] = optimizer if train else None
@@ -219,16 +223,16 @@ def footprint(kernels: pd.DataFrame, device=None, optimizer: str = "adamw", mast
     out["gpus"] = n
     if plan == "pp" and n > 1:
         out["stage"] = worst
-        out["stage_total_gb"] = [x["total"] / GB for x in per]
+        out["stage_total_gib"] = [x["total"] / GIB for x in per]
     if device is not None:
         from neusight_core import devices
         dev = devices.get_device(device)
         out["device"] = dev.name
-        out["device_gb"] = float(dev.mem_gb)
-        out["fits"] = bool(r["total"] <= dev.mem_gb * GB)
+        out["device_gib"] = float(dev.mem_gb)
+        out["fits"] = bool(r["total"] <= dev.mem_gb * GIB)
         where = " per GPU" if out["per_gpu"] else ""
         out["verdict"] = ("fits" if out["fits"] else
-                          f"does not fit: needs {r['total'] / GB:.1f} GB{where}, has {dev.mem_gb:g} GB")
+                          f"does not fit: needs {r['total'] / GIB:.1f} GiB{where}, has {dev.mem_gb:g} GiB")
     out["notes"] = notes
     return out
 
@@ -237,13 +241,13 @@ def format_footprint(m: dict) -> list[str]:
     """Text lines for the CLI."""
     where = f" per GPU ({m['gpus']} GPUs" + (f", worst stage {m['stage']}" if "stage" in m else "") + ")" \
         if m.get("per_gpu") else ""
-    head = f"memory{where}: {m['total_gb']:.2f} GB of {m['device_gb']:g} GB -> {m['verdict']}" \
-        if "device_gb" in m else f"memory{where}: {m['total_gb']:.2f} GB"
+    head = f"memory{where}: {m['total_gib']:.2f} GiB of {m['device_gib']:g} GiB -> {m['verdict']}" \
+        if "device_gib" in m else f"memory{where}: {m['total_gib']:.2f} GiB"
     lines = [head]
-    for key, label in (("weights_gb", "weights"), ("grads_gb", "gradients"), ("optimizer_gb", "optimizer"),
-                       ("activations_gb", "activations (peak)"), ("kv_cache_gb", "KV cache")):
+    for key, label in (("weights_gib", "weights"), ("grads_gib", "gradients"), ("optimizer_gib", "optimizer"),
+                       ("activations_gib", "activations (peak)"), ("kv_cache_gib", "KV cache")):
         if m.get(key):
-            lines.append(f"    {label:<19} {m[key]:10.2f} GB")
+            lines.append(f"    {label:<19} {m[key]:10.2f} GiB")
     if m.get("optimizer"):
         lines.append(f"    ({m['optimizer']}, {m['dtype']}"
                      + (", FP32 master weights" if m.get("master_weights") else "") + ")")
@@ -306,3 +310,25 @@ def build_cpu_model(config, seed: int = 0):
     torch.manual_seed(seed)
     cls = getattr(transformers, config.architectures[0])
     return cls._from_config(config, attn_implementation="eager", dtype=torch.float32).float()
+
+
+# ------------------------------------------------------------------------------ check against the release
+def label_fit_check(optimizer: str = "none") -> pd.DataFrame:
+    """Every single-GPU training configuration of the paper's models on every GPU that has training
+    labels: is there a label (the authors ran it, so it fitted), and do we predict it fits? The
+    authors' loop has no optimizer step (``optimizer="none"``). A label we predict not to fit is
+    an overestimate; no label where we predict a fit says nothing (they did not try everything)."""
+    from neusight_core import devices, latency, paths
+    labels = paths.labels_dir()
+    gpus = sorted(p.name for p in labels.iterdir() if p.is_dir() and any(p.glob("*-train-*[0-9].json")))
+    configs = sorted({tuple(f.stem.split("-")[i] for i in (0, 2, 3)) for g in gpus
+                      for f in (labels / g).glob("*-train-*[0-9].json") if not f.stem.startswith("switchxl4")})
+    rows = []
+    for model, seq, batch in configs:
+        m = footprint(latency.trace(model, int(batch), int(seq), "train"), optimizer=optimizer)
+        for g in gpus:
+            cap = devices.get_device(g).mem_gb
+            rows.append({"model": model, "seq": int(seq), "batch": int(batch), "gpu": g, "predicted_gib": m["total_gib"],
+                         "device_gib": cap, "predicted_fits": m["total_gib"] <= cap,
+                         "authors_label": (labels / g / f"{model}-train-{seq}-{batch}.json").is_file()})
+    return pd.DataFrame(rows)
