@@ -296,7 +296,7 @@ def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims
         if c.get("not_computable"):
             summary.append({"claim": c["id"], "text": c["text"], "source": c["source"], "expected": expected,
                             "computed": "n/a", "verdict": "NOT COMPUTABLE", "grade": "", "aggregation": "",
-                            "note": " | ".join([str(c["not_computable"]).strip()] + ([c["note"]] if c.get("note") else [])),
+                            "note": " — ".join([str(c["not_computable"]).strip()] + ([c["note"]] if c.get("note") else [])),
                             "other_aggregations": ""})
             continue
         per_agg = {a: _aggregate_verdict(g["verdict"]) for a, g in d.groupby("aggregation", sort=False)}
@@ -317,7 +317,7 @@ def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims
         summary.append({"claim": c["id"], "text": c["text"], "source": c["source"], "expected": expected,
                         "computed": computed, "verdict": per_agg[primary] if not hit else "REPRODUCED",
                         "grade": _worst(rows["grade"]), "aggregation": chosen,
-                        "note": " | ".join(notes + ([c["note"]] if c.get("note") else [])),
+                        "note": " — ".join(notes + ([c["note"]] if c.get("note") else [])),
                         "other_aggregations": "; ".join(others)})
     return pd.DataFrame(summary), detail
 

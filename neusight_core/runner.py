@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -80,6 +81,38 @@ def _export_html(ipynb: Path) -> None:
         print(f"    (HTML export of {ipynb.name} failed: {e})", flush=True)
 
 
+_BAR = re.compile(r"\d+%\|")
+
+
+def _strip_progress(ipynb: Path) -> None:
+    """Drop progress bars from an executed notebook: tqdm widgets (frozen at their first state in a
+    stored notebook, "0%|") and stderr streams made only of bar updates. Nothing else is touched."""
+    try:
+        import nbformat
+
+        nb = nbformat.read(ipynb, as_version=4)
+        changed = False
+        for cell in nb.cells:
+            outs = cell.get("outputs") or []
+            keep = []
+            for o in outs:
+                data = o.get("data") or {}
+                text = o.get("text") or ""
+                widget = "application/vnd.jupyter.widget-view+json" in data and _BAR.search(str(data.get("text/plain", "")))
+                bar_stream = (o.get("output_type") == "stream" and o.get("name") == "stderr"
+                              and all(_BAR.search(x) for x in re.split(r"[\r\n]+", text) if x.strip()) and text.strip())
+                if widget or bar_stream:
+                    changed = True
+                    continue
+                keep.append(o)
+            if len(keep) != len(outs):
+                cell["outputs"] = keep
+        if changed:
+            nbformat.write(nb, ipynb)
+    except Exception as e:  # cosmetic: never turns a notebook into a failure
+        print(f"    (could not strip progress bars from {ipynb.name}: {e})", flush=True)
+
+
 def _last_error_line(exc: BaseException) -> str:
     text = str(getattr(exc, "evalue", "") or exc).strip().splitlines()
     ename = getattr(exc, "ename", type(exc).__name__)
@@ -126,6 +159,7 @@ def run_notebook(nb: Path, run_dir: Path, quick: bool, extra: dict | None = None
             except json.JSONDecodeError as e:
                 status, reason = "FAILED", f"malformed metrics.json: {e}"
     if (run_dir / nb.name).is_file():
+        _strip_progress(run_dir / nb.name)
         _export_html(run_dir / nb.name)
     return NotebookResult(nb.stem, status, secs, reason)
 

@@ -157,7 +157,8 @@ def test_notebook_01_quick(run_notebook):
     assert metrics["cells_compared"] == 517
     assert metrics["cells_equal"] + metrics["exceptions"] == metrics["cells_compared"]
     assert metrics["cells_per_table"]["nvidia_inf"]["equal"] == 216
-    assert sum(metrics["claims_verdicts"].values()) == 14 and set(metrics["claims"]) == {f"C{i}" for i in range(1, 15)}
+    assert sum(metrics["claims_verdicts"].values()) == 18 and set(metrics["claims"]) == {f"C{i}" for i in range(1, 19)}
+    assert metrics["verdicts"]["tier"] == 0 and metrics["verdicts"]["claims"]["neusight"] == {**metrics["claims_verdicts"], "graded": metrics["verdicts"]["claims"]["neusight"]["graded"]}
     for f in ["tables/claims.csv", "tables/claims.md", "tables/claims.json", "tables/tier0_diff.csv",
               "tables/nvidia_inf.md", "figures/fig7_nvidia_inf.png", "figures/fig7_nvidia_inf.pdf",
               "figures/table8_distributed.png", "summary.md"]:

@@ -305,3 +305,23 @@ def test_sub_resolution_values_are_not_printed_as_zero(tmp_path):
     assert "0.031" in md
     assert "12.3" in md and "0.0" in md  # a true zero stays 0.0
     assert pd.read_csv(tmp_path / "tables" / "t.csv")["ms"][0] == 0.031  # CSV keeps full precision
+
+
+def test_progress_bars_are_dropped_from_executed_notebooks(tmp_path):
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("x")
+    cell.outputs = [
+        nbformat.v4.new_output("display_data", data={
+            "text/plain": "train:   0%|          | 0/52 [00:00<?, ?epoch/s]",
+            "application/vnd.jupyter.widget-view+json": {"model_id": "a", "version_major": 2, "version_minor": 0}}),
+        nbformat.v4.new_output("stream", name="stderr", text="index:  50%|#####     | 1/2\rindex: 100%|##########| 2/2\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="a real message on stderr\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="100 configurations\n"),
+    ]
+    nb.cells = [cell]
+    p = tmp_path / "x.ipynb"
+    nbformat.write(nb, p)
+    runner._strip_progress(p)
+    outs = nbformat.read(p, as_version=4).cells[0].outputs
+    assert [o.get("text") for o in outs] == ["a real message on stderr\n", "100 configurations\n"]

@@ -223,3 +223,16 @@ def test_failed_prediction_is_failed_not_skipped():
     # a malformed user device file, end to end: every prediction fails
     p, why = live.predict_model("gpt2_large", "No_Such_GPU", 1, 128, "inf", quick=True)
     assert p is None and why.startswith("prediction unavailable")
+
+
+@pytest.mark.slow
+def test_notebook_05_with_a_malformed_device_file_is_failed(run_notebook, tmp_path, monkeypatch):
+    """Every prediction fails (the catalogue cannot load a user's file): FAILED, never SKIPPED."""
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("devices:\n  My_GPU: {mem_gb: 48, num_sm: -3}\n")
+    monkeypatch.setenv("NEUSIGHT_DEVICES", str(bad))  # the kernel inherits it
+    out, metrics = run_notebook("05_live_gpu", time_budget_s=60)
+    assert metrics["status"] == "FAILED" and "predictions failed" in metrics["reason"]
+    assert "broken.yaml" in metrics["reason"]
+    assert metrics["verdicts"]["tier"] == 2 and metrics["verdicts"]["summary"] == metrics["reason"]
+    assert "**05_live_gpu FAILED**" in (out / "summary.md").read_text()

@@ -145,7 +145,9 @@ def test_sigint_during_unpacking_then_rerun_recovers(tmp_path):
     import time
     home = tmp_path / "home"
     cmd = [sys.executable, "-m", "neusight_core.release", "--source", str(SHARED), "--home", str(home)]
-    proc = subprocess.Popen(cmd, cwd=paths.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # (a shell's background job inherits SIGINT ignored; give the child the default, as in a terminal)
+    proc = subprocess.Popen(cmd, cwd=paths.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for _ in range(600):  # wait until unpacking has started (its staging folder exists)
         if list((home / ".cache").glob("staging-*")):
             break
