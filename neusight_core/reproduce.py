@@ -72,7 +72,17 @@ def sweep_configs(index: pd.DataFrame, predictors=PREDICTORS, quick: bool = Fals
     out = pd.concat([extra, long.drop(columns=[]).reset_index(drop=True)], axis=1)
     out["error"] = [b or e for b, e in zip(bad * reps, out["error"])]
     out["ape"] = ape(out["label_e2e_ms"], out["e2e_ms"].where(out["error"] == ""))
+    out.attrs.update({k: v for k, v in long.attrs.items() if not isinstance(v, (pd.DataFrame, pd.Series))})
     return out
+
+
+def spread_sweep(index: pd.DataFrame, long: pd.DataFrame) -> pd.DataFrame:
+    """``predict_configs``' frame from a ``sweep_configs`` frame of the same index (no second sweep):
+    predictors and seeds are those of ``long`` (first seed in ``ours_<p>_*``)."""
+    predictors = list(dict.fromkeys(long["predictor"]))
+    seeds = [int(x) for x in dict.fromkeys(long["seed"])]
+    wall = float(long.attrs.get("total_s", np.nan)) / max(len(index), 1)
+    return _spread(index, long, [""] * len(index), wall, predictors, seeds)
 
 
 def _sweep(index, predictors, seeds, quick, progress):

@@ -211,3 +211,5 @@ def test_predict_configs_runs_through_the_sweep_with_seeds(cache_dir):
     assert ours.ours_roofline_ms.iloc[0] == pytest.approx(ref["e2e_ms"], rel=1e-9)
     long = reproduce.sweep_configs(index, ["roofline"], quick=True, progress=False, seeds=(0, 1))
     assert len(long) == 2 * len(index) and set(long.seed) == {0, 1} and long.ape.notna().all()
+    again = reproduce.spread_sweep(index, long)
+    pd.testing.assert_frame_equal(again.drop(columns=["ours_wall_s"]), ours.drop(columns=["ours_wall_s"]))
