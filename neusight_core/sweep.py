@@ -37,8 +37,8 @@ RESULTS = (["predictor", "seed", "e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms"
            + [f"{c}_ms" for c in CLASSES] + ["kernels", "derived", "error"])
 BOOKKEEPING = ("module", "layer", "reads", "writes")
 PLACEMENT = ("_tab", "count", "phase", "stage", "overlap")   # not part of a kernel's identity
-MIN_FAMILY = 3       # tables of one model / mode / batch class before shape derivation is tried
-MIN_BUCKET = 8       # tables in one seq bucket before a per-bucket family is built
+MIN_FAMILY = 2       # tables of one model / mode / batch class before shape derivation is tried
+MIN_BUCKET = 4       # tables in one seq bucket before a per-bucket family is built
 
 
 class SweepInputError(ValueError):
