@@ -54,6 +54,8 @@ def sweep_time(n_target: int, cache: Path, quick: bool) -> dict:
     derive._FAMILIES.clear()
     if n_target <= 100:
         models, gpus, batches, seqs = MODELS6[:5], GPUS5, [2], [128, 512]            # 5*5*1*2*2 = 100
+    elif n_target <= 1000:             # the grid without switchxl4: 5*5*5*4*2 = 1,000
+        batches, seqs, models, gpus = [1, 2, 4, 8, 16], [128, 256, 384, 512], MODELS6[:5], GPUS5
     elif n_target <= 1200:
         batches, seqs, models, gpus = [1, 2, 4, 8, 16], [128, 256, 384, 512], MODELS6, GPUS5   # 1,200
     else:
@@ -96,7 +98,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="quick predictors (weights trained for tests)")
     ap.add_argument("--skip-first", action="store_true")
     ap.add_argument("--skip-labelled", action="store_true")
-    ap.add_argument("--sizes", default="100,1200,10000")
+    ap.add_argument("--sizes", default="100,1000,1200,10000")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
     res: dict = {"quick": a.quick, "loadavg_start": os.getloadavg()}

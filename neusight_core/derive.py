@@ -4,15 +4,16 @@ A model's kernels differ between (batch, seq) points only in their shapes, and b
 by how often the transformer block repeats. So, per *family* (model config, mode and every other
 trace argument except batch and seq):
 
-1. **Fewer layers.** The model is rebuilt with 3 blocks (first, one middle, last; the config's
-   layer count is the only change) -- tracing it costs a fraction of the full model. A model with
-   at most 4 blocks is used as it is. Configs whose depth is spread over several keys or lists
-   (encoder/decoder counts, sparse-layer counts, per-layer type lists) are not reduced and not
-   derived: they are traced for real (e.g. Switch Transformers, whose routing stand-in is not a
-   polynomial in seq either).
-2. **Six sample traces** of the reduced model at batch in {1, 2} x seq in {64, 128, 192} (through
-   the trace cache). Their kernel sequences must be identical in every non-numeric column and in
-   which numeric cells are NaN; otherwise the family is not derivable.
+1. **Fewer layers.** The model is rebuilt with 3 units of blocks (first, one middle, last; only the
+   config's depth keys change) -- tracing it costs a fraction of the full model. A unit is one block,
+   or ``period`` blocks when blocks alternate (Switch Transformers: dense + sparse expert block;
+   encoder and decoder stacks of equal depth are reduced together). A model with at most 4 units is
+   used as it is. Configs whose depth is spread over other keys or per-layer lists are not reduced
+   and not derived: they are traced for real.
+2. **Six sample traces** of the reduced model at batch in {2, 4} x seq in {64, 128, 192} (batch 1
+   is its own family with samples at batch 1: some ops become views there), through the trace
+   cache. Their kernel sequences must be identical in every non-numeric column and in which numeric
+   cells are NaN; otherwise the family is not derivable.
 3. **Every numeric cell is a polynomial** ``c0 + c1 b + c2 s + c3 b s + c4 s^2 + c5 b s^2`` (linear in
    batch, at most quadratic in seq: attention scores are b x heads x s x s), found exactly by
    Lagrange interpolation on the six samples and evaluated in extended precision; columns whose
@@ -20,10 +21,13 @@ trace argument except batch and seq):
    column of the traced table is derived the same way (``layer`` and ``count`` are constants).
 4. **Replicate the middle block**: rows of block 1 stand for blocks 1 .. L-2 (in ascending order in
    forward, descending in backward), block 2 becomes block L-1, module names are renumbered.
-5. **Check before use**: the reduced model with 4 blocks is traced at batch 3, seq 320 (a point
-   outside the samples) and compared, row by row and column by column, with the table derived for 4
-   blocks at that point. Any difference makes the family not derivable, and callers fall back to a
-   real trace (``Family.ok`` is False, ``Family.reason`` says why).
+5. **Check before use**: the reduced model with 4 units is traced at batch 3 (1), seq 317 (an odd
+   point outside the samples) and compared, row by row and column by column, with the table derived
+   for 4 units at that point. Any difference makes the family not derivable, and callers fall back
+   to a real trace (``Family.ok`` is False, ``Family.reason`` says why).
+6. **Buckets**: where one polynomial does not hold over all seq (Switch's expert capacity
+   ``min(ceil(seq / experts), capacity)``), a family per power-of-two bucket [lo, 2 lo) of seq with
+   samples lo, 5/4 lo, 3/2 lo and an odd check point 7/4 lo + 1 (``family_for(..., allow_bucket=True)``).
 
 Derived tables have the columns of a real trace except ``reads`` / ``writes`` (buffer
 dependencies, needed by ``fusion.fuse`` only): fused and parallel tables are built from real
@@ -44,7 +48,7 @@ from neusight_core import trace_cache
 SAMPLE_B = (2, 4)          # batch 1 is its own family (some ops become views at batch 1): SAMPLE_B1
 SAMPLE_B1 = (1,)
 SAMPLE_S = (64, 128, 192)
-CHECK_S = 320              # check point: (3, 320) for batch >= 2, (1, 320) for batch 1
+CHECK_S = 317              # check point (odd, between samples' regime): (3, 317) for batch >= 2, (1, 317) for batch 1
 MIN_SEQ = 32               # shorter sequences are traced for real (not covered by the samples' regime)
 REDUCED_LAYERS = 3
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
@@ -59,19 +63,45 @@ class DeriveError(ValueError):
     pass
 
 
-def _depth(content: dict) -> tuple[str | None, int | None, str]:
-    """(layer key, layer count, reason it cannot be reduced or '')."""
+def _depth(content: dict) -> tuple[dict, int | None, int, str]:
+    """(depth keys -> their value per layer, layer count, period, reason it cannot be reduced or '').
+
+    The period is the number of consecutive blocks that repeat as a unit (2 for Switch Transformers,
+    whose every second block is a sparse expert block); encoder and decoder stacks of equal depth are
+    reduced together.
+    """
     keys = [k for k in LAYER_KEYS if isinstance(content.get(k), int)]
     if len(keys) != 1:
-        return None, None, f"layer count not in exactly one of {LAYER_KEYS}"
+        return {}, None, 1, f"layer count not in exactly one of {LAYER_KEYS}"
     key, L = keys[0], int(content[keys[0]])
-    others = [k for k in OTHER_DEPTH_KEYS if content.get(k) not in (None, 0, [], "")]
+    depth = {key: 1}
+    period = 1
+    dec = content.get("num_decoder_layers")
+    if dec not in (None, 0):
+        if dec != L:
+            return depth, L, 1, f"decoder depth {dec} differs from encoder depth {L}"
+        depth["num_decoder_layers"] = 1
+    sparse = {k: content.get(k) for k in ("num_sparse_encoder_layers", "num_sparse_decoder_layers")
+              if content.get(k) not in (None, 0)}
+    if sparse:
+        steps = {L // v if v and L % v == 0 else None for v in sparse.values()}
+        if len(steps) != 1 or None in steps:
+            return depth, L, 1, "sparse layers not evenly spread"
+        period = steps.pop()
+        for k in sparse:
+            depth[k] = 0                 # a count of units, not of blocks
+        for k in ("encoder_sparse_step", "decoder_sparse_step"):
+            if k in content and content[k] != period:
+                return depth, L, 1, f"{k} {content[k]} differs from the sparse period {period}"
+    others = [k for k in OTHER_DEPTH_KEYS if k not in depth and content.get(k) not in (None, 0, [], "")]
     if others:
-        return key, L, f"depth also set by {', '.join(others)}"
+        return depth, L, period, f"depth also set by {', '.join(others)}"
     lists = [k for k, v in content.items() if isinstance(v, list) and len(v) == L and L > 1]
     if lists:
-        return key, L, f"per-layer list(s) {', '.join(lists)}"
-    return key, L, ""
+        return depth, L, period, f"per-layer list(s) {', '.join(lists)}"
+    if L % period:
+        return depth, L, period, f"{L} layers are not a multiple of the period {period}"
+    return depth, L, period, ""
 
 
 def _renumber(name: str, mapping) -> str:
@@ -110,35 +140,45 @@ def _weights(points, sb=SAMPLE_B, ss=SAMPLE_S) -> np.ndarray:
 class Family:
     """Derivation of one model / mode / trace-options family (see module doc)."""
 
-    def __init__(self, model, mode: str = "inf", batch_one: bool = False, **trace_kw):
+    def __init__(self, model, mode: str = "inf", batch_one: bool = False, seq_bucket: int | None = None,
+                 **trace_kw):
         t0 = time.perf_counter()
         self.model, self.mode, self.trace_kw = model, mode, dict(trace_kw)
         self.max_positions = None
         self.sample_b = SAMPLE_B1 if batch_one else SAMPLE_B
-        self.check_point = (1 if batch_one else 3, CHECK_S)
+        self.seq_bucket = seq_bucket
+        if seq_bucket is None:
+            self.sample_s, check_s = SAMPLE_S, CHECK_S
+        else:                            # samples and an odd check point inside [lo, 2 lo)
+            lo = int(seq_bucket)
+            self.sample_s, check_s = (lo, lo + lo // 4, lo + lo // 2), lo + 3 * lo // 4 + 1
+        self.check_point = (1 if batch_one else 3, check_s)
         self.content = trace_cache.config_content(model)
         self.ok, self.reason = False, ""
-        key, L, why = _depth(self.content)
-        self.layers = L
+        depth, L, period, why = _depth(self.content)
+        self.layers, self.period, self._depth_keys = L, period, depth
+        self.build_s = 0.0
+        self._check_num_layers = 0
         if why:
             self.reason = f"not derived: {why}"
             return
-        self.reduced = L > REDUCED_LAYERS + 1
+        self.units = L // period
+        self.reduced = self.units > REDUCED_LAYERS + 1
         maxpos = next((self.content[k] for k in ("n_positions", "max_position_embeddings")
                        if isinstance(self.content.get(k), int)), None)
         self.max_positions = maxpos
-        if maxpos is not None and maxpos < CHECK_S:
+        if maxpos is not None and maxpos < check_s:
             self.reason = f"not derived: the model has only {maxpos} positions"
             return
-        self._layer_key = key
         small = self._config(REDUCED_LAYERS) if self.reduced else self.content
         try:
-            samples = [self._trace(small, b, s) for b in self.sample_b for s in SAMPLE_S]
+            samples = [self._trace(small, b, s) for b in self.sample_b for s in self.sample_s]
             self._fit(samples)
             if self.ok:
                 check_cfg = self._config(REDUCED_LAYERS + 1) if self.reduced else self.content
                 real = self._trace(check_cfg, *self.check_point)
-                got = self.table(*self.check_point, layers=REDUCED_LAYERS + 1 if self.reduced else L)
+                self._check_num_layers = real.attrs.get("num_layers", 0)
+                got = self.table(*self.check_point, layers=(REDUCED_LAYERS + 1) * period if self.reduced else L)
                 diff = compare(got, real)
                 if diff:
                     self.ok, self.reason = False, f"not derived: check at (batch, seq) = {self.check_point} failed: {diff}"
@@ -148,9 +188,11 @@ class Family:
         self.build_s = time.perf_counter() - t0
 
     # -------------------------------------------------------------- building
-    def _config(self, layers: int) -> dict:
+    def _config(self, units: int) -> dict:
+        """The config with ``units`` repeating units (units x period blocks per stack)."""
         c = copy.deepcopy(self.content)
-        c[self._layer_key] = layers
+        for k, per_layer in self._depth_keys.items():
+            c[k] = units * self.period if per_layer else units
         return c
 
     def _trace(self, content, b, s):
@@ -191,33 +233,40 @@ class Family:
         values = self.values if values is None else values
         nan = self.nan if nan is None else nan
         integral = self.integral if integral is None else integral
-        W = _weights(points, self.sample_b)                              # (P, 6)
+        W = _weights(points, self.sample_b, self.sample_s)               # (P, 6)
         v = np.tensordot(W, values, axes=(1, 0))                         # (P, n, c)
         v = np.where(integral, np.rint(v), v).astype(float)
         v[:, nan] = np.nan
         return v
 
     def _expansion(self, layers: int) -> tuple[np.ndarray, np.ndarray]:
-        """(row of the reduced table, block index in the full model) for every row of the full table."""
+        """(row of the reduced table, block index in the full model) for every row of the full table.
+
+        Blocks come in units of ``period``; the reduced model has units 0, 1, 2: unit 1 stands for
+        units 1 .. U-2 (ascending in forward, descending in backward), unit 2 becomes unit U-1.
+        """
         if not self.reduced:
             return np.arange(len(self.layer)), self.layer.copy()
+        p = self.period
+        units = layers // p
         last = REDUCED_LAYERS - 1
+        unit = np.where(self.layer >= 0, self.layer // p, -1)
         phase = self.struct["phase"].to_numpy() if "phase" in self.struct else np.full(len(self.layer), "fw")
         rows, blocks = [], []
         i, n = 0, len(self.layer)
         while i < n:
-            if self.layer[i] == 1:
+            if unit[i] == 1:
                 j = i
-                while j < n and self.layer[j] == 1:
+                while j < n and unit[j] == 1:
                     j += 1
-                order = range(1, layers - 1) if phase[i] == "fw" else range(layers - 2, 0, -1)
-                for blk in order:
+                order = range(1, units - 1) if phase[i] == "fw" else range(units - 2, 0, -1)
+                for u in order:
                     rows.extend(range(i, j))
-                    blocks.extend([blk] * (j - i))
+                    blocks.extend((u * p + self.layer[i:j] % p).tolist())
                 i = j
                 continue
             rows.append(i)
-            blocks.append(layers - 1 if self.layer[i] == last else self.layer[i])
+            blocks.append((units - 1) * p + self.layer[i] % p if unit[i] == last else self.layer[i])
             i += 1
         return np.asarray(rows), np.asarray(blocks)
 
@@ -266,20 +315,27 @@ class Family:
         a = copy.deepcopy(self.attrs)
         cfg = dict(a.get("config") or {})
         if self.reduced:
-            cfg[self._layer_key] = layers
+            p, units = self.period, layers // self.period
+            for k, per_layer in self._depth_keys.items():
+                if k in cfg:
+                    cfg[k] = units * p if per_layer else units
             if "params" in a:
                 params = {}
                 for name, numel in a["params"].items():
                     m = _LAYER_RE.search(name)
-                    if not m:
+                    blk = int(m.group(2)) if m else -1
+                    if blk < 0:
                         params[name] = numel
-                    elif int(m.group(2)) == 1:
-                        for blk in range(1, layers - 1):
-                            params[_renumber(name, lambda x, blk=blk: blk)] = numel
+                    elif blk // p == 1:
+                        for u in range(1, units - 1):
+                            params[_renumber(name, lambda x, u=u: u * p + x % p)] = numel
+                    elif blk // p == REDUCED_LAYERS - 1:
+                        params[_renumber(name, lambda x: (units - 1) * p + x % p)] = numel
                     else:
-                        params[_renumber(name, lambda x: layers - 1 if x == REDUCED_LAYERS - 1 else x)] = numel
+                        params[name] = numel
                 a["params"] = params
-            a["num_layers"] = a.get("num_layers", 0) - REDUCED_LAYERS + layers
+            step = self._check_num_layers - a.get("num_layers", 0)     # per unit, as the tracer counts
+            a["num_layers"] = a.get("num_layers", 0) + step * (units - REDUCED_LAYERS)
         cfg["name"] = self.content.get("name", cfg.get("name"))
         a.update(config=cfg, batch=int(batch), seq=int(seq), trace_s=seconds, derived=True,
                  model=self.content.get("name") or a.get("model"), skipped={})
@@ -352,22 +408,39 @@ def compare(derived: pd.DataFrame, real: pd.DataFrame, rtol: float = 1e-12) -> s
 _FAMILIES: dict = {}
 
 
-def family(model, mode: str = "inf", batch_one: bool = False, **trace_kw) -> Family:
-    """The (per-process memoised) family of a model config and trace options (batch 1 or batch >= 2)."""
+def family(model, mode: str = "inf", batch_one: bool = False, seq_bucket: int | None = None,
+           **trace_kw) -> Family:
+    """The (per-process memoised) family of a model config and trace options (batch 1 or batch >= 2;
+    all sequence lengths, or one bucket [lo, 2 lo) of them)."""
     key = trace_cache.key_hash({"config": trace_cache.config_content(model), "mode": mode,
-                                "batch_one": bool(batch_one), **trace_kw})
+                                "batch_one": bool(batch_one), "seq_bucket": seq_bucket, **trace_kw})
     if key not in _FAMILIES:
-        _FAMILIES[key] = Family(model, mode, batch_one=batch_one, **trace_kw)
+        _FAMILIES[key] = Family(model, mode, batch_one=batch_one, seq_bucket=seq_bucket, **trace_kw)
     return _FAMILIES[key]
 
 
-def family_for(model, batch: int, seq: int, mode: str = "inf", **trace_kw) -> Family | None:
-    """The derivable family that covers (batch, seq), or None (trace for real)."""
+def family_for(model, batch: int, seq: int, mode: str = "inf", allow_bucket: bool = True,
+               **trace_kw) -> Family | None:
+    """The derivable family that covers (batch, seq), or None (trace for real).
+
+    First the family over all sequence lengths; if its check fails (a shape that is not one
+    polynomial in seq, e.g. Switch's expert capacity min(ceil(seq / experts), capacity)), the family
+    of seq's power-of-two bucket [lo, 2 lo), lo >= MIN_SEQ, with its own samples and odd check point.
+    """
     if seq < MIN_SEQ:
         return None
     fam = family(model, mode, batch_one=int(batch) == 1, **trace_kw)
     if fam.max_positions is not None and seq + int(trace_kw.get("past", 0) or 0) > fam.max_positions:
         return None                    # the real tracer says why it cannot run
+    if fam.ok:
+        return fam
+    if not allow_bucket:
+        return None
+    if "check at" not in fam.reason and "differs between sample" not in fam.reason \
+            and "kernels at sample" not in fam.reason:
+        return None                    # not reducible at all: no bucket will do better
+    lo = 1 << (int(seq).bit_length() - 1)
+    fam = family(model, mode, batch_one=int(batch) == 1, seq_bucket=lo, **trace_kw)
     return fam if fam.ok else None
 
 

@@ -91,7 +91,17 @@ def sweep_configs(index: pd.DataFrame, predictors=PREDICTORS, quick: bool = Fals
     out = pd.concat([extra, long.drop(columns=[]).reset_index(drop=True)], axis=1)
     out["error"] = [b or e for b, e in zip(bad * reps, out["error"])]
     out["ape"] = ape(out["label_e2e_ms"], out["e2e_ms"].where(out["error"] == ""))
+    out.attrs.update({k: v for k, v in long.attrs.items() if not isinstance(v, (pd.DataFrame, pd.Series))})
     return out
+
+
+def spread_sweep(index: pd.DataFrame, long: pd.DataFrame) -> pd.DataFrame:
+    """``predict_configs``' frame from a ``sweep_configs`` frame of the same index (no second sweep):
+    predictors and seeds are those of ``long`` (first seed in ``ours_<p>_*``)."""
+    predictors = list(dict.fromkeys(long["predictor"]))
+    seeds = [int(x) for x in dict.fromkeys(long["seed"])]
+    wall = float(long.attrs.get("total_s", np.nan)) / max(len(index), 1)
+    return _spread(index, long, [""] * len(index), wall, predictors, seeds)
 
 
 def _sweep(index, predictors, seeds, quick, progress):
@@ -226,23 +236,39 @@ def select_configs(index: pd.DataFrame, quick: bool = False) -> pd.DataFrame:
 def prediction_time(model: str, device: str, batch: int, seq: int, mode: str, predictor: str = "neusight",
                     quick: bool = False, repeats: int = 3, **kw) -> dict:
     """Wall time to predict one configuration: ``load_s`` (predictor weights, once per process),
-    ``cold_s`` (trace + predict, trace cache empty) and ``warm_s`` (predict only: the fastest of
-    ``repeats`` calls with the trace cached)."""
+    ``cold_s`` (trace + predict, no trace cached anywhere: the on-disk trace cache is bypassed),
+    ``disk_hit_s`` (trace read from the on-disk trace cache, as in a new process) and ``warm_s``
+    (predict only: the fastest of ``repeats`` calls with the trace cached in the process)."""
+    import os
     latency._predictor.cache_clear()
     t0 = time.perf_counter()
     latency._predictor(predictor, quick)
     load = time.perf_counter() - t0
     latency._trace_cached.cache_clear()
+    old = os.environ.get("NEUSIGHT_TRACE_CACHE_OFF")
+    os.environ["NEUSIGHT_TRACE_CACHE_OFF"] = "1"
+    try:
+        t0 = time.perf_counter()
+        latency.predict_model(model, device, batch, seq, mode, predictor=predictor, quick=quick, **kw)
+        cold = time.perf_counter() - t0
+    finally:
+        if old is None:
+            os.environ.pop("NEUSIGHT_TRACE_CACHE_OFF", None)
+        else:
+            os.environ["NEUSIGHT_TRACE_CACHE_OFF"] = old
+    latency._trace_cached.cache_clear()
+    latency.predict_model(model, device, batch, seq, mode, predictor=predictor, quick=quick, **kw)  # fill the disk cache
+    latency._trace_cached.cache_clear()
     t0 = time.perf_counter()
     latency.predict_model(model, device, batch, seq, mode, predictor=predictor, quick=quick, **kw)
-    cold = time.perf_counter() - t0
+    disk_hit = time.perf_counter() - t0
     warm = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         latency.predict_model(model, device, batch, seq, mode, predictor=predictor, quick=quick, **kw)
         warm.append(time.perf_counter() - t0)
     return {"model": model, "device": device, "batch": batch, "seq": seq, "mode": mode,
-            "predictor": predictor, "load_s": load, "cold_s": cold, "warm_s": min(warm)}
+            "predictor": predictor, "load_s": load, "cold_s": cold, "disk_hit_s": disk_hit, "warm_s": min(warm)}
 
 
 def per_gpu_mape(df: pd.DataFrame, predictors=PREDICTORS) -> pd.DataFrame:

@@ -37,6 +37,8 @@ RESULTS = (["predictor", "seed", "e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms"
            + [f"{c}_ms" for c in CLASSES] + ["kernels", "derived", "error"])
 BOOKKEEPING = ("module", "layer", "reads", "writes")
 PLACEMENT = ("_tab", "count", "phase", "stage", "overlap")   # not part of a kernel's identity
+MIN_FAMILY = 2       # tables of one model / mode / batch class before shape derivation is tried
+MIN_BUCKET = 4       # tables in one seq bucket before a per-bucket family is built
 
 
 class SweepInputError(ValueError):
@@ -207,12 +209,23 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     real: list[tuple[int, tuple]] = []
     t0 = time.perf_counter()
     bar = tqdm(total=len(keys), desc="kernel tables", disable=not progress, leave=False)
+    # derivation pays when a family covers several tables (building one costs ~7 traces of a
+    # reduced model): at least MIN_FAMILY tables, MIN_BUCKET within a seq bucket
+    group, bucket = {}, {}
+    for key in keys:
+        model, b, s, mode, past = key[:5]
+        g0 = (model, mode, past, b == 1)
+        group[g0] = group.get(g0, 0) + 1
+        g1 = g0 + (int(s).bit_length(),)
+        bucket[g1] = bucket.get(g1, 0) + 1
     for key, t in keys.items():
         model, b, s, mode, past, fusion, plan, g, mb = key
         fam = None
-        if use_derivation and not fusion and plan is None:
+        g0 = (model, mode, past, b == 1)
+        if use_derivation and not fusion and plan is None and group[g0] >= MIN_FAMILY:
             try:
-                fam = derive.family_for(model, b, s, mode, past=past)
+                fam = derive.family_for(model, b, s, mode, past=past,
+                                        allow_bucket=bucket[g0 + (int(s).bit_length(),)] >= MIN_BUCKET)
             except Exception:  # noqa: BLE001 - derivation is an optimisation: trace instead
                 fam = None
         if fam is not None:
