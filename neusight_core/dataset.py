@@ -28,6 +28,7 @@ columns in training, in the kernel-level evaluation and on traced models.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,12 +83,28 @@ def collect_files(ops=TRAIN_OPS) -> list[Path]:
 
 
 def checksum(files) -> str:
-    """sha256 over the names and bytes of ``files`` (what a trained predictor's weights came from)."""
+    """sha256 over the names and bytes of ``files`` (what a trained predictor's weights came from).
+    Memoised per process on each file's path, size and modification time (a prediction asks for it
+    to check saved weights; reading the files every time cost seconds)."""
+    files = [Path(f) for f in files]
+    return _checksum(tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+
+
+@functools.lru_cache(maxsize=8)
+def _checksum(stamps: tuple) -> str:
     h = hashlib.sha256()
-    for f in files:
+    for f, _, _ in stamps:
         h.update(Path(f).name.encode())
         h.update(Path(f).read_bytes())
     return h.hexdigest()
+
+
+def training_checksum(quick: bool = False, seed: int = 0, quick_rows: int = 4000) -> str:
+    """The ``checksum`` that ``training_data`` with the same arguments carries, without loading the data."""
+    digest = checksum(collect_files())
+    if quick:
+        digest = hashlib.sha256(f"{digest}:quick:{quick_rows}:{seed}".encode()).hexdigest()
+    return digest
 
 
 def _parse_gemm_tiles(kernel: pd.Series) -> pd.DataFrame:
@@ -250,14 +267,12 @@ class TrainingData:
 def training_data(quick: bool = False, seed: int = 0, quick_rows: int = 4000) -> TrainingData:
     """All training records (or, with ``quick``, a fixed random subset per op class for CI)."""
     df = load_collect()
-    files = collect_files()
-    digest = checksum(files)
+    digest = training_checksum(quick, seed, quick_rows)
     if quick:
         rng = np.random.default_rng(seed)
         keep = [rng.choice(idx, size=min(len(idx), quick_rows), replace=False)
                 for _, idx in sorted(df.groupby("op_class").indices.items())]
         df = df.iloc[np.sort(np.concatenate(keep))]
-        digest = hashlib.sha256(f"{digest}:quick:{quick_rows}:{seed}".encode()).hexdigest()
     k = to_kernels(df.reset_index(drop=True))
     return TrainingData(k, digest, tuple(sorted(k["device"].unique())))
 

@@ -73,7 +73,11 @@ def _device(device):
 DEVICE_LIMITS = {"num_sm": (1, 10_000), "mem_bw_gbs": (1.0, 100_000.0), "fp32_gflops": (1.0, 10_000_000.0),
                  "mem_gb": (0.1, 10_000.0), "l2_mb": (0.0, 10_000.0)}
 LINK_LIMITS_GBS = (0.001, 100_000.0)
-BYTES_PER_ELEMENT = 4  # FP32 throughout (SPEC 3.1)
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+# A request whose lower-bound memory exceeds the GPUs' memory this many times over is not a configuration
+# that "does not fit" (memory.footprint says that, and the latency is still printed): it is a typo or a unit
+# mistake (a billion sequences), and gets an error instead of a number.
+ABSURD_MEMORY_FACTOR = 100
 
 
 def _positive_int(what: str, v) -> int:
@@ -132,8 +136,9 @@ def check_config(cfg) -> dict:
     return dims
 
 
-def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: int, past: int = 0) -> float:
-    """A lower bound of the memory one GPU needs (GB, FP32): the weights (attention 4h^2 + MLP 2hI per
+def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: int, past: int = 0,
+                  dtype: str = "fp32") -> float:
+    """A lower bound of the memory one GPU needs (GB, in ``dtype``): the weights (attention 4h^2 + MLP 2hI per
     layer + embeddings, sharded over the GPUs for TP/PP) + one hidden-state tensor + the KV cache.
     Training needs far more (gradients, optimizer-free activations); the full footprint is not modelled here."""
     L, h = dims.get("number of layers", 1), dims.get("hidden size", 1)
@@ -142,7 +147,7 @@ def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: i
     b = batch / gpus if parallel in ("dp", "pp") else batch
     act = b * seq * h
     kv = 2 * L * b * past * h / (gpus if parallel == "tp" else 1)
-    return BYTES_PER_ELEMENT * (weights / shard * (2 if mode == "train" else 1) + act + kv) / 1e9
+    return ELEMENT_BYTES.get(dtype, 4) * (weights / shard * (2 if mode == "train" else 1) + act + kv) / 1e9
 
 
 def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link_gbs=None, micro_batches=1,
@@ -153,7 +158,8 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
     non-integer sizes, an unknown mode or plan, GPUs / link / micro-batches without the plan that uses
     them, a link bandwidth of 0, tensor parallelism over more GPUs than the heads split into, a model
     config that is not a JSON object or has non-positive dimensions, a device outside physical
-    ranges, or a configuration whose weights + one activation tensor exceed the GPUs' memory.
+    ranges, or a configuration whose weights + one activation tensor exceed the GPUs' memory 100 times
+    over (one that merely does not fit is predicted, with ``memory.footprint``'s "does not fit").
     Returns (device, config)."""
     batch = _positive_int("batch", batch)
     seq = _positive_int("sequence length", seq)
@@ -196,6 +202,11 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
         raise LatencyInputError(f"pipeline parallelism over {gpus} GPUs needs at least {gpus} layers, the model has {layers}")
     if parallel == "dp" and batch % gpus:
         raise LatencyInputError(f"data parallelism over {gpus} GPUs needs a global batch divisible by {gpus}, got {batch}")
+    need = min_memory_gb(dims, batch, seq, mode, parallel, gpus, past, dtype)
+    if need > ABSURD_MEMORY_FACTOR * dev.mem_gb:
+        raise LatencyInputError(f"impossible on {dev.name}: at least {need:,.1f} GB per GPU (weights + one "
+                                f"activation tensor) against {dev.mem_gb:g} GB of memory, over "
+                                f"{ABSURD_MEMORY_FACTOR}x what it has")
     return dev, cfg
 
 

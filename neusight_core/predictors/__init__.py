@@ -51,20 +51,19 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
     own epochs (the ablation's CPU budget); ``quick`` uses the quick subset and the quick epochs."""
     from neusight_core import dataset
     p = create(name, seed, config)
-    if rows and not quick:
-        train = dataset.training_data(quick=True, quick_rows=int(rows))
-    else:
-        train = dataset.training_data(quick=quick)
+    subset = dict(quick=True, quick_rows=int(rows)) if rows and not quick else dict(quick=quick)
     f = folder(name, quick, seed, config, rows if not quick else None)
     want = config_hash(name, {**p.config, "seed": seed})
     meta_file = f / "meta.json"
     if not retrain and meta_file.is_file():
         try:
             meta = json.loads(meta_file.read_text())
-            if meta.get("config_hash") == want and meta.get("info", {}).get("data_checksum") == train.checksum:
+            # the checksum alone (no loading of the training records) decides whether the weights are current
+            if meta.get("config_hash") == want and meta.get("info", {}).get("data_checksum") == dataset.training_checksum(**subset):
                 return REGISTRY[name].load(f)
         except (PredictorLoadError, json.JSONDecodeError, KeyError):
             pass        # stale or damaged: retrain below
+    train = dataset.training_data(**subset)
     p.fit(train, quick=quick)
     p.save(f)
     return p

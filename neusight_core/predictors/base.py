@@ -2,6 +2,7 @@
 saving/loading with the config and data checksum, and the small MLP training loop."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -22,12 +23,21 @@ RECIPES_DIR = Path(__file__).with_name("recipes")
 
 def hparams(name: str) -> dict:
     """The chosen hyper-parameters of predictor ``name``: ``predictors/recipes/<name>.yaml`` when it
-    exists (the NeuSight recipes), else its section of ``predictors/hparams.yaml`` (the baselines)."""
-    import yaml
+    exists (the NeuSight recipes), else its section of ``predictors/hparams.yaml`` (the baselines).
+    A fresh copy each call (callers may change it); the files are parsed once per process and version."""
+    import copy
     recipe = RECIPES_DIR / f"{name}.yaml"
     if recipe.is_file():
-        return dict(yaml.safe_load(recipe.read_text()) or {})
-    return dict((yaml.safe_load(HPARAMS_FILE.read_text()) or {}).get(name, {}))
+        return dict(copy.deepcopy(_yaml(str(recipe), recipe.stat().st_mtime_ns)) or {})
+    whole = _yaml(str(HPARAMS_FILE), HPARAMS_FILE.stat().st_mtime_ns) or {}
+    return dict(copy.deepcopy(whole.get(name, {})))
+
+
+@functools.lru_cache(maxsize=16)
+def _yaml(path: str, mtime_ns: int):
+    import yaml
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)     # the C parser: hparams.yaml has a long search log
+    return yaml.load(Path(path).read_text(), Loader=loader)
 
 
 class PredictorLoadError(RuntimeError):
