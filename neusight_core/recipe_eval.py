@@ -306,7 +306,7 @@ def train_ablation(seeds=(0, 1), epochs: int | None = None, quick: bool = False,
     from neusight_core.predictors.base import RECIPES_DIR
     base_name = yaml.safe_load((RECIPES_DIR / "ablation.yaml").read_text())["base"]
     plan = ablation_plan(epochs)
-    trained, rows = {}, []
+    trained, times = {}, []
     for seed in seeds:
         base_over = plan[0][1]
         for name, over in plan:
@@ -320,9 +320,9 @@ def train_ablation(seeds=(0, 1), epochs: int | None = None, quick: bool = False,
             else:
                 p = P.get(base_name, quick=quick, seed=int(seed), config=over or None, rows=rows)
             trained[(name, int(seed))] = p
-            rows.append({"row": name, "seed": int(seed), "train_s": p.info.get("train_seconds", np.nan),
+            times.append({"row": name, "seed": int(seed), "train_s": p.info.get("train_seconds", np.nan),
                          "this_call_s": time.perf_counter() - t0})
-    return trained, pd.DataFrame(rows)
+    return trained, pd.DataFrame(times)
 
 
 def ablation_table(per_seed: pd.DataFrame, plan_rows, groups=HEADLINE_GROUPS[:3]) -> pd.DataFrame:

@@ -327,7 +327,8 @@ def _aggregate(cfg, norm, err, ok, tab_of, cfg_dev, rows, kid, starts, per_launc
             errors[i] = p_err[cfg_dev[i]]
     good = np.array([ok[i] and not p_err[cfg_dev[i]] for i in range(n)]) if n else np.zeros(0, bool)
     phase = rows["phase"].to_numpy() if "phase" in rows else np.full(len(rows), "fw")
-    cls = rows["op_class"].to_numpy()
+    # no configuration produced a table (every one failed): an empty table with the kernel columns
+    cls = rows["op_class"].to_numpy() if "op_class" in rows else np.full(len(rows), "", dtype=object)
     count = rows["count"].to_numpy(float)
     comm_row = cls == "COMM"
     stage = rows["stage"].fillna(0).to_numpy() if "stage" in rows else np.zeros(len(rows))

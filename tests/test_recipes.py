@@ -155,3 +155,21 @@ def test_ablation_table_shape():
 def test_cli_offers_every_predictor():
     from neusight_core import __main__ as cli
     assert tuple(cli.PREDICTORS) == tuple(P.NAMES)
+
+
+def test_train_ablation_on_a_training_subset(release_root, tmp_path, monkeypatch):
+    """Full-mode ablation path (not quick): every row trains on the same subset of `rows` records per class
+    with its recipe's epochs, each override in its own weights folder; prediction-only rows share the base."""
+    monkeypatch.setattr(paths, "trained_dir", lambda: tmp_path)
+    trained, times = R.train_ablation(seeds=(0,), epochs=1, rows=200)
+    plan = R.ablation_plan(1)
+    assert [k[0] for k in trained] == [n for n, _ in plan] and len(times) == len(plan)
+    base, lookup = trained[(plan[0][0], 0)], trained[("tile lookup", 0)]
+    assert lookup.tiles.method == "scaled" and base.tiles.method == "authors"
+    # no retraining for a prediction-only switch: the base's weights, loaded again
+    for cls, nets in base.nets.items():
+        for a, b in zip(nets, lookup.nets[cls]):
+            assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(p.info["classes"]["BMM"]["rows"] <= 200 for p in trained.values())
+    assert len({str(f) for f in tmp_path.iterdir()}) >= len(plan) - 2   # own folders (-rows200)
+    assert all("-rows200" in f.name for f in tmp_path.iterdir() if f.name != "datasets")
