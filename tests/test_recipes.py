@@ -173,3 +173,22 @@ def test_train_ablation_on_a_training_subset(release_root, tmp_path, monkeypatch
     assert all(p.info["classes"]["BMM"]["rows"] <= 200 for p in trained.values())
     assert len({str(f) for f in tmp_path.iterdir()}) >= len(plan) - 2   # own folders (-rows200)
     assert all("-rows200" in f.name for f in tmp_path.iterdir() if f.name != "datasets")
+
+
+def test_authors_form_is_floored_at_its_training_minimum(release_root, tmp_path, monkeypatch):
+    """The authors' u = sigmoid(o2) - sigmoid(o0) / waves can reach 0 for kernels with fewer waves than any
+    (filtered) training record; the prediction then holds u at the lowest u seen on the training records."""
+    monkeypatch.setattr(paths, "trained_dir", lambda: tmp_path)
+    p = P.get("neusight-paper", quick=True, seed=0)
+    assert set(p.u_floor) == set(p.nets) and all(0 < f <= 1 for f in p.u_floor.values())
+    from tests.test_predictors import kernel_rows
+    tiny = kernel_rows([("VEC", "add", 8, np.nan, np.nan, np.nan, 1), ("SOFTMAX", "", 1, np.nan, np.nan, np.nan, 8)])
+    u = p.utilisation(tiny, "H100")
+    assert (u >= np.array([p.u_floor["VEC"], p.u_floor["SOFTMAX"]]) - 1e-9).all()
+    # saved weights without the floor (older artifacts) get it on load
+    f = P.folder("neusight-paper", True, 0)
+    state = torch.load(f / "state.pt", weights_only=True)
+    state["state"].pop("u_floor")
+    torch.save(state, f / "state.pt")
+    again = P.get("neusight-paper", quick=True, seed=0)
+    assert again.u_floor == pytest.approx(p.u_floor)

@@ -60,7 +60,11 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
             meta = json.loads(meta_file.read_text())
             # the checksum alone (no loading of the training records) decides whether the weights are current
             if meta.get("config_hash") == want and meta.get("info", {}).get("data_checksum") == dataset.training_checksum(**subset):
-                return REGISTRY[name].load(f)
+                loaded = REGISTRY[name].load(f)
+                if getattr(loaded, "needs_calibration", lambda: False)():
+                    loaded.calibrate(dataset.training_data(**subset))    # saved before u_floor existed
+                    loaded.save(f)
+                return loaded
         except (PredictorLoadError, json.JSONDecodeError, KeyError):
             pass        # stale or damaged: retrain below
     train = dataset.training_data(**subset)

@@ -114,6 +114,7 @@ class NeuSightPredictor(KernelPredictor):
         self.nets: dict = {}
         self.norm: dict = {}
         self.range: dict = {}       # per class: min and max of every MLP input in the training data
+        self.u_floor: dict = {}     # authors' output form: per class, the lowest u on its training records
         self.tiles = TileLookup(self.config["tile_lookup"])
 
     def _net(self, cls: str):
@@ -215,6 +216,8 @@ class NeuSightPredictor(KernelPredictor):
         ens = float(ape.mean()) if ape is not None else None
         # the same, weighted by measured time (the large kernels that dominate a model's run time)
         ens_w = float((ape * y[val]).sum() / y[val].sum()) if ape is not None else None
+        if self._form == "authors":
+            self.u_floor[cls] = self._training_floor(cls, Xt, wt)
         return {"rows": len(df), "val_mape_members": [r["val_mape"] for r in results], "val_mape": ens,
                 "val_wmape": ens_w,
                 "best_epochs": [r["best_epoch"] for r in results], "epochs": epochs,
@@ -239,8 +242,36 @@ class NeuSightPredictor(KernelPredictor):
         return int(e)
 
     def _u(self, cls: str, X: torch.Tensor, waves: torch.Tensor) -> torch.Tensor:
-        """Ensemble utilisation: the mean of the members' u (each in (0, 1], so the mean is too)."""
-        return torch.stack([utilisation(net(X), waves, self._form) for net in self.nets[cls]]).mean(0)
+        """Ensemble utilisation: the mean of the members' u (each in (0, 1], so the mean is too).
+
+        The authors' form u = sigmoid(o2) - sigmoid(o0) / waves reaches zero or below for kernels with
+        fewer waves than any training record (the small-kernel filter keeps only large ones, and their
+        one-layer graph has no tiny kernels such as attention-mask ops, so their code never meets them).
+        It is held at the lowest u the network gives on its own training records of that class, instead
+        of at 1e-6 (which turned a 10-microsecond kernel into 10 ms)."""
+        u = torch.stack([utilisation(net(X), waves, self._form) for net in self.nets[cls]]).mean(0)
+        if self._form == "authors" and cls in self.u_floor:
+            u = u.clamp(min=float(self.u_floor[cls]))
+        return u
+
+    def _training_floor(self, cls: str, Xt: torch.Tensor, wt: torch.Tensor) -> float:
+        with torch.no_grad():
+            u = torch.stack([utilisation(net(Xt), wt, self._form) for net in self.nets[cls]]).mean(0)
+        return float(u.min().clamp(min=U_MIN))
+
+    def needs_calibration(self) -> bool:
+        """Weights saved before ``u_floor`` existed (authors' form): the floor is computed on load."""
+        return self._form == "authors" and bool(self.nets) and set(self.u_floor) != set(self.nets)
+
+    def calibrate(self, train) -> None:
+        """Compute ``u_floor`` from the training records (same filter, tiles and inputs as ``fit``)."""
+        k = self.filter_training(train.kernels)
+        for cls in self.nets:
+            df = k[k["op_class"] == cls].reset_index(drop=True)
+            dev = common.device_arrays(df)
+            X, waves, _ = self._inputs(df, dev, df["tile_m"], df["tile_k"], df["tile"])
+            self.u_floor[cls] = self._training_floor(cls, torch.tensor(self._scale(cls, X), dtype=torch.float32),
+                                                     torch.tensor(waves, dtype=torch.float32))
 
     # ------------------------------------------------------------ prediction
     def utilisation(self, kernels: pd.DataFrame, device) -> np.ndarray:
@@ -287,7 +318,7 @@ class NeuSightPredictor(KernelPredictor):
         return {"nets": {c: [n.state_dict() for n in nets] for c, nets in self.nets.items()},
                 "norm": {c: {"mu": m, "sd": s} for c, (m, s) in self.norm.items()},
                 "range": {c: {"lo": lo, "hi": hi} for c, (lo, hi) in self.range.items()},
-                "tiles": self.tiles.state()}
+                "u_floor": dict(self.u_floor), "tiles": self.tiles.state()}
 
     def set_state(self, state: dict) -> None:
         self.nets = {}
@@ -300,6 +331,7 @@ class NeuSightPredictor(KernelPredictor):
                 self.nets[c].append(net)
         self.norm = {c: (np.asarray(v["mu"]), np.asarray(v["sd"])) for c, v in state["norm"].items()}
         self.range = {c: (np.asarray(v["lo"]), np.asarray(v["hi"])) for c, v in state.get("range", {}).items()}
+        self.u_floor = {c: float(v) for c, v in (state.get("u_floor") or {}).items()}
         self.tiles = TileLookup.from_state(state["tiles"])
 
 
