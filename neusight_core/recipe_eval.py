@@ -351,7 +351,9 @@ def plot_ablation(table: pd.DataFrame, groups=HEADLINE_GROUPS[:3], title: str = 
     for ax, g in zip(np.atleast_1d(axes), groups):
         mean = table[f"{g} mean"].to_numpy(float)
         lo_hi = table[f"{g} min-max"].str.split("-", n=1, expand=True).astype(float).to_numpy()
-        ax.barh(y, mean, xerr=[mean - lo_hi[:, 0], lo_hi[:, 1] - mean], capsize=2, color="#8172b3")
+        # the min-max strings are rounded to 0.1: clip the whiskers at 0 where rounding crosses the mean
+        err = np.clip(np.nan_to_num([mean - lo_hi[:, 0], lo_hi[:, 1] - mean]), 0, None)
+        ax.barh(y, mean, xerr=err, capsize=2, color="#8172b3")
         ax.axvline(mean[0], color="k", lw=0.7, ls="--")
         ax.set_title(g, fontsize=9)
         ax.set_xlabel("MAPE (%)")

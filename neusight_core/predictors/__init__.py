@@ -47,12 +47,13 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
         retrain: bool = False, rows: int | None = None) -> KernelPredictor:
     """Load trained weights if config + data checksum are unchanged, else train and save.
 
-    ``rows``: train on a fixed random subset of that many records per op class, with the recipe's
-    own epochs (the ablation's CPU budget); ``quick`` uses the quick subset and the quick epochs."""
+    ``rows``: train on a fixed random subset of that many records per op class (the ablation's CPU
+    budget), with the recipe's own epochs, or with the quick epochs when ``quick``; ``quick`` alone uses
+    the quick subset (4,000 records per class) and the quick epochs."""
     from neusight_core import dataset
     p = create(name, seed, config)
-    subset = dict(quick=True, quick_rows=int(rows)) if rows and not quick else dict(quick=quick)
-    f = folder(name, quick, seed, config, rows if not quick else None)
+    subset = dict(quick=True, quick_rows=int(rows)) if rows else dict(quick=quick)
+    f = folder(name, quick, seed, config, rows)
     want = config_hash(name, {**p.config, "seed": seed})
     meta_file = f / "meta.json"
     if not retrain and meta_file.is_file():
