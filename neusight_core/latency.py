@@ -102,8 +102,13 @@ def check_device(dev) -> None:
 
 
 def _config_of(model):
-    """The model's transformers config, with one clear line for files that cannot be one."""
-    from neusight_core import trace as _trace
+    """The model's config fields for the checks below, with one clear line for files that cannot be
+    one. Read as plain JSON (``trace_cache.config_content``), not through transformers, so that a
+    question answered from the trace cache imports neither transformers nor torch; the tracer checks
+    the model type when it builds the model."""
+    from types import SimpleNamespace
+
+    from neusight_core import trace_cache
     if isinstance(model, (str, Path)) and str(model).endswith(".json") and Path(model).is_file():
         import json
         try:
@@ -113,7 +118,12 @@ def _config_of(model):
         if not isinstance(body, dict):
             raise LatencyInputError(f"model config {model}: must be a JSON object (a Hugging Face config), "
                                     f"got a {type(body).__name__}")
-    return _trace.load_config(model)
+    content = trace_cache.config_content(model)
+    if not content.get("model_type"):
+        from neusight_core.trace import TraceError
+        raise TraceError(f"model config {model if isinstance(model, (str, Path)) else content.get('name')} "
+                         "has no model_type")
+    return SimpleNamespace(**{k: v for k, v in content.items() if isinstance(k, str)})
 
 
 def check_config(cfg) -> dict:
@@ -127,7 +137,7 @@ def check_config(cfg) -> dict:
         if v is None:
             continue
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise LatencyInputError(f"model {getattr(cfg, 'name_or_path', '') or '?'}: {what} must be a positive "
+            raise LatencyInputError(f"model {getattr(cfg, 'name_or_path', '') or getattr(cfg, 'name', '') or '?'}: {what} must be a positive "
                                     f"integer, got {v!r}")
         dims[what] = int(v)
     inter = next((getattr(cfg, a) for a in ("intermediate_size", "n_inner", "ffn_dim", "d_ff")

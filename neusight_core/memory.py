@@ -54,6 +54,28 @@ GIB = float(2**30)
 OPTIMIZERS = {"adamw": 8.0, "adam": 8.0, "sgd": 4.0, "none": 0.0}   # FP32 state bytes per parameter
 
 
+class MemoryTimeline:
+    """Allocation (+bytes) and free (-bytes) events of a trace's buffers in program order: arrays
+    ``row`` (kernel row the event precedes or belongs to), ``buf`` (buffer serial), ``bytes``.
+    (A class, not a dict of arrays, so that pandas can compare frame attrs.)"""
+
+    def __init__(self, events):
+        ev = np.array(events, dtype=np.int64).reshape(-1, 3)
+        self.row, self.buf, self.bytes = ev[:, 0].copy(), ev[:, 1].copy(), ev[:, 2].astype(float)
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, MemoryTimeline) and bool(
+            np.array_equal(self.row, other.row) and np.array_equal(self.buf, other.buf)
+            and np.array_equal(self.bytes, other.bytes))
+
+    def peak(self) -> float:
+        return float(np.cumsum(self.bytes).max()) if len(self) else 0.0
+
+
+
 class MemoryInputError(ValueError):
     """Bad arguments to footprint (unknown optimizer, a table without a trace's attrs)."""
 

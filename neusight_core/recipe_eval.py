@@ -87,26 +87,14 @@ def train_seeded(names=RECIPES + BASELINES, seeds=(0, 1, 2), quick: bool = False
 
 
 def predict_seeded(configs: pd.DataFrame, trained: dict, progress: bool = True) -> pd.DataFrame:
-    """Predict every configuration with every trained (predictor, seed); errors are recorded per row."""
-    from tqdm.auto import tqdm
-    rows = []
-    for r in tqdm(list(configs.itertuples(index=False)), desc="predicting configurations x seeds",
-                  disable=not progress, mininterval=2):
-        base = {"gpu": r.gpu, "config": r.config, "model": r.model, "mode": r.mode, "batch": int(r.batch),
-                "seq": int(r.seq), "option": r.option, "label_ms": r.label_e2e_ms}
-        for (name, seed), p in trained.items():
-            try:
-                res = latency.predict_model(r.model, r.gpu, int(r.batch), int(r.seq), r.mode, predictor=p,
-                                            **option_kwargs(r.option))
-                rows.append({**base, "predictor": name, "seed": seed, "pred_ms": res["e2e_ms"], "error": "",
-                             **{f"{c}_ms": v for c, v in res["breakdown"].items()}})
-            except Exception as e:  # one configuration's failure is recorded, the others go on
-                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                rows.append({**base, "predictor": name, "seed": seed, "pred_ms": np.nan,
-                             "error": f"{type(e).__name__}: {msg}"})
-    out = pd.DataFrame(rows)
-    out["ape"] = report.ape(out["label_ms"], out["pred_ms"])
-    return out
+    """Predict every configuration with every trained ``{(name, seed): predictor}`` in one sweep (one
+    predictor call per entry over all configurations' distinct kernels); errors are recorded per row."""
+    from neusight_core import reproduce
+    jobs = [(f"{name}\x00{seed}", p) for (name, seed), p in trained.items()]
+    out = reproduce.sweep_configs(configs, jobs, progress=progress)
+    label = out["predictor"].str.split("\x00", n=1)
+    out["predictor"], out["seed"] = label.str[0], label.str[1].astype(int)
+    return _tidy(configs, out)
 
 
 def sweep_seeded(configs: pd.DataFrame, names=RECIPES + BASELINES, seeds=(0, 1, 2), quick: bool = False,
@@ -118,7 +106,11 @@ def sweep_seeded(configs: pd.DataFrame, names=RECIPES + BASELINES, seeds=(0, 1, 
     for group, sd in (([n for n in names if n in SEEDED], list(seeds)), ([n for n in names if n not in SEEDED], [0])):
         if group:
             parts.append(reproduce.sweep_configs(configs, group, quick=quick, progress=progress, seeds=sd))
-    out = pd.concat(parts, ignore_index=True)
+    return _tidy(configs, pd.concat(parts, ignore_index=True))
+
+
+def _tidy(configs: pd.DataFrame, out: pd.DataFrame) -> pd.DataFrame:
+    """``sweep_configs`` columns -> ``pred_ms`` / ``label_ms`` / ``ape`` with the configs' model fields."""
     cfg = configs.set_index(["gpu", "config"])[["model", "mode", "batch", "seq"]]
     out = out.drop(columns=[c for c in ("model", "mode", "batch", "seq") if c in out]).join(cfg, on=["gpu", "config"])
     out = out.rename(columns={"e2e_ms": "pred_ms", "label_e2e_ms": "label_ms"})

@@ -283,19 +283,23 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
 
     # ---- one predictor call per predictor x seed over the pool
     out_frames = []
-    pbar = tqdm(total=len(predictors) * len(seeds), desc="predicting", disable=not progress, leave=False)
-    for p, seed in itertools.product(predictors, seeds):
+    # a predictor is a name (trained weights by name x seed) or a (label, trained predictor) pair (the
+    # ablation's variants), which runs once with its own seed
+    jobs = [(p, seed, None) for p in predictors if isinstance(p, str) for seed in seeds]
+    jobs += [(p[0], int(getattr(p[1], "seed", 0)), p[1]) for p in predictors if not isinstance(p, str)]
+    pbar = tqdm(total=len(jobs), desc="predicting", disable=not progress, leave=False)
+    for p, seed, obj in jobs:
         per_launch = np.full((n_kid, len(dev_names)), np.nan)
         p_err = [""] * len(dev_names)
         try:
-            pred = _predictor(p, bool(quick), int(seed))
+            pred = obj if obj is not None else _predictor(p, bool(quick), int(seed))
             if len(request):
                 per_launch[req_k, req_d] = np.asarray(pred.predict(request, None), dtype=float)
         except Exception as e:  # noqa: BLE001 - isolate the failing device(s)
             msg = _msg(e)
             pred = None
             try:
-                pred = _predictor(p, bool(quick), int(seed))
+                pred = obj if obj is not None else _predictor(p, bool(quick), int(seed))
             except Exception:  # noqa: BLE001
                 p_err = [f"{p}: {msg}"] * len(dev_names)
             if pred is not None:

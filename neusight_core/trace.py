@@ -20,8 +20,6 @@ module (``node.metadata``), and the dispatch mode reads it from the node being e
 """
 from __future__ import annotations
 
-import copy
-import json
 import math
 import re
 import time
@@ -35,10 +33,6 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-
-from . import paths
-
-OUR_CONFIGS_DIR = Path(__file__).resolve().parent / "model_configs"
 
 COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "flops",
            "bytes_read", "bytes_written", "dtype", "module", "layer", "count",
@@ -56,59 +50,8 @@ _DTYPE_PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM", "COMM", "UNCLASSIFIED")
 
 
-class TraceError(ValueError):
-    """Bad input to the tracer (unknown model, unsupported type, non-positive batch/sequence)."""
-
-
-# --------------------------------------------------------------------------------------------
-# configs
-# --------------------------------------------------------------------------------------------
-def available_configs() -> dict[str, Path]:
-    """Config name -> JSON file: the release's DLmodel_configs plus ours (model_configs/)."""
-    out: dict[str, Path] = {}
-    rel = paths.model_configs_dir()
-    if rel.is_dir():
-        out.update({p.stem: p for p in sorted(rel.glob("*.json"))})
-    out.update({p.stem: p for p in sorted(OUR_CONFIGS_DIR.glob("*.json"))})
-    return out
-
-
-def load_config(name_or_path):
-    """A ``transformers`` config from a release/our config name or a path to a JSON file."""
-    import transformers
-
-    if isinstance(name_or_path, transformers.PretrainedConfig):
-        return copy.deepcopy(name_or_path)
-    if isinstance(name_or_path, dict):
-        return _config_from_dict(dict(name_or_path), "dict", name_or_path.get("name", ""))
-    p = Path(str(name_or_path))
-    if not (p.suffix == ".json" and p.is_file()):
-        known = available_configs()
-        if str(name_or_path) not in known:
-            raise TraceError(f"unknown model config {name_or_path!r}; known: {', '.join(sorted(known)) or 'none'} "
-                             "(or give a path to a JSON file)")
-        p = known[str(name_or_path)]
-    try:
-        d = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise TraceError(f"model config {p} is not valid JSON: {e}") from None
-    return _config_from_dict(d, str(p), p.stem)
-
-
-def _config_from_dict(d: dict, where: str, name: str):
-    import transformers
-
-    # our own files carry provenance keys that are not part of the HF config
-    d = {k: v for k, v in d.items() if not k.startswith("_neusight") and k != "name"}
-    mt = d.pop("model_type", None)
-    if not mt:
-        raise TraceError(f"model config {where} has no model_type")
-    try:
-        cfg = transformers.AutoConfig.for_model(mt, **d)
-    except (ValueError, KeyError):
-        raise TraceError(f"unsupported model type {mt!r} in {where}: transformers has no such model") from None
-    cfg.name_or_path = name or mt
-    return cfg
+# configs by name or path live in configs.py (no torch: a trace-cache hit reads them); re-exported
+from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs, load_config  # noqa: E402,F401
 
 
 # The release's BERT config names BertLMHeadModel, but the authors' op graphs (and so the measured
@@ -675,25 +618,8 @@ def _cache_tensors(cache) -> list:
     return out
 
 
-class MemoryTimeline:
-    """Allocation (+bytes) and free (-bytes) events of a trace's buffers in program order: arrays
-    ``row`` (kernel row the event precedes or belongs to), ``buf`` (buffer serial), ``bytes``.
-    (A class, not a dict of arrays, so that pandas can compare frame attrs.)"""
-
-    def __init__(self, events):
-        ev = np.array(events, dtype=np.int64).reshape(-1, 3)
-        self.row, self.buf, self.bytes = ev[:, 0].copy(), ev[:, 1].copy(), ev[:, 2].astype(float)
-
-    def __len__(self) -> int:
-        return len(self.row)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, MemoryTimeline) and bool(
-            np.array_equal(self.row, other.row) and np.array_equal(self.buf, other.buf)
-            and np.array_equal(self.bytes, other.bytes))
-
-    def peak(self) -> float:
-        return float(np.cumsum(self.bytes).max()) if len(self) else 0.0
+# MemoryTimeline lives in memory.py: cached kernel tables hold one, and unpickling them must not import torch
+from neusight_core.memory import MemoryTimeline  # noqa: E402
 
 
 def _memory_summary(rec: _Recorder, kv_bytes: int, kv_bufs: tuple) -> dict:

@@ -36,7 +36,7 @@ from neusight_core import paths
 #: bump when the layout of a cache entry changes
 CACHE_VERSION = 1
 #: source files whose content changes kernel tables: part of every key
-CODE_FILES = ("trace.py", "fusion.py", "parallel.py")
+CODE_FILES = ("trace.py", "configs.py", "fusion.py", "parallel.py")
 
 #: hits / misses / corrupt entries / stores of this process (tests and benchmarks read it)
 STATS: Counter = Counter()
@@ -53,28 +53,28 @@ def cache_dir() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def versions() -> dict:
-    """torch / transformers versions and a hash of the tracing code (without importing transformers)."""
+    """torch / transformers versions (from the installed packages' metadata: neither is imported) and a
+    hash of the tracing code."""
     import importlib.metadata as md
 
-    import torch
-
-    try:
-        tf = md.version("transformers")
-    except md.PackageNotFoundError:
-        tf = "absent"
+    def version(pkg):
+        try:
+            return md.version(pkg)
+        except md.PackageNotFoundError:
+            return "absent"
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
     for f in CODE_FILES:
         p = here / f
         h.update(f.encode())
         h.update(p.read_bytes() if p.is_file() else b"")
-    return {"cache": CACHE_VERSION, "torch": torch.__version__, "transformers": tf,
+    return {"cache": CACHE_VERSION, "torch": version("torch"), "transformers": version("transformers"),
             "code": h.hexdigest()[:16]}
 
 
 def config_content(model) -> dict:
     """The content of a model config as a plain dict (what the key hashes)."""
-    from neusight_core import trace
+    from neusight_core import configs as trace
 
     if isinstance(model, dict):
         return dict(model)
@@ -97,11 +97,26 @@ def config_content(model) -> dict:
     return {**to_dict(), "name": getattr(model, "name_or_path", "") or ""}
 
 
+@functools.lru_cache(maxsize=1)
+def _trace_signature() -> inspect.Signature:
+    """``trace.trace_model``'s signature read from the source (importing trace.py imports torch,
+    which a cache hit must not pay for); its defaults must be literals."""
+    import ast
+
+    src = (Path(__file__).resolve().parent / "trace.py").read_text()
+    fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == "trace_model")
+    a = fn.args
+    defaults = [inspect.Parameter.empty] * (len(a.args) - len(a.defaults)) + [ast.literal_eval(d) for d in a.defaults]
+    params = [inspect.Parameter(x.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d) for x, d in zip(a.args, defaults)]
+    params += [inspect.Parameter(x.arg, inspect.Parameter.KEYWORD_ONLY,
+                                 default=inspect.Parameter.empty if d is None else ast.literal_eval(d))
+               for x, d in zip(a.kwonlyargs, a.kw_defaults)]
+    return inspect.Signature(params)
+
+
 def trace_kwargs(batch, seq, mode="inf", **kw) -> dict:
     """All arguments of ``trace.trace_model`` except the config, defaults filled in."""
-    from neusight_core import trace
-
-    sig = inspect.signature(trace.trace_model)
+    sig = _trace_signature()
     bound = sig.bind(None, batch, seq, mode, **kw)
     bound.apply_defaults()
     out = dict(bound.arguments)

@@ -11,7 +11,8 @@ import torch
 from neusight_core import dataset, paths, recipe_eval as R
 from neusight_core import predictors as P
 from neusight_core.predictors import common
-from neusight_core.predictors.base import hparams, relative_loss
+from neusight_core.predictors.base import STATE_FILE, hparams, read_state, write_state
+from neusight_core.predictors.nets import relative_loss
 from neusight_core.predictors.neusight import AUTHORS_UNITS, FEATURE_NAMES, features, utilisation
 
 
@@ -80,6 +81,30 @@ def test_authors_output_form_and_loss():
     r = torch.tensor([0.5, 2.0])
     # mean |t - p| / (t + p) with p = r t
     assert float(relative_loss(r, "smape_authors")) == pytest.approx(np.mean([0.5 / 1.5, 1.0 / 3.0]))
+    # prediction evaluates the same forms with numpy (no torch at question time): same values
+    rng = torch.Generator().manual_seed(0)
+    big = torch.randn(50, 3, generator=rng) * 8
+    w = torch.rand(50, generator=rng) * 10 + 0.1
+    for form in ("authors", "ours"):
+        np.testing.assert_allclose(utilisation(big.numpy(), w.numpy(), form), utilisation(big, w, form).numpy(),
+                                   rtol=1e-5, atol=1e-7)
+
+
+def test_numpy_mlp_matches_the_torch_mlp_and_weights_round_trip(tmp_path):
+    """Trained weights are evaluated with numpy and saved as state.npz; both must give torch's outputs."""
+    from neusight_core.predictors.base import NumpyMLP
+    from neusight_core.predictors.nets import MLP
+    torch.manual_seed(0)
+    net = MLP(4, 3, 32, 4).eval()
+    X = torch.randn(64, 4) * 3
+    with torch.no_grad():
+        want = net(X).numpy()
+    np.testing.assert_allclose(NumpyMLP(net.state_dict())(X.numpy()), want, rtol=1e-5, atol=1e-6)
+    state = {"nets": {"BMM": [net.state_dict()]}, "u_floor": {"BMM": np.float64(0.25)}, "name": "x", "none": None}
+    write_state(state, tmp_path / STATE_FILE)
+    back = read_state(tmp_path)
+    assert back["u_floor"] == {"BMM": 0.25} and back["name"] == "x" and back["none"] is None
+    np.testing.assert_allclose(NumpyMLP(back["nets"]["BMM"][0])(X.numpy()), want, rtol=1e-5, atol=1e-6)
 
 
 def _per_seed():
@@ -169,7 +194,7 @@ def test_train_ablation_on_a_training_subset(release_root, tmp_path, monkeypatch
     # no retraining for a prediction-only switch: the base's weights, loaded again
     for cls, nets in base.nets.items():
         for a, b in zip(nets, lookup.nets[cls]):
-            assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+            assert all(np.array_equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     assert all(p.info["classes"]["BMM"]["rows"] <= 200 for p in trained.values())
     assert len({str(f) for f in tmp_path.iterdir()}) >= len(plan) - 2   # own folders (-rows200)
     assert all("-rows200" in f.name for f in tmp_path.iterdir() if f.name != "datasets")
@@ -187,8 +212,8 @@ def test_authors_form_is_floored_at_its_training_minimum(release_root, tmp_path,
     assert (u >= np.array([p.u_floor["VEC"], p.u_floor["SOFTMAX"]]) - 1e-9).all()
     # saved weights without the floor (older artifacts) get it on load
     f = P.folder("neusight-paper", True, 0)
-    state = torch.load(f / "state.pt", weights_only=True)
-    state["state"].pop("u_floor")
-    torch.save(state, f / "state.pt")
+    state = read_state(f)
+    state.pop("u_floor")
+    write_state(state, f / STATE_FILE)
     again = P.get("neusight-paper", quick=True, seed=0)
     assert again.u_floor == pytest.approx(p.u_floor)

@@ -140,6 +140,22 @@ def test_a_cache_hit_does_not_import_transformers(cache_dir):
     assert int(r.stdout.strip()) > 0
 
 
+def test_a_question_answered_from_the_cache_imports_neither_torch_nor_transformers(cache_dir):
+    """The CLI's whole path on a hit (validation, cached table, NeuSight weights run with numpy, memory)."""
+    from neusight_core import predictors
+    predictors.get("neusight", quick=True)            # weights exist before the timed question
+    args = ["predict", "--model", "bert", "--device", "H100", "--batch", "2", "--seq", "64", "--quick"]
+    code = ("import sys; from neusight_core.__main__ import main; rc = main(sys.argv[1:]); "
+            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; "
+            "assert rc == 0 and not bad, bad")
+    env = {**os.environ, "NEUSIGHT_TRACE_CACHE": str(cache_dir)}
+    first = subprocess.run([sys.executable, "-c", code] + args, capture_output=True, text=True, cwd=paths.REPO_ROOT, env=env)
+    assert "end-to-end" in first.stdout, first.stderr[-2000:]          # a miss traces (imports torch)
+    again = subprocess.run([sys.executable, "-c", code] + args, capture_output=True, text=True, cwd=paths.REPO_ROOT, env=env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.splitlines()[:-1] == first.stdout.splitlines()[:-1]      # all but the timing line
+
+
 # ------------------------------------------------------------------ sweeps
 def test_sweep_equals_predict_model_and_keeps_going_on_bad_cells(cache_dir, monkeypatch):
     monkeypatch.setattr(sweep, "MIN_FAMILY", 1)      # derive even single tables here

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
-from torch import nn
 
 from neusight_core.predictors import common
 
@@ -45,15 +43,55 @@ class PredictorLoadError(RuntimeError):
 
 
 # ---------------------------------------------------------------- (de)serialisation
-def _pack(x):
-    """numpy arrays -> tensors so that torch.load(weights_only=True) can read the state back."""
+# A predictor's state (nested dicts and lists of arrays, numbers and strings) is saved as one
+# ``state.npz``: every array under a key "a<i>", and the nesting as JSON in "__skeleton__", where an
+# array is {"__npz__": "a<i>"}. Loading needs numpy only (no pickle, no torch). Weights saved by
+# earlier versions as ``state.pt`` (torch) are still read.
+STATE_FILE, LEGACY_STATE_FILE = "state.npz", "state.pt"
+
+
+def _flatten(x, arrays: dict):
+    if hasattr(x, "detach"):                       # a torch tensor (a state dict of a net in training)
+        x = x.detach().cpu().numpy()
     if isinstance(x, np.ndarray):
-        return {"__np__": torch.from_numpy(np.ascontiguousarray(x))}
+        key = f"a{len(arrays)}"
+        arrays[key] = np.ascontiguousarray(x)
+        return {"__npz__": key}
     if isinstance(x, dict):
-        return {k: _pack(v) for k, v in x.items()}
+        return {str(k): _flatten(v, arrays) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_pack(v) for v in x]
+        return [_flatten(v, arrays) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
     return x
+
+
+def _inflate(x, arrays):
+    if isinstance(x, dict):
+        if set(x) == {"__npz__"}:
+            return arrays[x["__npz__"]]
+        return {k: _inflate(v, arrays) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_inflate(v, arrays) for v in x]
+    return x
+
+
+def write_state(state: dict, path: Path) -> None:
+    arrays: dict = {}
+    skeleton = _flatten(state, arrays)
+    tmp = path.with_name(path.name + ".tmp.npz")      # atomic: a half-written file is never read as weights
+    np.savez(tmp, __skeleton__=np.array(json.dumps(skeleton, default=_json_default)), **arrays)
+    tmp.replace(path)
+
+
+def read_state(folder: Path) -> dict:
+    f = folder / STATE_FILE
+    if f.is_file():
+        with np.load(f, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files if k != "__skeleton__"}
+            return _inflate(json.loads(str(z["__skeleton__"])), arrays)
+    import torch                                     # weights saved before state.npz
+    return _unpack(torch.load(folder / LEGACY_STATE_FILE, weights_only=True))["state"]
 
 
 def _unpack(x):
@@ -63,6 +101,8 @@ def _unpack(x):
         return {k: _unpack(v) for k, v in x.items()}
     if isinstance(x, list):
         return [_unpack(v) for v in x]
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
     return x
 
 
@@ -138,7 +178,7 @@ class KernelPredictor:
     def save(self, folder) -> Path:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        torch.save(_pack({"state": self.get_state()}), folder / "state.pt")
+        write_state(self.get_state(), folder / STATE_FILE)
         meta = {"name": self.name, "version": VERSION, "seed": self.seed, "config": self.config,
                 "config_hash": config_hash(self.name, {**self.config, "seed": self.seed}), "info": self.info}
         (folder / "meta.json").write_text(json.dumps(meta, indent=2, default=_json_default))
@@ -150,16 +190,21 @@ class KernelPredictor:
         folder = Path(folder)
         try:
             meta = json.loads((folder / "meta.json").read_text())
-            blob = torch.load(folder / "state.pt", weights_only=True)
-        except (OSError, json.JSONDecodeError, RuntimeError) as e:
+            state = read_state(folder)
+        except (OSError, ValueError, KeyError, RuntimeError) as e:
             raise PredictorLoadError(f"{folder}: cannot load saved predictor ({str(e).splitlines()[0]})") from None
         klass = REGISTRY.get(meta.get("name")) if cls is KernelPredictor else cls
         if klass is None or meta.get("name") != klass.name:
             raise PredictorLoadError(f"{folder}: holds predictor {meta.get('name')!r}, not {cls.name!r}")
         p = klass(meta["config"], seed=meta.get("seed", 0))
-        p.set_state(_unpack(blob["state"]))
+        p.set_state(state)
         p.info = meta.get("info", {})
         p.fitted = True
+        if not (folder / STATE_FILE).is_file():     # weights of an earlier version: convert once
+            try:
+                write_state(state, folder / STATE_FILE)
+            except OSError:
+                pass
         return p
 
 
@@ -171,103 +216,33 @@ def _json_default(x):
     return str(x)
 
 
-# ---------------------------------------------------------------- MLP and its training loop
-class MLP(nn.Module):
-    def __init__(self, n_in: int, n_out: int, hidden: int, layers: int):
-        super().__init__()
-        dims = [n_in] + [hidden] * (layers - 1)
-        mods = []
-        for a, b in zip(dims[:-1], dims[1:]):
-            mods += [nn.Linear(a, b), nn.ReLU()]
-        mods.append(nn.Linear(dims[-1], n_out))
-        self.net = nn.Sequential(*mods)
+# ---------------------------------------------------------------- prediction with trained weights
+class NumpyMLP:
+    """A trained ``nets.MLP`` evaluated with numpy (float32, as torch did): Linear, ReLU, ..., Linear.
 
-    def forward(self, x):
-        return self.net(x)
+    Built from its state dict (``net.<i>.weight`` / ``net.<i>.bias``, tensors or arrays), so that
+    loading weights and predicting need no torch."""
 
+    def __init__(self, state: dict):
+        def arr(v):
+            return np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v, dtype=np.float32)
+        idx = sorted({int(k.split(".")[1]) for k in state if k.endswith(".weight")})
+        self.layers = [(arr(state[f"net.{i}.weight"]).T.copy(), arr(state[f"net.{i}.bias"])) for i in idx]
+        self.keys = idx
 
-def relative_loss(pred_over_y: torch.Tensor, kind: str) -> torch.Tensor:
-    """Relative-error losses on the ratio predicted / measured."""
-    r = pred_over_y
-    if kind == "ape":
-        return (r - 1).abs().mean()
-    if kind == "smape":
-        return (2 * (r - 1).abs() / (r + 1)).mean()
-    if kind == "smape_authors":
-        # the authors' "SMAPE": mean |t - p| / (t + p) = |r - 1| / (r + 1) (neusight/Model/trainer.py 42-43)
-        return ((r - 1).abs() / (r + 1)).mean()
-    if kind == "logratio":
-        return torch.log(r).abs().mean()
-    raise ValueError(f"unknown loss {kind!r}")
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        h = np.asarray(X, dtype=np.float32)
+        for n, (w, b) in enumerate(self.layers):
+            h = h @ w + b
+            if n < len(self.layers) - 1:
+                np.maximum(h, 0, out=h)
+        return h
 
-
-def train_loop(model: nn.Module, ratio_fn, n: int, val_idx: np.ndarray, epochs: int, batch: int, lr: float,
-               loss: str, seed: int, bar=None, weight_decay: float = 0.0, optimizer: str = "adam",
-               schedule: str = "onecycle", val_weight: np.ndarray | None = None) -> dict:
-    """Minimise ``loss`` of ``ratio_fn(idx)`` (predicted / measured for rows idx) over the rows not in
-    ``val_idx``; keep the weights of the epoch with the lowest validation MAPE (training GPUs only).
-
-    ``optimizer`` adam | adamw (torch's AdamW, default decay 0.01 unless ``weight_decay`` is given),
-    ``schedule`` onecycle | constant; ``val_weight`` weights the validation APEs (e.g. by kernel
-    time). An epoch whose loss is not finite ends training; the best earlier epoch is kept."""
-    g = torch.Generator().manual_seed(seed)
-    mask = np.ones(n, bool)
-    mask[val_idx] = False
-    train_idx = torch.from_numpy(np.flatnonzero(mask))
-    val_t = torch.from_numpy(np.asarray(val_idx, dtype=np.int64))
-    vw = None if val_weight is None else torch.as_tensor(np.asarray(val_weight, float)[val_idx], dtype=torch.float32)
-    if optimizer == "adamw":
-        opt = torch.optim.AdamW(model.parameters(), lr=lr, **({"weight_decay": weight_decay} if weight_decay else {}))
-    elif optimizer == "adam":
-        opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    else:
-        raise ValueError(f"unknown optimizer {optimizer!r}")
-    steps_per_epoch = max(1, math.ceil(len(train_idx) / batch))
-    if schedule == "onecycle":
-        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=epochs * steps_per_epoch)
-    elif schedule == "constant":
-        sched = None
-    else:
-        raise ValueError(f"unknown schedule {schedule!r}")
-    best = (float("inf"), None, -1)
-    history = []
-    diverged = False
-    for ep in range(epochs):
-        model.train()
-        perm = train_idx[torch.randperm(len(train_idx), generator=g)]
-        for s in range(steps_per_epoch):
-            idx = perm[s * batch:(s + 1) * batch]
-            opt.zero_grad()
-            lv = relative_loss(ratio_fn(idx), loss)
-            if not torch.isfinite(lv):
-                diverged = True
-                break
-            lv.backward()
-            opt.step()
-            if sched is not None:
-                sched.step()
-        if diverged:
-            history.append(float("nan"))
-            if bar is not None:
-                bar.update(epochs - ep)
-            break
-        model.eval()
-        with torch.no_grad():
-            if not len(val_t):
-                vm = float(lv)
-            else:
-                ape = (ratio_fn(val_t) - 1).abs()
-                vm = float((ape * vw).sum() / vw.sum() * 100) if vw is not None else float(ape.mean() * 100)
-        vm = vm if math.isfinite(vm) else float("inf")
-        history.append(vm)
-        if vm < best[0]:
-            best = (vm, {k: v.detach().clone() for k, v in model.state_dict().items()}, ep)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(val_mape=f"{vm:.1f}")
-    if best[1] is not None:
-        model.load_state_dict(best[1])
-    return {"val_mape": best[0], "best_epoch": best[2], "history": history, "diverged": diverged}
+    def state_dict(self) -> dict:
+        out = {}
+        for i, (w, b) in zip(self.keys, self.layers):
+            out[f"net.{i}.weight"], out[f"net.{i}.bias"] = w.T.copy(), b
+        return out
 
 
 def split_validation(n: int, fraction: float, seed: int) -> np.ndarray:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import torch
 from tqdm.auto import tqdm
 
 from neusight_core import devices
 from neusight_core.predictors import common
-from neusight_core.predictors.base import MLP, KernelPredictor, Timer, hparams, split_validation, train_loop
+from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, hparams, split_validation
 
 FEATURES = ("B", "M", "N", "K")
 HW = ("mem_bw_gbs", "mem_gb", "num_sm", "fp32_gflops")
@@ -41,9 +40,13 @@ class HabitatPredictor(KernelPredictor):
         self.curves: dict = {}      # key (sub_op or class) -> (log bytes, log ms) of the reference GPU
 
     def _net(self):
+        from neusight_core.predictors.nets import MLP
         return MLP(len(FEATURES) + len(HW), 1, self.config["hidden"], self.config["layers"])
 
     def fit(self, train, quick: bool = False) -> None:
+        import torch
+
+        from neusight_core.predictors.nets import train_loop
         torch.manual_seed(self.seed)
         k = train.kernels
         ep = self.config["quick_epochs"] if quick else self.config["epochs"]
@@ -68,6 +71,7 @@ class HabitatPredictor(KernelPredictor):
                 res = train_loop(net, ratio, len(df), val, ep, self.config["batch"], self.config["lr"], "ape",
                                  self.seed, bar)
                 self.info["classes"][cls] = {"rows": len(df), "val_mape": res["val_mape"]}
+                self.nets[cls] = NumpyMLP(net.state_dict())     # predictions run with numpy
             ref = k[k["device"] == self.config["reference"]]
             for cls in common.VECTOR_CLASSES:
                 rc = ref[ref["op_class"] == cls]
@@ -110,8 +114,8 @@ class HabitatPredictor(KernelPredictor):
             if rows.any():
                 mu, sd = self.norm[cls]
                 X = (_gemm_x(kernels[rows], {k: v[rows] for k, v in dev.items()}) - mu) / sd
-                with torch.no_grad():
-                    out[rows] = torch.nn.functional.softplus(net(torch.tensor(X, dtype=torch.float32))[:, 0]).double().numpy()
+                z = net(X)[:, 0].astype(float)
+                out[rows] = np.where(z > 20, z, np.log1p(np.exp(np.minimum(z, 20))))   # softplus, as torch's
         vec = np.isin(cls_col, list(common.VECTOR_CLASSES)) & np.isin(cls_col, [c for c in self.curves if ":" not in c])
         if vec.any():
             ref_bw = devices.get_device(self.config["reference"]).mem_bw_gbs
@@ -126,9 +130,6 @@ class HabitatPredictor(KernelPredictor):
     def set_state(self, state: dict) -> None:
         self.nets = {}
         for c, sd in state["nets"].items():
-            net = self._net()
-            net.load_state_dict(sd)
-            net.eval()
-            self.nets[c] = net
+            self.nets[c] = NumpyMLP(sd)
         self.norm = {c: (np.asarray(v["mu"]), np.asarray(v["sd"])) for c, v in state["norm"].items()}
         self.curves = {c: np.asarray(v) for c, v in state["curves"].items()}

@@ -48,11 +48,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import torch
 from tqdm.auto import tqdm
 
 from neusight_core.predictors import common
-from neusight_core.predictors.base import MLP, KernelPredictor, Timer, hparams, split_validation, train_loop
+from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, hparams, split_validation
 from neusight_core.predictors.tiles import TileLookup
 
 U_MIN = 1e-6
@@ -86,14 +85,27 @@ def features(kernels: pd.DataFrame, dev: dict, geo: dict, inputs=FEATURE_NAMES, 
     return np.log2(f)
 
 
-def utilisation(out: torch.Tensor, waves: torch.Tensor, form: str = "ours") -> torch.Tensor:
+def utilisation(out, waves, form: str = "ours"):
     """ours: u = sigmoid(g) * (1 - sigmoid(a) / waves), in (0, 1).
     authors: u = sigmoid(o2) - sigmoid(o0) / waves (neusight/Model/mlp_wave.py 253-259), which can reach
-    zero or below; it is held at U_MIN so that a prediction stays finite and positive."""
+    zero or below; it is held at U_MIN so that a prediction stays finite and positive.
+    ``out`` and ``waves`` are torch tensors (training) or numpy arrays (prediction)."""
+    if isinstance(out, np.ndarray):
+        def sig(x):
+            with np.errstate(over="ignore"):        # exp overflow -> inf -> sigmoid 0, as in torch
+                return 1.0 / (1.0 + np.exp(-x))
+
+        def clamp(u):
+            return np.clip(u, U_MIN, 1.0)
+    else:
+        import torch
+        sig = torch.sigmoid
+
+        def clamp(u):
+            return u.clamp(min=U_MIN, max=1.0)
     if form == "authors":
-        return (torch.sigmoid(out[:, 2]) - torch.sigmoid(out[:, 0]) / waves).clamp(min=U_MIN, max=1.0)
-    g, a = out[:, 0], out[:, 1]
-    return (torch.sigmoid(g) * (1 - torch.sigmoid(a) / waves)).clamp(min=U_MIN, max=1.0)
+        return clamp(sig(out[:, 2]) - sig(out[:, 0]) / waves)
+    return clamp(sig(out[:, 0]) * (1 - sig(out[:, 1]) / waves))
 
 
 def per_class(value, cls: str):
@@ -118,6 +130,7 @@ class NeuSightPredictor(KernelPredictor):
         self.tiles = TileLookup(self.config["tile_lookup"])
 
     def _net(self, cls: str):
+        from neusight_core.predictors.nets import MLP
         n_out = 3 if self._form == "authors" else 2
         return MLP(len(self._input_names(cls)), n_out, per_class(self.config["hidden"], cls),
                    per_class(self.config["layers"], cls))
@@ -144,6 +157,7 @@ class NeuSightPredictor(KernelPredictor):
 
     # ------------------------------------------------------------ training
     def fit(self, train, quick: bool = False) -> None:
+        import torch
         torch.manual_seed(self.seed)
         k = self.filter_training(train.kernels)
         self.tiles.fit(k)
@@ -178,6 +192,9 @@ class NeuSightPredictor(KernelPredictor):
         return (X - mu) / sd
 
     def _fit_class(self, df: pd.DataFrame, cls: str, epochs: int, bar) -> dict:
+        import torch
+
+        from neusight_core.predictors.nets import train_loop
         dev = common.device_arrays(df)
         X, waves, base = self._inputs(df, dev, df["tile_m"], df["tile_k"], df["tile"])
         y = df["latency_ms"].to_numpy(float)
@@ -211,13 +228,15 @@ class NeuSightPredictor(KernelPredictor):
                                       weight_decay=float(self.config.get("weight_decay", 0.0)),
                                       optimizer=self.config.get("optimizer", "adam"),
                                       schedule=self.config.get("schedule", "onecycle"), val_weight=vw))
-        with torch.no_grad():
-            ape = (by[val] / self._u(cls, Xt[val], wt[val]) - 1).abs().double().numpy() * 100 if len(val) else None
+        # from here on the members are evaluated with numpy, as every prediction is
+        self.nets[cls] = [NumpyMLP(net.state_dict()) for net in self.nets[cls]]
+        Xs = self._scale(cls, X)
+        ape = np.abs(base[val] / y[val] / self._u(cls, Xs[val], waves[val]) - 1) * 100 if len(val) else None
         ens = float(ape.mean()) if ape is not None else None
         # the same, weighted by measured time (the large kernels that dominate a model's run time)
         ens_w = float((ape * y[val]).sum() / y[val].sum()) if ape is not None else None
         if self._form == "authors":
-            self.u_floor[cls] = self._training_floor(cls, Xt, wt)
+            self.u_floor[cls] = self._training_floor(cls, Xs, waves)
         return {"rows": len(df), "val_mape_members": [r["val_mape"] for r in results], "val_mape": ens,
                 "val_wmape": ens_w,
                 "best_epochs": [r["best_epoch"] for r in results], "epochs": epochs,
@@ -241,7 +260,7 @@ class NeuSightPredictor(KernelPredictor):
             return int(e.get(cls, 1)) if cls else max(int(v) for v in e.values())
         return int(e)
 
-    def _u(self, cls: str, X: torch.Tensor, waves: torch.Tensor) -> torch.Tensor:
+    def _u(self, cls: str, X: np.ndarray, waves: np.ndarray) -> np.ndarray:
         """Ensemble utilisation: the mean of the members' u (each in (0, 1], so the mean is too).
 
         The authors' form u = sigmoid(o2) - sigmoid(o0) / waves reaches zero or below for kernels with
@@ -249,15 +268,18 @@ class NeuSightPredictor(KernelPredictor):
         one-layer graph has no tiny kernels such as attention-mask ops, so their code never meets them).
         It is held at the lowest u the network gives on its own training records of that class, instead
         of at 1e-6 (which turned a 10-microsecond kernel into 10 ms)."""
-        u = torch.stack([utilisation(net(X), waves, self._form) for net in self.nets[cls]]).mean(0)
+        X = np.asarray(X, dtype=np.float32)
+        waves = np.asarray(waves, dtype=np.float32)
+        u = np.mean([utilisation(net(X), waves, self._form) for net in self.nets[cls]], axis=0).astype(float)
         if self._form == "authors" and cls in self.u_floor:
-            u = u.clamp(min=float(self.u_floor[cls]))
+            u = np.maximum(u, float(self.u_floor[cls]))
         return u
 
-    def _training_floor(self, cls: str, Xt: torch.Tensor, wt: torch.Tensor) -> float:
-        with torch.no_grad():
-            u = torch.stack([utilisation(net(Xt), wt, self._form) for net in self.nets[cls]]).mean(0)
-        return float(u.min().clamp(min=U_MIN))
+    def _training_floor(self, cls: str, X: np.ndarray, waves: np.ndarray) -> float:
+        X = np.asarray(X, dtype=np.float32)
+        waves = np.asarray(waves, dtype=np.float32)
+        u = np.mean([utilisation(net(X), waves, self._form) for net in self.nets[cls]], axis=0)
+        return float(max(u.min(), U_MIN))
 
     def needs_calibration(self) -> bool:
         """Weights saved before ``u_floor`` existed (authors' form): the floor is computed on load."""
@@ -270,8 +292,7 @@ class NeuSightPredictor(KernelPredictor):
             df = k[k["op_class"] == cls].reset_index(drop=True)
             dev = common.device_arrays(df)
             X, waves, _ = self._inputs(df, dev, df["tile_m"], df["tile_k"], df["tile"])
-            self.u_floor[cls] = self._training_floor(cls, torch.tensor(self._scale(cls, X), dtype=torch.float32),
-                                                     torch.tensor(waves, dtype=torch.float32))
+            self.u_floor[cls] = self._training_floor(cls, self._scale(cls, X), waves)
 
     # ------------------------------------------------------------ prediction
     def utilisation(self, kernels: pd.DataFrame, device) -> np.ndarray:
@@ -287,10 +308,7 @@ class NeuSightPredictor(KernelPredictor):
             d = {k: v[rows] for k, v in dev.items()}
             X, waves, _ = self._inputs(kernels.iloc[rows], d, tm[rows], tk[rows], t[rows])
             X = self._clip(cls, X)
-            with torch.no_grad():
-                u = self._u(cls, torch.tensor(self._scale(cls, X), dtype=torch.float32),
-                            torch.tensor(waves, dtype=torch.float32))
-            out[rows] = u.double().numpy()
+            out[rows] = self._u(cls, self._scale(cls, X), waves)
         return out
 
     def _predict_model(self, kernels: pd.DataFrame, device, dev: dict) -> np.ndarray:
@@ -307,10 +325,7 @@ class NeuSightPredictor(KernelPredictor):
                 continue
             X, waves, base = self._inputs(sub, d, tm[rows], tk[rows], t[rows])
             X = self._clip(cls, X)
-            with torch.no_grad():
-                u = self._u(cls, torch.tensor(self._scale(cls, X), dtype=torch.float32),
-                            torch.tensor(waves, dtype=torch.float32)).double().numpy()
-            out[rows] = base / u
+            out[rows] = base / self._u(cls, self._scale(cls, X), waves)
         return out
 
     # ------------------------------------------------------------ state
@@ -325,10 +340,7 @@ class NeuSightPredictor(KernelPredictor):
         for c, sds in state["nets"].items():
             self.nets[c] = []
             for sd in sds:
-                net = self._net(c)
-                net.load_state_dict(sd)
-                net.eval()
-                self.nets[c].append(net)
+                self.nets[c].append(NumpyMLP(sd))
         self.norm = {c: (np.asarray(v["mu"]), np.asarray(v["sd"])) for c, v in state["norm"].items()}
         self.range = {c: (np.asarray(v["lo"]), np.asarray(v["hi"])) for c, v in state.get("range", {}).items()}
         self.u_floor = {c: float(v) for c, v in (state.get("u_floor") or {}).items()}

@@ -1,0 +1,67 @@
+"""Model configs by name or path, read without torch (the tracer builds models from them).
+
+``available_configs`` lists the release's DLmodel_configs and ours (``model_configs/``);
+``load_config`` turns one into a ``transformers`` config (importing transformers only then).
+``trace`` re-exports these names.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from neusight_core import paths
+
+OUR_CONFIGS_DIR = Path(__file__).resolve().parent / "model_configs"
+
+
+class TraceError(ValueError):
+    """Bad input to the tracer (unknown model, unsupported type, non-positive batch/sequence)."""
+
+
+def available_configs() -> dict[str, Path]:
+    """Config name -> JSON file: the release's DLmodel_configs plus ours (model_configs/)."""
+    out: dict[str, Path] = {}
+    rel = paths.model_configs_dir()
+    if rel.is_dir():
+        out.update({p.stem: p for p in sorted(rel.glob("*.json"))})
+    out.update({p.stem: p for p in sorted(OUR_CONFIGS_DIR.glob("*.json"))})
+    return out
+
+
+def load_config(name_or_path):
+    """A ``transformers`` config from a release/our config name or a path to a JSON file."""
+    import transformers
+
+    if isinstance(name_or_path, transformers.PretrainedConfig):
+        return copy.deepcopy(name_or_path)
+    if isinstance(name_or_path, dict):
+        return _config_from_dict(dict(name_or_path), "dict", name_or_path.get("name", ""))
+    p = Path(str(name_or_path))
+    if not (p.suffix == ".json" and p.is_file()):
+        known = available_configs()
+        if str(name_or_path) not in known:
+            raise TraceError(f"unknown model config {name_or_path!r}; known: {', '.join(sorted(known)) or 'none'} "
+                             "(or give a path to a JSON file)")
+        p = known[str(name_or_path)]
+    try:
+        d = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise TraceError(f"model config {p} is not valid JSON: {e}") from None
+    return _config_from_dict(d, str(p), p.stem)
+
+
+def _config_from_dict(d: dict, where: str, name: str):
+    import transformers
+
+    # our own files carry provenance keys that are not part of the HF config
+    d = {k: v for k, v in d.items() if not k.startswith("_neusight") and k != "name"}
+    mt = d.pop("model_type", None)
+    if not mt:
+        raise TraceError(f"model config {where} has no model_type")
+    try:
+        cfg = transformers.AutoConfig.for_model(mt, **d)
+    except (ValueError, KeyError):
+        raise TraceError(f"unsupported model type {mt!r} in {where}: transformers has no such model") from None
+    cfg.name_or_path = name or mt
+    return cfg

@@ -1,0 +1,108 @@
+"""The torch side of the predictors: the MLP and its training loop. Imported only to train; a
+prediction runs the trained weights with numpy (``base.NumpyMLP``), so answering a question does
+not import torch."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, n_in: int, n_out: int, hidden: int, layers: int):
+        super().__init__()
+        dims = [n_in] + [hidden] * (layers - 1)
+        mods = []
+        for a, b in zip(dims[:-1], dims[1:]):
+            mods += [nn.Linear(a, b), nn.ReLU()]
+        mods.append(nn.Linear(dims[-1], n_out))
+        self.net = nn.Sequential(*mods)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def relative_loss(pred_over_y: torch.Tensor, kind: str) -> torch.Tensor:
+    """Relative-error losses on the ratio predicted / measured."""
+    r = pred_over_y
+    if kind == "ape":
+        return (r - 1).abs().mean()
+    if kind == "smape":
+        return (2 * (r - 1).abs() / (r + 1)).mean()
+    if kind == "smape_authors":
+        # the authors' "SMAPE": mean |t - p| / (t + p) = |r - 1| / (r + 1) (neusight/Model/trainer.py 42-43)
+        return ((r - 1).abs() / (r + 1)).mean()
+    if kind == "logratio":
+        return torch.log(r).abs().mean()
+    raise ValueError(f"unknown loss {kind!r}")
+
+
+def train_loop(model: nn.Module, ratio_fn, n: int, val_idx: np.ndarray, epochs: int, batch: int, lr: float,
+               loss: str, seed: int, bar=None, weight_decay: float = 0.0, optimizer: str = "adam",
+               schedule: str = "onecycle", val_weight: np.ndarray | None = None) -> dict:
+    """Minimise ``loss`` of ``ratio_fn(idx)`` (predicted / measured for rows idx) over the rows not in
+    ``val_idx``; keep the weights of the epoch with the lowest validation MAPE (training GPUs only).
+
+    ``optimizer`` adam | adamw (torch's AdamW, default decay 0.01 unless ``weight_decay`` is given),
+    ``schedule`` onecycle | constant; ``val_weight`` weights the validation APEs (e.g. by kernel
+    time). An epoch whose loss is not finite ends training; the best earlier epoch is kept."""
+    g = torch.Generator().manual_seed(seed)
+    mask = np.ones(n, bool)
+    mask[val_idx] = False
+    train_idx = torch.from_numpy(np.flatnonzero(mask))
+    val_t = torch.from_numpy(np.asarray(val_idx, dtype=np.int64))
+    vw = None if val_weight is None else torch.as_tensor(np.asarray(val_weight, float)[val_idx], dtype=torch.float32)
+    if optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, **({"weight_decay": weight_decay} if weight_decay else {}))
+    elif optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    else:
+        raise ValueError(f"unknown optimizer {optimizer!r}")
+    steps_per_epoch = max(1, math.ceil(len(train_idx) / batch))
+    if schedule == "onecycle":
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=epochs * steps_per_epoch)
+    elif schedule == "constant":
+        sched = None
+    else:
+        raise ValueError(f"unknown schedule {schedule!r}")
+    best = (float("inf"), None, -1)
+    history = []
+    diverged = False
+    for ep in range(epochs):
+        model.train()
+        perm = train_idx[torch.randperm(len(train_idx), generator=g)]
+        for s in range(steps_per_epoch):
+            idx = perm[s * batch:(s + 1) * batch]
+            opt.zero_grad()
+            lv = relative_loss(ratio_fn(idx), loss)
+            if not torch.isfinite(lv):
+                diverged = True
+                break
+            lv.backward()
+            opt.step()
+            if sched is not None:
+                sched.step()
+        if diverged:
+            history.append(float("nan"))
+            if bar is not None:
+                bar.update(epochs - ep)
+            break
+        model.eval()
+        with torch.no_grad():
+            if not len(val_t):
+                vm = float(lv)
+            else:
+                ape = (ratio_fn(val_t) - 1).abs()
+                vm = float((ape * vw).sum() / vw.sum() * 100) if vw is not None else float(ape.mean() * 100)
+        vm = vm if math.isfinite(vm) else float("inf")
+        history.append(vm)
+        if vm < best[0]:
+            best = (vm, {k: v.detach().clone() for k, v in model.state_dict().items()}, ep)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(val_mape=f"{vm:.1f}")
+    if best[1] is not None:
+        model.load_state_dict(best[1])
+    return {"val_mape": best[0], "best_epoch": best[2], "history": history, "diverged": diverged}
