@@ -28,6 +28,12 @@ trace argument except batch and seq):
 6. **Buckets**: where one polynomial does not hold over all seq (Switch's expert capacity
    ``min(ceil(seq / experts), capacity)``), a family per power-of-two bucket [lo, 2 lo) of seq with
    samples lo, 5/4 lo, 3/2 lo and an odd check point 7/4 lo + 1 (``family_for(..., allow_bucket=True)``).
+7. **One seq**: where even the bucket's check fails (Switch below capacity: ceil(seq / experts)
+   tokens per expert), a family of that seq alone, linear in batch: samples batch 2 and 4, check at
+   batch 3 with 4 units (``family_for(..., allow_fixed=True)``, batch >= 2; the sweep asks for it
+   when at least two of its tables share that seq). Batch-1 tables of a model whose batch >= 2
+   family failed its check are traced for real without building a batch-1 family (it would fail
+   the same way).
 
 Derived tables have the columns of a real trace except ``reads`` / ``writes`` (buffer
 dependencies, needed by ``fusion.fuse`` only): fused and parallel tables are built from real
@@ -121,33 +127,36 @@ def _weights(points, sb=SAMPLE_B, ss=SAMPLE_S) -> np.ndarray:
     """Lagrange weights (P x len(sb)*3) of the sample values at the points (b, s), extended precision."""
     P = np.asarray(points, dtype=np.longdouble).reshape(-1, 2)
     b, s = P[:, 0], P[:, 1]
-    if len(sb) == 1:
-        lb = [np.ones_like(b)]
-    else:
-        b0, b1 = (np.longdouble(x) for x in sb)
-        lb = [(b - b1) / (b0 - b1), (b - b0) / (b1 - b0)]
-    S = [np.longdouble(x) for x in ss]
-    ls = []
-    for j in range(3):
-        w = np.ones_like(s)
-        for m in range(3):
-            if m != j:
-                w = w * (s - S[m]) / (S[j] - S[m])
-        ls.append(w)
-    return np.stack([lb[i] * ls[j] for i in range(len(lb)) for j in range(3)], axis=1)
+    def lagrange(x, xs):
+        xs = [np.longdouble(v) for v in xs]
+        out = []
+        for j in range(len(xs)):
+            w = np.ones_like(x)
+            for m in range(len(xs)):
+                if m != j:
+                    w = w * (x - xs[m]) / (xs[j] - xs[m])
+            out.append(w)
+        return out
+
+    lb, ls = lagrange(b, sb), lagrange(s, ss)       # one sample: the constant 1 (a fixed batch or seq)
+    return np.stack([lb[i] * ls[j] for i in range(len(lb)) for j in range(len(ls))], axis=1)
 
 
 class Family:
     """Derivation of one model / mode / trace-options family (see module doc)."""
 
     def __init__(self, model, mode: str = "inf", batch_one: bool = False, seq_bucket: int | None = None,
-                 **trace_kw):
+                 seq_fixed: int | None = None, **trace_kw):
         t0 = time.perf_counter()
         self.model, self.mode, self.trace_kw = model, mode, dict(trace_kw)
         self.max_positions = None
         self.sample_b = SAMPLE_B1 if batch_one else SAMPLE_B
-        self.seq_bucket = seq_bucket
-        if seq_bucket is None:
+        self.seq_bucket, self.seq_fixed = seq_bucket, seq_fixed
+        if seq_fixed is not None:        # one sequence length: linear in batch only (samples b = 2, 4)
+            if batch_one:
+                raise DeriveError("a fixed-seq family needs two batch samples (batch >= 2)")
+            self.sample_s, check_s = (int(seq_fixed),), int(seq_fixed)
+        elif seq_bucket is None:
             self.sample_s, check_s = SAMPLE_S, CHECK_S
         else:                            # samples and an odd check point inside [lo, 2 lo)
             lo = int(seq_bucket)
@@ -408,19 +417,25 @@ def compare(derived: pd.DataFrame, real: pd.DataFrame, rtol: float = 1e-12) -> s
 _FAMILIES: dict = {}
 
 
+def _family_key(model, mode, batch_one, seq_bucket=None, seq_fixed=None, **trace_kw) -> str:
+    return trace_cache.key_hash({"config": trace_cache.config_content(model), "mode": mode,
+                                 "batch_one": bool(batch_one), "seq_bucket": seq_bucket, "seq_fixed": seq_fixed,
+                                 **trace_kw})
+
+
 def family(model, mode: str = "inf", batch_one: bool = False, seq_bucket: int | None = None,
-           **trace_kw) -> Family:
+           seq_fixed: int | None = None, **trace_kw) -> Family:
     """The (per-process memoised) family of a model config and trace options (batch 1 or batch >= 2;
-    all sequence lengths, or one bucket [lo, 2 lo) of them)."""
-    key = trace_cache.key_hash({"config": trace_cache.config_content(model), "mode": mode,
-                                "batch_one": bool(batch_one), "seq_bucket": seq_bucket, **trace_kw})
+    all sequence lengths, one bucket [lo, 2 lo) of them, or one sequence length)."""
+    key = _family_key(model, mode, batch_one, seq_bucket, seq_fixed, **trace_kw)
     if key not in _FAMILIES:
-        _FAMILIES[key] = Family(model, mode, batch_one=batch_one, seq_bucket=seq_bucket, **trace_kw)
+        _FAMILIES[key] = Family(model, mode, batch_one=batch_one, seq_bucket=seq_bucket, seq_fixed=seq_fixed,
+                                **trace_kw)
     return _FAMILIES[key]
 
 
 def family_for(model, batch: int, seq: int, mode: str = "inf", allow_bucket: bool = True,
-               **trace_kw) -> Family | None:
+               allow_fixed: bool = False, **trace_kw) -> Family | None:
     """The derivable family that covers (batch, seq), or None (trace for real).
 
     First the family over all sequence lengths; if its check fails (a shape that is not one
@@ -429,19 +444,31 @@ def family_for(model, batch: int, seq: int, mode: str = "inf", allow_bucket: boo
     """
     if seq < MIN_SEQ:
         return None
+    if int(batch) == 1:
+        # the batch >= 2 family of the same model already failed its check on a shape in seq: the
+        # batch-1 family (same shapes in seq) would fail the same way; do not pay for it
+        other = _FAMILIES.get(_family_key(model, mode, False, **trace_kw))
+        if other is not None and not other.ok and "check at" in other.reason and not allow_bucket:
+            return None
     fam = family(model, mode, batch_one=int(batch) == 1, **trace_kw)
     if fam.max_positions is not None and seq + int(trace_kw.get("past", 0) or 0) > fam.max_positions:
         return None                    # the real tracer says why it cannot run
     if fam.ok:
         return fam
-    if not allow_bucket:
-        return None
     if "check at" not in fam.reason and "differs between sample" not in fam.reason \
             and "kernels at sample" not in fam.reason:
         return None                    # not reducible at all: no bucket will do better
-    lo = 1 << (int(seq).bit_length() - 1)
-    fam = family(model, mode, batch_one=int(batch) == 1, seq_bucket=lo, **trace_kw)
-    return fam if fam.ok else None
+    if allow_bucket:
+        lo = 1 << (int(seq).bit_length() - 1)
+        fam = family(model, mode, batch_one=int(batch) == 1, seq_bucket=lo, **trace_kw)
+        if fam.ok:
+            return fam
+    if allow_fixed and int(batch) >= 2:
+        # a shape that is not a polynomial in seq even within a bucket (Switch's ceil(seq / experts)):
+        # this seq alone, linear in batch
+        fam = family(model, mode, seq_fixed=int(seq), **trace_kw)
+        return fam if fam.ok else None
+    return None
 
 
 def derived_or_traced(model, batch: int, seq: int, mode: str = "inf", **trace_kw) -> pd.DataFrame:

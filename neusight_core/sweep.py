@@ -211,21 +211,24 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     bar = tqdm(total=len(keys), desc="kernel tables", disable=not progress, leave=False)
     # derivation pays when a family covers several tables (building one costs ~7 traces of a
     # reduced model): at least MIN_FAMILY tables, MIN_BUCKET within a seq bucket
-    group, bucket = {}, {}
+    group, bucket, same_seq = {}, {}, {}
     for key in keys:
         model, b, s, mode, past = key[:5]
         g0 = (model, mode, past, b == 1)
         group[g0] = group.get(g0, 0) + 1
         g1 = g0 + (int(s).bit_length(),)
         bucket[g1] = bucket.get(g1, 0) + 1
-    for key, t in keys.items():
+        same_seq[g0 + (s,)] = same_seq.get(g0 + (s,), 0) + 1
+    # batch >= 2 first: a failed check there spares the batch-1 family of the same model (derive.family_for)
+    for key, t in sorted(keys.items(), key=lambda kv: kv[0][1] == 1):
         model, b, s, mode, past, fusion, plan, g, mb = key
         fam = None
         g0 = (model, mode, past, b == 1)
         if use_derivation and not fusion and plan is None and group[g0] >= MIN_FAMILY:
             try:
                 fam = derive.family_for(model, b, s, mode, past=past,
-                                        allow_bucket=bucket[g0 + (int(s).bit_length(),)] >= MIN_BUCKET)
+                                        allow_bucket=bucket[g0 + (int(s).bit_length(),)] >= MIN_BUCKET,
+                                        allow_fixed=same_seq[g0 + (s,)] >= MIN_FAMILY)
             except Exception:  # noqa: BLE001 - derivation is an optimisation: trace instead
                 fam = None
         if fam is not None:

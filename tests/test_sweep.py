@@ -73,6 +73,15 @@ def test_derived_tables_equal_real_traces_kernel_by_kernel(cache_dir, model):
         assert fam.ok, fam.reason
 
 
+def test_switch_below_capacity_is_derived_per_seq_linear_in_batch(cache_dir):
+    """seq 130: ceil(130 / 4) = 33 tokens per expert is not a polynomial in seq even in its bucket
+    (the bucket's check fails), so the family of that seq alone, linear in batch, is used."""
+    fam = derive.family_for("switchxl4", 6, 130, "inf", past=0, allow_bucket=True, allow_fixed=True)
+    assert fam is not None and fam.seq_fixed == 130 and fam.seq_bucket is None
+    assert derive.family_for("switchxl4", 6, 130, "inf", past=0, allow_bucket=True) is None   # without it
+    assert derive.compare(fam.table(6, 130), trace.trace_model("switchxl4", 6, 130, "inf")) == ""
+
+
 def test_a_failing_check_falls_back_to_a_real_trace(cache_dir, monkeypatch):
     monkeypatch.setattr(derive, "compare", lambda a, b, rtol=1e-12: "forced difference")
     fam = derive.Family("gpt2_large", "inf")
