@@ -125,6 +125,8 @@ def _add_sweep_parser(sub) -> None:
                    help=f"predictor(s), comma-separated, of: {', '.join(_pred.NAMES)}")
     p.add_argument("--seed", default="0", help="predictor seed(s), comma-separated")
     p.add_argument("--quick", action="store_true", help="use (or train) the quick predictors")
+    p.add_argument("--dtype", default="fp32",
+                   help="precision(s), comma-separated, of fp32 (the paper), tf32, fp16, bf16 (extrapolations)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", required=True, help="CSV file to write")
 
@@ -153,7 +155,8 @@ def _sweep(a) -> int:
                      ints(a.batch, "batch"), ints(a.seq, "seq"), modes, predictors=names,
                      seeds=ints(a.seed, "seed"), quick=a.quick, progress=not a.no_progress,
                      fusion=a.fusion, parallel=plans, gpus=ints(a.gpus, "gpus") if a.gpus else None,
-                     micro_batches=a.micro_batches, link_gbs=a.link_gbs)
+                     micro_batches=a.micro_batches, link_gbs=a.link_gbs,
+                     dtype=[x.strip() for x in a.dtype.split(",") if x.strip()])
     tmp = out.with_name(out.name + ".tmp")
     df.to_csv(tmp, index=False)
     tmp.replace(out)

@@ -31,7 +31,7 @@ import pandas as pd
 from neusight_core import derive, latency, network, trace_cache
 
 INPUTS = ["model", "device", "batch", "seq", "mode", "fusion", "parallel", "gpus", "micro_batches",
-          "link_gbs", "past"]
+          "link_gbs", "past", "dtype"]
 CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM", "COMM", "UNCLASSIFIED")
 RESULTS = (["predictor", "seed", "e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"]
            + [f"{c}_ms" for c in CLASSES] + ["kernels", "derived", "error"])
@@ -54,11 +54,11 @@ def _as_list(x):
 
 
 def grid(models, devices, batches, seqs, modes=("inf",), fusion=False, parallel=None, gpus=None,
-         micro_batches=1, link_gbs=None, past=0) -> pd.DataFrame:
+         micro_batches=1, link_gbs=None, past=0, dtype="fp32") -> pd.DataFrame:
     """The full product of the arguments (each a value or a list) as a configuration frame."""
     rows = itertools.product(_as_list(models), _as_list(devices), _as_list(batches), _as_list(seqs),
                              _as_list(modes), _as_list(fusion), _as_list(parallel), _as_list(gpus),
-                             _as_list(micro_batches), _as_list(link_gbs), _as_list(past))
+                             _as_list(micro_batches), _as_list(link_gbs), _as_list(past), _as_list(dtype))
     return pd.DataFrame(list(rows), columns=INPUTS)
 
 
@@ -92,6 +92,11 @@ def _normalise(r: dict) -> dict:
     if mode not in latency.MODES:
         raise SweepInputError(f"mode must be one of {', '.join(latency.MODES)}, got {mode!r}")
     out["mode"] = mode
+    dt = r.get("dtype")
+    dt = "fp32" if dt is None or (isinstance(dt, float) and math.isnan(dt)) or dt == "" else dt
+    if dt not in latency.DTYPES:
+        raise SweepInputError(f"dtype must be one of {', '.join(latency.DTYPES)}, got {dt!r}")
+    out["dtype"] = dt
     plan = r.get("parallel")
     plan = None if plan in (None, "", "none") or (isinstance(plan, float) and math.isnan(plan)) else plan
     if plan is not None and plan not in latency.PLANS:
@@ -136,20 +141,21 @@ def compact_table(k: pd.DataFrame) -> pd.DataFrame:
 
 def table_key(r: dict) -> tuple:
     return (str(r["model"]), r["batch"], r["seq"], r["mode"], r["past"], r["fusion"], r["parallel"],
-            r["gpus"] if r["parallel"] else 1, r["micro_batches"] if r["parallel"] == "pp" else 1)
+            r["gpus"] if r["parallel"] else 1, r["micro_batches"] if r["parallel"] == "pp" else 1, r["dtype"])
 
 
 def kernel_table(model, batch: int, seq: int, mode: str, past: int = 0, fusion: bool = False,
-                 parallel: str | None = None, gpus: int = 1, micro_batches: int = 1) -> pd.DataFrame:
+                 parallel: str | None = None, gpus: int = 1, micro_batches: int = 1,
+                 dtype: str = "fp32") -> pd.DataFrame:
     """A full kernel table (trace -> fusion -> plan) through the trace cache (real traces only)."""
     if not fusion and parallel is None:
-        return trace_cache.trace(model, batch, seq, mode, past=past)
-    args = trace_cache.trace_kwargs(batch, seq, mode, past=past)
+        return trace_cache.trace(model, batch, seq, mode, past=past, dtype=dtype)
+    args = trace_cache.trace_kwargs(batch, seq, mode, past=past, dtype=dtype)
     key = trace_cache.make_key("table", model, **args, fusion=bool(fusion), parallel=parallel,
                                gpus=int(gpus), micro_batches=int(micro_batches))
 
     def build():
-        k = trace_cache.trace(model, batch, seq, mode, past=past)
+        k = trace_cache.trace(model, batch, seq, mode, past=past, dtype=dtype)
         if fusion:
             from neusight_core import fusion as _fusion
             k = _fusion.fuse(k)
@@ -214,19 +220,19 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     group, bucket, same_seq = {}, {}, {}
     for key in keys:
         model, b, s, mode, past = key[:5]
-        g0 = (model, mode, past, b == 1)
+        g0 = (model, mode, past, b == 1, key[-1])
         group[g0] = group.get(g0, 0) + 1
         g1 = g0 + (int(s).bit_length(),)
         bucket[g1] = bucket.get(g1, 0) + 1
         same_seq[g0 + (s,)] = same_seq.get(g0 + (s,), 0) + 1
     # batch >= 2 first: a failed check there spares the batch-1 family of the same model (derive.family_for)
     for key, t in sorted(keys.items(), key=lambda kv: kv[0][1] == 1):
-        model, b, s, mode, past, fusion, plan, g, mb = key
+        model, b, s, mode, past, fusion, plan, g, mb, dt = key
         fam = None
-        g0 = (model, mode, past, b == 1)
+        g0 = (model, mode, past, b == 1, dt)
         if use_derivation and not fusion and plan is None and group[g0] >= MIN_FAMILY:
             try:
-                fam = derive.family_for(model, b, s, mode, past=past,
+                fam = derive.family_for(model, b, s, mode, past=past, dtype=dt,
                                         allow_bucket=bucket[g0 + (int(s).bit_length(),)] >= MIN_BUCKET,
                                         allow_fixed=same_seq[g0 + (s,)] >= MIN_FAMILY)
             except Exception:  # noqa: BLE001 - derivation is an optimisation: trace instead
@@ -243,9 +249,10 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
             tab_derived[t] = True
         bar.update(len(pts))
     for t, key in real:
-        model, b, s, mode, past, fusion, plan, g, mb = key
+        model, b, s, mode, past, fusion, plan, g, mb, dt = key
         try:
-            k = kernel_table(model, b, s, mode, past=past, fusion=fusion, parallel=plan, gpus=g, micro_batches=mb)
+            k = kernel_table(model, b, s, mode, past=past, fusion=fusion, parallel=plan, gpus=g, micro_batches=mb,
+                             dtype=dt)
             parts.append(compact_table(k).assign(_tab=t))
             tab_derived[t] = False
         except Exception as e:  # noqa: BLE001 - recorded in the rows of this table

@@ -176,23 +176,26 @@ def test_sweep_equals_predict_model_and_keeps_going_on_bad_cells(cache_dir, monk
         dict(model="gpt2_large", device="H100", batch=4, seq=64, mode="train", parallel="dp", gpus=2),
         dict(model="gpt2_large", device="H100", batch=2, seq=64, mode="train", parallel="tp", gpus=2),
         dict(model="gpt2_large", device="H100", batch=2, seq=64, mode="train", parallel="pp", gpus=2),
+        dict(model="gpt2_large", device="L4", batch=3, seq=128, mode="inf", dtype="bf16"),
         dict(model="gpt2_large", device="NoSuchGPU", batch=2, seq=128, mode="inf"),
         dict(model="no_such_model", device="H100", batch=2, seq=128, mode="inf"),
         dict(model="bert_large", device="H100", batch=0, seq=128, mode="inf"),
         dict(model="bert_large", device="H100", batch=2, seq=4096, mode="inf"),   # beyond 512 positions
+        dict(model="bert_large", device="H100", batch=2, seq=128, mode="inf", dtype="fp8"),
     ])
-    out = sweep.run(configs, ["roofline", "li"], quick=True, progress=False)
-    assert len(out) == 2 * len(configs)
+    predictors = ["roofline", "li", "neusight"]
+    out = sweep.run(configs, predictors, quick=True, progress=False)
+    assert len(out) == len(predictors) * len(configs)
     assert list(out.columns) == sweep.INPUTS + list(sweep.RESULTS)
-    for p in ("roofline", "li"):
+    for p in predictors:
         g = out[out.predictor == p].reset_index(drop=True)
-        assert (g.error.iloc[:7] == "").all(), g.error.iloc[:7].tolist()
-        assert "NoSuchGPU" in g.error[7] and "no_such_model" in g.error[8] and "batch" in g.error[9]
-        assert "positions" in g.error[10]
-        assert g.e2e_ms.iloc[7:].isna().all()
-        assert g.derived.iloc[:3].all() and not g.derived.iloc[3:7].any()
-        for i, r in configs.iloc[:7].iterrows():
-            kw = {k: r[k] for k in ("fusion", "parallel", "gpus") if isinstance(r[k], str) or r[k] == r[k]}
+        assert (g.error.iloc[:8] == "").all(), g.error.iloc[:8].tolist()
+        assert "NoSuchGPU" in g.error[8] and "no_such_model" in g.error[9] and "batch" in g.error[10]
+        assert "positions" in g.error[11] and "dtype" in g.error[12]
+        assert g.e2e_ms.iloc[8:].isna().all()
+        assert g.derived.iloc[:3].all() and not g.derived.iloc[3:7].any() and g.derived.iloc[7]
+        for i, r in configs.iloc[:8].iterrows():
+            kw = {k: r[k] for k in ("fusion", "parallel", "gpus", "dtype") if isinstance(r[k], str) or r[k] == r[k]}
             kw = {k: (int(v) if k == "gpus" else v) for k, v in kw.items()}
             ref = latency.predict_model(r.model, r.device, int(r.batch), int(r.seq), r["mode"], predictor=p,
                                         quick=True, **kw)

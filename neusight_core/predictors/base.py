@@ -218,20 +218,22 @@ def _json_default(x):
 
 # ---------------------------------------------------------------- prediction with trained weights
 class NumpyMLP:
-    """A trained ``nets.MLP`` evaluated with numpy (float32, as torch did): Linear, ReLU, ..., Linear.
+    """A trained ``nets.MLP`` evaluated with numpy: Linear, ReLU, ..., Linear.
 
     Built from its state dict (``net.<i>.weight`` / ``net.<i>.bias``, tensors or arrays), so that
-    loading weights and predicting need no torch."""
+    loading weights and predicting need no torch. The float32 weights are evaluated in float64: a
+    kernel's prediction then does not depend on which other kernels share the matrix product (BLAS
+    blocking changes float32 rounding by ~1e-7), so a sweep and a single question agree to 1e-12."""
 
     def __init__(self, state: dict):
         def arr(v):
-            return np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v, dtype=np.float32)
+            return np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v, dtype=np.float64)
         idx = sorted({int(k.split(".")[1]) for k in state if k.endswith(".weight")})
         self.layers = [(arr(state[f"net.{i}.weight"]).T.copy(), arr(state[f"net.{i}.bias"])) for i in idx]
         self.keys = idx
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
-        h = np.asarray(X, dtype=np.float32)
+        h = np.asarray(X, dtype=np.float64)
         for n, (w, b) in enumerate(self.layers):
             h = h @ w + b
             if n < len(self.layers) - 1:
@@ -241,7 +243,7 @@ class NumpyMLP:
     def state_dict(self) -> dict:
         out = {}
         for i, (w, b) in zip(self.keys, self.layers):
-            out[f"net.{i}.weight"], out[f"net.{i}.bias"] = w.T.copy(), b
+            out[f"net.{i}.weight"], out[f"net.{i}.bias"] = w.T.astype(np.float32), b.astype(np.float32)
         return out
 
 

@@ -268,16 +268,14 @@ class NeuSightPredictor(KernelPredictor):
         one-layer graph has no tiny kernels such as attention-mask ops, so their code never meets them).
         It is held at the lowest u the network gives on its own training records of that class, instead
         of at 1e-6 (which turned a 10-microsecond kernel into 10 ms)."""
-        X = np.asarray(X, dtype=np.float32)
-        waves = np.asarray(waves, dtype=np.float32)
-        u = np.mean([utilisation(net(X), waves, self._form) for net in self.nets[cls]], axis=0).astype(float)
+        X, waves = np.asarray(X, dtype=float), np.asarray(waves, dtype=float)
+        u = np.mean([utilisation(net(X), waves, self._form) for net in self.nets[cls]], axis=0)
         if self._form == "authors" and cls in self.u_floor:
             u = np.maximum(u, float(self.u_floor[cls]))
         return u
 
     def _training_floor(self, cls: str, X: np.ndarray, waves: np.ndarray) -> float:
-        X = np.asarray(X, dtype=np.float32)
-        waves = np.asarray(waves, dtype=np.float32)
+        X, waves = np.asarray(X, dtype=float), np.asarray(waves, dtype=float)
         u = np.mean([utilisation(net(X), waves, self._form) for net in self.nets[cls]], axis=0)
         return float(max(u.min(), U_MIN))
 
