@@ -67,7 +67,9 @@ def sweep_time(n_target: int, cache: Path, quick: bool) -> dict:
     df = sweep.sweep(models, gpus, batches, seqs, ["inf", "train"], predictors=["neusight"], quick=quick,
                      progress=False)
     dt = time.perf_counter() - t0
+    why = df.loc[df.error != "", "error"].str.replace(r"\d+", "N", regex=True).str[:70].value_counts()
     return {"configs": len(df), "models": len(set(df.model)), "errors": int((df.error != "").sum()),
+            "error_kinds": why.to_dict(),
             "seconds": dt, "tables_s": df.attrs["tables_s"], "tables": df.attrs["tables"],
             "derived_tables": df.attrs["derived_tables"], "distinct_kernels": df.attrs["distinct_kernels"]}
 
@@ -126,6 +128,8 @@ def main(argv=None) -> int:
                   f"(tables {r['tables_s']:.1f} s; {r['tables']} tables, {r['derived_tables']} derived; "
                   f"{r['distinct_kernels']} distinct kernels; {r['errors']} errors)"
                   + (f"   [target for 1,200: <= {TARGETS['1200']} s]" if n == 1200 else ""), flush=True)
+            for kind, cnt in r["error_kinds"].items():
+                print(f"         {cnt} x {kind}")
         if not a.skip_labelled:
             r = labelled(tmp / "labelled", a.quick)
             res["labelled"] = r
