@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 # = predictors.NAMES (kept here so that the parser does not import torch; a test checks they agree)
-PREDICTORS = ("neusight", "neusight-paper", "roofline", "habitat", "li")
+PREDICTORS = ("neusight", "neusight-paper", "neusight-logo", "roofline", "habitat", "li")   # = predictors.NAMES (no torch import here)
 
 
 def _models() -> list[tuple[str, str]]:
@@ -62,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="precision (default fp32 = the paper, TF32 off; the others are extrapolations: "
                         "GEMMs at the dense tensor-core peak, 2-byte elements for fp16/bf16)")
     p.add_argument("--predictor", default="neusight", choices=PREDICTORS,
-                   help="neusight (our recipe), neusight-paper (the authors' recipe, docs/recipes.md) or a baseline")
+                   help="neusight (ours: the authors' recipe on 3 seeds, averaged), neusight-paper (the authors' recipe, "
+                        "docs/recipes.md), neusight-logo (our earlier leave-one-GPU-out recipe) or a baseline")
     p.add_argument("--quick", action="store_true", help="use (or train) the quick predictors")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_sweep_parser(sub)

@@ -72,7 +72,7 @@ PREDICTORS = ("neusight", "roofline", "habitat", "li")
 # Release folder name of each predictor (Li et al. ships as "micro").
 RELEASE_PREDICTOR_DIR = {"neusight": "neusight", "roofline": "roofline", "habitat": "habitat", "li": "micro"}
 PREDICTOR_DISPLAY = {"roofline": "Roofline", "habitat": "Habitat", "li": "Li et al.", "neusight": "NeuSight",
-                     "neusight-paper": "NeuSight (authors' recipe)"}
+                     "neusight-paper": "NeuSight (authors' recipe)", "neusight-logo": "NeuSight (our LOGO recipe)"}
 # Row order of the authors' figures.
 FIGURE_PREDICTORS = {"roofline": "Roofline", "habitat": "Habitat", "li": "Li et al.", "neusight": "NeuSight"}
 

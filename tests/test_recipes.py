@@ -32,15 +32,16 @@ def test_paper_filter_counts_on_the_real_release(release_root):
 
 
 def test_recipe_files_are_the_configs():
-    paper, ours = hparams("neusight-paper"), hparams("neusight")
+    paper, ours = hparams("neusight-paper"), hparams("neusight-logo")
     assert P.create("neusight-paper").config["layers"] == 8 and paper["hidden"] == 512
+    assert hparams("neusight") == {"ensemble_of": "neusight-paper", "seeds": [0, 1, 2]}
     assert paper["lr"]["BMM"] == 1e-5 and paper["batch"]["SOFTMAX"] == 16
     assert paper["output_form"] == "authors" and paper["tile_lookup"] == "authors" and not paper["normalise"]
-    # our recipe states every key the paper recipe sets, so the ablation can switch each one
+    # our LOGO recipe states every key the paper recipe sets, so the ablation can switch each one
     assert set(paper) - set(ours) <= {"quick_epochs"}, set(paper) - set(ours)
 
 
-@pytest.mark.parametrize("name", ["neusight", "neusight-paper"])
+@pytest.mark.parametrize("name", ["neusight-logo", "neusight-paper"])
 def test_each_recipe_trains_quick_and_predicts(release_root, tmp_path, monkeypatch, name):
     monkeypatch.setattr(paths, "trained_dir", lambda: tmp_path)
     p = P.get(name, quick=True, seed=1)
@@ -153,9 +154,9 @@ def test_claims_over_seeds_reports_every_seed_and_mixed(release_root):
 def test_ablation_plan_switches_one_difference_at_a_time():
     plan = R.ablation_plan(epochs=3)
     names = [n for n, _ in plan]
-    assert names[0].endswith("(base)") and names[-1] == "all = neusight"
+    assert names[0].endswith("(base)") and names[-1] == "all = neusight-logo"
     assert plan[0][1] == {"epochs": 3}
-    ours, paper = hparams("neusight"), hparams("neusight-paper")
+    ours, paper = hparams("neusight-logo"), hparams("neusight-paper")
     for name, over in plan[1:-1]:
         switched = {k for k, v in over.items() if k != "epochs"}
         assert all(ours[k] == over[k] != paper.get(k) for k in switched), name

@@ -1,5 +1,9 @@
 """Kernel latency predictors: NeuSight and the paper's three baselines, one interface.
 
+NeuSight names: ``neusight`` (ours: the authors' recipe on seeds 0-2, latencies averaged;
+``ensemble.py``), ``neusight-paper`` (the authors' recipe) and ``neusight-logo`` (our earlier
+leave-one-GPU-out recipe, kept for the ablation); each a config in ``recipes/``.
+
 ``get(name, quick=False, seed=0)`` returns a trained predictor: the saved weights under
 ``paths.trained_dir()/<name>[-quick]-seed<seed>/`` when their config and training-data checksum match,
 otherwise it trains on the five training GPUs' kernels and saves (``meta.json`` records the config,
@@ -13,13 +17,15 @@ from pathlib import Path
 from neusight_core import paths
 from neusight_core.predictors.base import KernelPredictor, PredictorLoadError, config_hash
 from neusight_core.predictors.common import PredictorInputError
+from neusight_core.predictors.ensemble import SeedEnsemblePredictor
 from neusight_core.predictors.habitat import HabitatPredictor
 from neusight_core.predictors.li import LiPredictor
 from neusight_core.predictors.neusight import NeuSightPaperPredictor, NeuSightPredictor
 from neusight_core.predictors.roofline import RooflinePredictor
 
-NAMES = ("neusight", "neusight-paper", "roofline", "habitat", "li")
-REGISTRY = {"neusight": NeuSightPredictor, "neusight-paper": NeuSightPaperPredictor, "roofline": RooflinePredictor,
+NAMES = ("neusight", "neusight-paper", "neusight-logo", "roofline", "habitat", "li")
+REGISTRY = {"neusight": SeedEnsemblePredictor, "neusight-paper": NeuSightPaperPredictor,
+            "neusight-logo": NeuSightPredictor, "roofline": RooflinePredictor,
             "habitat": HabitatPredictor, "li": LiPredictor}
 
 
@@ -52,6 +58,12 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
     the quick subset (4,000 records per class) and the quick epochs."""
     from neusight_core import dataset
     p = create(name, seed, config)
+    if isinstance(p, SeedEnsemblePredictor):
+        # built from its members' trained weights (trained here if absent), never saved itself
+        if rows:
+            raise ValueError("the seed ensemble 'neusight' has no training subset of its own")
+        members = [get(p.config["ensemble_of"], quick=quick, seed=int(s), retrain=retrain) for s in p.config["seeds"]]
+        return SeedEnsemblePredictor.from_members(members, p.config)
     subset = dict(quick=True, quick_rows=int(rows)) if rows else dict(quick=quick)
     f = folder(name, quick, seed, config, rows)
     want = config_hash(name, {**p.config, "seed": seed})

@@ -114,8 +114,10 @@ def per_class(value, cls: str):
 
 
 class NeuSightPredictor(KernelPredictor):
-    """Our recipe (``recipes/neusight.yaml``), chosen on the training GPUs' kernels only."""
-    name = "neusight"
+    """Runs a recipe config; registered as ``neusight-logo``: our leave-one-GPU-out recipe
+    (``recipes/neusight-logo.yaml``, chosen on the training GPUs' kernels only). Our recipe
+    ``neusight`` is a seed ensemble of the authors' recipe (``predictors/ensemble.py``)."""
+    name = "neusight-logo"
 
     @classmethod
     def default_config(cls) -> dict:

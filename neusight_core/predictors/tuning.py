@@ -72,7 +72,7 @@ def main(argv=None) -> int:
 
     from neusight_core import predictors as P
     ap = argparse.ArgumentParser(prog="python -m neusight_core.predictors.tuning")
-    ap.add_argument("--base", default="neusight", help="recipe the overrides start from")
+    ap.add_argument("--base", default="neusight-logo", help="recipe the overrides start from")
     ap.add_argument("--classes", nargs="+", required=True)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--try", dest="tries", nargs="+", default=["{}"], help="JSON config overrides")
