@@ -381,3 +381,33 @@ def smallest_cut(table: pd.DataFrame, points: float = 1.0) -> int | None:
         if ((table[c] - table["best_all"]) <= points).all():
             return int(c.rsplit("_", 1)[1])
     return None
+
+
+# ---------------------------------------------------------------- seed ensemble on held-out kernels
+def held_out_ensemble_check(recipe: str = "neusight-paper", seeds=(0, 1, 2), quick: bool = False) -> pd.DataFrame:
+    """The evidence for our recipe (``recipes/neusight.yaml``), on the training GPUs' kernels only: per op
+    class, the records that every seed of ``recipe`` held out of training (its random validation split),
+    each member's MAPE and time-weighted MAPE there, and those of the members' mean latency."""
+    from neusight_core import dataset
+    from neusight_core.predictors import common
+    from neusight_core.predictors.base import split_validation
+    members = [P.get(recipe, quick=quick, seed=int(s)) for s in seeds]
+    k = members[0].filter_training(dataset.training_data(quick=quick).kernels)
+    rows = []
+    for cls in common.MODEL_CLASSES:
+        df = k[k["op_class"] == cls].reset_index(drop=True)
+        held = set(range(len(df)))
+        for m in members:
+            held &= set(split_validation(len(df), m.config["val_fraction"], m.seed).tolist())
+        if not held:
+            continue
+        sub = df.iloc[sorted(held)]
+        y = sub["latency_ms"].to_numpy(float)
+        preds = [m.predict(sub, None) for m in members]
+        apes = [np.abs(p / y - 1) * 100 for p in preds] + [np.abs(np.mean(preds, axis=0) / y - 1) * 100]
+        w = y / y.sum()
+        row = {"op_class": cls, "records": len(y)}
+        for name, a in zip([f"seed {s}" for s in seeds] + ["mean of seeds"], apes):
+            row[f"{name} MAPE"], row[f"{name} wMAPE"] = float(a.mean()), float((a * w).sum())
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -218,3 +218,18 @@ def test_authors_form_is_floored_at_its_training_minimum(release_root, tmp_path,
     write_state(state, f / STATE_FILE)
     again = P.get("neusight-paper", quick=True, seed=0)
     assert again.u_floor == pytest.approx(p.u_floor)
+
+
+def test_held_out_ensemble_check_uses_only_records_every_seed_held_out(release_root):
+    t = R.held_out_ensemble_check(seeds=(0, 1), quick=True)
+    assert {"BMM", "LINEAR"} <= set(t["op_class"]) and (t["records"] > 0).all()
+    members = [P.get("neusight-paper", quick=True, seed=s) for s in (0, 1)]
+    k = members[0].filter_training(dataset.training_data(quick=True).kernels)
+    n_bmm = int((k["op_class"] == "BMM").sum())
+    from neusight_core.predictors.base import split_validation
+    both = set(split_validation(n_bmm, 0.2, 0).tolist()) & set(split_validation(n_bmm, 0.2, 1).tolist())
+    assert int(t.set_index("op_class").loc["BMM", "records"]) == len(both)
+    # the mean's APE is a convex combination's: never above the worse member on any record, so its MAPE
+    # is at most the larger member MAPE
+    for _, r in t.iterrows():
+        assert r["mean of seeds MAPE"] <= max(r["seed 0 MAPE"], r["seed 1 MAPE"]) + 1e-9
