@@ -23,7 +23,7 @@ Tiles: the training records' own tiles in training; for prediction the tile of t
 record (``tiles.TileLookup``), so unseen GPUs never contribute a tile. MEM / UNCLASSIFIED kernels:
 bytes / bandwidth; COMM: 0 (the network model times them).
 
-Recipes. Everything above is one *recipe* (``predictors/recipes/neusight.yaml``); the class also runs
+Recipes. Everything above is one *recipe* (``predictors/recipes/neusight-logo.yaml``); the class also runs
 the authors' recipe (``recipes/neusight-paper.yaml``, documented with file and line of their code in
 ``docs/recipes.md``). A recipe is a config file; the switches it sets are:
 
