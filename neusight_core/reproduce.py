@@ -308,13 +308,13 @@ def paper_comparison(tier0_detail: pd.DataFrame, ours_detail: pd.DataFrame,
 
 
 def small_kernel_report(model: str, device: str, batch: int, seq: int, mode: str, option: str = "none",
-                        threshold_us: float = 10.0) -> pd.DataFrame:
+                        threshold_us: float = 10.0, quick: bool = False) -> pd.DataFrame:
     """Where an element-wise-heavy miss comes from: our NeuSight's predicted time of the VEC/MEM kernels of
     one configuration, split by whether the kernel's bandwidth roofline time is below ``threshold_us``,
     next to that roofline time. Columns: op_class, size, launches, predicted_ms, roofline_ms."""
     from neusight_core import devices
     dev = devices.get_device(device)
-    k = latency.predict_model(model, dev, batch, seq, mode, **option_kwargs(option))["kernels"]
+    k = latency.predict_model(model, dev, batch, seq, mode, quick=quick, **option_kwargs(option))["kernels"]
     k = k[k["op_class"].isin(["VEC", "MEM"])].copy()
     per_launch_roof = (k["bytes_read"] + k["bytes_written"]) / (dev.mem_bw_gbs * 1e9) * 1e3
     k["roofline_ms"] = per_launch_roof * k["count"]

@@ -141,3 +141,16 @@ def test_missing_model_config_is_named_for_every_predictor():
     err = out.loc[0, "ours_error"]
     assert err.startswith("all predictors: the authors' release ships no model config for 'switch4'")
     assert err.endswith("cannot be traced")  # a whole sentence, not cut
+
+
+def test_small_kernel_report_passes_quick_on(monkeypatch):
+    """Quick runs must never train the full predictors (it cost notebook 04 quick ~9 min)."""
+    seen = {}
+
+    def fake(model, dev, batch, seq, mode, **kw):
+        seen.update(kw)
+        raise RuntimeError("stop here")
+    monkeypatch.setattr(reproduce.latency, "predict_model", fake)
+    with pytest.raises(RuntimeError, match="stop here"):
+        reproduce.small_kernel_report("gpt2_large", "H100", 1, 128, "inf", quick=True)
+    assert seen.get("quick") is True
