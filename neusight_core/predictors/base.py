@@ -142,6 +142,11 @@ class KernelPredictor:
     # ------------------------------------------------------------ shared
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         common.check_kernels(kernels)
+        if kernels.attrs:
+            # a traced table carries large attrs (parameters, memory timeline) that pandas deep-copies on
+            # every operation; the predictors do not read them
+            kernels = kernels.copy(deep=False)
+            kernels.attrs = {}
         if not self.fitted:
             raise RuntimeError(f"predictor {self.name!r} is not trained: call fit() or predictors.get()")
         n = len(kernels)
@@ -229,7 +234,7 @@ class NumpyMLP:
         def arr(v):
             return np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v, dtype=np.float64)
         idx = sorted({int(k.split(".")[1]) for k in state if k.endswith(".weight")})
-        self.layers = [(arr(state[f"net.{i}.weight"]).T.copy(), arr(state[f"net.{i}.bias"])) for i in idx]
+        self.layers = [(arr(state[f"net.{i}.weight"]).T, arr(state[f"net.{i}.bias"])) for i in idx]   # W^T: a view
         self.keys = idx
 
     def __call__(self, X: np.ndarray) -> np.ndarray:

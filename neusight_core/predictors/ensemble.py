@@ -45,6 +45,9 @@ class SeedEnsemblePredictor(KernelPredictor):
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         if not self.members:
             raise RuntimeError("predictor 'neusight' has no members: use predictors.get('neusight')")
+        if kernels.attrs:                       # see KernelPredictor.predict: drop them once, not per member
+            kernels = kernels.copy(deep=False)
+            kernels.attrs = {}
         return np.mean([m.predict(kernels, device) for m in self.members], axis=0)
 
     def utilisation(self, kernels: pd.DataFrame, device) -> np.ndarray:

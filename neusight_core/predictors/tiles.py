@@ -91,7 +91,9 @@ class TileLookup:
                 pts = np.log2(r["dims"][sel])
                 self._trees[(cls, key)] = (cKDTree(pts), r["tiles"][sel])
             else:
-                hw = np.stack([_hw(devices.get_device(d)) for d in r["device"]])
+                # one catalogue look-up per training GPU, not per record (tens of thousands of them)
+                by_name = {d: _hw(devices.get_device(d)) for d in set(r["device"])}
+                hw = np.stack([by_name[d] for d in r["device"]])
                 self._trees[(cls, key)] = (cKDTree(np.concatenate([r["dims"], hw], 1)), r["tiles"])
         return self._trees[(cls, key)]
 
