@@ -54,10 +54,11 @@ def trace(model, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "f
     return _trace.trace_model(model, batch, seq, mode, past=past, dtype=dtype)
 
 
-@functools.lru_cache(maxsize=16)
-def _predictor(name: str, quick: bool):
+@functools.lru_cache(maxsize=32)
+def _predictor(name: str, quick: bool, seed: int = 0):
+    """Trained predictors by name, once per process (the sweep uses the same ones)."""
     from neusight_core import predictors
-    return predictors.get(name, quick=quick)
+    return predictors.get(name, quick=quick, seed=seed)
 
 
 def _device(device):

@@ -20,7 +20,6 @@ How a sweep runs
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import time
@@ -170,10 +169,7 @@ def kernel_table(model, batch: int, seq: int, mode: str, past: int = 0, fusion: 
     return trace_cache.cached(key, build)
 
 
-@functools.lru_cache(maxsize=32)
-def _predictor(name: str, quick: bool, seed: int):
-    from neusight_core import predictors
-    return predictors.get(name, quick=quick, seed=seed)
+_predictor = latency._predictor      # one set of trained predictors per process for questions and sweeps
 
 
 # ------------------------------------------------------------------------------ the sweep
