@@ -32,8 +32,8 @@ trace argument except batch and seq):
    tokens per expert), a family of that seq alone, linear in batch: samples batch 2 and 4, check at
    batch 3 with 4 units (``family_for(..., allow_fixed=True)``, batch >= 2; the sweep asks for it
    when at least two of its tables share that seq). Batch-1 tables of a model whose batch >= 2
-   family failed its check are traced for real without building a batch-1 family (it would fail
-   the same way).
+   family failed its check, and that have no bucket to try, are traced for real without building a
+   batch-1 family (it would fail the same way).
 
 Derived tables have the columns of a real trace except ``reads`` / ``writes`` (buffer
 dependencies, needed by ``fusion.fuse`` only): fused and parallel tables are built from real
@@ -446,7 +446,8 @@ def family_for(model, batch: int, seq: int, mode: str = "inf", allow_bucket: boo
         return None
     if int(batch) == 1:
         # the batch >= 2 family of the same model already failed its check on a shape in seq: the
-        # batch-1 family (same shapes in seq) would fail the same way; do not pay for it
+        # batch-1 family (same shapes in seq) would fail the same way; without a bucket to try after
+        # it, do not pay for it
         other = _FAMILIES.get(_family_key(model, mode, False, **trace_kw))
         if other is not None and not other.ok and "check at" in other.reason and not allow_bucket:
             return None

@@ -111,6 +111,16 @@ def config_hash(name: str, config: dict) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def without_attrs(kernels: pd.DataFrame) -> pd.DataFrame:
+    """The table without its attrs: a traced table carries large ones (parameters, memory timeline)
+    that pandas deep-copies on every operation, and the predictors do not read them."""
+    if not kernels.attrs:
+        return kernels
+    out = kernels.copy(deep=False)
+    out.attrs = {}
+    return out
+
+
 class KernelPredictor:
     """One per method. ``predict`` returns ms per launch (not times ``count``), > 0; COMM rows 0."""
     name = "base"
@@ -142,11 +152,7 @@ class KernelPredictor:
     # ------------------------------------------------------------ shared
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         common.check_kernels(kernels)
-        if kernels.attrs:
-            # a traced table carries large attrs (parameters, memory timeline) that pandas deep-copies on
-            # every operation; the predictors do not read them
-            kernels = kernels.copy(deep=False)
-            kernels.attrs = {}
+        kernels = without_attrs(kernels)
         if not self.fitted:
             raise RuntimeError(f"predictor {self.name!r} is not trained: call fit() or predictors.get()")
         n = len(kernels)

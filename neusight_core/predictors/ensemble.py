@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core.predictors.base import KernelPredictor, hparams
+from neusight_core.predictors.base import KernelPredictor, hparams, without_attrs
 
 
 class SeedEnsemblePredictor(KernelPredictor):
@@ -43,9 +43,7 @@ class SeedEnsemblePredictor(KernelPredictor):
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         if not self.members:
             raise RuntimeError("predictor 'neusight' has no members: use predictors.get('neusight')")
-        if kernels.attrs:                       # see KernelPredictor.predict: drop them once, not per member
-            kernels = kernels.copy(deep=False)
-            kernels.attrs = {}
+        kernels = without_attrs(kernels)      # once, not once per member
         return np.mean([m.predict(kernels, device) for m in self.members], axis=0)
 
     def utilisation(self, kernels: pd.DataFrame, device) -> np.ndarray:
