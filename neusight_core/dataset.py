@@ -259,6 +259,7 @@ class TrainingData:
     kernels: pd.DataFrame        # to_kernels(load_collect()) with device, latency_ms and tiles
     checksum: str                # sha256 of the raw files it came from
     devices: tuple               # catalogue names of the training GPUs
+    quick_rows: int | None = None  # records per class of the quick subset (None: all records)
 
     def of_class(self, *classes) -> pd.DataFrame:
         return self.kernels[self.kernels["op_class"].isin(classes)]
@@ -274,7 +275,7 @@ def training_data(quick: bool = False, seed: int = 0, quick_rows: int = 4000) ->
                 for _, idx in sorted(df.groupby("op_class").indices.items())]
         df = df.iloc[np.sort(np.concatenate(keep))]
     k = to_kernels(df.reset_index(drop=True))
-    return TrainingData(k, digest, tuple(sorted(k["device"].unique())))
+    return TrainingData(k, digest, tuple(sorted(k["device"].unique())), quick_rows if quick else None)
 
 
 def describe_columns() -> str:
@@ -293,10 +294,43 @@ def test_kernels() -> pd.DataFrame:
     return k
 
 
+def shape_key(kernels: pd.DataFrame) -> pd.Series:
+    """One string per kernel shape (op, B, M, N, K, H), the same on every GPU: the test sets measure the
+    same transformer-derived shapes on each GPU, so a split by this key holds a shape out everywhere."""
+    cols = [kernels[c].fillna(-1).astype(np.int64).astype(str) for c in ("B", "M", "N", "K", "H")]
+    key = kernels["op"].astype(str)
+    for c in cols:
+        key = key + ":" + c
+    return key
+
+
+def held_out_shapes(kernels: pd.DataFrame, fraction: float, seed: int = 0) -> np.ndarray:
+    """Boolean mask: the rows whose shape falls in a fixed random ``fraction`` of the distinct shapes."""
+    keys = shape_key(kernels)
+    distinct = np.sort(keys.unique())
+    rng = np.random.default_rng(seed)
+    out = set(distinct[rng.random(len(distinct)) < fraction])
+    return keys.isin(out).to_numpy()
+
+
+def seen_test_kernels(holdout: float = 0.0, holdout_seed: int = 0, part: str = "train") -> pd.DataFrame:
+    """The training GPUs' rows of the kernel test sets (transformer-derived, aligned shapes) as a kernel
+    table: extra training data of our recipe (``extra_training: seen_test``). With ``holdout`` > 0 a fixed
+    share of the distinct shapes is held out (on every GPU): ``part="train"`` gives the rest, ``"held_out"``
+    those shapes (the validation of recipes.md, ``recipe_eval.shape_holdout_check``). Never the unseen GPUs."""
+    k = test_kernels()
+    k = k[k["seen"]].reset_index(drop=True)
+    if holdout > 0:
+        out = held_out_shapes(k, holdout, holdout_seed)
+        k = k[out if part == "held_out" else ~out].reset_index(drop=True)
+    return k.drop(columns=["seen"])
+
+
 def dataset_summary(df: pd.DataFrame) -> pd.DataFrame:
     """Rows per op class and GPU (for notebooks)."""
     return df.pivot_table(index="op_class", columns="device", values="latency_ms", aggfunc="size", fill_value=0)
 
 
 __all__ = ["load_collect", "load_test", "to_kernels", "training_data", "test_kernels", "TrainingData",
+           "seen_test_kernels", "held_out_shapes", "shape_key",
            "DatasetError", "process", "checksum", "describe_columns"]

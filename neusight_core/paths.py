@@ -31,7 +31,10 @@ def release_dir() -> Path:
 
 
 def trained_dir() -> Path:
-    """Trained predictor weights (git-ignored), keyed by config and data checksum."""
+    """Trained predictor weights (git-ignored), keyed by config and data checksum. NEUSIGHT_TRAINED moves
+    them alone (``predictors.train_parallel`` hands its workers the folder this way)."""
+    if os.environ.get("NEUSIGHT_TRAINED"):
+        return Path(os.environ["NEUSIGHT_TRAINED"]).resolve()
     return home() / "artifacts" / "trained"
 
 

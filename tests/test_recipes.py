@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from neusight_core import dataset, paths, recipe_eval as R
+from neusight_core import dataset, devices, paths, recipe_eval as R
 from neusight_core import predictors as P
 from neusight_core.predictors import common
 from neusight_core.predictors.base import STATE_FILE, hparams, read_state, write_state
@@ -34,14 +34,17 @@ def test_paper_filter_counts_on_the_real_release(release_root):
 def test_recipe_files_are_the_configs():
     paper, ours = hparams("neusight-paper"), hparams("neusight-logo")
     assert P.create("neusight-paper").config["layers"] == 8 and paper["hidden"] == 512
-    assert hparams("neusight") == {"ensemble_of": "neusight-paper", "seeds": [0, 1, 2]}
+    # ours = the authors' recipe (its `base`) with one change
+    mine = hparams("neusight")
+    assert {k for k in set(mine) | set(paper) if mine.get(k) != paper.get(k)} == {"extra_training"}
+    assert P.create("neusight").config["extra_training"] == "seen_test"
     assert paper["lr"]["BMM"] == 1e-5 and paper["batch"]["SOFTMAX"] == 16
     assert paper["output_form"] == "authors" and paper["tile_lookup"] == "authors" and not paper["normalise"]
     # our LOGO recipe states every key the paper recipe sets, so the ablation can switch each one
     assert set(paper) - set(ours) <= {"quick_epochs"}, set(paper) - set(ours)
 
 
-@pytest.mark.parametrize("name", ["neusight-logo", "neusight-paper"])
+@pytest.mark.parametrize("name", ["neusight-logo", "neusight-paper", "neusight"])
 def test_each_recipe_trains_quick_and_predicts(release_root, tmp_path, monkeypatch, name):
     monkeypatch.setattr(paths, "trained_dir", lambda: tmp_path)
     p = P.get(name, quick=True, seed=1)
@@ -151,8 +154,15 @@ def test_claims_over_seeds_reports_every_seed_and_mixed(release_root):
     assert out.loc["C2", "verdict"].startswith("MIXED (1 of 2")
 
 
-def test_ablation_plan_switches_one_difference_at_a_time():
+def test_ablation_plan_towards_our_recipe():
     plan = R.ablation_plan(epochs=3)
+    assert [n for n, _ in plan] == ["neusight-paper (base)", "+ the training GPUs' transformer-shaped kernels",
+                                    "+ alignment input (no difference)", "all = neusight"]
+    assert plan[1][1] == {"extra_training": "seen_test", "epochs": 3} and plan[2][1] == {"epochs": 3}
+
+
+def test_ablation_plan_switches_one_difference_at_a_time():
+    plan = R.ablation_plan(epochs=3, plan="ablation-logo")
     names = [n for n, _ in plan]
     assert names[0].endswith("(base)") and names[-1] == "all = neusight-logo"
     assert plan[0][1] == {"epochs": 3}
@@ -187,8 +197,8 @@ def test_train_ablation_on_a_training_subset(release_root, tmp_path, monkeypatch
     """Full-mode ablation path (not quick): every row trains on the same subset of `rows` records per class
     with its recipe's epochs, each override in its own weights folder; prediction-only rows share the base."""
     monkeypatch.setattr(paths, "trained_dir", lambda: tmp_path)
-    trained, times = R.train_ablation(seeds=(0,), epochs=1, rows=200)
-    plan = R.ablation_plan(1)
+    trained, times = R.train_ablation(seeds=(0,), epochs=1, rows=200, plan="ablation-logo")
+    plan = R.ablation_plan(1, "ablation-logo")
     assert [k[0] for k in trained] == [n for n, _ in plan] and len(times) == len(plan)
     base, lookup = trained[(plan[0][0], 0)], trained[("tile lookup", 0)]
     assert lookup.tiles.method == "scaled" and base.tiles.method == "authors"
@@ -220,16 +230,74 @@ def test_authors_form_is_floored_at_its_training_minimum(release_root, tmp_path,
     assert again.u_floor == pytest.approx(p.u_floor)
 
 
-def test_held_out_ensemble_check_uses_only_records_every_seed_held_out(release_root):
-    t = R.held_out_ensemble_check(seeds=(0, 1), quick=True)
-    assert {"BMM", "LINEAR"} <= set(t["op_class"]) and (t["records"] > 0).all()
-    members = [P.get("neusight-paper", quick=True, seed=s) for s in (0, 1)]
-    k = members[0].filter_training(dataset.training_data(quick=True).kernels)
-    n_bmm = int((k["op_class"] == "BMM").sum())
-    from neusight_core.predictors.base import split_validation
-    both = set(split_validation(n_bmm, 0.2, 0).tolist()) & set(split_validation(n_bmm, 0.2, 1).tolist())
-    assert int(t.set_index("op_class").loc["BMM", "records"]) == len(both)
-    # the mean's APE is a convex combination's: never above the worse member on any record, so its MAPE
-    # is at most the larger member MAPE
-    for _, r in t.iterrows():
-        assert r["mean of seeds MAPE"] <= max(r["seed 0 MAPE"], r["seed 1 MAPE"]) + 1e-9
+# ---------------------------------------------------------------- our recipe's extra data, and the checks
+def test_seen_test_kernels_are_training_gpus_and_holdout_splits_by_shape(release_root):
+    train_names = {d.name for d in devices.training_devices()}
+    allk = dataset.seen_test_kernels()
+    assert set(allk["device"]) == train_names and len(allk) > 1000
+    rest, held = (dataset.seen_test_kernels(0.3, part=p) for p in ("train", "held_out"))
+    assert len(rest) + len(held) == len(allk)
+    # a held-out shape is held out on every GPU: no shape key on both sides
+    assert not set(dataset.shape_key(rest)) & set(dataset.shape_key(held))
+    share = dataset.shape_key(held).nunique() / dataset.shape_key(allk).nunique()
+    assert 0.2 < share < 0.4
+
+
+def test_our_recipe_adds_only_training_gpu_rows(release_root):
+    train = dataset.training_data(quick=True)
+    ours, paper = P.create("neusight"), P.create("neusight-paper")
+    k_ours, k_paper = ours.training_records(train), paper.training_records(train)
+    assert len(k_paper) == len(train.kernels) and len(k_ours) > len(k_paper)
+    assert set(k_ours["device"]) == {d.name for d in devices.training_devices()}
+    # the validation variants: held-out shapes stay out, a dropped GPU is gone from both sources
+    held = set(dataset.shape_key(dataset.seen_test_kernels(0.3, part="held_out")))
+    v = P.create("neusight", 0, {"extra_holdout": 0.3, "drop_gpu": "Tesla_V100-PCIE-32GB"}).training_records(train)
+    extra = v.iloc[len(train.kernels[train.kernels["device"] != "Tesla_V100-PCIE-32GB"]):]
+    assert "Tesla_V100-PCIE-32GB" not in set(v["device"]) and len(extra) > 0
+    assert not set(dataset.shape_key(extra)) & held
+
+
+def test_authors_form_trains_unclamped():
+    """Their u = sigmoid(o2) - sigmoid(o0)/waves is not clamped in training (mlp_wave.py 259): a row with u < 0
+    still has a gradient (here a prediction of -40x the measurement is pulled towards u = 0 and the positive
+    side). The clamped form, used for prediction, gives such a row none."""
+    import torch
+
+    from neusight_core.predictors.nets import relative_loss
+    out = torch.tensor([[0.0, 0.0, -0.05]], requires_grad=True)      # sig(o2) - sig(o0) = -0.0125
+    waves = torch.tensor([1.0])
+    u = utilisation(out, waves, "authors", clamp_u=False)
+    assert float(u.detach()) == pytest.approx(-0.0125, abs=1e-4)
+    loss = relative_loss(0.5 / u, "smape_authors")                     # ratio predicted / measured = -40
+    assert float(loss.detach()) == pytest.approx(41 / 39, rel=1e-3)     # |(1 - r) / (1 + r)|, positive
+    loss.backward()
+    assert out.grad[0, 2] < 0 and out.grad[0, 0] > 0                    # descending the loss raises u
+    out.grad = None
+    relative_loss(0.5 / utilisation(out, waves, "authors"), "smape_authors").backward()
+    assert float(out.grad.abs().sum()) == 0.0
+
+
+def test_train_parallel_trains_missing_jobs_in_worker_processes(release_root, tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "trained_dir", lambda: tmp_path)
+    jobs = [("habitat", True, 0, None, None), ("li", True, 0, None, None), ("habitat", True, 0, None, None)]
+    assert not P.is_trained("habitat", True, 0)
+    done = P.train_parallel(jobs, workers=2, progress=False)
+    assert sorted(j[0] for j, _ in done) == ["habitat", "li"]         # the duplicate once
+    assert P.is_trained("habitat", True, 0) and P.is_trained("li", True, 0)
+    assert (tmp_path / "habitat-quick-seed0" / "meta.json").is_file()
+    assert P.train_parallel(jobs, workers=2, progress=False) == []      # nothing left to train
+
+
+def test_versus_table_flags_seeds_targets_and_spread():
+    rows = []
+    for p, vals in (("neusight", (8.0, 8.5, 9.5)), ("neusight-paper", (9.0, 11.0, 13.0))):
+        for s, v in enumerate(vals):
+            rows.append({"group": "inference (Fig. 7)", "predictor": p, "seed": s, "mape": v, "n": 54, "n_group": 54})
+            rows.append({"group": "L4 inf", "predictor": p, "seed": s, "mape": v + 3 * (p == "neusight") * s,
+                         "n": 12, "n_group": 12})
+    t = R.versus_table(R.seed_summary(pd.DataFrame(rows))).set_index("group")
+    inf = t.loc["inference (Fig. 7)"]
+    assert inf["neusight worst seed"] == 9.5 and inf["neusight-paper best seed"] == 9.0
+    assert not inf["beats every seed"] and inf["target"] == 9.0 and inf["target met"]
+    l4 = t.loc["L4 inf"]
+    assert l4["neusight spread"] == pytest.approx(7.5) and not l4["spread <= 3"] and l4["target met"] is None

@@ -128,10 +128,13 @@ def test_notebook_04_quick(run_notebook):
     assert len(metrics["seeds"]) == 2
     per_seed = pd.read_csv(out / "tables" / "mape_per_seed.csv")
     assert set(per_seed[per_seed.predictor == "neusight-paper"]["seed"]) == {0, 1}
-    assert set(per_seed[per_seed.predictor == "neusight"]["seed"]) == {0}       # one model: the 3-seed mean
+    assert set(per_seed[per_seed.predictor == "neusight"]["seed"]) == {0, 1}
+    versus = pd.read_csv(out / "tables" / "ours_vs_authors_recipe.csv")
+    from neusight_core.recipe_eval import TARGETS
+    assert "beats every seed" in versus and set(TARGETS) <= set(versus["group"])
     assert (out / "figures" / "recipes_per_gpu.png").exists() and (out / "figures" / "ablation.png").exists()
     abl = pd.read_csv(out / "tables" / "ablation.csv")
-    assert abl["row"].iloc[0] == "neusight-paper (base)" and abl["row"].iloc[-1] == "all = neusight-logo"
+    assert abl["row"].iloc[0] == "neusight-paper (base)" and abl["row"].iloc[-1] == "all = neusight"
 
 
 def test_missing_model_config_is_named_for_every_predictor():

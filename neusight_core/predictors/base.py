@@ -14,7 +14,7 @@ import pandas as pd
 
 from neusight_core.predictors import common
 
-VERSION = 1          # bump when a change of code makes saved weights stale
+VERSION = 2          # bump when a change of code makes saved weights stale (2: the authors' form trains unclamped)
 HPARAMS_FILE = Path(__file__).with_name("hparams.yaml")
 RECIPES_DIR = Path(__file__).with_name("recipes")
 
@@ -26,7 +26,10 @@ def hparams(name: str) -> dict:
     import copy
     recipe = RECIPES_DIR / f"{name}.yaml"
     if recipe.is_file():
-        return dict(copy.deepcopy(_yaml(str(recipe), recipe.stat().st_mtime_ns)) or {})
+        own = dict(copy.deepcopy(_yaml(str(recipe), recipe.stat().st_mtime_ns)) or {})
+        # a recipe may name a ``base`` recipe and list only what it changes (our recipe: the authors' + ...)
+        base = own.pop("base", None)
+        return {**hparams(base), **own} if base else own
     whole = _yaml(str(HPARAMS_FILE), HPARAMS_FILE.stat().st_mtime_ns) or {}
     return dict(copy.deepcopy(whole.get(name, {})))
 

@@ -32,8 +32,9 @@ def relative_loss(pred_over_y: torch.Tensor, kind: str) -> torch.Tensor:
     if kind == "smape":
         return (2 * (r - 1).abs() / (r + 1)).mean()
     if kind == "smape_authors":
-        # the authors' "SMAPE": mean |t - p| / (t + p) = |r - 1| / (r + 1) (neusight/Model/trainer.py 42-43)
-        return ((r - 1).abs() / (r + 1)).mean()
+        # the authors' "SMAPE": mean |(t - p) / (t + p)| = |(r - 1) / (r + 1)| (neusight/Model/trainer.py
+        # 42-43); the absolute value of the whole fraction keeps it positive when p < 0 (unclamped u)
+        return ((r - 1) / (r + 1)).abs().mean()
     if kind == "logratio":
         return torch.log(r).abs().mean()
     raise ValueError(f"unknown loss {kind!r}")
@@ -94,7 +95,9 @@ def train_loop(model: nn.Module, ratio_fn, n: int, val_idx: np.ndarray, epochs: 
             if not len(val_t):
                 vm = float(lv)
             else:
-                ape = (ratio_fn(val_t) - 1).abs()
+                # a negative prediction counts as 0 (100 % error), as the authors' validation does
+                # (trainer.py 114: np.maximum(pred, 0))
+                ape = (ratio_fn(val_t).clamp(min=0) - 1).abs()
                 vm = float((ape * vw).sum() / vw.sum() * 100) if vw is not None else float(ape.mean() * 100)
         vm = vm if math.isfinite(vm) else float("inf")
         history.append(vm)

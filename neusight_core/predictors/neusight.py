@@ -58,7 +58,27 @@ U_MIN = 1e-6
 
 
 FEATURE_NAMES = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per_sm_l2",
-                 "wave_bytes_per_sm_mem", "tile_intensity_per_ridge", "waves", "wave_bytes_per_sm_bw")
+                 "wave_bytes_per_sm_mem", "tile_intensity_per_ridge", "waves", "wave_bytes_per_sm_bw",
+                 "alignment")
+# Our recipe's extra input: the largest power of two (capped at ALIGN_CAP) dividing every dim of the
+# kernel (GEMM: M, N, K; vector ops: H). cuBLAS and the element-wise kernels switch to vectorised
+# (float4) variants when the dims allow: the release's raw GEMM measurements have random dims (P4: 0.5-1.3
+# TFLOPS, maxwell_sgemm_64x64) while transformer shapes are multiples of 64 (P4: ~2.3 TFLOPS,
+# sgemm_128x128x8_NT_vec), and the other inputs cannot tell the two apart (docs/recipes.md).
+ALIGN_CAP = 16
+
+
+def alignment(kernels: pd.DataFrame) -> np.ndarray:
+    """min over the dims of (largest power of two dividing the dim), capped at ALIGN_CAP; >= 1."""
+    gemm = kernels["op_class"].isin(common.GEMM_CLASSES).to_numpy()
+    out = np.full(len(kernels), float(ALIGN_CAP))
+    for c in ("M", "N", "K", "H"):
+        x = kernels[c].to_numpy(float)
+        use = (gemm if c != "H" else ~gemm) & np.isfinite(x) & (x >= 1)
+        xi = np.where(use, x, 1).astype(np.int64)
+        low = (xi & -xi).astype(float)
+        out = np.where(use, np.minimum(out, low), out)
+    return np.minimum(out, ALIGN_CAP)
 # The authors' inputs (neusight/Model/mlp_wave.py 212, 249) are the same ratios in other units: tile
 # GFLOP / (TFLOPS per SM) = ours x 1e3, tile MB / (GB/s per SM) = ours x 1e9 / 2^20, waves x MB /
 # (device MB per SM) = ours, waves x MB / (L2 KB per SM) = ours / 2^10. Without z-scoring these
@@ -77,18 +97,21 @@ def features(kernels: pd.DataFrame, dev: dict, geo: dict, inputs=FEATURE_NAMES, 
     tf = np.maximum(geo["tile_flops"], 1.0)
     tb = np.maximum(geo["tile_bytes"], 1.0)
     w = geo["waves"]
+    align = alignment(kernels) if "alignment" in inputs else np.ones(len(kernels))
     f = np.stack([tf / peak_sm, tb / bw_sm, w * tb / l2_sm, w * tb / mem_sm,
-                  (tf / tb) / (peak_sm / bw_sm), w, w * tb / bw_sm], axis=1)
+                  (tf / tb) / (peak_sm / bw_sm), w, w * tb / bw_sm, align], axis=1)
     f = f[:, [FEATURE_NAMES.index(i) for i in inputs]]
     if units == "authors":
         f = f * np.array([AUTHORS_UNITS.get(i, 1.0) for i in inputs])
     return np.log2(f)
 
 
-def utilisation(out, waves, form: str = "ours"):
+def utilisation(out, waves, form: str = "ours", clamp_u: bool = True):
     """ours: u = sigmoid(g) * (1 - sigmoid(a) / waves), in (0, 1).
     authors: u = sigmoid(o2) - sigmoid(o0) / waves (neusight/Model/mlp_wave.py 253-259), which can reach
-    zero or below; it is held at U_MIN so that a prediction stays finite and positive.
+    zero or below; it is held at U_MIN so that a prediction stays finite and positive. ``clamp_u=False``
+    (training the authors' form): unbounded, as their training runs it (mlp_wave.py 259, 317): a row
+    whose u is at or below zero still has a gradient, where a clamp would freeze it.
     ``out`` and ``waves`` are torch tensors (training) or numpy arrays (prediction)."""
     if isinstance(out, np.ndarray):
         def sig(x):
@@ -104,7 +127,8 @@ def utilisation(out, waves, form: str = "ours"):
         def clamp(u):
             return u.clamp(min=U_MIN, max=1.0)
     if form == "authors":
-        return clamp(sig(out[:, 2]) - sig(out[:, 0]) / waves)
+        u = sig(out[:, 2]) - sig(out[:, 0]) / waves
+        return clamp(u) if clamp_u else u
     return clamp(sig(out[:, 0]) * (1 - sig(out[:, 1]) / waves))
 
 
@@ -115,8 +139,8 @@ def per_class(value, cls: str):
 
 class NeuSightPredictor(KernelPredictor):
     """Runs a recipe config; registered as ``neusight-logo``: our leave-one-GPU-out recipe
-    (``recipes/neusight-logo.yaml``, chosen on the training GPUs' kernels only). Our recipe
-    ``neusight`` is a seed ensemble of the authors' recipe (``predictors/ensemble.py``)."""
+    (``recipes/neusight-logo.yaml``, chosen on the training GPUs' kernels only). The authors' recipe and
+    ours are the subclasses below."""
     name = "neusight-logo"
 
     @classmethod
@@ -151,6 +175,30 @@ class NeuSightPredictor(KernelPredictor):
             keep &= ~sel | ((k["B"] > b) & (k["H"] > h)).to_numpy()
         return k[keep]
 
+    def training_records(self, train) -> pd.DataFrame:
+        """The kernel records this recipe trains on: the training GPUs' raw measurements (``train``) and,
+        with ``extra_training: seen_test``, the same GPUs' rows of the release's kernel test sets
+        (transformer-derived shapes; ``extra_holdout`` holds a share of their shapes out, for validation).
+        Never a row of an unseen GPU. The quick subset adds a quarter of its size per class (CI time)."""
+        k = train.kernels
+        drop = self.config.get("drop_gpu")      # validation only (recipe_eval.shape_holdout_check)
+        if drop:
+            k = k[k["device"] != drop]
+        if self.config.get("extra_training") != "seen_test":
+            return k
+        from neusight_core import dataset
+        extra = dataset.seen_test_kernels(float(self.config.get("extra_holdout", 0.0)))
+        extra = extra[extra["op_class"].isin(common.MODEL_CLASSES)]
+        if getattr(train, "quick_rows", None):
+            rng = np.random.default_rng(self.seed)
+            n = max(1, int(train.quick_rows) // 4)
+            keep = [rng.choice(idx, size=min(len(idx), n), replace=False)
+                    for _, idx in sorted(extra.groupby("op_class").indices.items())]
+            extra = extra.iloc[np.sort(np.concatenate(keep))]
+        if drop:
+            extra = extra[extra["device"] != drop]
+        return pd.concat([k, extra[[c for c in k.columns if c in extra.columns]]], ignore_index=True)
+
     def _input_names(self, cls: str):
         names = self.config.get("inputs") or FEATURE_NAMES
         if isinstance(names, dict):
@@ -161,7 +209,7 @@ class NeuSightPredictor(KernelPredictor):
     def fit(self, train, quick: bool = False) -> None:
         import torch
         torch.manual_seed(self.seed)
-        k = self.filter_training(train.kernels)
+        k = self.filter_training(self.training_records(train))
         self.tiles.fit(k)
         classes = [c for c in common.MODEL_CLASSES if (k["op_class"] == c).any()]
         epochs = {c: (self.config["quick_epochs"] if quick else per_class(self.config["epochs"], c)) for c in classes}
@@ -222,7 +270,9 @@ class NeuSightPredictor(KernelPredictor):
             self.nets[cls].append(net)
 
             def ratio(idx, net=net):
-                return by[idx] / utilisation(net(Xt[idx]), wt[idx], form)
+                # the authors' form trains unclamped, as their code does (a clamp at U_MIN gave rows with
+                # u <= 0 no gradient: seed 1 of their recipe kept BMM validation MAPE at 148 %)
+                return by[idx] / utilisation(net(Xt[idx]), wt[idx], form, clamp_u=form != "authors")
 
             results.append(train_loop(net, ratio, len(df), val, epochs, int(per_class(self.config["batch"], cls)),
                                       float(per_class(self.config["lr"], cls)), per_class(self.config["loss"], cls),
@@ -287,7 +337,7 @@ class NeuSightPredictor(KernelPredictor):
 
     def calibrate(self, train) -> None:
         """Compute ``u_floor`` from the training records (same filter, tiles and inputs as ``fit``)."""
-        k = self.filter_training(train.kernels)
+        k = self.filter_training(self.training_records(train))
         for cls in self.nets:
             df = k[k["op_class"] == cls].reset_index(drop=True)
             dev = common.device_arrays(df)
@@ -345,6 +395,12 @@ class NeuSightPredictor(KernelPredictor):
         self.range = {c: (np.asarray(v["lo"]), np.asarray(v["hi"])) for c, v in state.get("range", {}).items()}
         self.u_floor = {c: float(v) for c, v in (state.get("u_floor") or {}).items()}
         self.tiles = TileLookup.from_state(state["tiles"])
+
+
+class NeuSightOursPredictor(NeuSightPredictor):
+    """Our recipe (``recipes/neusight.yaml``): the authors' recipe trained also on the training GPUs'
+    transformer-shaped kernels, with an alignment input (docs/recipes.md)."""
+    name = "neusight"
 
 
 class NeuSightPaperPredictor(NeuSightPredictor):
