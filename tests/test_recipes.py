@@ -157,8 +157,8 @@ def test_claims_over_seeds_reports_every_seed_and_mixed(release_root):
 def test_ablation_plan_towards_our_recipe():
     plan = R.ablation_plan(epochs=3)
     assert [n for n, _ in plan] == ["neusight-paper (base)", "+ the training GPUs' transformer-shaped kernels",
-                                    "+ alignment input (no difference)", "all = neusight"]
-    assert plan[1][1] == {"extra_training": "seen_test", "epochs": 3} and plan[2][1] == {"epochs": 3}
+                                    "all = neusight"]
+    assert plan[1][1] == {"extra_training": "seen_test", "epochs": 3} and plan[2][1] == {"extra_training": "seen_test"}
 
 
 def test_ablation_plan_switches_one_difference_at_a_time():
@@ -301,3 +301,17 @@ def test_versus_table_flags_seeds_targets_and_spread():
     assert not inf["beats every seed"] and inf["target"] == 9.0 and inf["target met"]
     l4 = t.loc["L4 inf"]
     assert l4["neusight spread"] == pytest.approx(7.5) and not l4["spread <= 3"] and l4["target met"] is None
+
+
+def test_floor_is_the_lowest_positive_training_u():
+    """A training record the unclamped net leaves at u <= 0 must not set the floor (it would be 1e-6,
+    a million times the roofline for every kernel below it)."""
+    p = P.create("neusight-paper")
+    logit = lambda q: np.log(q / (1 - q))      # noqa: E731
+    # u = sigmoid(o2) - sigmoid(o0) / waves with waves = 1: o0 -> 0.5, o2 -> u + 0.5
+    target_u = np.array([-0.3, 0.2, 0.4])
+    out = np.stack([np.full(3, 0.0), np.zeros(3), logit(target_u + 0.5)], axis=1)
+    p.nets["BMM"] = [lambda X, out=out: out]
+    assert p._training_floor("BMM", np.zeros((3, 4)), np.ones(3)) == pytest.approx(0.2)
+    p.nets["BMM"] = [lambda X, out=out[:1]: out]                       # nothing positive: the old floor
+    assert p._training_floor("BMM", np.zeros((1, 4)), np.ones(1)) == pytest.approx(1e-6)

@@ -283,12 +283,13 @@ class NeuSightPredictor(KernelPredictor):
         # from here on the members are evaluated with numpy, as every prediction is
         self.nets[cls] = [NumpyMLP(net.state_dict()) for net in self.nets[cls]]
         Xs = self._scale(cls, X)
+        if self._form == "authors":
+            self.u_floor[cls] = self._training_floor(cls, Xs, waves)
+        # validation MAPE as a prediction computes it (numpy, floor included)
         ape = np.abs(base[val] / y[val] / self._u(cls, Xs[val], waves[val]) - 1) * 100 if len(val) else None
         ens = float(ape.mean()) if ape is not None else None
         # the same, weighted by measured time (the large kernels that dominate a model's run time)
         ens_w = float((ape * y[val]).sum() / y[val].sum()) if ape is not None else None
-        if self._form == "authors":
-            self.u_floor[cls] = self._training_floor(cls, Xs, waves)
         return {"rows": len(df), "val_mape_members": [r["val_mape"] for r in results], "val_mape": ens,
                 "val_wmape": ens_w,
                 "best_epochs": [r["best_epoch"] for r in results], "epochs": epochs,
@@ -327,9 +328,13 @@ class NeuSightPredictor(KernelPredictor):
         return u
 
     def _training_floor(self, cls: str, X: np.ndarray, waves: np.ndarray) -> float:
+        """The lowest positive u on the training records. Trained unclamped, as the authors train, a few
+        records can end with u <= 0 (seed 1's BMM: 1 of 87,623); a floor at or below zero would leave such a
+        kernel at 1e-6 (a million times the roofline), so those records do not set it."""
         X, waves = np.asarray(X, dtype=float), np.asarray(waves, dtype=float)
-        u = np.mean([utilisation(net(X), waves, self._form) for net in self.nets[cls]], axis=0)
-        return float(max(u.min(), U_MIN))
+        u = np.mean([utilisation(net(X), waves, self._form, clamp_u=False) for net in self.nets[cls]], axis=0)
+        pos = u[u > 0]
+        return float(max(pos.min(), U_MIN)) if pos.size else U_MIN
 
     def needs_calibration(self) -> bool:
         """Weights saved before ``u_floor`` existed (authors' form): the floor is computed on load."""
