@@ -36,7 +36,8 @@ def test_recipe_files_are_the_configs():
     assert P.create("neusight-paper").config["layers"] == 8 and paper["hidden"] == 512
     # ours = the authors' recipe (its `base`) with one change
     mine = hparams("neusight")
-    assert {k for k in set(mine) | set(paper) if mine.get(k) != paper.get(k)} == {"extra_training"}
+    assert {k for k in set(mine) | set(paper) if mine.get(k) != paper.get(k)} == {"extra_training", "lr"}
+    assert {c for c in paper["lr"] if mine["lr"][c] != paper["lr"][c]} == {"LINEAR"}
     assert P.create("neusight").config["extra_training"] == "seen_test"
     assert paper["lr"]["BMM"] == 1e-5 and paper["batch"]["SOFTMAX"] == 16
     assert paper["output_form"] == "authors" and paper["tile_lookup"] == "authors" and not paper["normalise"]
@@ -157,8 +158,10 @@ def test_claims_over_seeds_reports_every_seed_and_mixed(release_root):
 def test_ablation_plan_towards_our_recipe():
     plan = R.ablation_plan(epochs=3)
     assert [n for n, _ in plan] == ["neusight-paper (base)", "+ the training GPUs' transformer-shaped kernels",
-                                    "all = neusight"]
-    assert plan[1][1] == {"extra_training": "seen_test", "epochs": 3} and plan[2][1] == {"extra_training": "seen_test"}
+                                    "LINEAR learning rate 5e-4", "all = neusight"]
+    assert plan[1][1] == {"extra_training": "seen_test", "epochs": 3}
+    assert plan[2][1]["lr"]["LINEAR"] == 5e-4 and "extra_training" not in plan[2][1]
+    assert set(plan[3][1]) == {"extra_training", "lr"}
 
 
 def test_ablation_plan_switches_one_difference_at_a_time():
@@ -275,6 +278,10 @@ def test_authors_form_trains_unclamped():
     out.grad = None
     relative_loss(0.5 / utilisation(out, waves, "authors"), "smape_authors").backward()
     assert float(out.grad.abs().sum()) == 0.0
+    # saturated sigmoids give u = 1 - 1/1 = 0 exactly: moved to U_MIN, so the loss stays finite
+    sat = torch.tensor([[40.0, 0.0, 40.0]], requires_grad=True)
+    u0 = utilisation(sat, waves, "authors", clamp_u=False)
+    assert float(u0.detach()) == pytest.approx(1e-6) and torch.isfinite(relative_loss(0.5 / u0, "smape_authors"))
 
 
 def test_train_parallel_trains_missing_jobs_in_worker_processes(release_root, tmp_path, monkeypatch):

@@ -111,7 +111,8 @@ def utilisation(out, waves, form: str = "ours", clamp_u: bool = True):
     authors: u = sigmoid(o2) - sigmoid(o0) / waves (neusight/Model/mlp_wave.py 253-259), which can reach
     zero or below; it is held at U_MIN so that a prediction stays finite and positive. ``clamp_u=False``
     (training the authors' form): unbounded, as their training runs it (mlp_wave.py 259, 317): a row
-    whose u is at or below zero still has a gradient, where a clamp would freeze it.
+    whose u is below zero still has a gradient, where a clamp would freeze it; only |u| < U_MIN is moved
+    to +-U_MIN (an exact 0 is an infinite time).
     ``out`` and ``waves`` are torch tensors (training) or numpy arrays (prediction)."""
     if isinstance(out, np.ndarray):
         def sig(x):
@@ -128,7 +129,14 @@ def utilisation(out, waves, form: str = "ours", clamp_u: bool = True):
             return u.clamp(min=U_MIN, max=1.0)
     if form == "authors":
         u = sig(out[:, 2]) - sig(out[:, 0]) / waves
-        return clamp(u) if clamp_u else u
+        if clamp_u:
+            return clamp(u)
+        # unclamped, but never within U_MIN of zero: both sigmoids saturate to exactly 1.0 in float32 and
+        # u = 1 - 1/1 = 0 gives an infinite time and a NaN loss (LINEAR, learning rate 5e-3, epoch 1)
+        if isinstance(u, np.ndarray):
+            return np.where(u >= 0, np.maximum(u, U_MIN), np.minimum(u, -U_MIN))
+        import torch
+        return torch.where(u >= 0, u.clamp(min=U_MIN), u.clamp(max=-U_MIN))
     return clamp(sig(out[:, 0]) * (1 - sig(out[:, 1]) / waves))
 
 
