@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 
 from neusight_core import paths
@@ -65,3 +66,20 @@ def _config_from_dict(d: dict, where: str, name: str):
         raise TraceError(f"unsupported model type {mt!r} in {where}: transformers has no such model") from None
     cfg.name_or_path = name or mt
     return cfg
+
+
+def switch_tokens_per_expert(seq: int, num_experts: int, expert_capacity: int) -> int:
+    """Tokens of each sequence that the tracer's Switch routing stand-in gives every expert
+    (``trace._switch_routing_stand_in``): an even spread, each expert filled up to its capacity.
+    Shape derivation (``derive``) uses the same function, so the two cannot disagree."""
+    return min(math.ceil(int(seq) / int(num_experts)), int(expert_capacity))
+
+
+def expert_tokens_fn(content: dict):
+    """``seq -> tokens per expert`` for a Switch Transformers config (num_experts and expert_capacity
+    set, sparse layers present), else None: the one shape of our traces that is not polynomial in seq."""
+    e, cap = content.get("num_experts"), content.get("expert_capacity")
+    sparse = any(content.get(k) for k in ("num_sparse_encoder_layers", "num_sparse_decoder_layers"))
+    if not (sparse and isinstance(e, int) and isinstance(cap, int) and e > 0 and cap > 0):
+        return None
+    return lambda seq: switch_tokens_per_expert(seq, e, cap)

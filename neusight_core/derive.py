@@ -25,15 +25,22 @@ trace argument except batch and seq):
    point outside the samples) and compared, row by row and column by column, with the table derived
    for 4 units at that point. Any difference makes the family not derivable, and callers fall back
    to a real trace (``Family.ok`` is False, ``Family.reason`` says why).
-6. **Buckets**: where one polynomial does not hold over all seq (Switch's expert capacity
+6. **Tokens per expert**: Switch Transformers' experts run t(seq) = min(ceil(seq / experts), capacity)
+   tokens of each sequence (the tracer's routing stand-in, ``configs.switch_tokens_per_expert``),
+   which is not a polynomial in seq. For such configs the seq part of the basis is {1, s, s^2, t(s)}
+   (times {1, b}), with a fourth seq sample past the capacity (320 for 4 experts x 64) and a second
+   check point below it (seq 101: t = 26, where ceil matters); the weights are solved exactly.
+7. **Buckets**: where one polynomial does not hold over all seq (Switch's expert capacity
    ``min(ceil(seq / experts), capacity)``), a family per power-of-two bucket [lo, 2 lo) of seq with
    samples lo, 5/4 lo, 3/2 lo and an odd check point 7/4 lo + 1 (``family_for(..., allow_bucket=True)``).
-7. **One seq**: where even the bucket's check fails (Switch below capacity: ceil(seq / experts)
+8. **One seq**: where even the bucket's check fails (Switch below capacity: ceil(seq / experts)
    tokens per expert), a family of that seq alone, linear in batch: samples batch 2 and 4, check at
    batch 3 with 4 units (``family_for(..., allow_fixed=True)``, batch >= 2; the sweep asks for it
    when at least two of its tables share that seq). Batch-1 tables of a model whose batch >= 2
    family failed its check, and that have no bucket to try, are traced for real without building a
    batch-1 family (it would fail the same way).
+
+Steps 7 and 8 remain as fallbacks for configs whose non-polynomial shape is not known to this module.
 
 Derived tables have the columns of a real trace except ``reads`` / ``writes`` (buffer
 dependencies, needed by ``fusion.fuse`` only): fused and parallel tables are built from real
@@ -49,12 +56,15 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import trace_cache
+from fractions import Fraction
+
+from neusight_core import configs, trace_cache
 
 SAMPLE_B = (2, 4)          # batch 1 is its own family (some ops become views at batch 1): SAMPLE_B1
 SAMPLE_B1 = (1,)
 SAMPLE_S = (64, 128, 192)
 CHECK_S = 317              # check point (odd, between samples' regime): (3, 317) for batch >= 2, (1, 317) for batch 1
+CHECK_S_EXPERT = 101       # second check point of families with tokens per expert (ceil(101 / 4) = 26 != 101 / 4)
 MIN_SEQ = 32               # shorter sequences are traced for real (not covered by the samples' regime)
 REDUCED_LAYERS = 3
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
@@ -142,6 +152,43 @@ def _weights(points, sb=SAMPLE_B, ss=SAMPLE_S) -> np.ndarray:
     return np.stack([lb[i] * ls[j] for i in range(len(lb)) for j in range(len(ls))], axis=1)
 
 
+def _s_basis(s: int, aux) -> list:
+    """The seq part of the basis at one seq: 1, s, s^2, and t(s) for families with tokens per expert."""
+    return [1, s, s * s, aux(s)]
+
+
+def _exact_inverse(rows: list[list]) -> list[list] | None:
+    """Inverse of a small integer matrix in exact rationals (Gauss-Jordan), None if singular."""
+    n = len(rows)
+    a = [[Fraction(v) for v in r] + [Fraction(int(i == j)) for j in range(n)] for i, r in enumerate(rows)]
+    for c in range(n):
+        piv = next((r for r in range(c, n) if a[r][c] != 0), None)
+        if piv is None:
+            return None
+        a[c], a[piv] = a[piv], a[c]
+        f = a[c][c]
+        a[c] = [v / f for v in a[c]]
+        for r in range(n):
+            if r != c and a[r][c] != 0:
+                g = a[r][c]
+                a[r] = [x - g * y for x, y in zip(a[r], a[c])]
+    return [r[n:] for r in a]
+
+
+def _weights_aux(points, sb, ss, aux, inv) -> np.ndarray:
+    """Like ``_weights`` with the seq basis {1, s, s^2, t(s)}: exact rational weights of the seq samples
+    (``inv`` = inverse of the samples' basis matrix), Lagrange weights in batch, extended precision."""
+    P = np.asarray(points, dtype=np.int64).reshape(-1, 2)
+    ws = {}
+    for s in {int(v) for v in P[:, 1]}:
+        row = _s_basis(s, aux)
+        w = [sum(Fraction(row[k]) * inv[k][j] for k in range(len(row))) for j in range(len(ss))]
+        ws[s] = [np.longdouble(x.numerator) / np.longdouble(x.denominator) for x in w]
+    ls = np.array([ws[int(s)] for s in P[:, 1]], dtype=np.longdouble)          # (P, len(ss))
+    lb = _weights(np.c_[P[:, 0], np.ones(len(P))], sb, (1,))                   # (P, len(sb))
+    return np.stack([lb[:, i] * ls[:, j] for i in range(len(sb)) for j in range(len(ss))], axis=1)
+
+
 class Family:
     """Derivation of one model / mode / trace-options family (see module doc)."""
 
@@ -163,6 +210,17 @@ class Family:
             self.sample_s, check_s = (lo, lo + lo // 4, lo + lo // 2), lo + 3 * lo // 4 + 1
         self.check_point = (1 if batch_one else 3, check_s)
         self.content = trace_cache.config_content(model)
+        self.check_points = [self.check_point]
+        # tokens per expert (Switch): an extra basis function of seq, for the family over all seq
+        self.aux, self._aux_inv = None, None
+        aux = configs.expert_tokens_fn(self.content) if seq_fixed is None and seq_bucket is None else None
+        if aux is not None:
+            e, cap = int(self.content["num_experts"]), int(self.content["expert_capacity"])
+            ss = SAMPLE_S + (64 * (e * cap // 64 + 1),)        # the fourth sample past the capacity
+            inv = _exact_inverse([_s_basis(v, aux) for v in ss])
+            if inv is not None:
+                self.aux, self._aux_inv, self.sample_s = aux, inv, ss
+                self.check_points.append((self.check_point[0], CHECK_S_EXPERT))
         self.ok, self.reason = False, ""
         depth, L, period, why = _depth(self.content)
         self.layers, self.period, self._depth_keys = L, period, depth
@@ -183,14 +241,16 @@ class Family:
         try:
             samples = [self._trace(small, b, s) for b in self.sample_b for s in self.sample_s]
             self._fit(samples)
-            if self.ok:
-                check_cfg = self._config(REDUCED_LAYERS + 1) if self.reduced else self.content
-                real = self._trace(check_cfg, *self.check_point)
+            check_cfg = self._config(REDUCED_LAYERS + 1) if self.reduced else self.content
+            for point in self.check_points:
+                if not self.ok:
+                    break
+                real = self._trace(check_cfg, *point)
                 self._check_num_layers = real.attrs.get("num_layers", 0)
-                got = self.table(*self.check_point, layers=(REDUCED_LAYERS + 1) * period if self.reduced else L)
+                got = self.table(*point, layers=(REDUCED_LAYERS + 1) * period if self.reduced else L)
                 diff = compare(got, real)
                 if diff:
-                    self.ok, self.reason = False, f"not derived: check at (batch, seq) = {self.check_point} failed: {diff}"
+                    self.ok, self.reason = False, f"not derived: check at (batch, seq) = {point} failed: {diff}"
         except Exception as e:  # noqa: BLE001 - any failure: this family falls back to real traces
             self.ok = False
             self.reason = f"not derived: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
@@ -242,7 +302,10 @@ class Family:
         values = self.values if values is None else values
         nan = self.nan if nan is None else nan
         integral = self.integral if integral is None else integral
-        W = _weights(points, self.sample_b, self.sample_s)               # (P, 6)
+        if self.aux is not None:
+            W = _weights_aux(points, self.sample_b, self.sample_s, self.aux, self._aux_inv)   # (P, 8)
+        else:
+            W = _weights(points, self.sample_b, self.sample_s)               # (P, 6)
         v = np.tensordot(W, values, axes=(1, 0))                         # (P, n, c)
         v = np.where(integral, np.rint(v), v).astype(float)
         v[:, nan] = np.nan

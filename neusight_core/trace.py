@@ -51,6 +51,7 @@ OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM", "COMM", "UN
 
 
 # configs by name or path live in configs.py (no torch: a trace-cache hit reads them); re-exported
+from neusight_core import configs  # noqa: E402
 from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs, load_config  # noqa: E402,F401
 
 
@@ -422,7 +423,7 @@ def _make_switch_forward(mlp):
         # the router still runs (classifier GEMM, softmax, argmax/one-hot/cumsum bookkeeping)
         _, router_probs, _ = mlp.router(hidden_states)
         e = mlp.router.num_experts
-        per_seq = min(math.ceil(s / e), mlp.router.expert_capacity)
+        per_seq = configs.switch_tokens_per_expert(s, e, mlp.router.expert_capacity)
         flat = hidden_states.reshape(-1, d)
         final = torch.zeros_like(flat)
         weights = router_probs.max(dim=-1).values.reshape(-1, 1)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import derive, latency, paths, sweep, trace, trace_cache
+from neusight_core import configs, derive, latency, paths, sweep, trace, trace_cache
 from neusight_core.__main__ import main as cli
 
 
@@ -35,9 +35,10 @@ POINTS = [(1, 96, "inf"), (3, 256, "inf"), (2, 160, "train")]
 # the largest configs repeat the architecture of a smaller one that is checked in training (gpt3_27,
 # llama2_7b): inference points only, to keep the test time small
 INF_ONLY = {"gpt3_13", "gpt3_67", "llama2_13b", "llama2_70b"}
-# Switch: dense/sparse block pairs, and expert capacity min(ceil(seq/4), 64) is one polynomial only
-# for seq >= 256: derived per seq bucket there (one point keeps the test short)
-SWITCH_POINTS = [(2, 300, "inf")]
+# Switch: dense/sparse block pairs, and tokens per expert min(ceil(seq/4), 64) is not a polynomial in
+# seq: the family's basis has it as an extra function of seq. Points below the capacity (ceil matters),
+# past it, batch 1 and training.
+SWITCH_POINTS = [(2, 300, "inf"), (3, 130, "inf"), (1, 77, "inf"), (2, 96, "train")]
 
 
 @pytest.mark.parametrize("model", CATALOGUE)
@@ -66,16 +67,34 @@ def test_derived_tables_equal_real_traces_kernel_by_kernel(cache_dir, model):
         assert r_der["e2e_ms"] == pytest.approx(r_real["e2e_ms"], rel=1e-9)
     assert derived_any, derive.family(model, "inf").reason
     fam = derive.family(model, "inf")
-    if model == "switchxl4":       # not one polynomial over all seq: per-bucket families only
-        assert not fam.ok and "check at" in fam.reason
-        assert derive.family_for(model, 2, 300, "inf", past=0).seq_bucket == 256
-    else:
-        assert fam.ok, fam.reason
+    assert fam.ok, fam.reason
+    # one family over all seq; only Switch has the tokens-per-expert basis function
+    assert (fam.aux is not None) == (model == "switchxl4")
+    if model == "switchxl4":
+        f300 = derive.family_for(model, 2, 300, "inf", past=0)
+        assert f300.aux is not None and f300.seq_bucket is None and f300.seq_fixed is None
 
 
-def test_switch_below_capacity_is_derived_per_seq_linear_in_batch(cache_dir):
-    """seq 130: ceil(130 / 4) = 33 tokens per expert is not a polynomial in seq even in its bucket
-    (the bucket's check fails), so the family of that seq alone, linear in batch, is used."""
+def test_tokens_per_expert_basis_is_exact_and_checked(cache_dir, monkeypatch):
+    """The tracer and the derivation share one tokens-per-expert function; a derivation with a wrong
+    one fails its check (seq 101 below the capacity) instead of returning a wrong table."""
+    fn = configs.expert_tokens_fn(trace_cache.config_content("switchxl4"))
+    assert [fn(s) for s in (64, 101, 130, 256, 257, 2048)] == [16, 26, 33, 64, 64, 64]
+    assert configs.expert_tokens_fn(trace_cache.config_content("gpt2_large")) is None
+    monkeypatch.setattr(configs, "expert_tokens_fn", lambda c: (lambda s: min(s // 4, 64)))   # floor, not ceil
+    fam = derive.Family("switchxl4", "inf")
+    assert not fam.ok and "check at (batch, seq) = (3, 101)" in fam.reason
+
+
+def test_fallback_per_bucket_and_per_seq_families(cache_dir, monkeypatch):
+    """Without the tokens-per-expert basis (a non-polynomial shape this module does not know), the
+    all-seq family fails its check; seq 300 gets its bucket's family, seq 130 (ceil(130 / 4) = 33 tokens
+    per expert, not a polynomial even in its bucket) the family of that seq alone, linear in batch."""
+    monkeypatch.setattr(configs, "expert_tokens_fn", lambda c: None)
+    monkeypatch.setattr(derive, "_FAMILIES", {})
+    fam = derive.family("switchxl4", "inf")
+    assert not fam.ok and "check at" in fam.reason
+    assert derive.family_for("switchxl4", 2, 300, "inf", past=0).seq_bucket == 256
     fam = derive.family_for("switchxl4", 6, 130, "inf", past=0, allow_bucket=True, allow_fixed=True)
     assert fam is not None and fam.seq_fixed == 130 and fam.seq_bucket is None
     assert derive.family_for("switchxl4", 6, 130, "inf", past=0, allow_bucket=True) is None   # without it
