@@ -153,3 +153,80 @@ def summary_markdown(perop: pd.DataFrame, times: pd.DataFrame, spread: pd.DataFr
             lines.append(f"{PRED_LABEL.get(name, name)} over seeds (mean, min-max): " + ", ".join(
                 f"{r.column} {r.mean:.1f} ({r.min:.1f}-{r.max:.1f})" for r in g.itertuples()))
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- GEMMs inside a model vs alone
+_LINEAR_MODULE = "torch.nn.modules.linear.Linear'>)])}"    # last entry of the node's nn_module_stack
+
+
+def _gemm_nodes(per_node: pd.DataFrame) -> pd.DataFrame:
+    """(node, M, N, K, in_model_ms) of the FP32 GEMM nodes of one per-node label CSV: nn.Linear modules
+    (M = tokens, N = in features, K = out features, the test sets' convention) and addmm calls (GPT-2's
+    Conv1D: bias [K], input [M, N], weight [N, K])."""
+    import ast
+
+    rows = []
+    for op, target, meta, shapes, out, ms in per_node[["op", "target", "meta", "input_shapes", "output_shape",
+                                                        "fw_latency"]].itertuples(index=False):
+        try:
+            ins = ast.literal_eval(str(shapes))
+            outs = ast.literal_eval(str(out))
+        except (ValueError, SyntaxError):
+            continue
+        if op == "call_module" and str(meta).endswith(_LINEAR_MODULE) and len(ins) == 1 and len(ins[0]) >= 2:
+            x = ins[0]
+            m, n, k = int(np.prod(x[:-1])), int(x[-1]), int(outs[-1])
+        elif op == "call_function" and "addmm" in str(target) and len(ins) == 3 and len(ins[1]) == 2:
+            (m, n), k = ins[1], ins[2][1]
+        else:
+            continue
+        rows.append({"node": str(target), "M": m, "N": n, "K": k, "in_model_ms": float(ms)})
+    return pd.DataFrame(rows, columns=["node", "M", "N", "K", "in_model_ms"])
+
+
+def gemms_in_model_vs_alone(labels_dir=None, test: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every GEMM node of the labelled single-GPU inference runs whose shape the release also measured
+    alone on that GPU (its kernel test set), with both latencies.
+
+    The release measures each GPU twice: kernels one at a time (``data/dataset/test``: the shapes of
+    the paper's models) and whole models node by node (the per-node label CSVs). A kernel predictor can
+    only learn the first; where the two disagree for the same shape, the end-to-end error of every
+    kernel-level predictor on that GPU follows. Columns: gpu, config, node, M, N, K, in_model_ms,
+    alone_ms, ratio (in model / alone).
+    """
+    labels = paths.labels_dir() if labels_dir is None else labels_dir
+    test = dataset.test_kernels() if test is None else test
+    lin = test[test["op_class"].eq("LINEAR") & test["B"].eq(1)]
+    alone = lin.groupby(["device", "M", "N", "K"])["latency_ms"].median()
+    parts = []
+    for gdir in sorted(p for p in labels.iterdir() if p.is_dir()):
+        for f in sorted(gdir.glob("*-inf-*.csv")):
+            if f.stem.count("-") != 3:           # single-GPU runs only (no dp/tp/pp suffix)
+                continue
+            nodes = _gemm_nodes(pd.read_csv(f, usecols=["op", "target", "meta", "input_shapes",
+                                                           "output_shape", "fw_latency"]))
+            if nodes.empty:
+                continue
+            key = pd.MultiIndex.from_arrays([[gdir.name] * len(nodes), nodes["M"].astype(float),
+                                             nodes["N"].astype(float), nodes["K"].astype(float)])
+            nodes["alone_ms"] = alone.reindex(key).to_numpy()
+            nodes = nodes[nodes["alone_ms"].notna()]
+            parts.append(nodes.assign(gpu=gdir.name, config=f.stem))
+    cols = ["gpu", "config", "node", "M", "N", "K", "in_model_ms", "alone_ms", "ratio"]
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(parts, ignore_index=True)
+    out["ratio"] = out["in_model_ms"] / out["alone_ms"]
+    return out[cols]
+
+
+def in_model_vs_alone_summary(nodes: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU: matched GEMM nodes, configs, total in-model and alone time, their ratio, and the median
+    and range of the per-node ratios."""
+    g = nodes.groupby("gpu")
+    out = pd.DataFrame({"nodes": g.size(), "configs": g["config"].nunique(),
+                        "in_model_ms": g["in_model_ms"].sum(), "alone_ms": g["alone_ms"].sum(),
+                        "median_ratio": g["ratio"].median(), "min_ratio": g["ratio"].min(),
+                        "max_ratio": g["ratio"].max()})
+    out.insert(4, "time_ratio", out["in_model_ms"] / out["alone_ms"])
+    return out.reset_index()

@@ -322,3 +322,34 @@ def test_floor_is_the_lowest_positive_training_u():
     assert p._training_floor("BMM", np.zeros((3, 4)), np.ones(3)) == pytest.approx(0.2)
     p.nets["BMM"] = [lambda X, out=out[:1]: out]                       # nothing positive: the old floor
     assert p._training_floor("BMM", np.zeros((1, 4)), np.ones(1)) == pytest.approx(1e-6)
+
+
+# ------------------------------------------------------------------ GEMMs inside a model vs alone
+def test_gemm_nodes_of_a_per_node_label_csv():
+    """nn.Linear modules (tokens x in -> out) and addmm calls are GEMM nodes; a LayerNorm of the same
+    shape and an unparsable row are not."""
+    from neusight_core import kernel_eval
+    lin = "{'nn_module_stack': OrderedDict([('m.q', <class 'torch.nn.modules.linear.Linear'>)])}"
+    ln = "{'nn_module_stack': OrderedDict([('m.ln', <class 'torch.nn.modules.normalization.LayerNorm'>)])}"
+    rows = pd.DataFrame([
+        ["call_module", "m.q", lin, "[[16, 512, 1024]]", "(16, 512, 4096)", 6.0],
+        ["call_module", "m.ln", ln, "[[16, 512, 1024]]", "(16, 512, 1024)", 1.0],
+        ["call_function", "<built-in method addmm of type object>", "{}", "[[3840], [4096, 1280], [1280, 3840]]",
+         "(4096, 3840)", 12.7],
+        ["call_module", "m.q", lin, "not a shape", "(1,)", 1.0],
+    ], columns=["op", "target", "meta", "input_shapes", "output_shape", "fw_latency"])
+    g = kernel_eval._gemm_nodes(rows)
+    assert g[["M", "N", "K"]].values.tolist() == [[8192, 1024, 4096], [4096, 1280, 3840]]
+    assert g["in_model_ms"].tolist() == [6.0, 12.7]
+
+
+def test_gemms_in_model_vs_alone_on_the_release(release_root):
+    """On the real release: the P4 runs its GEMMs much slower inside the model runs than alone (the cause
+    of every kernel-level predictor's P4 error), the V100 about as fast."""
+    from neusight_core import kernel_eval
+    nodes = kernel_eval.gemms_in_model_vs_alone()
+    s = kernel_eval.in_model_vs_alone_summary(nodes).set_index("gpu")
+    assert {"Tesla_P4", "Tesla_V100-PCIE-32GB", "NVIDIA_H100_80GB_HBM3"} <= set(s.index)
+    assert s.loc["Tesla_P4", "time_ratio"] > 1.5
+    assert 0.9 < s.loc["Tesla_V100-PCIE-32GB", "time_ratio"] < 1.1
+    np.testing.assert_allclose(nodes["ratio"], nodes["in_model_ms"] / nodes["alone_ms"])
