@@ -30,11 +30,11 @@ trace argument except batch and seq):
    which is not a polynomial in seq. For such configs the seq part of the basis is {1, s, s^2, t(s)}
    (times {1, b}), with a fourth seq sample past the capacity (320 for 4 experts x 64) and a second
    check point below it (seq 101: t = 26, where ceil matters); the weights are solved exactly.
-7. **Buckets**: where one polynomial does not hold over all seq (Switch's expert capacity
-   ``min(ceil(seq / experts), capacity)``), a family per power-of-two bucket [lo, 2 lo) of seq with
+7. **Buckets**: where one polynomial does not hold over all seq (e.g. Switch's expert capacity
+   without step 6, as the tests run it), a family per power-of-two bucket [lo, 2 lo) of seq with
    samples lo, 5/4 lo, 3/2 lo and an odd check point 7/4 lo + 1 (``family_for(..., allow_bucket=True)``).
-8. **One seq**: where even the bucket's check fails (Switch below capacity: ceil(seq / experts)
-   tokens per expert), a family of that seq alone, linear in batch: samples batch 2 and 4, check at
+8. **One seq**: where even the bucket's check fails (e.g. Switch below capacity without step 6:
+   ceil(seq / experts) tokens per expert), a family of that seq alone, linear in batch: samples batch 2 and 4, check at
    batch 3 with 4 units (``family_for(..., allow_fixed=True)``, batch >= 2; the sweep asks for it
    when at least two of its tables share that seq). Batch-1 tables of a model whose batch >= 2
    family failed its check, and that have no bucket to try, are traced for real without building a
@@ -502,7 +502,7 @@ def family_for(model, batch: int, seq: int, mode: str = "inf", allow_bucket: boo
     """The derivable family that covers (batch, seq), or None (trace for real).
 
     First the family over all sequence lengths; if its check fails (a shape that is not one
-    polynomial in seq, e.g. Switch's expert capacity min(ceil(seq / experts), capacity)), the family
+    polynomial in seq that step 6 of the module doc does not cover), the family
     of seq's power-of-two bucket [lo, 2 lo), lo >= MIN_SEQ, with its own samples and odd check point.
     """
     if seq < MIN_SEQ:
