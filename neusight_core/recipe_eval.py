@@ -423,6 +423,30 @@ def smallest_cut(table: pd.DataFrame, points: float = 1.0) -> int | None:
     return None
 
 
+def smallest_cut_per_class(meta: dict, points: float = 1.0) -> dict:
+    """Per class, the smallest E whose best validation MAPE within the first E epochs is within ``points``
+    of the best of the whole run (``meta.json`` of one uncut run; None for a class without history)."""
+    out = {}
+    for cls, info in meta["info"]["classes"].items():
+        h = np.asarray(info.get("val_history", []), float)
+        if not len(h) or not np.isfinite(h).any():
+            out[cls] = None
+            continue
+        running = np.fmin.accumulate(np.where(np.isfinite(h), h, np.inf))
+        out[cls] = int(np.flatnonzero(running - np.nanmin(h) <= points)[0]) + 1
+    return out
+
+
+def uncut_paper_folder(seed: int = 0, epochs: int = 100):
+    """Where the uncut (``epochs``-epoch) run of the authors' recipe lives: the recipe's own folder when it
+    trains that many epochs on every class, else the folder of the ``{"epochs": epochs}`` variant
+    (``benchmarks/paper_epoch_cut.py`` makes it)."""
+    from neusight_core.predictors.base import hparams
+    e = hparams("neusight-paper")["epochs"]
+    uncut = all(v == epochs for v in e.values()) if isinstance(e, dict) else e == epochs
+    return P.folder("neusight-paper", False, seed, None if uncut else {"epochs": epochs})
+
+
 # ---------------------------------------------------------------- shapes held out of training
 def shape_holdout_check(candidates, seeds=(0,), holdout: float = 0.3, quick: bool = False,
                         drop_gpu: str | None = None) -> pd.DataFrame:

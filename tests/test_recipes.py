@@ -353,3 +353,38 @@ def test_gemms_in_model_vs_alone_on_the_release(release_root):
     assert s.loc["Tesla_P4", "time_ratio"] > 1.5
     assert 0.9 < s.loc["Tesla_V100-PCIE-32GB", "time_ratio"] < 1.1
     np.testing.assert_allclose(nodes["ratio"], nodes["in_model_ms"] / nodes["alone_ms"])
+
+
+def test_smallest_cut_per_class_reads_each_class_history():
+    """Per class: the first epoch E whose running best is within the points of the whole run's best."""
+    meta = {"info": {"classes": {
+        "BMM": {"val_history": [20.0, 15.0, 12.0, 11.5, 10.0, 10.4]},     # best 10.0: within 1 at E=5 (10.0)
+        "VEC": {"val_history": [2.0, 1.5, 1.4, 1.3]},                      # best 1.3: 2.0 is within 1 at E=1
+        "LINEAR": {"val_history": [float("nan"), 30.0, 12.0]},             # a diverged first epoch is skipped
+        "SOFTMAX": {"val_history": []}}}}
+    cut = R.smallest_cut_per_class(meta, points=1.0)
+    assert cut == {"BMM": 5, "VEC": 1, "LINEAR": 3, "SOFTMAX": None}
+    assert R.smallest_cut_per_class(meta, points=1.6)["BMM"] == 4          # 11.5 - 10.0 <= 1.6 < 12.0 - 10.0
+    # the whole-run table agrees with the per-class cut at the cuts it lists
+    t = R.epoch_cut_table(meta, cuts=(1, 3, 4, 5))
+    b = t.set_index("op_class").loc["BMM"]
+    assert b["best_first_4"] - b["best_all"] > 1.0 >= b["best_first_5"] - b["best_all"]
+
+
+def test_uncut_paper_folder_is_the_recipe_itself_when_it_trains_100_epochs(monkeypatch):
+    from neusight_core.predictors import base
+    real = base.hparams
+    monkeypatch.setattr(base, "hparams", lambda n: {**real(n), "epochs": 100} if n == "neusight-paper" else real(n))
+    assert R.uncut_paper_folder(0) == P.folder("neusight-paper", False, 0)
+    monkeypatch.setattr(base, "hparams", lambda n: {**real(n), "epochs": {"BMM": 40, "VEC": 100}}
+                        if n == "neusight-paper" else real(n))
+    assert R.uncut_paper_folder(1) == P.folder("neusight-paper", False, 1, {"epochs": 100})
+
+
+def test_training_jobs_start_longest_first():
+    """train_parallel's order: the recipe with more epochs on the large classes first, baselines last."""
+    long_ = P.training_cost("neusight-paper", config={"epochs": 100})
+    short = P.training_cost("neusight-paper", config={"epochs": 10})
+    assert long_ > short > 0
+    assert P.training_cost("habitat") == 0 == P.training_cost("neusight", quick=True)
+    assert P.training_cost("neusight-paper", config={"epochs": 100}, rows=1500) < short

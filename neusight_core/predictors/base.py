@@ -14,7 +14,8 @@ import pandas as pd
 
 from neusight_core.predictors import common
 
-VERSION = 2          # bump when a change of code makes saved weights stale (2: the authors' form trains unclamped)
+VERSION = 3          # bump when a change of code makes saved weights stale (2: the authors' form trains unclamped;
+                     # 3: fused Adam/AdamW, the same update with other float rounding)
 HPARAMS_FILE = Path(__file__).with_name("hparams.yaml")
 RECIPES_DIR = Path(__file__).with_name("recipes")
 
