@@ -36,8 +36,12 @@ def test_recipe_files_are_the_configs():
     assert P.create("neusight-paper").config["layers"] == 8 and paper["hidden"] == 512
     # ours = the authors' recipe (its `base`) with one change
     mine = hparams("neusight")
-    assert {k for k in set(mine) | set(paper) if mine.get(k) != paper.get(k)} == {"extra_training", "lr"}
-    assert {c for c in paper["lr"] if mine["lr"][c] != paper["lr"][c]} == {"LINEAR"}
+    assert {k for k in set(mine) | set(paper) if mine.get(k) != paper.get(k)} == {
+        "extra_training", "lr", "hidden", "ensemble", "epochs"}
+    assert {c for c in paper["lr"] if mine["lr"][c] != paper["lr"][c]} == {"LINEAR", "SOFTMAX", "LAYERNORM"}
+    assert P.create("neusight")._members("LINEAR") == 3 and P.create("neusight")._members("BMM") == 1
+    # the authors' recipe trains every class at least 30 epochs, at their learning rates and batches
+    assert min(paper["epochs"].values()) >= 30 and set(paper["epochs"]) == set(common.MODEL_CLASSES)
     assert P.create("neusight").config["extra_training"] == "seen_test"
     assert paper["lr"]["BMM"] == 1e-5 and paper["batch"]["SOFTMAX"] == 16
     assert paper["output_form"] == "authors" and paper["tile_lookup"] == "authors" and not paper["normalise"]
@@ -158,10 +162,14 @@ def test_claims_over_seeds_reports_every_seed_and_mixed(release_root):
 def test_ablation_plan_towards_our_recipe():
     plan = R.ablation_plan(epochs=3)
     assert [n for n, _ in plan] == ["neusight-paper (base)", "+ the training GPUs' transformer-shaped kernels",
-                                    "LINEAR learning rate 5e-4", "all = neusight"]
+                                    "learning rates (LINEAR 1e-3, softmax and layernorm 1e-4)",
+                                    "LINEAR: three 8 x 256 networks, u averaged", "epochs per class (ours)",
+                                    "all = neusight"]
     assert plan[1][1] == {"extra_training": "seen_test", "epochs": 3}
-    assert plan[2][1]["lr"]["LINEAR"] == 5e-4 and "extra_training" not in plan[2][1]
-    assert set(plan[3][1]) == {"extra_training", "lr"}
+    assert plan[2][1]["lr"]["LINEAR"] == 1e-3 and "extra_training" not in plan[2][1]
+    assert plan[3][1]["ensemble"]["LINEAR"] == 3 and plan[3][1]["hidden"]["LINEAR"] == 256
+    assert plan[4][1] == {"epochs": hparams("neusight")["epochs"]}       # the epochs step is not capped
+    assert set(plan[5][1]) == {"extra_training", "lr", "hidden", "ensemble", "epochs"}
 
 
 def test_ablation_plan_switches_one_difference_at_a_time():
