@@ -168,13 +168,16 @@ SAVED = list(P.NAMES)
 
 
 def test_our_recipe_is_the_authors_plus_transformer_kernels(trained):
-    """Ours trains on more records than the authors' recipe (the training GPUs' test rows), with the same
-    networks; both are saved under their own names."""
+    """Ours trains on more records than the authors' recipe (the training GPUs' test rows), with the
+    networks its config asks for (a LINEAR ensemble; one network per class in the authors'); both are
+    saved under their own names."""
     preds, folder, _ = trained
     ours, paper = preds["neusight"], preds["neusight-paper"]
     assert (folder / "neusight-quick-seed0" / "meta.json").is_file()
     assert ours.info["rows_after_filter"] > paper.info["rows_after_filter"]
-    assert [len(n) for n in ours.nets.values()] == [len(n) for n in paper.nets.values()]
+    assert {c: len(n) for c, n in paper.nets.items()} == {c: 1 for c in paper.nets}
+    assert {c: len(n) for c, n in ours.nets.items()} == {c: ours._members(c) for c in ours.nets}
+    assert len(ours.nets["LINEAR"]) == 3
     # the extra records reach the tile lookup too: the P4's aligned GEMMs find their 128x128 tiles
     k = dataset.test_kernels()
     p4 = k[(k["device"] == "Tesla_P4") & (k["op_class"] == "LINEAR")].reset_index(drop=True)
