@@ -410,7 +410,9 @@ def epoch_cut_table(meta: dict, cuts=(5, 10, 15, 20, 25, 30, 40, 50)) -> pd.Data
         row = {"op_class": cls, "epochs_run": len(h), "best_all": full, "best_epoch": int(np.nanargmin(h))}
         for e in cuts:
             if e <= len(h):
-                row[f"best_first_{e}"] = float(np.nanmin(h[:e]))
+                # epochs whose validation was not finite (a diverged network) are no candidates
+                first = h[:e][np.isfinite(h[:e])]
+                row[f"best_first_{e}"] = float(first.min()) if first.size else np.nan
         rows.append(row)
     return pd.DataFrame(rows)
 
