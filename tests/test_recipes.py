@@ -292,6 +292,29 @@ def test_authors_form_trains_unclamped():
     assert float(u0.detach()) == pytest.approx(1e-6) and torch.isfinite(relative_loss(0.5 / u0, "smape_authors"))
 
 
+def test_training_flushes_denormals_and_switches_it_back_off():
+    """Training runs with denormals flushed to zero (the slow path of Adam's decayed second moments) and
+    leaves the process as it found it, so a prediction made after training is not changed by it."""
+    import numpy as np
+    import torch
+
+    from neusight_core.predictors import nets
+    tiny = torch.tensor([1e-30])
+    assert float(tiny * 1e-10) != 0.0                                   # 1e-40: a denormal, kept
+    seen = []
+
+    def ratio(idx):
+        seen.append(float(tiny * 1e-10))
+        return 1 + 0 * net(x[idx]).sum(1)
+
+    net = nets.MLP(2, 1, 4, 2)
+    x = torch.ones(8, 2)
+    out = nets.train_loop(net, ratio, 8, np.array([0, 1]), 1, 4, 1e-3, "ape", 0)
+    assert seen and all(v == 0.0 for v in seen)                         # flushed inside training
+    assert out["best_epoch"] == 0
+    assert float(tiny * 1e-10) != 0.0                                   # and back off afterwards
+
+
 def test_train_parallel_trains_missing_jobs_in_worker_processes(release_root, tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "trained_dir", lambda: tmp_path)
     jobs = [("habitat", True, 0, None, None), ("li", True, 0, None, None), ("habitat", True, 0, None, None)]
