@@ -21,15 +21,21 @@ from neusight_core import dataset
 from neusight_core import predictors as P
 
 
-def run(recipe: str, cls: str, over: dict, epochs: int, seed: int, holdout: float = 0.3) -> dict:
+def one_class(recipe: str, cls: str, config: dict, seed: int):
+    """The recipe's predictor with ``config`` overrides, set to train the op class ``cls`` alone (one thread)."""
     import torch
     torch.set_num_threads(1)
+    p = P.create(recipe, seed, config)
+    records = p.training_records
+    p.training_records = lambda train: (lambda k: k[k["op_class"] == cls])(records(train))
+    return p
+
+
+def run(recipe: str, cls: str, over: dict, epochs: int, seed: int, holdout: float = 0.3) -> dict:
     cfg = {**over, "epochs": {cls: epochs}}
     if P.create(recipe, seed).config.get("extra_training"):
         cfg["extra_holdout"] = holdout
-    p = P.create(recipe, seed, cfg)
-    records = p.training_records
-    p.training_records = lambda train: (lambda k: k[k["op_class"] == cls])(records(train))
+    p = one_class(recipe, cls, cfg, seed)
     t0 = time.perf_counter()
     p.fit(dataset.training_data())
     secs = time.perf_counter() - t0

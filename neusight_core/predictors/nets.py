@@ -47,11 +47,11 @@ def flush_denormals():
     and the gradients of the small-learning-rate classes decay into the denormal range (below 1.2e-38),
     where every multiply takes a slow microcode path: on one core of this 2-core Xeon, the authors' LINEAR
     recipe trained 6 epochs in 26.8 s without and 16.3 s with it, BMM 3 epochs in 34.1 s and 29.5 s, with the
-    same validation MAPE after every epoch (benchmarks/train_speed.py). A whole seed, both recipes side by
-    side: `neusight-paper` 450 s instead of 776-828 s, `neusight` 407 s instead of 731-741 s, and the saved
-    weights of seed 0 are bit for bit the same as without it (a denormal next to Adam's eps, 1e-8, or
-    next to a weight changes nothing at float32 precision). Switched back off afterwards, so predictions made in the
-    same process are unaffected."""
+    same validation MAPE after every epoch (benchmarks/train_speed.py). A whole seed in the full run (two
+    processes on the 2 cores): `neusight-paper` 362-369 s instead of 776-828 s, `neusight` 334-345 s instead
+    of 731-741 s, and the saved weights of seed 0 are bit for bit the same as without it (a denormal next to
+    Adam's eps, 1e-8, or next to a weight changes nothing at float32 precision). Switched back off
+    afterwards, so predictions made in the same process are unaffected."""
     on = torch.set_flush_denormal(True)
     try:
         yield
