@@ -277,3 +277,63 @@ def flagged_gemm_differences(table: pd.DataFrame, threshold: float = 0.01) -> pd
               & (table.flops_rel.abs() > threshold)]
     t = t[["config", "op_class", "kernels_ours", "kernels_theirs", "flops_ours", "flops_theirs", "flops_rel"]]
     return t.assign(cause=[explain(c, o) for c, o in zip(t.config, t.op_class)]).reset_index(drop=True)
+
+
+# ------------------------------------------------------------------ the authors' graph as a kernel table
+def kernel_table(config: str, num_layers: int | None = None) -> pd.DataFrame:
+    """The authors' operator graph of a single-GPU release configuration as a kernel table (our schema,
+    docs/interfaces.md), so that a predictor can time a model on their graph instead of our aten trace
+    (the graph row of notebook 04's ablation).
+
+    One row per kernel the graph lists (``FwOps`` / ``BwOps`` / ``AccOps``; phase fw / bw / acc), with the
+    layer copies in ``count`` as ``load_opgraph`` counts them. Linear and BMM keep their dims (the release's
+    GEMM convention is ours). Element-wise, softmax and layernorm kernels take FLOPs and bytes from
+    ``dataset.to_kernels``, the convention the predictors were trained with, so that the row measures
+    the kernel list and not a byte convention. MEM kernels (their embedding, dropout, getitem, contiguous
+    nodes) carry the bytes of every shape listed: their ``Prediction/predictor.py`` times MEM as those
+    bytes over the memory bandwidth. Fused and multi-GPU graphs are refused (OpGraphError)."""
+    from neusight_core import dataset
+
+    d = parse_name(config)
+    if d["fusion"] or d["plan"]:
+        raise OpGraphError(f"{config}: only single-GPU, unfused graphs are read as kernel tables")
+    path = paths.opgraph_dir() / f"{config}.csv"
+    if not path.is_file():
+        raise OpGraphError(f"op graph {path} not found")
+    g = pd.read_csv(path)
+    if num_layers is None:
+        num_layers = trace.num_layers(trace.load_config(d["model"]))
+    first, last, top = layer_span(g["Name"].tolist())
+    rep = num_layers if top == 0 else 1
+    modelled, mem = [], []
+    for i, r in enumerate(g.itertuples(index=False)):
+        mult = rep if first <= i <= last else 1
+        for phase, col in (("fw", r.FwOps), ("bw", r.BwOps), ("acc", r.AccOps)):
+            for kind, dims in _parse_ops(col if isinstance(col, str) else ""):
+                if kind in ("Linear", "BMM"):
+                    B, M, N, K = (1, *dims) if kind == "Linear" else dims
+                    modelled.append((phase, kind.lower(), B, M, N, K, np.nan, mult, r.Name))
+                elif kind.startswith("VEC"):
+                    rows, H = dims
+                    modelled.append((phase, kind[3:], rows, np.nan, np.nan, np.nan, H, mult, r.Name))
+                elif kind == "MEM":
+                    shapes = [s for s in dims if isinstance(s, tuple)]
+                    mem.append((phase, 4.0 * sum(_numel(s) for s in shapes), mult, r.Name))
+                else:
+                    raise OpGraphError(f"{config}: node {r.Name} has a {kind} kernel; not a single-GPU graph")
+    k = pd.DataFrame(modelled, columns=["phase", "op", "B", "M", "N", "K", "H", "count", "module"])
+    unknown = set(k["op"]) - set(dataset.OP_CLASS)
+    if unknown:
+        raise OpGraphError(f"{config}: unknown kernel kind(s) {', '.join(sorted(unknown))}")
+    k["op_class"] = k["op"].map(dataset.OP_CLASS)
+    k["sub_op"] = np.where(k["op_class"] == "VEC", k["op"], "")
+    out = dataset.to_kernels(k).drop(columns=["op"], errors="ignore")
+    out["phase"], out["count"], out["module"] = k["phase"].to_numpy(), k["count"].to_numpy(), k["module"].to_numpy()
+    m = pd.DataFrame(mem, columns=["phase", "bytes_read", "count", "module"])
+    m = m.assign(aten_op="authors.MEM", op_class="MEM", sub_op="", B=np.nan, M=np.nan, N=np.nan, K=np.nan,
+                 H=np.nan, flops=0.0, bytes_written=0.0, dtype="float32", layer=-1, comm_kind="",
+                 comm_bytes=0.0, overlap=False, stage=0)
+    out = pd.concat([out, m[out.columns]], ignore_index=True)
+    out.attrs.update(model=d["model"], batch=d["batch"], seq=d["seq"], mode=d["mode"], num_layers=num_layers,
+                     graph="authors")
+    return out

@@ -277,6 +277,74 @@ def plot_per_gpu(summary: pd.DataFrame, authors: dict, recipes=RECIPES, title: s
     return fig
 
 
+# ---------------------------------------------------------------- graph row of the ablation
+GRAPHS = {"trace": "our aten trace", "authors": "authors' graph"}
+
+
+def predict_on_authors_graph(configs: pd.DataFrame, trained: dict, progress: bool = True) -> pd.DataFrame:
+    """``predict_seeded``'s frame with each configuration's kernels read from the authors' operator graph
+    (``opgraph.kernel_table``: their one-layer torch.fx graph, replicated, backward by their rules) instead
+    of our aten trace. Prediction only: the same trained networks. A configuration whose graph the
+    release lacks, or cannot be read as a single-GPU table, gets its reason in ``error``."""
+    from tqdm.auto import tqdm
+
+    from neusight_core import opgraph, sweep
+    cfg = configs.reset_index(drop=True)
+    tables, errs = {}, {}
+    for name in tqdm(cfg["config"].unique(), desc="authors' graphs", disable=not progress, leave=False):
+        try:
+            tables[name] = sweep.compact_table(opgraph.kernel_table(name))
+        except (opgraph.OpGraphError, ValueError) as e:
+            errs[name] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    parts = [tables[c].assign(device=g, _row=i) for i, (g, c) in enumerate(zip(cfg["gpu"], cfg["config"]))
+             if c in tables]
+    req = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    out = []
+    for (name, seed), p in tqdm(trained.items(), desc="predicting", disable=not progress, leave=False):
+        e2e = np.full(len(cfg), np.nan)
+        err = [errs.get(c, "") for c in cfg["config"]]
+        if len(req):
+            ms = np.asarray(p.predict(req.drop(columns=["_row"]), None), float) * req["count"].to_numpy(float)
+            tot = pd.Series(ms).groupby(req["_row"].to_numpy()).sum()
+            e2e[tot.index.to_numpy()] = tot.to_numpy()
+        out.append(cfg[["gpu", "config", "option", "label_e2e_ms"]].assign(predictor=name, seed=int(seed),
+                                                                          e2e_ms=e2e, error=err))
+    return _tidy(cfg, pd.concat(out, ignore_index=True))
+
+
+def graph_names(recipe: str) -> tuple[str, str]:
+    """Row names of a recipe on our trace and on the authors' graph."""
+    return f"{recipe}: {GRAPHS['trace']}", f"{recipe}: {GRAPHS['authors']}"
+
+
+def graph_long(long_trace: pd.DataFrame, long_graph: pd.DataFrame, recipes=RECIPES) -> pd.DataFrame:
+    """Both frames in one, the predictor renamed to '<recipe>: our aten trace' / '<recipe>: authors' graph'."""
+    parts = []
+    for r in recipes:
+        on_trace, on_graph = graph_names(r)
+        parts += [long_trace[long_trace["predictor"] == r].assign(predictor=on_trace),
+                  long_graph[long_graph["predictor"] == r].assign(predictor=on_graph)]
+    return pd.concat(parts, ignore_index=True)
+
+
+def graph_table(long_trace: pd.DataFrame, long_graph: pd.DataFrame, configs: pd.DataFrame,
+                groups: dict | None = None, recipes=RECIPES) -> pd.DataFrame:
+    """The graph row of the ablation: per recipe, pooled MAPE on our aten trace and on the authors' graph
+    (``ablation_table``'s columns, "vs our trace" = the authors' graph minus our trace, same recipe and
+    seeds)."""
+    groups = group_masks(configs, per_gpu=False) if groups is None else groups
+    both = graph_long(long_trace, long_graph, recipes)
+    tabs = []
+    for r in recipes:
+        names = graph_names(r)
+        sub = both[both["predictor"].isin(names)]
+        if sub["predictor"].nunique() < 2:
+            continue
+        t = ablation_table(seed_mape(sub, configs, groups), [(n, {}) for n in names], groups=list(groups))
+        tabs.append(t.rename(columns={c: c.replace(" vs base", " vs our trace") for c in t.columns}))
+    return pd.concat(tabs, ignore_index=True) if tabs else pd.DataFrame()
+
+
 # ---------------------------------------------------------------- ablation
 PREDICTION_ONLY = ("tile_lookup",)       # keys that change prediction only: no retraining needed
 
@@ -376,8 +444,9 @@ def ablation_table(per_seed: pd.DataFrame, plan_rows, groups=HEADLINE_GROUPS[:3]
     return pd.DataFrame(out)
 
 
-def plot_ablation(table: pd.DataFrame, groups=HEADLINE_GROUPS[:3], title: str = ""):
-    """Horizontal bars: each ablation row's mean MAPE per group, whiskers min-max over seeds."""
+def plot_ablation(table: pd.DataFrame, groups=HEADLINE_GROUPS[:3], title: str = "", base_line: bool = True):
+    """Horizontal bars: each ablation row's mean MAPE per group, whiskers min-max over seeds; a dashed line
+    at the first row's mean (``base_line``)."""
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 0.45 * len(table) + 1.5), sharey=True)
     y = np.arange(len(table))[::-1]
@@ -387,7 +456,8 @@ def plot_ablation(table: pd.DataFrame, groups=HEADLINE_GROUPS[:3], title: str = 
         # the min-max strings are rounded to 0.1: clip the whiskers at 0 where rounding crosses the mean
         err = np.clip(np.nan_to_num([mean - lo_hi[:, 0], lo_hi[:, 1] - mean]), 0, None)
         ax.barh(y, mean, xerr=err, capsize=2, color="#8172b3")
-        ax.axvline(mean[0], color="k", lw=0.7, ls="--")
+        if base_line:
+            ax.axvline(mean[0], color="k", lw=0.7, ls="--")
         ax.set_title(g, fontsize=9)
         ax.set_xlabel("MAPE (%)")
     np.atleast_1d(axes)[0].set_yticks(y, table["row"], fontsize=8)

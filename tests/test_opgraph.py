@@ -1,6 +1,8 @@
 """Comparison with the authors' op graphs, and notebook 02 in quick mode."""
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from neusight_core import opgraph
@@ -58,3 +60,65 @@ def test_notebook_02_quick(run_notebook, release_root):
     for f in ("tables/opgraph_comparison.csv", "tables/worst_by_class.md", "tables/trace_times.csv",
               "figures/flops_bytes_per_class.png", "figures/flops_bytes_per_class.pdf", "summary.md"):
         assert (out / f).is_file(), f
+
+
+def _toy_release(tmp_path, monkeypatch, name="toy-train-8-2"):
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / f"{name}.csv").write_text(CSV.replace(
+        'sendrecv,sendrecv,"[[\'SENDRECV\', (64,)]]","[[\'SENDRECV\', (64,)]]",[],{},{},[],"(1,)"\n', ""))
+    monkeypatch.setattr(opgraph.paths, "opgraph_dir", lambda: tmp_path / "g")
+
+
+def test_authors_graph_as_a_kernel_table(tmp_path, monkeypatch):
+    """Every kernel of their graph becomes a row our predictors take: GEMM dims kept, layer copies in
+    `count`, element-wise bytes in the training data's convention, MEM bytes as their predictor counts."""
+    from neusight_core import dataset
+    from neusight_core.predictors import common
+    _toy_release(tmp_path, monkeypatch)
+    k = opgraph.kernel_table("toy-train-8-2", num_layers=3)
+    common.check_kernels(k)
+    lin = k[(k.op_class == "LINEAR") & (k.phase == "fw")]
+    assert sorted(zip(lin.M, lin.N, lin.K, lin["count"])) == [(16, 4, 10, 1), (16, 4, 12, 3), (16, 16, 4, 3)]
+    assert (lin.B == 1).all() and (lin.flops == 2 * lin.M * lin.N * lin.K).all()
+    assert set(k[k.module == "addmm"].phase) == {"fw", "bw", "acc"}
+    ln = k[(k.op_class == "LAYERNORM")]
+    assert list(ln["count"]) == [3, 1] and (ln.H == 4).all()
+    # layernorm backward is an element-wise mul in their graph (not a layernorm kernel)
+    bw = k[(k.module == "transformer_h_0_ln_1") & (k.phase == "bw")]
+    assert list(bw.op_class) == ["VEC"] and list(bw.sub_op) == ["mul"]
+    ref = dataset.to_kernels(pd.DataFrame({"op": ["mul"], "op_class": ["VEC"], "sub_op": ["mul"], "B": [16.0],
+                                           "M": [np.nan], "N": [np.nan], "K": [np.nan], "H": [4.0]}))
+    assert bw.bytes_read.iloc[0] == ref.bytes_read.iloc[0] and bw.flops.iloc[0] == ref.flops.iloc[0]
+    mem = k[k.op_class == "MEM"]
+    assert list(mem.bytes_read) == [4.0 * (16 + 64)] and mem["count"].iloc[0] == 1
+    # the same kernels, counted the same way, as the comparison of notebook 02 reads them
+    g = opgraph.load_opgraph(tmp_path / "g" / "toy-train-8-2.csv", num_layers=3)
+    assert k["count"].sum() == g["count"].sum()
+    assert np.isclose((k.flops * k["count"])[k.op_class.isin(["LINEAR", "BMM"])].sum(),
+                      (g.flops * g["count"])[g.op_class.isin(["LINEAR", "BMM"])].sum())
+
+
+def test_authors_graph_refuses_multi_gpu_and_fused_graphs(tmp_path, monkeypatch):
+    _toy_release(tmp_path, monkeypatch)
+    for name in ("toy-train-8-2-dp4", "toy-inf-8-2-fusion"):
+        with pytest.raises(opgraph.OpGraphError, match="single-GPU"):
+            opgraph.kernel_table(name, num_layers=3)
+    with pytest.raises(opgraph.OpGraphError, match="not found"):
+        opgraph.kernel_table("toy-inf-8-4", num_layers=3)
+    (tmp_path / "g" / "toy-train-8-4.csv").write_text(CSV)     # a sendrecv kernel: a pipeline graph
+    with pytest.raises(opgraph.OpGraphError, match="SENDRECV"):
+        opgraph.kernel_table("toy-train-8-4", num_layers=3)
+
+
+def test_authors_graph_of_the_release_has_our_gemms(release_root):
+    """On the real graph: their GEMM FLOPs equal ours (notebook 02), and every row is predictable."""
+    from neusight_core.predictors import common
+    k = opgraph.kernel_table("bert_large-train-512-2")
+    common.check_kernels(k)
+    assert set(k.op_class) <= {"BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM"}
+    assert k[k.op_class != "MEM"][["B", "flops", "bytes_read"]].notna().all().all()
+    t = opgraph.compare("bert_large-train-512-2")
+    for cls in ("BMM", "LINEAR"):
+        mine = (k.flops * k["count"])[k.op_class == cls].sum()
+        theirs = t[(t.scope == "total") & (t.op_class == cls)]["flops_theirs"].iloc[0]
+        assert np.isclose(mine, theirs)

@@ -419,3 +419,35 @@ def test_training_jobs_start_longest_first():
     assert long_ > short > 0
     assert P.training_cost("habitat") == 0 == P.training_cost("neusight", quick=True)
     assert P.training_cost("neusight-paper", config={"epochs": 100}, rows=1500) < short
+
+
+class _PerFlop:
+    """A stand-in predictor: 1 ms per GFLOP plus 1 ms per GB (no training needed)."""
+    def predict(self, kernels, device):
+        assert device is None and kernels["device"].notna().all()
+        return kernels["flops"].to_numpy(float) / 1e9 + (kernels["bytes_read"] + kernels["bytes_written"]).to_numpy(float) / 1e9
+
+
+def test_predicting_on_the_authors_graph(release_root):
+    """Each configuration's e2e on the authors' graph is the sum over their kernels x layer copies; a
+    configuration without a graph gets its reason; the graph table compares each recipe with itself."""
+    from neusight_core import evaluation as ev, opgraph
+    idx = ev.build_index()
+    cfg = idx[(idx.gpu == "NVIDIA_H100_80GB_HBM3") & idx.config.isin(["bert_large-inf-512-8", "gpt2_large-train-1024-1"])]
+    cfg = pd.concat([cfg, cfg.iloc[:1].assign(config="bert_large-inf-512-3")], ignore_index=True)
+    long = R.predict_on_authors_graph(cfg, {("neusight", 0): _PerFlop(), ("neusight", 1): _PerFlop()}, progress=False)
+    assert len(long) == 2 * len(cfg) and set(long.seed) == {0, 1}
+    k = opgraph.kernel_table("bert_large-inf-512-8")
+    expect = float(((k.flops + k.bytes_read + k.bytes_written) / 1e9 * k["count"]).sum())
+    row = long[(long.config == "bert_large-inf-512-8") & (long.seed == 0)].iloc[0]
+    assert np.isclose(row.pred_ms, expect) and np.isclose(row.ape, 100 * abs(expect - row.label_ms) / row.label_ms)
+    miss = long[long.config == "bert_large-inf-512-3"]
+    assert miss.pred_ms.isna().all() and miss.error.str.contains("not found").all()
+    trace_long = long.assign(pred_ms=long.pred_ms * 2, ape=lambda d: 100 * (d.pred_ms - d.label_ms).abs() / d.label_ms)
+    groups = {"all": np.ones(len(cfg), bool)}
+    t = R.graph_table(trace_long, long, cfg, groups, recipes=("neusight",))
+    assert list(t["row"]) == list(R.graph_names("neusight"))
+    assert list(t.columns) == ["row", "all mean", "all min-max", "all vs our trace"]
+    ok = long[long.error == ""]
+    assert np.isclose(t.loc[1, "all mean"], ok[ok.seed == 0].ape.mean())
+    assert np.isclose(t.loc[1, "all vs our trace"], t.loc[1, "all mean"] - t.loc[0, "all mean"])
