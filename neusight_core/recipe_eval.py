@@ -277,24 +277,43 @@ def plot_per_gpu(summary: pd.DataFrame, authors: dict, recipes=RECIPES, title: s
     return fig
 
 
-# ---------------------------------------------------------------- graph row of the ablation
-GRAPHS = {"trace": "our aten trace", "authors": "authors' graph"}
+# ---------------------------------------------------------------- graph rows of the ablation (prediction only)
+# The kernel tables a recipe can be asked to time: our aten trace (section 2b), the authors' one-layer graph,
+# and our trace without the ops that apply the attention mask.
+GRAPHS = {"trace": "our aten trace", "authors": "authors' graph", "no_mask": "our trace without attention-mask ops"}
 
 
-def predict_on_authors_graph(configs: pd.DataFrame, trained: dict, progress: bool = True) -> pd.DataFrame:
-    """``predict_seeded``'s frame with each configuration's kernels read from the authors' operator graph
-    (``opgraph.kernel_table``: their one-layer torch.fx graph, replicated, backward by their rules) instead
-    of our aten trace. Prediction only: the same trained networks. A configuration whose graph the
-    release lacks, or cannot be read as a single-GPU table, gets its reason in ``error``."""
+def _authors_table(config: str) -> pd.DataFrame:
+    from neusight_core import opgraph
+    return opgraph.kernel_table(config)
+
+
+def _no_mask_table(config: str) -> pd.DataFrame:
+    from neusight_core import opgraph, sweep, trace
+    d = opgraph.parse_name(config)
+    if d["fusion"] or d["plan"]:
+        raise opgraph.OpGraphError(f"{config}: only single-GPU, unfused configurations")
+    k = sweep.kernel_table(d["model"], d["batch"], d["seq"], d["mode"])
+    return k[~trace.attention_mask_ops(k)]
+
+
+GRAPH_TABLES = {"authors": _authors_table, "no_mask": _no_mask_table}
+
+
+def predict_tables(configs: pd.DataFrame, trained: dict, table_of, progress: bool = True,
+                   desc: str = "kernel tables") -> pd.DataFrame:
+    """``predict_seeded``'s frame (without ``<CLASS>_ms``) with each configuration's kernel table from
+    ``table_of(config name)``; e2e = sum of per-launch time x ``count`` (single GPU). Prediction only: the same
+    trained networks. A table that cannot be built gives its reason in ``error``."""
     from tqdm.auto import tqdm
 
-    from neusight_core import opgraph, sweep
+    from neusight_core import sweep
     cfg = configs.reset_index(drop=True)
     tables, errs = {}, {}
-    for name in tqdm(cfg["config"].unique(), desc="authors' graphs", disable=not progress, leave=False):
+    for name in tqdm(cfg["config"].unique(), desc=desc, disable=not progress, leave=False):
         try:
-            tables[name] = sweep.compact_table(opgraph.kernel_table(name))
-        except (opgraph.OpGraphError, ValueError) as e:
+            tables[name] = sweep.compact_table(table_of(name))
+        except ValueError as e:     # OpGraphError, TraceError, ... (one line)
             errs[name] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
     parts = [tables[c].assign(device=g, _row=i) for i, (g, c) in enumerate(zip(cfg["gpu"], cfg["config"]))
              if c in tables]
@@ -312,31 +331,37 @@ def predict_on_authors_graph(configs: pd.DataFrame, trained: dict, progress: boo
     return _tidy(cfg, pd.concat(out, ignore_index=True))
 
 
-def graph_names(recipe: str) -> tuple[str, str]:
-    """Row names of a recipe on our trace and on the authors' graph."""
-    return f"{recipe}: {GRAPHS['trace']}", f"{recipe}: {GRAPHS['authors']}"
+def predict_on_authors_graph(configs: pd.DataFrame, trained: dict, progress: bool = True) -> pd.DataFrame:
+    """``predict_tables`` on the authors' operator graph (``opgraph.kernel_table``: their one-layer torch.fx
+    graph, replicated, backward by their rules) instead of our aten trace."""
+    return predict_tables(configs, trained, GRAPH_TABLES["authors"], progress, "authors' graphs")
 
 
-def graph_long(long_trace: pd.DataFrame, long_graph: pd.DataFrame, recipes=RECIPES) -> pd.DataFrame:
-    """Both frames in one, the predictor renamed to '<recipe>: our aten trace' / '<recipe>: authors' graph'."""
+def graph_names(recipe: str, variants=("authors",)) -> tuple[str, ...]:
+    """Row names of a recipe on our trace and on each variant ('<recipe>: our aten trace', ...)."""
+    return tuple(f"{recipe}: {GRAPHS[v]}" for v in ("trace", *variants))
+
+
+def graph_long(long_trace: pd.DataFrame, variants: dict, recipes=RECIPES) -> pd.DataFrame:
+    """``long_trace`` and every ``{variant: frame}`` in one frame, the predictor renamed to
+    '<recipe>: <GRAPHS[variant]>'."""
     parts = []
     for r in recipes:
-        on_trace, on_graph = graph_names(r)
-        parts += [long_trace[long_trace["predictor"] == r].assign(predictor=on_trace),
-                  long_graph[long_graph["predictor"] == r].assign(predictor=on_graph)]
+        names = graph_names(r, tuple(variants))
+        for name, (v, frame) in zip(names, [("trace", long_trace), *variants.items()]):
+            parts.append(frame[frame["predictor"] == r].assign(predictor=name))
     return pd.concat(parts, ignore_index=True)
 
 
-def graph_table(long_trace: pd.DataFrame, long_graph: pd.DataFrame, configs: pd.DataFrame,
+def graph_table(long_trace: pd.DataFrame, variants: dict, configs: pd.DataFrame,
                 groups: dict | None = None, recipes=RECIPES) -> pd.DataFrame:
-    """The graph row of the ablation: per recipe, pooled MAPE on our aten trace and on the authors' graph
-    (``ablation_table``'s columns, "vs our trace" = the authors' graph minus our trace, same recipe and
-    seeds)."""
+    """The graph rows of the ablation: per recipe, pooled MAPE on our aten trace and on each variant's tables
+    (``ablation_table``'s columns; "vs our trace" = the variant minus our trace, same recipe and seeds)."""
     groups = group_masks(configs, per_gpu=False) if groups is None else groups
-    both = graph_long(long_trace, long_graph, recipes)
+    both = graph_long(long_trace, variants, recipes)
     tabs = []
     for r in recipes:
-        names = graph_names(r)
+        names = graph_names(r, tuple(variants))
         sub = both[both["predictor"].isin(names)]
         if sub["predictor"].nunique() < 2:
             continue

@@ -645,6 +645,18 @@ def num_layers(cfg) -> int:
     return 0
 
 
+def attention_mask_ops(kernels: pd.DataFrame) -> np.ndarray:
+    """Rows that apply an attention mask: a forward binary element-wise add inside a transformer layer whose
+    shape is that layer's attention scores (the rows x length of a softmax of the same layer), i.e. the mask
+    added to the scores (for Switch / T5 the mask and the position bias in one add). The model-level ops that
+    build the mask once from the input are not counted: they touch batch x seq elements, not the scores."""
+    k = kernels
+    soft = k[(k["op_class"] == "SOFTMAX") & (k["phase"] == "fw")]
+    scores = set(zip(soft["layer"], soft["B"], soft["H"]))
+    cand = ((k["op_class"] == "VEC") & (k["sub_op"] == "add") & (k["phase"] == "fw") & (k["layer"] >= 0)).to_numpy()
+    return cand & np.fromiter((key in scores for key in zip(k["layer"], k["B"], k["H"])), bool, len(k))
+
+
 def summarize(kernels: pd.DataFrame, by=("phase", "op_class")) -> pd.DataFrame:
     """Kernel count, FLOPs and bytes per group (``count`` weights each row)."""
     k = kernels.assign(n=kernels["count"], f=kernels["flops"] * kernels["count"],

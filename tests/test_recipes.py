@@ -445,9 +445,34 @@ def test_predicting_on_the_authors_graph(release_root):
     assert miss.pred_ms.isna().all() and miss.error.str.contains("not found").all()
     trace_long = long.assign(pred_ms=long.pred_ms * 2, ape=lambda d: 100 * (d.pred_ms - d.label_ms).abs() / d.label_ms)
     groups = {"all": np.ones(len(cfg), bool)}
-    t = R.graph_table(trace_long, long, cfg, groups, recipes=("neusight",))
-    assert list(t["row"]) == list(R.graph_names("neusight"))
+    t = R.graph_table(trace_long, {"authors": long}, cfg, groups, recipes=("neusight",))
+    assert list(t["row"]) == ["neusight: our aten trace", "neusight: authors' graph"]
     assert list(t.columns) == ["row", "all mean", "all min-max", "all vs our trace"]
     ok = long[long.error == ""]
     assert np.isclose(t.loc[1, "all mean"], ok[ok.seed == 0].ape.mean())
     assert np.isclose(t.loc[1, "all vs our trace"], t.loc[1, "all mean"] - t.loc[0, "all mean"])
+
+
+def test_attention_mask_ops_are_the_adds_on_the_scores():
+    """GPT-2 adds its causal mask to every layer's scores (one add per layer, the softmax's shape); BERT at
+    full length adds none; the row without them times the same table minus exactly those adds."""
+    from neusight_core import trace
+    k = trace.trace_model("gpt2_large", 2, 64, "inf")
+    sel = trace.attention_mask_ops(k)
+    masks, soft = k[sel], k[(k.op_class == "SOFTMAX") & (k.phase == "fw")]
+    assert masks["count"].sum() == soft["count"].sum() == trace.num_layers(trace.load_config("gpt2_large"))
+    assert (masks.sub_op == "add").all() and set(zip(masks.B, masks.H)) == set(zip(soft.B, soft.H))
+    assert not trace.attention_mask_ops(trace.trace_model("bert_large", 2, 64, "inf")).any()
+    k2 = R.GRAPH_TABLES["no_mask"]("gpt2_large-inf-64-2")
+    assert len(k2) == len(k) - int(sel.sum())
+
+
+def test_table_rows_time_a_maskless_model_as_the_sweep_does(release_root):
+    """BERT at full length has no mask add: our trace without mask ops is our trace, and predict_tables sums
+    it to the same e2e as the sweep of section 2b (same predictor, same kernels)."""
+    from neusight_core import evaluation as ev
+    idx = ev.build_index()
+    cfg = idx[(idx.gpu == "NVIDIA_H100_80GB_HBM3") & (idx.config == "bert_large-inf-512-8")]
+    a = R.predict_tables(cfg, {("x", 0): _PerFlop()}, R.GRAPH_TABLES["no_mask"], progress=False)
+    b = R.predict_seeded(cfg, {("x", 0): _PerFlop()}, progress=False)
+    assert a.error.iloc[0] == "" and np.isclose(a.pred_ms.iloc[0], b.pred_ms.iloc[0], rtol=1e-9)

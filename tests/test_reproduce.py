@@ -138,8 +138,8 @@ def test_notebook_04_quick(run_notebook):
     # the graph row: both recipes' trained seeds on our trace and on the authors' graph
     from neusight_core import recipe_eval as R
     graph = pd.read_csv(out / "tables" / "ablation_graph.csv")
-    assert list(graph["row"]) == [n for r in R.RECIPES for n in R.graph_names(r)]
-    assert graph.filter(like=" mean").notna().all().all() and len(metrics["ablation_graph"]) == 4
+    assert list(graph["row"]) == [n for r in R.RECIPES for n in R.graph_names(r, ("authors", "no_mask"))]
+    assert graph.filter(like=" mean").notna().all().all() and len(metrics["ablation_graph"]) == 6
     assert (out / "figures" / "ablation_graph.png").exists() and (out / "tables" / "ablation_graph_per_gpu.md").exists()
 
 
