@@ -348,7 +348,7 @@ def graph_long(long_trace: pd.DataFrame, variants: dict, recipes=RECIPES) -> pd.
     parts = []
     for r in recipes:
         names = graph_names(r, tuple(variants))
-        for name, (v, frame) in zip(names, [("trace", long_trace), *variants.items()]):
+        for name, frame in zip(names, [long_trace, *variants.values()]):
             parts.append(frame[frame["predictor"] == r].assign(predictor=name))
     return pd.concat(parts, ignore_index=True)
 
