@@ -116,31 +116,35 @@ def layer_span(names: list[str]) -> tuple[int, int, int]:
     return first, last, top
 
 
+def _walk(g: pd.DataFrame, num_layers: int):
+    """(node row, phase, kernel entries, layer copies) for every node and phase of an op graph; the nodes of
+    layer 0 count ``num_layers`` times when the graph holds one layer (``layer_span``)."""
+    first, last, top = layer_span(g["Name"].tolist())
+    rep = num_layers if top == 0 else 1
+    for i, r in enumerate(g.itertuples(index=False)):
+        mult = rep if first <= i <= last else 1
+        for phase, col in (("fw", r.FwOps), ("bw", r.BwOps), ("acc", r.AccOps)):
+            yield r, phase, _parse_ops(col if isinstance(col, str) else ""), mult
+
+
 def load_opgraph(path, num_layers: int) -> pd.DataFrame:
     """One row per authors' kernel: phase (fw/bw/acc), op_class, flops, bytes, count (layer copies)."""
     path = Path(path)
     if not path.is_file():
         raise OpGraphError(f"op graph {path} not found")
-    g = pd.read_csv(path)
-    first, last, top = layer_span(g["Name"].tolist())
-    rep = num_layers if top == 0 else 1
     rows = []
-    for i, r in enumerate(g.itertuples(index=False)):
-        mult = rep if first <= i <= last else 1
-        fused = r.OpName == "fused"
-        for phase, col in (("fw", r.FwOps), ("bw", r.BwOps), ("acc", r.AccOps)):
-            ops = _parse_ops(col if isinstance(col, str) else "")
-            if not ops:
-                continue
-            if fused:
-                ks = [_kernel(e) for e in ops]
-                cls = max((k[0] for k in ks), key=lambda c: _RANK.get(c, 0))
-                big = max((_numel(e[1]) if e[0] != "MEM" else 0) for e in ops) if ops else 0
-                rows.append((phase, cls, sum(k[1] for k in ks), 8.0 * big, mult, r.Name))
-            else:
-                for e in ops:
-                    c, f, b = _kernel(e)
-                    rows.append((phase, c, f, b, mult, r.Name))
+    for r, phase, ops, mult in _walk(pd.read_csv(path), num_layers):
+        if not ops:
+            continue
+        if r.OpName == "fused":
+            ks = [_kernel(e) for e in ops]
+            cls = max((k[0] for k in ks), key=lambda c: _RANK.get(c, 0))
+            big = max((_numel(e[1]) if e[0] != "MEM" else 0) for e in ops)
+            rows.append((phase, cls, sum(k[1] for k in ks), 8.0 * big, mult, r.Name))
+        else:
+            for e in ops:
+                c, f, b = _kernel(e)
+                rows.append((phase, c, f, b, mult, r.Name))
     return pd.DataFrame(rows, columns=["phase", "op_class", "flops", "bytes", "count", "node"])
 
 
@@ -300,27 +304,22 @@ def kernel_table(config: str, num_layers: int | None = None) -> pd.DataFrame:
     path = paths.opgraph_dir() / f"{config}.csv"
     if not path.is_file():
         raise OpGraphError(f"op graph {path} not found")
-    g = pd.read_csv(path)
     if num_layers is None:
         num_layers = trace.num_layers(trace.load_config(d["model"]))
-    first, last, top = layer_span(g["Name"].tolist())
-    rep = num_layers if top == 0 else 1
     modelled, mem = [], []
-    for i, r in enumerate(g.itertuples(index=False)):
-        mult = rep if first <= i <= last else 1
-        for phase, col in (("fw", r.FwOps), ("bw", r.BwOps), ("acc", r.AccOps)):
-            for kind, dims in _parse_ops(col if isinstance(col, str) else ""):
-                if kind in ("Linear", "BMM"):
-                    B, M, N, K = (1, *dims) if kind == "Linear" else dims
-                    modelled.append((phase, kind.lower(), B, M, N, K, np.nan, mult, r.Name))
-                elif kind.startswith("VEC"):
-                    rows, H = dims
-                    modelled.append((phase, kind[3:], rows, np.nan, np.nan, np.nan, H, mult, r.Name))
-                elif kind == "MEM":
-                    shapes = [s for s in dims if isinstance(s, tuple)]
-                    mem.append((phase, 4.0 * sum(_numel(s) for s in shapes), mult, r.Name))
-                else:
-                    raise OpGraphError(f"{config}: node {r.Name} has a {kind} kernel; not a single-GPU graph")
+    for r, phase, ops, mult in _walk(pd.read_csv(path), num_layers):
+        for kind, dims in ops:
+            if kind in ("Linear", "BMM"):
+                B, M, N, K = (1, *dims) if kind == "Linear" else dims
+                modelled.append((phase, kind.lower(), B, M, N, K, np.nan, mult, r.Name))
+            elif kind.startswith("VEC"):
+                rows, H = dims
+                modelled.append((phase, kind[3:], rows, np.nan, np.nan, np.nan, H, mult, r.Name))
+            elif kind == "MEM":
+                shapes = [s for s in dims if isinstance(s, tuple)]
+                mem.append((phase, 4.0 * sum(_numel(s) for s in shapes), mult, r.Name))
+            else:
+                raise OpGraphError(f"{config}: node {r.Name} has a {kind} kernel; not a single-GPU graph")
     k = pd.DataFrame(modelled, columns=["phase", "op", "B", "M", "N", "K", "H", "count", "module"])
     unknown = set(k["op"]) - set(dataset.OP_CLASS)
     if unknown:

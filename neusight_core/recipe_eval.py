@@ -331,12 +331,6 @@ def predict_tables(configs: pd.DataFrame, trained: dict, table_of, progress: boo
     return _tidy(cfg, pd.concat(out, ignore_index=True))
 
 
-def predict_on_authors_graph(configs: pd.DataFrame, trained: dict, progress: bool = True) -> pd.DataFrame:
-    """``predict_tables`` on the authors' operator graph (``opgraph.kernel_table``: their one-layer torch.fx
-    graph, replicated, backward by their rules) instead of our aten trace."""
-    return predict_tables(configs, trained, GRAPH_TABLES["authors"], progress, "authors' graphs")
-
-
 def graph_names(recipe: str, variants=("authors",)) -> tuple[str, ...]:
     """Row names of a recipe on our trace and on each variant ('<recipe>: our aten trace', ...)."""
     return tuple(f"{recipe}: {GRAPHS[v]}" for v in ("trace", *variants))

@@ -435,7 +435,8 @@ def test_predicting_on_the_authors_graph(release_root):
     idx = ev.build_index()
     cfg = idx[(idx.gpu == "NVIDIA_H100_80GB_HBM3") & idx.config.isin(["bert_large-inf-512-8", "gpt2_large-train-1024-1"])]
     cfg = pd.concat([cfg, cfg.iloc[:1].assign(config="bert_large-inf-512-3")], ignore_index=True)
-    long = R.predict_on_authors_graph(cfg, {("neusight", 0): _PerFlop(), ("neusight", 1): _PerFlop()}, progress=False)
+    long = R.predict_tables(cfg, {("neusight", 0): _PerFlop(), ("neusight", 1): _PerFlop()}, R.GRAPH_TABLES["authors"],
+                            progress=False)
     assert len(long) == 2 * len(cfg) and set(long.seed) == {0, 1}
     k = opgraph.kernel_table("bert_large-inf-512-8")
     expect = float(((k.flops + k.bytes_read + k.bytes_written) / 1e9 * k["count"]).sum())
