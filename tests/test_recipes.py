@@ -37,9 +37,9 @@ def test_recipe_files_are_the_configs():
     # ours = the authors' recipe (its `base`) with one change
     mine = hparams("neusight")
     assert {k for k in set(mine) | set(paper) if mine.get(k) != paper.get(k)} == {
-        "extra_training", "lr", "hidden", "ensemble", "epochs"}
+        "extra_training", "lr", "hidden", "ensemble", "epochs", "grad_clip"}
     assert {c for c in paper["lr"] if mine["lr"][c] != paper["lr"][c]} == {"LINEAR", "SOFTMAX", "LAYERNORM"}
-    assert P.create("neusight")._members("LINEAR") == 3 and P.create("neusight")._members("BMM") == 1
+    assert P.create("neusight")._members("LINEAR") == 5 and P.create("neusight")._members("BMM") == 1
     # the authors' recipe trains every class at least 30 epochs, at their learning rates and batches
     assert min(paper["epochs"].values()) >= 30 and set(paper["epochs"]) == set(common.MODEL_CLASSES)
     assert P.create("neusight").config["extra_training"] == "seen_test"
@@ -163,13 +163,14 @@ def test_ablation_plan_towards_our_recipe():
     plan = R.ablation_plan(epochs=3)
     assert [n for n, _ in plan] == ["neusight-paper (base)", "+ the training GPUs' transformer-shaped kernels",
                                     "learning rates (LINEAR 1e-3, softmax and layernorm 1e-4)",
-                                    "LINEAR: three 8 x 256 networks, u averaged", "epochs per class (ours)",
-                                    "all = neusight"]
+                                    "LINEAR: five 8 x 256 networks, u averaged", "epochs per class (ours)",
+                                    "BMM: gradient norm capped at 1", "all = neusight"]
     assert plan[1][1] == {"extra_training": "seen_test", "epochs": 3}
     assert plan[2][1]["lr"]["LINEAR"] == 1e-3 and "extra_training" not in plan[2][1]
-    assert plan[3][1]["ensemble"]["LINEAR"] == 3 and plan[3][1]["hidden"]["LINEAR"] == 256
+    assert plan[3][1]["ensemble"]["LINEAR"] == 5 and plan[3][1]["hidden"]["LINEAR"] == 256
     assert plan[4][1] == {"epochs": hparams("neusight")["epochs"]}       # the epochs step is not capped
-    assert set(plan[5][1]) == {"extra_training", "lr", "hidden", "ensemble", "epochs"}
+    assert plan[5][1] == {"grad_clip": {"BMM": 1.0}, "epochs": 3}
+    assert set(plan[6][1]) == {"extra_training", "lr", "hidden", "ensemble", "epochs", "grad_clip"}
 
 
 def test_ablation_plan_switches_one_difference_at_a_time():
@@ -313,6 +314,31 @@ def test_training_flushes_denormals_and_switches_it_back_off():
     assert seen and all(v == 0.0 for v in seen)                         # flushed inside training
     assert out["best_epoch"] == 0
     assert float(tiny * 1e-10) != 0.0                                   # and back off afterwards
+
+
+def test_grad_clip_caps_the_step_and_only_our_recipe_clips_bmm():
+    """``grad_clip`` caps each step's gradient norm before the optimiser sees it: at a cap of 1e-12 Adam's
+    step is about lr * 1e-12 / eps, so the weights hardly move, while without a cap the same epoch moves
+    them by about lr per step. Our recipe clips BMM only (search g16); the authors' code does not clip."""
+    import numpy as np
+    import torch
+
+    from neusight_core.predictors import nets
+    x = torch.linspace(-1, 1, 64).reshape(32, 2)
+
+    def moved(cap):
+        torch.manual_seed(0)
+        net = nets.MLP(2, 1, 8, 2)
+        w0 = [p.detach().clone() for p in net.parameters()]
+        nets.train_loop(net, lambda idx: 2 + net(x[idx])[:, 0], 32, np.array([0, 1]), 1, 8, 1e-2, "ape", 0,
+                        schedule="constant", grad_clip=cap)
+        return max(float((p.detach() - q).abs().max()) for p, q in zip(net.parameters(), w0))
+
+    assert moved(None) > 1e-2
+    assert moved(1e-12) < 1e-5
+    ours, paper = P.create("neusight", 0), P.create("neusight-paper", 0)
+    assert ours._grad_clip("BMM") == 1.0 and ours._grad_clip("LINEAR") is None
+    assert all(paper._grad_clip(c) is None for c in ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM"))
 
 
 def test_train_parallel_trains_missing_jobs_in_worker_processes(release_root, tmp_path, monkeypatch):

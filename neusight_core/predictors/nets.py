@@ -62,20 +62,22 @@ def flush_denormals():
 
 def train_loop(model: nn.Module, ratio_fn, n: int, val_idx: np.ndarray, epochs: int, batch: int, lr: float,
                loss: str, seed: int, bar=None, weight_decay: float = 0.0, optimizer: str = "adam",
-               schedule: str = "onecycle", val_weight: np.ndarray | None = None) -> dict:
+               schedule: str = "onecycle", val_weight: np.ndarray | None = None,
+               grad_clip: float | None = None) -> dict:
     """Minimise ``loss`` of ``ratio_fn(idx)`` (predicted / measured for rows idx) over the rows not in
     ``val_idx``; keep the weights of the epoch with the lowest validation MAPE (training GPUs only).
 
     ``optimizer`` adam | adamw (torch's AdamW, default decay 0.01 unless ``weight_decay`` is given),
     ``schedule`` onecycle | constant; ``val_weight`` weights the validation APEs (e.g. by kernel
-    time). An epoch whose loss is not finite ends training; the best earlier epoch is kept."""
+    time). ``grad_clip`` caps the global norm of each step's gradient (None: no cap, as the authors
+    train). An epoch whose loss is not finite ends training; the best earlier epoch is kept."""
     with flush_denormals():
         return _train_loop(model, ratio_fn, n, val_idx, epochs, batch, lr, loss, seed, bar, weight_decay, optimizer,
-                           schedule, val_weight)
+                           schedule, val_weight, grad_clip)
 
 
 def _train_loop(model, ratio_fn, n, val_idx, epochs, batch, lr, loss, seed, bar, weight_decay, optimizer, schedule,
-                val_weight) -> dict:
+                val_weight, grad_clip=None) -> dict:
     g = torch.Generator().manual_seed(seed)
     mask = np.ones(n, bool)
     mask[val_idx] = False
@@ -112,6 +114,8 @@ def _train_loop(model, ratio_fn, n, val_idx, epochs, batch, lr, loss, seed, bar,
                 diverged = True
                 break
             lv.backward()
+            if grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             opt.step()
             if sched is not None:
                 sched.step()

@@ -287,7 +287,8 @@ class NeuSightPredictor(KernelPredictor):
                                       member_seed, bar,
                                       weight_decay=float(self.config.get("weight_decay", 0.0)),
                                       optimizer=self.config.get("optimizer", "adam"),
-                                      schedule=self.config.get("schedule", "onecycle"), val_weight=vw))
+                                      schedule=self.config.get("schedule", "onecycle"), val_weight=vw,
+                                      grad_clip=self._grad_clip(cls)))
         # from here on the members are evaluated with numpy, as every prediction is
         self.nets[cls] = [NumpyMLP(net.state_dict()) for net in self.nets[cls]]
         Xs = self._scale(cls, X)
@@ -314,6 +315,13 @@ class NeuSightPredictor(KernelPredictor):
             return X
         lo, hi = self.range[cls]
         return np.clip(X, lo, hi)
+
+    def _grad_clip(self, cls: str):
+        """The recipe's cap on the gradient norm for ``cls`` (``grad_clip``: one value, or per class;
+        absent or a class not listed: no cap)."""
+        g = self.config.get("grad_clip")
+        g = g.get(cls) if isinstance(g, dict) else g
+        return float(g) if g else None
 
     def _members(self, cls: str | None = None) -> int:
         e = self.config.get("ensemble", 1)
