@@ -140,9 +140,15 @@ def utilisation(out, waves, form: str = "ours", clamp_u: bool = True):
     return clamp(sig(out[:, 0]) * (1 - sig(out[:, 1]) / waves))
 
 
-def per_class(value, cls: str):
-    """A recipe value that is either one value for every class or a {class: value} dict."""
-    return value[cls] if isinstance(value, dict) else value
+_REQUIRED = object()
+
+
+def per_class(value, cls: str, default=_REQUIRED):
+    """A recipe value that is either one value for every class or a {class: value} dict. With ``default``,
+    a class the dict does not list gets it; without, every class must be listed (KeyError)."""
+    if not isinstance(value, dict):
+        return value
+    return value[cls] if default is _REQUIRED else value.get(cls, default)
 
 
 class NeuSightPredictor(KernelPredictor):
@@ -319,8 +325,7 @@ class NeuSightPredictor(KernelPredictor):
     def _grad_clip(self, cls: str):
         """The recipe's cap on the gradient norm for ``cls`` (``grad_clip``: one value, or per class;
         absent or a class not listed: no cap)."""
-        g = self.config.get("grad_clip")
-        g = g.get(cls) if isinstance(g, dict) else g
+        g = per_class(self.config.get("grad_clip"), cls, None)
         return float(g) if g else None
 
     def _members(self, cls: str | None = None) -> int:
