@@ -163,14 +163,16 @@ def test_ablation_plan_towards_our_recipe():
     plan = R.ablation_plan(epochs=3)
     assert [n for n, _ in plan] == ["neusight-paper (base)", "+ the training GPUs' transformer-shaped kernels",
                                     "learning rates (LINEAR 1e-3, softmax and layernorm 1e-4)",
-                                    "LINEAR: five 8 x 256 networks, u averaged", "epochs per class (ours)",
+                                    "LINEAR: five 8 x 256 networks, u averaged (a failed one dropped)",
+                                    "epochs per class (ours)",
                                     "BMM: gradient norm capped at 1", "all = neusight"]
     assert plan[1][1] == {"extra_training": "seen_test", "epochs": 3}
     assert plan[2][1]["lr"]["LINEAR"] == 1e-3 and "extra_training" not in plan[2][1]
     assert plan[3][1]["ensemble"]["LINEAR"] == 5 and plan[3][1]["hidden"]["LINEAR"] == 256
+    assert plan[3][1]["ensemble_cut"] == 1.5
     assert plan[4][1] == {"epochs": hparams("neusight")["epochs"]}       # the epochs step is not capped
     assert plan[5][1] == {"grad_clip": {"BMM": 1.0}, "epochs": 3}
-    assert set(plan[6][1]) == {"extra_training", "lr", "hidden", "ensemble", "epochs", "grad_clip"}
+    assert set(plan[6][1]) == {"extra_training", "lr", "hidden", "ensemble", "ensemble_cut", "epochs", "grad_clip"}
 
 
 def test_ablation_plan_switches_one_difference_at_a_time():
@@ -503,3 +505,40 @@ def test_table_rows_time_a_maskless_model_as_the_sweep_does(release_root):
     a = R.predict_tables(cfg, {("x", 0): _PerFlop()}, R.GRAPH_TABLES["no_mask"], progress=False)
     b = R.predict_seeded(cfg, {("x", 0): _PerFlop()}, progress=False)
     assert a.error.iloc[0] == "" and np.isclose(a.pred_ms.iloc[0], b.pred_ms.iloc[0], rtol=1e-9)
+
+
+def test_ensemble_cut_drops_a_member_that_failed_to_train(release_root, monkeypatch):
+    """With ``ensemble_cut`` 1.5 a member whose validation MAPE is above 1.5 x the best member's is left
+    out of the average (and of the saved state); without the key every member stays. Our recipe sets it,
+    the authors' (no ensemble) does not."""
+    import numpy as np
+
+    from neusight_core import dataset
+    from neusight_core.predictors import nets
+    real = nets.train_loop
+
+    def scripted(vals, seen):
+        it = iter(vals)
+
+        def loop(model, *a, **k):
+            r = real(model, *a, **k)
+            seen.append(model.state_dict()["net.0.weight"].detach().numpy().copy())
+            return {**r, "val_mape": next(it)}
+        return loop
+
+    train = dataset.training_data(quick=True)
+    for cut, kept in ((1.5, [0, 2]), (None, [0, 1, 2])):
+        seen = []
+        monkeypatch.setattr(nets, "train_loop", scripted([10.0, 40.0, 11.0], seen))
+        p = P.create("neusight", 0, config={"ensemble": {"LINEAR": 3}, "ensemble_cut": cut, "extra_training": None})
+        k = p.filter_training(train.kernels)
+        df = k[k["op_class"] == "LINEAR"].head(300).reset_index(drop=True)
+        info = p._fit_class(df, "LINEAR", 1, None)
+        assert info["members_kept"] == kept and len(p.nets["LINEAR"]) == len(kept)
+        assert info["val_mape_members"] == [10.0, 40.0, 11.0]
+        # the kept networks are those members, in order (the three members differ: own initialisation)
+        assert not np.array_equal(seen[0], seen[1])
+        for net, i in zip(p.nets["LINEAR"], kept):
+            assert np.array_equal(net.state_dict()["net.0.weight"], seen[i])
+    assert P.create("neusight", 0).config["ensemble_cut"] == 1.5
+    assert P.create("neusight-paper", 0).config.get("ensemble_cut") is None
