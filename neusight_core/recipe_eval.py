@@ -86,7 +86,11 @@ def train_seeded(names=RECIPES + BASELINES, seeds=(0, 1, 2), quick: bool = False
             rows.append({"predictor": name, "seed": int(seed), "train_s": p.info.get("train_seconds", np.nan),
                          "this_call_s": time.perf_counter() - t0,
                          "val_mape": {c: round(v.get("val_mape") or np.nan, 2)
-                                      for c, v in p.info.get("classes", {}).items()} or None})
+                                      for c, v in p.info.get("classes", {}).items()} or None,
+                         # ensembles: members averaged of those trained (``ensemble_cut`` drops failed ones)
+                         "members": {c: f"{len(v.get('members_kept', v['val_mape_members']))} of {len(v['val_mape_members'])}"
+                                     for c, v in p.info.get("classes", {}).items()
+                                     if len(v.get("val_mape_members") or []) > 1} or None})
     return trained, pd.DataFrame(rows)
 
 
