@@ -34,10 +34,10 @@ def test_paper_filter_counts_on_the_real_release(release_root):
 def test_recipe_files_are_the_configs():
     paper, ours = hparams("neusight-paper"), hparams("neusight-logo")
     assert P.create("neusight-paper").config["layers"] == 8 and paper["hidden"] == 512
-    # ours = the authors' recipe (its `base`) with one change
+    # ours = the authors' recipe (its `base`) with these keys changed (docs/recipes.md, "The recipe")
     mine = hparams("neusight")
     assert {k for k in set(mine) | set(paper) if mine.get(k) != paper.get(k)} == {
-        "extra_training", "lr", "hidden", "ensemble", "epochs", "grad_clip"}
+        "extra_training", "lr", "hidden", "ensemble", "ensemble_cut", "epochs", "grad_clip"}
     assert {c for c in paper["lr"] if mine["lr"][c] != paper["lr"][c]} == {"LINEAR", "SOFTMAX", "LAYERNORM"}
     assert P.create("neusight")._members("LINEAR") == 5 and P.create("neusight")._members("BMM") == 1
     # the authors' recipe trains every class at least 30 epochs, at their learning rates and batches
