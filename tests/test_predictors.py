@@ -176,9 +176,15 @@ def test_our_recipe_is_the_authors_plus_transformer_kernels(trained):
     assert (folder / "neusight-quick-seed0" / "meta.json").is_file()
     assert ours.info["rows_after_filter"] > paper.info["rows_after_filter"]
     assert {c: len(n) for c, n in paper.nets.items()} == {c: 1 for c in paper.nets}
-    assert {c: len(n) for c, n in ours.nets.items()} == {c: ours._members(c) for c in ours.nets}
-    lin = ours.info["classes"]["LINEAR"]
+    # every class trains the networks its config asks for; the ones kept are those within the ensemble
+    # cut (in quick mode, 2 epochs, a LINEAR member can fail the cut on one machine and not on another)
+    info = ours.info["classes"]
+    assert {c: len(info[c]["val_mape_members"]) for c in ours.nets} == {c: ours._members(c) for c in ours.nets}
+    assert {c: len(n) for c, n in ours.nets.items()} == {c: len(info[c]["members_kept"]) for c in ours.nets}
+    lin = info["LINEAR"]
     assert len(lin["val_mape_members"]) == 5 and len(ours.nets["LINEAR"]) == len(lin["members_kept"]) >= 1
+    best = min(lin["val_mape_members"])
+    assert [i for i, v in enumerate(lin["val_mape_members"]) if v <= 1.5 * best] == lin["members_kept"]
     # the extra records reach the tile lookup too: the P4's aligned GEMMs find their 128x128 tiles
     k = dataset.test_kernels()
     p4 = k[(k["device"] == "Tesla_P4") & (k["op_class"] == "LINEAR")].reset_index(drop=True)
