@@ -227,7 +227,9 @@ def test_quick_training_records_time_and_checksum(trained):
     for name in SAVED:
         meta = json.loads((folder / f"{name}-quick-seed0" / "meta.json").read_text())
         assert meta["info"]["quick"] is True and len(meta["info"]["data_checksum"]) == 64
-        assert meta["info"]["train_seconds"] < 60
+        # the time is recorded (a number of seconds); how fast quick training runs is the machine's, not a
+        # test's business (benchmarks/train_speed.py): a bound of 60 s failed on a 2x slower, busy machine
+        assert np.isfinite(meta["info"]["train_seconds"]) and meta["info"]["train_seconds"] > 0
 
 
 def test_same_seed_same_predictions(trained, tmp_path, monkeypatch):
