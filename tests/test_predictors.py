@@ -229,7 +229,9 @@ def test_quick_training_records_time_and_checksum(trained):
         assert meta["info"]["quick"] is True and len(meta["info"]["data_checksum"]) == 64
         # the time is recorded (a number of seconds); how fast quick training runs is the machine's, not a
         # test's business (benchmarks/train_speed.py): a bound of 60 s failed on a 2x slower, busy machine
-        assert np.isfinite(meta["info"]["train_seconds"]) and meta["info"]["train_seconds"] > 0
+        # (the roofline has nothing to train: 0 s)
+        t = meta["info"]["train_seconds"]
+        assert np.isfinite(t) and t >= 0 and (t > 0 or name == "roofline")
 
 
 def test_same_seed_same_predictions(trained, tmp_path, monkeypatch):
