@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -129,41 +130,101 @@ def _add_sweep_parser(sub) -> None:
     p.add_argument("--dtype", default="fp32",
                    help="precision(s), comma-separated, of fp32 (the paper), tf32, fp16, bf16 (extrapolations)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--chunk", type=int, default=5000,
+                   help="configurations predicted together (the CSV is written part by part; default 5000)")
     p.add_argument("--out", required=True, help="CSV file to write")
+
+
+def _csv_list(value, what: str, conv=str) -> list:
+    """A comma-separated option as a list: repeated values once, an empty list a usage error."""
+    items = [x.strip() for x in str(value).split(",") if x.strip()]
+    if not items:
+        raise ValueError(f"--{what} names no value (got {value!r})")
+    try:
+        return list(dict.fromkeys(conv(x) for x in items))
+    except ValueError:
+        raise ValueError(f"--{what} takes comma-separated integers, got {value!r}") from None
+
+
+class _CsvTarget:
+    """Where ``sweep --out`` writes, checked before anything is computed.
+
+    A regular file (or a new name in a writable folder) is written aside and renamed over it when the
+    sweep is done, so an interrupted sweep leaves the old file as it was and no ``.tmp`` behind. A
+    symlink is followed (the link stays, its target gets the rows). Anything else that is not a folder
+    (``/dev/null``, a pipe) is written through as it is, never replaced."""
+
+    def __init__(self, name: str):
+        if not name.strip():
+            raise ValueError("--out: empty file name")
+        self.path = Path(name).expanduser()
+        target = self.path.resolve() if self.path.is_symlink() else self.path
+        if target.is_dir():
+            raise ValueError(f"--out {name}: is a folder (give a file name)")
+        self.through = target.exists() and not target.is_file()
+        if self.through:
+            if not os.access(target, os.W_OK):
+                raise ValueError(f"--out {name}: not writable")
+            self.final, self.tmp = target, None
+            return
+        folder = target.parent
+        if not folder.is_dir():
+            raise ValueError(f"--out {name}: folder {folder} does not exist")
+        self.final, self.tmp = target, folder / f".{target.name}.{os.getpid()}.tmp"
+        try:        # the real test of a place (access() says yes to root everywhere): make the file now
+            self._file = open(self.tmp, "w", newline="")
+        except OSError as e:
+            raise ValueError(f"--out {name}: not writable ({e.strerror or e})") from None
+        if target.exists() and not os.access(target, os.W_OK):
+            self.abandon()
+            raise ValueError(f"--out {name}: not writable (permission denied)")
+
+    def open(self):
+        return self._file if self.tmp is not None else open(self.final, "w", newline="")
+
+    def commit(self) -> None:
+        if self.tmp is not None:
+            self.tmp.replace(self.final)
+
+    def abandon(self) -> None:
+        if self.tmp is not None:
+            self._file.close()
+            self.tmp.unlink(missing_ok=True)
 
 
 def _sweep(a) -> int:
     from neusight_core import predictors as _pred
     from neusight_core import sweep
 
-    def ints(s, what):
-        try:
-            return [int(x) for x in str(s).split(",") if x.strip()]
-        except ValueError:
-            raise ValueError(f"--{what} takes comma-separated integers, got {s!r}") from None
-
-    names = [x.strip() for x in a.predictor.split(",") if x.strip()]
+    names = _csv_list(a.predictor, "predictor")
     unknown = [x for x in names if x not in _pred.NAMES]
     if unknown:
         raise ValueError(f"unknown predictor(s) {', '.join(unknown)}; choose from {', '.join(_pred.NAMES)}")
-    modes = [x.strip() for x in a.mode.split(",") if x.strip()]
-    plans = [x.strip() for x in a.parallel.split(",")] if a.parallel else [None]
-    out = Path(a.out)
-    if out.parent and not out.parent.exists():
-        raise ValueError(f"folder of --out does not exist: {out.parent}")
-    df = sweep.sweep([x.strip() for x in a.model.split(",") if x.strip()],
-                     [x.strip() for x in a.device.split(",") if x.strip()],
-                     ints(a.batch, "batch"), ints(a.seq, "seq"), modes, predictors=names,
-                     seeds=ints(a.seed, "seed"), quick=a.quick, progress=not a.no_progress,
-                     fusion=a.fusion, parallel=plans, gpus=ints(a.gpus, "gpus") if a.gpus else None,
-                     micro_batches=a.micro_batches, link_gbs=a.link_gbs,
-                     dtype=[x.strip() for x in a.dtype.split(",") if x.strip()])
-    tmp = out.with_name(out.name + ".tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(out)
-    bad = int((df["error"] != "").sum())
-    print(f"{len(df)} rows ({bad} with an error) -> {out}; tables {df.attrs['tables_s']:.1f} s, "
-          f"total {df.attrs['total_s']:.1f} s")
+    ints = lambda v, what: _csv_list(v, what, int)        # noqa: E731
+    configs = sweep.grid(_csv_list(a.model, "model"), _csv_list(a.device, "device"), ints(a.batch, "batch"),
+                         ints(a.seq, "seq"), _csv_list(a.mode, "mode"), fusion=a.fusion,
+                         parallel=_csv_list(a.parallel, "parallel") if a.parallel is not None else [None],
+                         gpus=ints(a.gpus, "gpus") if a.gpus is not None else None,
+                         micro_batches=a.micro_batches, link_gbs=a.link_gbs, dtype=_csv_list(a.dtype, "dtype"))
+    seeds = ints(a.seed, "seed")
+    target = _CsvTarget(a.out)          # refused here, before anything is computed
+    rows = bad = 0
+    tables_s = total_s = 0.0
+    pieces = list(sweep.chunks(configs, a.chunk))
+    try:
+        with target.open() as f:
+            for i, part in enumerate(pieces):
+                if len(pieces) > 1 and not a.no_progress:
+                    print(f"part {i + 1}/{len(pieces)}: {len(part)} configurations", file=sys.stderr, flush=True)
+                df = sweep.run(part, names, seeds, quick=a.quick, progress=not a.no_progress)
+                df.to_csv(f, index=False, header=(i == 0))   # streamed: memory holds one part at a time
+                rows, bad = rows + len(df), bad + int((df["error"] != "").sum())
+                tables_s, total_s = tables_s + df.attrs["tables_s"], total_s + df.attrs["total_s"]
+        target.commit()
+    except BaseException:
+        target.abandon()
+        raise
+    print(f"{rows} rows ({bad} with an error) -> {target.path}; tables {tables_s:.1f} s, total {total_s:.1f} s")
     return 0
 
 

@@ -506,6 +506,11 @@ def family_for(model, batch: int, seq: int, mode: str = "inf", allow_bucket: boo
     of seq's power-of-two bucket [lo, 2 lo), lo >= MIN_SEQ, with its own samples and odd check point.
     """
     if seq < MIN_SEQ:
+        # below the samples' regime one polynomial in seq does not hold; the family of this seq alone
+        # (linear in batch, checked at batch 3) does, and spares a full trace per batch size
+        if allow_fixed and int(batch) >= 2:
+            fam = family(model, mode, seq_fixed=int(seq), **trace_kw)
+            return fam if fam.ok else None
         return None
     if int(batch) == 1:
         # the batch >= 2 family of the same model already failed its check on a shape in seq: the

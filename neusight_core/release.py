@@ -122,6 +122,18 @@ def _archive_in(folder: Path) -> Path | None:
     return found[0] if found else None
 
 
+def _source_kind(src: Path) -> tuple[str, Path]:
+    """("archive", the .tar.xz) or ("clone", the upstream checkout) for a source path; ReleaseError when
+    it holds neither."""
+    if src.is_file():
+        return "archive", src
+    if (src / "scripts" / "asplos").is_dir():
+        return "clone", src
+    if (arch := _archive_in(src)) is not None:
+        return "archive", arch
+    raise ReleaseError(f"{src} holds neither a release archive (*.tar.xz) nor an upstream clone")
+
+
 def _stage_from_archive(archive: Path, staging: Path, manifest: dict) -> Path:
     sums = archive.with_name("ARCHIVE.sha256")
     if sums.is_file():
@@ -200,9 +212,15 @@ def provision(source: str | os.PathLike | None = None, home: str | os.PathLike |
     manifest = load_manifest()
     # A source that was asked for must exist, even when nothing needs unpacking (a typo in
     # NEUSIGHT_RELEASE is an error, not silently ignored).
+    # Nor is one that holds no release (an empty folder): it is checked before the stamp is trusted.
     for what, cand in (("--source", source), ("NEUSIGHT_RELEASE", os.environ.get("NEUSIGHT_RELEASE"))):
         if cand and not Path(cand).expanduser().exists():
             raise ReleaseError(f"release source not found: {what} points to {cand}, which does not exist")
+        if cand:
+            try:
+                _source_kind(Path(cand).expanduser().resolve())
+            except ReleaseError as e:
+                raise ReleaseError(f"{what}: {e}") from None
     if is_provisioned(home) and not force:
         return verify_installed(home)
 
@@ -216,14 +234,8 @@ def provision(source: str | os.PathLike | None = None, home: str | os.PathLike |
     try:
         if src is None:
             src = _git_clone(cache / "upstream-clone")
-        if src.is_file():
-            root = _stage_from_archive(src, staging, manifest)
-        elif (src / "scripts" / "asplos").is_dir():
-            root = _stage_from_clone(src, staging, manifest)
-        elif (arch := _archive_in(src)) is not None:
-            root = _stage_from_archive(arch, staging, manifest)
-        else:
-            raise ReleaseError(f"{src} holds neither a release archive (*.tar.xz) nor an upstream clone")
+        kind, path = _source_kind(src)
+        root = (_stage_from_clone if kind == "clone" else _stage_from_archive)(path, staging, manifest)
         problems = check_tree(manifest["files"], lambda r: root / r)
         if problems:
             _fail(problems, str(src))

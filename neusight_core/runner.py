@@ -23,6 +23,7 @@ finished, no tarball is made, and the exit code is 130 / 143.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import platform
@@ -76,7 +77,7 @@ def _export_html(ipynb: Path) -> None:
         import nbformat
 
         body, _ = HTMLExporter().from_notebook_node(nbformat.read(ipynb, as_version=4))
-        ipynb.with_suffix(".html").write_text(body)
+        write_atomic(ipynb.with_suffix(".html"), body)
     except Exception as e:  # an export problem must not turn an OK notebook into a failure
         print(f"    (HTML export of {ipynb.name} failed: {e})", flush=True)
 
@@ -113,6 +114,56 @@ def _strip_progress(ipynb: Path) -> None:
         print(f"    (could not strip progress bars from {ipynb.name}: {e})", flush=True)
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` aside and rename it over ``path``: a full disk or a kill never leaves a half-written
+    file under the finished name (the partial one is removed and the error raised)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_reason(exc: OSError, default: Path | str) -> str:
+    return f"disk full while writing {getattr(exc, 'filename', None) or default}"
+
+
+# Space set aside when a run starts and given back before its record (SUMMARY.md, run.json,
+# environment.json) is written, so that a disk filled by a notebook still leaves room to say so.
+RESERVE_BYTES = 512 * 1024
+RESERVE_FILE = ".space-reserve"
+
+
+def reserve_space(run_dir: Path) -> None:
+    with open(run_dir / RESERVE_FILE, "wb") as f:
+        f.write(b"\0" * RESERVE_BYTES)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _disk_full_cause(exc: BaseException) -> OSError | None:
+    """The ENOSPC error behind ``exc`` (papermill wraps what the kernel or its writer raised), if any."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if is_disk_full(exc):
+            return exc
+        text = str(getattr(exc, "evalue", "") or exc)
+        if "No space left on device" in text:   # raised inside the notebook's kernel: only its text comes back
+            m = re.search(r"No space left on device: '([^']+)'", text)
+            return OSError(errno.ENOSPC, "No space left on device", m.group(1) if m else None)
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
 def _last_error_line(exc: BaseException) -> str:
     text = str(getattr(exc, "evalue", "") or exc).strip().splitlines()
     ename = getattr(exc, "ename", type(exc).__name__)
@@ -146,6 +197,13 @@ def run_notebook(nb: Path, run_dir: Path, quick: bool, extra: dict | None = None
                             kernel_manager_class=_kernel_manager(run_dir / f".{nb.stem}.kernel.log"))
     except Exception as e:  # papermill raises PapermillExecutionError; keep going either way
         status, reason = "FAILED", _last_error_line(e)
+        full = _disk_full_cause(e)
+        if full is not None:
+            reason = disk_full_reason(full, f"the outputs of {nb.stem} or its executed notebook")
+            # the executed notebook may be cut anywhere: keep it, under a name no one takes for finished
+            if (run_dir / nb.name).exists():
+                (run_dir / nb.name).replace(run_dir / f"{nb.name}.incomplete")
+            return NotebookResult(nb.stem, status, time.time() - t0, reason)
     secs = time.time() - t0
     if status == "OK":
         metrics = out_dir / "metrics.json"
@@ -288,7 +346,7 @@ def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
 
 
 def write_summary(run_dir: Path, results: list[NotebookResult], env: dict, quick: bool, total: float,
-                  interrupted: str | None = None) -> Path:
+                  interrupted: str | None = None, tarball: str | None = None) -> Path:
     icon = {"OK": "OK", "SKIPPED": "SKIPPED", "FAILED": "**FAILED**", "INTERRUPTED": "**INTERRUPTED**"}
     lines = [f"# NeuSight artifact run {run_dir.name}", ""]
     if interrupted:
@@ -306,6 +364,7 @@ def write_summary(run_dir: Path, results: list[NotebookResult], env: dict, quick
               f"- Python {env.get('python', '?')} on {env.get('platform', '?')}; GPU: "
               + (", ".join(env['gpu']['names']) if env.get('gpu', {}).get('available')
                  else f"none ({env.get('gpu', {}).get('reason', '')})"),
+              *([f"- tarball: {tarball}"] if tarball else []),
               "", "| notebook | status | wall time (s) | reason |", "|---|---|---:|---|"]
     for r in results:
         reason = r.reason.replace("|", "/").replace("\n", " ")
@@ -315,18 +374,20 @@ def write_summary(run_dir: Path, results: list[NotebookResult], env: dict, quick
         if part.is_file():
             lines += ["", f"## {r.name}", "", part.read_text().strip()]
     p = run_dir / "SUMMARY.md"
-    tmp = run_dir / ".SUMMARY.md.tmp"  # never half-written: written aside, then renamed
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(p)
+    write_atomic(p, "\n".join(lines) + "\n")  # never half-written: written aside, then renamed
     return p
 
 
 def make_tarball(run_dir: Path) -> Path:
     tar_path = run_dir.parent / f"neusight_results_{run_dir.name}.tar.gz"
     tmp = tar_path.with_name(tar_path.name + ".part")
-    with tarfile.open(tmp, "w:gz") as tar:
-        tar.add(run_dir, arcname=run_dir.name)
-    tmp.replace(tar_path)
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            tar.add(run_dir, arcname=run_dir.name, filter=lambda t: None if Path(t.name).name in (LOCK_FILE, RESERVE_FILE) else t)
+        tmp.replace(tar_path)
+    except BaseException:  # a full disk or an interrupt: no part-file left that looks like a result
+        tmp.unlink(missing_ok=True)
+        raise
     return tar_path
 
 
@@ -376,6 +437,8 @@ def check_args(argv: list[str] | None = None):
     notebooks = discover(nb_dir, a.only)
     if not notebooks:
         raise UsageError(f"no notebooks NN_*.ipynb in {nb_dir}")
+    if a.out is not None and not a.out.strip():
+        raise UsageError("--out: empty folder name (give a folder, or leave --out out for results/<timestamp>)")
     if a.out:
         run_dir = Path(a.out).expanduser().resolve()
         if run_dir.exists() and not run_dir.is_dir():
@@ -404,12 +467,47 @@ def open_lab(results: str) -> int:
     url = "/lab/tree/" + str(target.relative_to(root))
     cmd = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={root}",
            f"--ServerApp.default_url={url}"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        # containers often run as root, where JupyterLab refuses to start without this flag
+        print("running as root (a container?): starting JupyterLab with --allow-root", flush=True)
+        cmd.append("--allow-root")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(paths.REPO_ROOT), os.environ.get("PYTHONPATH")])))
     print("opening JupyterLab: " + " ".join(cmd), flush=True)
     if os.environ.get("NEUSIGHT_LAB_DRY_RUN"):
         return 0
     os.execvpe(cmd[0], cmd, env)
     return 0  # not reached
+
+
+LOCK_FILE = ".run.lock"
+
+
+def claim(run_dir: Path, default: bool) -> Path:
+    """Make ``run_dir`` this run's own: a lock file created exclusively, so that two runs started together
+    on one folder never both run (the second stops with a usage error). A default folder is created
+    exclusively too (two runs in the same second get different folders). Raises UsageError."""
+    if default:
+        while True:
+            try:
+                run_dir.mkdir(parents=True)
+                break
+            except FileExistsError:
+                run_dir = run_dir.with_name(run_dir.name + "b")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise UsageError(f"--out {run_dir}: another run is using this folder ({LOCK_FILE}); choose another") from None
+    except OSError as e:
+        raise UsageError(f"--out {run_dir}: cannot create it ({e.strerror or e}; a read-only place?)") from None
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{os.getpid()}\n")
+    others = [p.name for p in run_dir.iterdir() if p.name != LOCK_FILE]
+    if others:   # an earlier run's files arrived between the check and the claim
+        (run_dir / LOCK_FILE).unlink(missing_ok=True)
+        raise UsageError(f"--out {run_dir}: already holds files (an earlier run?); a run never mixes with "
+                         "another: remove the folder or choose a new one")
+    return run_dir
 
 
 class _Interrupted(BaseException):
@@ -429,9 +527,17 @@ def main(argv: list[str] | None = None) -> int:
     if a.lab is not None:
         return open_lab(a.lab)
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir = claim(run_dir, default=not a.out)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        reserve_space(run_dir)
     except OSError as e:
-        print(f"error: --out {run_dir}: cannot create it ({e.strerror or e}; a read-only place?)", file=sys.stderr)
+        (run_dir / RESERVE_FILE).unlink(missing_ok=True)
+        (run_dir / LOCK_FILE).unlink(missing_ok=True)
+        print(f"error: {run_dir}: not even {RESERVE_BYTES // 1024} KiB free for the run's record "
+              f"({e.strerror or e})", file=sys.stderr)
         return 2
     # Executed notebooks keep their outputs in the HTML: progress bars there are noise.
     os.environ.setdefault("TQDM_DISABLE", "1")
@@ -454,8 +560,11 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(NotebookResult(nb.stem, "INTERRUPTED", time.time() - t_nb, "interrupted while running"))
                 raise
             except Exception as e:  # the runner itself must survive anything a notebook does
-                traceback.print_exc()
-                r = NotebookResult(nb.stem, "FAILED", 0.0, f"runner error: {e}")
+                full = _disk_full_cause(e)
+                if full is None:
+                    traceback.print_exc()
+                r = NotebookResult(nb.stem, "FAILED", time.time() - t_nb,
+                                   disk_full_reason(full, run_dir) if full else f"runner error: {e}")
             results.append(r)
             extra = f": {r.reason}" if r.reason else ""
             print(f"[{i}/{len(notebooks)}] {nb.stem} {r.status} in {r.seconds:.1f} s "
@@ -466,26 +575,52 @@ def main(argv: list[str] | None = None) -> int:
     for s in old:
         signal.signal(s, signal.SIG_IGN)
     total = time.time() - t_start
+    (run_dir / RESERVE_FILE).unlink(missing_ok=True)   # the room kept for the record below
     try:
         env = environment()
     except Exception as e:  # an incomplete capture must not lose the summary
         env = {"error": f"environment capture failed: {e}"}
-    (run_dir / "environment.json").write_text(json.dumps(env, indent=2))
-    (run_dir / "run.json").write_text(json.dumps(
-        {"quick": a.quick, "seconds": total, "interrupted": interrupted.signame if interrupted else None,
-         "notebooks": [asdict(r) for r in results]}, indent=2))
-    summary = write_summary(run_dir, results, env, a.quick, total,
-                            interrupted=interrupted.signame if interrupted else None)
+    sig = interrupted.signame if interrupted else None
+    try:
+        summary = write_record(run_dir, results, env, a.quick, total, sig)
+    except OSError as e:
+        (run_dir / LOCK_FILE).unlink(missing_ok=True)
+        what = disk_full_reason(e, run_dir) if is_disk_full(e) else f"{e.strerror or e} ({e.filename or run_dir})"
+        print(f"FAILED: {what}: the run's record could not be written", file=sys.stderr, flush=True)
+        return 1
+    (run_dir / LOCK_FILE).unlink(missing_ok=True)
     if interrupted:
         print(f"INTERRUPTED by {interrupted.signame}: {sum(r.status != 'INTERRUPTED' for r in results)} "
               f"notebook(s) finished; no tarball.\nsummary: {summary}", flush=True)
         return interrupted.code
-    tar = make_tarball(run_dir)
     n_failed = sum(r.status == "FAILED" for r in results)
-    print(f"done in {total / 60:.1f} min: " + ", ".join(f"{s} {sum(r.status == s for r in results)}"
-                                                         for s in ("OK", "SKIPPED", "FAILED")))
+    counts = ", ".join(f"{s} {sum(r.status == s for r in results)}" for s in ("OK", "SKIPPED", "FAILED"))
+    try:
+        tar = make_tarball(run_dir)
+    except OSError as e:
+        tar_name = run_dir.parent / f"neusight_results_{run_dir.name}.tar.gz"
+        why = disk_full_reason(e, tar_name) if is_disk_full(e) else f"{e.strerror or e}"
+        note = (f"FAILED: {why}; no tarball was made (the run folder is complete: "
+                f"`tar czf neusight_results_{run_dir.name}.tar.gz {run_dir.name}` where there is room)")
+        try:
+            write_record(run_dir, results, env, a.quick, total, None, tarball=note)
+        except OSError:
+            pass    # SUMMARY.md of the first write stands; the console says the rest
+        print(f"done in {total / 60:.1f} min: {counts}\nsummary: {summary}\ntarball: {note}", flush=True)
+        return 1
+    print(f"done in {total / 60:.1f} min: {counts}")
     print(f"summary: {summary}\ntarball: {tar}")
     return 1 if n_failed else 0
+
+
+def write_record(run_dir: Path, results: list[NotebookResult], env: dict, quick: bool, total: float,
+                 interrupted: str | None, tarball: str | None = None) -> Path:
+    """environment.json, run.json and SUMMARY.md, each written whole or not at all."""
+    write_atomic(run_dir / "environment.json", json.dumps(env, indent=2))
+    write_atomic(run_dir / "run.json", json.dumps(
+        {"quick": quick, "seconds": total, "interrupted": interrupted, "tarball": tarball,
+         "notebooks": [asdict(r) for r in results]}, indent=2))
+    return write_summary(run_dir, results, env, quick, total, interrupted=interrupted, tarball=tarball)
 
 
 if __name__ == "__main__":

@@ -54,11 +54,35 @@ def _as_list(x):
 
 def grid(models, devices, batches, seqs, modes=("inf",), fusion=False, parallel=None, gpus=None,
          micro_batches=1, link_gbs=None, past=0, dtype="fp32") -> pd.DataFrame:
-    """The full product of the arguments (each a value or a list) as a configuration frame."""
+    """The full product of the arguments (each a value or a list; repeated values count once) as a
+    configuration frame. An empty list is an error (it would make an empty sweep)."""
+    lists = dict(models=models, devices=devices, batches=batches, seqs=seqs, modes=modes, fusion=fusion,
+                 parallel=parallel, gpus=gpus, micro_batches=micro_batches, link_gbs=link_gbs, past=past,
+                 dtype=dtype)
+    for name, v in lists.items():
+        if not isinstance(v, (str, int, float, bool)) and v is not None and len(list(v)) == 0:
+            raise SweepInputError(f"{name}: empty list (give at least one value)")
+    dedup = lambda v: list(dict.fromkeys(_as_list(v)))      # noqa: E731 - order kept, duplicates dropped
+    models, devices, batches, seqs, modes, fusion, parallel, gpus, micro_batches, link_gbs, past, dtype = (
+        dedup(v) for v in lists.values())
     rows = itertools.product(_as_list(models), _as_list(devices), _as_list(batches), _as_list(seqs),
                              _as_list(modes), _as_list(fusion), _as_list(parallel), _as_list(gpus),
                              _as_list(micro_batches), _as_list(link_gbs), _as_list(past), _as_list(dtype))
     return pd.DataFrame(list(rows), columns=INPUTS)
+
+
+def chunks(configs: pd.DataFrame, size: int = 5000):
+    """``configs`` in consecutive pieces of at most ``size`` rows, ordered so that the configurations of
+    one model / mode / past / dtype stay together (their kernel tables and shape families are shared):
+    a sweep of any length runs in bounded memory (``run`` per piece; the shape families and the trace
+    cache carry over between pieces)."""
+    if size < 1:
+        raise SweepInputError(f"chunk size must be >= 1, got {size}")
+    keys = [c for c in ("model", "mode", "past", "dtype", "batch", "seq") if c in configs]
+    order = configs.astype({c: str for c in keys}).sort_values(keys, kind="stable").index if keys else configs.index
+    ordered = configs.loc[order]
+    for a in range(0, len(ordered), size):
+        yield ordered.iloc[a:a + size]
 
 
 def sweep(models, devices, batches, seqs, modes=("inf",), predictors=("neusight",), seeds=(0,),

@@ -104,6 +104,7 @@ RUNNER_HOSTILE = [
     ("--out holds an earlier run", ["--out", "{tmp}/used"], "already holds files"),
     ("--lab on nothing", ["--lab", "{tmp}/nothing"], "is not a folder"),
     ("--out on a read-only place", ["--out", "/proc/neusight-run"], "cannot create it"),
+    ("--out empty", ["--out", ""], "--out: empty folder name"),
 ]
 
 
@@ -132,6 +133,15 @@ def test_lab_command(monkeypatch, tmp_path, capsys):
     assert runner.main(["--lab", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "jupyter lab" in out and "--ServerApp.default_url=/lab/tree/" in out
+
+
+@pytest.mark.parametrize("uid", [0, 1000], ids=["root", "user"])
+def test_lab_as_root_opens_with_allow_root(uid, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("NEUSIGHT_LAB_DRY_RUN", "1")
+    monkeypatch.setattr(os, "geteuid", lambda: uid)
+    assert runner.main(["--lab", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert ("--allow-root" in out) == (uid == 0)
 
 
 # ----------------------------------------------------------------------------- interrupt, re-run

@@ -137,6 +137,16 @@ def test_release_env_pointing_to_nothing_is_an_error(mini, monkeypatch):
         release.provision(None, tmp / "home")  # even though the release is already provisioned
 
 
+def test_release_env_pointing_to_an_empty_folder_is_an_error(mini, monkeypatch):
+    tmp, files = mini
+    arch = _make_archive(tmp, files)
+    release.provision(arch.parent, tmp / "home")
+    (tmp / "empty").mkdir()
+    monkeypatch.setenv("NEUSIGHT_RELEASE", str(tmp / "empty"))
+    with pytest.raises(release.ReleaseError, match="NEUSIGHT_RELEASE: .*empty holds neither"):
+        release.provision(None, tmp / "home")  # not silently ignored because a release is provisioned
+
+
 @pytest.mark.skipif(not SHARED.exists(), reason="../shared/neusight-upstream not present")
 def test_sigint_during_unpacking_then_rerun_recovers(tmp_path):
     import signal

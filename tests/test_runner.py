@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tarfile
+
+import pytest
 
 from neusight_core import paths, runner
 
@@ -45,3 +48,89 @@ def test_help_lists_options():
     assert proc.returncode == 0
     for opt in ("--quick", "--only", "--out"):
         assert opt in proc.stdout
+
+
+# ----------------------------------------------------------------------------- full disk, lock
+DISK_FIXTURES = paths.REPO_ROOT / "tests" / "fixtures" / "disk_notebooks"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs made for the test (root only); skipped with the reason where mounting is not allowed."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({proc.stderr.strip() or proc.returncode}); needs root")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _run(out, env_extra, *more):
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.runner", "--quick",
+                           "--out", str(out), "--notebooks-dir", str(DISK_FIXTURES), *more],
+                          capture_output=True, text=True, timeout=600, cwd=paths.REPO_ROOT, env=env)
+
+
+def _no_finished_looking_partials(folder):
+    names = [p.name for p in folder.rglob("*")]
+    assert not [n for n in names if n.endswith((".part", ".tmp"))], names
+    for p in folder.rglob("*"):   # every file under a finished name is whole
+        if p.is_file() and p.suffix in (".json", ".ipynb"):
+            json.loads(p.read_text())
+
+
+def test_disk_full_in_a_notebook_keeps_the_run_record(small_disk):
+    out = small_disk / "run"
+    proc = _run(out, {"NEUSIGHT_TEST_FILL": "1"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    run = json.loads((out / "run.json").read_text())
+    status = {n["name"]: (n["status"], n["reason"]) for n in run["notebooks"]}
+    assert status["01_noise"][0] == "OK"
+    assert status["02_fills"][0] == "FAILED" and status["02_fills"][1].startswith("disk full while writing")
+    summary = (out / "SUMMARY.md").read_text()
+    assert "| 02_fills | **FAILED** | " in summary and "disk full" in summary
+    assert "tarball: FAILED: disk full" in summary       # the disk is still full: said, not half-made
+    assert json.loads((out / "environment.json").read_text())["python"].startswith("3.11")
+    assert not (out / "02_fills.ipynb").exists()         # a cut notebook never keeps the finished name
+    assert not list(small_disk.glob("*.tar.gz*"))
+    _no_finished_looking_partials(small_disk)
+
+
+def test_disk_full_at_the_tarball_is_said_and_leaves_no_part_file(small_disk):
+    out = small_disk / "run"
+    proc = _run(out, {"NEUSIGHT_TEST_NOISE_BYTES": str(1_200_000)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert [n["status"] for n in run["notebooks"]] == ["OK", "OK"]
+    assert run["tarball"].startswith("FAILED: disk full")
+    assert "tarball: FAILED: disk full" in (out / "SUMMARY.md").read_text()
+    assert "tarball: FAILED: disk full" in proc.stdout
+    assert not list(small_disk.glob("*.tar.gz*"))
+    _no_finished_looking_partials(small_disk)
+
+
+def test_two_runs_on_one_folder_never_both_run(tmp_path):
+    out = tmp_path / "run"
+    first = runner.claim(out, default=False)
+    assert first == out and (out / runner.LOCK_FILE).is_file()
+    with pytest.raises(runner.UsageError, match="another run is using this folder"):
+        runner.claim(out, default=False)
+    # the default folder of two runs started in the same second: two folders
+    a = runner.claim(tmp_path / "20260101-000000", default=True)
+    b = runner.claim(tmp_path / "20260101-000000", default=True)
+    assert a != b and a.is_dir() and b.is_dir()
+
+
+def test_a_finished_run_leaves_no_lock_and_its_tarball_holds_no_bookkeeping(tmp_path):
+    out = tmp_path / "run"
+    proc = _run(out, {})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not (out / runner.LOCK_FILE).exists() and not (out / runner.RESERVE_FILE).exists()
+    with tarfile.open(tmp_path / "neusight_results_run.tar.gz") as tar:
+        names = tar.getnames()
+    assert "run/SUMMARY.md" in names and not [n for n in names if n.endswith((runner.LOCK_FILE, runner.RESERVE_FILE))]

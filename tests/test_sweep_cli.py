@@ -1,0 +1,87 @@
+"""Issue 24: what ``sweep --out`` may touch, empty and repeated lists, parts streamed, short sequences."""
+import os
+import stat
+
+import pandas as pd
+import pytest
+
+from neusight_core import derive, sweep, trace
+from neusight_core.__main__ import main as cli
+
+BASE = ["sweep", "--model", "bert_large", "--device", "H100", "--batch", "1,2", "--seq", "64",
+        "--predictor", "roofline", "--quick", "--no-progress"]
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch, release_root):
+    monkeypatch.setenv("NEUSIGHT_TRACE_CACHE", str(tmp_path / "trace_cache"))
+    return tmp_path / "trace_cache"
+
+
+def _one_error_line(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:"), err
+    return err[0]
+
+
+@pytest.mark.parametrize("case, out, text", [
+    ("a folder", "{tmp}/afolder", "is a folder"),
+    ("an empty name", "", "empty file name"),
+    ("a missing folder", "{tmp}/nope/s.csv", "does not exist"),
+    ("a read-only place", "/proc/neusight-sweep.csv", "not writable"),
+])
+def test_a_bad_out_is_refused_before_computing(case, out, text, tmp_path, capsys, monkeypatch):
+    (tmp_path / "afolder").mkdir()
+    monkeypatch.setattr(sweep, "run", lambda *a, **k: pytest.fail("computed before refusing --out"))
+    assert cli(BASE + ["--out", out.replace("{tmp}", str(tmp_path))]) == 2
+    assert text in _one_error_line(capsys)
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_out_follows_a_symlink_and_writes_through_a_device(cache_dir, tmp_path):
+    target = tmp_path / "real.csv"
+    target.write_text("old\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+    assert cli(BASE + ["--out", str(link)]) == 0
+    assert link.is_symlink() and len(pd.read_csv(link)) == 2      # the link stays, its target has the rows
+    st = os.stat("/dev/null")
+    assert cli(BASE + ["--out", "/dev/null"]) == 0
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and os.stat("/dev/null").st_rdev == st.st_rdev
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("opt, value", [("--batch", ","), ("--seq", " , "), ("--device", ","), ("--predictor", ",")])
+def test_an_empty_list_is_a_usage_error(opt, value, tmp_path, capsys):
+    argv = list(BASE) + ["--out", str(tmp_path / "s.csv")]
+    argv[argv.index(opt) + 1] = value
+    assert cli(argv) == 2
+    assert f"{opt} names no value" in _one_error_line(capsys)
+    assert not (tmp_path / "s.csv").exists()
+    with pytest.raises(sweep.SweepInputError, match="batches: empty list"):
+        sweep.grid(["bert_large"], ["H100"], [], [64])
+
+
+def test_repeated_values_count_once_and_parts_stream_the_same_rows(cache_dir, tmp_path):
+    one, parts = tmp_path / "one.csv", tmp_path / "parts.csv"
+    argv = ["sweep", "--model", "bert_large,bert_large", "--device", "H100,V100,H100", "--batch", "1,2,2,4",
+            "--seq", "64,128,64", "--predictor", "roofline", "--quick", "--no-progress"]
+    assert cli(argv + ["--out", str(one)]) == 0
+    assert cli(argv + ["--chunk", "5", "--out", str(parts)]) == 0
+    a, b = pd.read_csv(one), pd.read_csv(parts)
+    assert len(a) == 2 * 3 * 2 and not a.duplicated(["device", "batch", "seq"]).any()
+    key = ["device", "batch", "seq"]
+    # the same numbers; whether a table was derived or traced depends on how many tables share a part
+    pd.testing.assert_frame_equal(a.sort_values(key).reset_index(drop=True).drop(columns="derived"),
+                                  b.sort_values(key).reset_index(drop=True).drop(columns="derived"))
+
+
+def test_short_sequences_share_one_family_per_seq_and_equal_real_traces(cache_dir, monkeypatch):
+    monkeypatch.setattr(derive, "_FAMILIES", {})
+    fam = derive.family_for("gpt2_large", 5, 7, "inf", past=0, allow_fixed=True)
+    assert fam is not None and fam.ok and fam.seq_fixed == 7
+    assert derive.compare(fam.table(5, 7), trace.trace_model("gpt2_large", 5, 7, "inf")) == ""
+    assert derive.family_for("gpt2_large", 5, 7, "inf", past=0) is None     # without allow_fixed: a real trace
+    # in a sweep, batches 2..5 at seq 7 are derived, not traced one by one
+    df = sweep.sweep(["gpt2_large"], ["H100"], [2, 3, 4, 5], [7], predictors=["roofline"], quick=True, progress=False)
+    assert (df.error == "").all() and df.derived.all()
