@@ -5,6 +5,11 @@
         --mode train --parallel dp --gpus 4 --json
     python -m neusight_core devices
     python -m neusight_core models
+    python -m neusight_core train --predictor neusight --seed 0
+
+Which weights answer: the full ones when they are trained, else the quick ones (they train in seconds),
+with one line saying so; ``--full`` / ``--quick`` choose. Every answer names its predictor, recipe, seed
+and weights. ``train`` trains the full weights once, with an estimate of how long it takes.
 
 Bad input (unknown GPU or model, zero batch, ...) ends with one line ``error: ...`` and exit code 2.
 """
@@ -63,26 +68,86 @@ def _parser() -> argparse.ArgumentParser:
                    help="precision (default fp32 = the paper, TF32 off; the others are extrapolations: "
                         "GEMMs at the dense tensor-core peak, 2-byte elements for fp16/bf16)")
     p.add_argument("--predictor", default="neusight", choices=PREDICTORS,
-                   help="neusight (ours: the authors' recipe on 3 seeds, averaged), neusight-paper (the authors' recipe, "
+                   help="neusight (ours: the authors' recipe also trained on the training GPUs' transformer-shaped "
+                        "kernels, seed 0), neusight-paper (the authors' recipe, "
                         "docs/recipes.md), neusight-logo (our earlier leave-one-GPU-out recipe) or a baseline")
-    p.add_argument("--quick", action="store_true", help="use (or train) the quick predictors")
+    _add_weights_options(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_sweep_parser(sub)
+    t = sub.add_parser("train", help="train a predictor's full weights once (NeuSight: minutes per seed)")
+    t.add_argument("--predictor", default="neusight", help="predictor(s), comma-separated (default neusight)")
+    t.add_argument("--seed", default="0", help="seed(s), comma-separated (default 0)")
+    t.add_argument("--quick", action="store_true", help="the quick weights instead (seconds)")
     sub.add_parser("devices", help="list the GPUs in the catalogue")
     sub.add_parser("models", help="list the model configs known by name")
     return ap
 
 
+def _add_weights_options(p) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true",
+                   help="answer with the quick weights (4,000 records per class, quick epochs; trained in seconds)")
+    g.add_argument("--full", action="store_true",
+                   help="answer with the full weights, training them first if needed (NeuSight: minutes per seed)")
+
+
+def _choose_quick(a, names, seeds) -> bool:
+    """The weights of this question (``predictors.choose_quick``), saying on stderr what is about to happen."""
+    from neusight_core import predictors as _pred
+    weights = "quick" if a.quick else "full" if a.full else "auto"
+    quick = any(_pred.choose_quick(n, s, weights) for n in names for s in seeds)
+    for n in dict.fromkeys(names):
+        if not _pred.trains_long(n):
+            continue
+        missing = [s for s in seeds if not _pred.is_trained(n, False, s)]
+        if quick and weights == "auto" and missing:
+            print(f"note: the full `{n}` weights are not trained here; answering with the quick ones (higher "
+                  f"kernel error, docs/recipes.md). Full weights: `python -m neusight_core train --predictor {n}` "
+                  f"({_pred.full_training_estimate(n)}), then ask again, or add --full.", file=sys.stderr, flush=True)
+        if not quick and missing:
+            print(f"training the full `{n}` weights of seed(s) {', '.join(map(str, missing))} first: "
+                  f"{_pred.full_training_estimate(n)}; Ctrl-C stops it (--quick answers in seconds)",
+                  file=sys.stderr, flush=True)
+    return quick
+
+
+def _train(a) -> int:
+    import time
+    from neusight_core import predictors as _pred
+    names, seeds = _csv_list(a.predictor, "predictor"), _csv_list(a.seed, "seed", int)
+    unknown = [x for x in names if x not in _pred.NAMES]
+    if unknown:
+        raise ValueError(f"unknown predictor(s) {', '.join(unknown)}; choose from {', '.join(_pred.NAMES)}")
+    todo = [(n, a.quick, s, None, None) for n in names for s in seeds if not _pred.is_trained(n, a.quick, s)]
+    for n in dict.fromkeys(j[0] for j in todo):
+        if _pred.trains_long(n) and not a.quick:
+            print(f"training `{n}`: {_pred.full_training_estimate(n)}; weights go to {_pred.paths.trained_dir()}",
+                  flush=True)
+    t0 = time.perf_counter()
+    _pred.train_parallel(todo, progress=True)
+    for n in names:
+        for s in seeds:
+            p = _pred.get(n, quick=a.quick, seed=s)
+            print(_pred.describe_line(_pred.describe(p, a.quick)))
+    print(f"{len(todo)} trained, {len(names) * len(seeds) - len(todo)} already there; {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
 def _predict(a) -> int:
     from neusight_core import latency
+    from neusight_core import predictors as _pred
     if a.gpus is None:
         a.gpus = 4 if a.parallel else 1
+    latency.validate_inputs(a.model, a.device, a.batch, a.seq, a.mode, a.parallel, a.gpus, a.link_gbs,
+                            a.micro_batches, a.past, a.dtype)        # bad input first, before any training
+    quick = _choose_quick(a, [a.predictor], [0])
     r = latency.predict_model(a.model, a.device, a.batch, a.seq, a.mode, predictor=a.predictor,
                               fusion=a.fusion, parallel=a.parallel, gpus=a.gpus, link_gbs=a.link_gbs,
-                              micro_batches=a.micro_batches, quick=a.quick, past=a.past, dtype=a.dtype)
+                              micro_batches=a.micro_batches, quick=quick, past=a.past, dtype=a.dtype)
     k = r.pop("kernels")
     r.update(model=a.model, batch=a.batch, seq=a.seq, past=a.past, mode=a.mode, fusion=a.fusion, dtype=a.dtype,
-             parallel=a.parallel, gpus=a.gpus, kernels=int(len(k)))
+             parallel=a.parallel, gpus=a.gpus, kernels=int(len(k)),
+             weights=_pred.describe(latency._predictor(a.predictor, quick, 0), quick))
     if a.json:
         print(json.dumps(r, indent=2))
         return 0
@@ -95,6 +160,7 @@ def _predict(a) -> int:
           f"{' fused' if a.fusion else ''}{plan} {a.dtype} "
           f"on {r['device']} ({r['predictor']})"
           + ("" if a.dtype == "fp32" else f"  [{a.dtype}: extrapolation, the predictors are validated on FP32]"))
+    print(f"  weights     {_pred.describe_line(r['weights'])}")
     print(f"  end-to-end  {r['e2e_ms']:12.3f} ms")
     for key, label in (("fw_ms", "forward"), ("bw_ms", "backward"), ("acc_ms", "grad acc"),
                        ("comm_ms", "comm"), ("comm_exposed_ms", "comm exposed")):
@@ -126,7 +192,7 @@ def _add_sweep_parser(sub) -> None:
     p.add_argument("--predictor", default="neusight",
                    help=f"predictor(s), comma-separated, of: {', '.join(_pred.NAMES)}")
     p.add_argument("--seed", default="0", help="predictor seed(s), comma-separated")
-    p.add_argument("--quick", action="store_true", help="use (or train) the quick predictors")
+    _add_weights_options(p)
     p.add_argument("--dtype", default="fp32",
                    help="precision(s), comma-separated, of fp32 (the paper), tf32, fp16, bf16 (extrapolations)")
     p.add_argument("--no-progress", action="store_true")
@@ -208,6 +274,7 @@ def _sweep(a) -> int:
                          micro_batches=a.micro_batches, link_gbs=a.link_gbs, dtype=_csv_list(a.dtype, "dtype"))
     seeds = ints(a.seed, "seed")
     target = _CsvTarget(a.out)          # refused here, before anything is computed
+    quick = _choose_quick(a, names, seeds)
     rows = bad = 0
     tables_s = total_s = 0.0
     pieces = list(sweep.chunks(configs, a.chunk))
@@ -216,7 +283,7 @@ def _sweep(a) -> int:
             for i, part in enumerate(pieces):
                 if len(pieces) > 1 and not a.no_progress:
                     print(f"part {i + 1}/{len(pieces)}: {len(part)} configurations", file=sys.stderr, flush=True)
-                df = sweep.run(part, names, seeds, quick=a.quick, progress=not a.no_progress)
+                df = sweep.run(part, names, seeds, quick=quick, progress=not a.no_progress)
                 df.to_csv(f, index=False, header=(i == 0))   # streamed: memory holds one part at a time
                 rows, bad = rows + len(df), bad + int((df["error"] != "").sum())
                 tables_s, total_s = tables_s + df.attrs["tables_s"], total_s + df.attrs["total_s"]
@@ -224,7 +291,8 @@ def _sweep(a) -> int:
     except BaseException:
         target.abandon()
         raise
-    print(f"{rows} rows ({bad} with an error) -> {target.path}; tables {tables_s:.1f} s, total {total_s:.1f} s")
+    print(f"{rows} rows ({bad} with an error) -> {target.path}; tables {tables_s:.1f} s, total {total_s:.1f} s; "
+          f"{'quick' if quick else 'full'} weights of {', '.join(names)} seed(s) {', '.join(map(str, seeds))}")
     return 0
 
 
@@ -235,6 +303,8 @@ def main(argv=None) -> int:
             return _predict(a)
         if a.cmd == "sweep":
             return _sweep(a)
+        if a.cmd == "train":
+            return _train(a)
         if a.cmd == "devices":
             from neusight_core import devices
             import pandas as pd
@@ -247,6 +317,9 @@ def main(argv=None) -> int:
             return 0
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:          # `... | head`: the reader has gone; nothing to say to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:  # one line for the user; the traceback helps nobody here
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"error: {msg}", file=sys.stderr)

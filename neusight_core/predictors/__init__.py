@@ -147,6 +147,62 @@ def training_cost(name: str, quick: bool = False, seed: int = 0, config: dict | 
     return total
 
 
+# ----------------------------------------------------------------------------- which weights answer
+WEIGHTS = ("auto", "full", "quick")
+
+
+def trains_long(name: str) -> bool:
+    """The NeuSight recipes train for minutes to half an hour per seed on 2 cores (docs/recipes.md);
+    the baselines train in seconds."""
+    from neusight_core.predictors.neusight import NeuSightPredictor
+    return isinstance(create(name), NeuSightPredictor)
+
+
+def choose_quick(name: str, seed: int = 0, weights: str = "auto") -> bool:
+    """Whether a question is answered with the quick weights. ``auto``: the full weights when they are
+    trained (or train in seconds), else the quick ones, which train in seconds, so that a first question
+    never starts half an hour of training unasked; ``full`` / ``quick`` force one."""
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    if weights != "auto":
+        return weights == "quick"
+    return trains_long(name) and not is_trained(name, False, seed)
+
+
+def full_training_estimate(name: str) -> str:
+    """How long training one full seed of ``name`` took here before (from saved weights' meta.json),
+    or the range measured in docs/recipes.md."""
+    times = []
+    for f in paths.trained_dir().glob(f"{name}-seed*/meta.json"):
+        try:
+            t = json.loads(f.read_text()).get("info", {}).get("train_seconds")
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(t, (int, float)) and t > 0:
+            times.append(t)
+    if times:
+        return f"about {min(times) / 60:.0f}-{max(times) / 60:.0f} min per seed (earlier seeds on this machine)"
+    return "about 8-30 min per seed on 2 cores, measured 460-1,650 s (docs/recipes.md)"
+
+
+def describe(p: KernelPredictor, quick: bool) -> dict:
+    """What answered: predictor, recipe file, seed, quick or full weights, their folder and training time."""
+    recipe = Path(__file__).parent / "recipes" / f"{p.name}.yaml"
+    f = folder(p.name, quick, p.seed)
+    return {"predictor": p.name, "seed": int(p.seed), "weights": "quick" if quick else "full",
+            "recipe": str(recipe.relative_to(paths.REPO_ROOT)) if recipe.is_file() else None,
+            "folder": str(f) if (f / "meta.json").is_file() else None,
+            "config_hash": config_hash(p.name, {**p.config, "seed": p.seed})[:12],
+            "train_seconds": (p.info or {}).get("train_seconds")}
+
+
+def describe_line(d: dict) -> str:
+    trained = f", trained in {d['train_seconds']:.0f} s" if d.get("train_seconds") else ""
+    where = f"; {d['folder']}" if d.get("folder") else ""
+    recipe = f", recipe {d['recipe']}" if d.get("recipe") else ""
+    return f"{d['predictor']} seed {d['seed']}, {d['weights']} weights{recipe}{trained}{where}"
+
+
 def _freeze(config):
     return None if config is None else json.dumps(config, sort_keys=True)
 
@@ -181,5 +237,6 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
     return p
 
 
-__all__ = ["NAMES", "REGISTRY", "get", "create", "folder", "is_trained", "train_parallel", "KernelPredictor", "PredictorInputError",
+__all__ = ["NAMES", "REGISTRY", "WEIGHTS", "get", "create", "folder", "is_trained", "train_parallel", "choose_quick",
+           "describe", "KernelPredictor", "PredictorInputError",
            "PredictorLoadError", "UnknownPredictorError"]

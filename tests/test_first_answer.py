@@ -1,0 +1,78 @@
+"""Issue 24: a first question is answered in seconds, never by half an hour of unasked training, and every
+answer names the predictor, recipe, seed and weights that gave it."""
+import json
+
+import pytest
+
+from neusight_core import latency, predictors
+from neusight_core.__main__ import main as cli
+
+ASK = ["predict", "--model", "gpt2_large", "--device", "H100", "--batch", "1", "--seq", "128"]
+
+
+@pytest.fixture
+def no_full_weights(monkeypatch, release_root):
+    """As on a fresh machine: no full weights of any seed; loading or training them is a test failure."""
+    real_is_trained, real_get = predictors.is_trained, predictors.get
+    monkeypatch.setattr(predictors, "is_trained", lambda n, quick=False, *a, **k: quick and real_is_trained(n, quick, *a, **k))
+
+    def get(name, quick=False, *a, **k):
+        if not quick and predictors.trains_long(name):
+            raise AssertionError(f"the full {name} weights were asked for")
+        return real_get(name, quick, *a, **k)
+
+    monkeypatch.setattr(predictors, "get", get)
+    latency._predictor.cache_clear()
+    yield
+    latency._predictor.cache_clear()
+
+
+def test_first_question_is_answered_by_the_quick_weights_and_says_so(no_full_weights, capsys):
+    assert cli(ASK) == 0
+    out, err = capsys.readouterr()
+    assert "note: the full `neusight` weights are not trained here" in err
+    assert "python -m neusight_core train --predictor neusight" in err
+    line = next(x for x in out.splitlines() if x.strip().startswith("weights"))
+    assert "neusight seed 0, quick weights, recipe neusight_core/predictors/recipes/neusight.yaml" in line
+    assert cli(ASK + ["--json"]) == 0
+    w = json.loads(capsys.readouterr().out)["weights"]
+    assert w["predictor"] == "neusight" and w["seed"] == 0 and w["weights"] == "quick"
+    assert w["folder"].endswith("neusight-quick-seed0") and len(w["config_hash"]) == 12
+
+
+def test_full_says_what_it_is_about_to_train_first(no_full_weights, monkeypatch, capsys):
+    def stop(*a, **k):
+        raise KeyboardInterrupt     # the user's Ctrl-C, as the line invites
+    monkeypatch.setattr(predictors, "get", stop)
+    assert cli(ASK + ["--full"]) == 130
+    err = capsys.readouterr().err
+    assert "training the full `neusight` weights of seed(s) 0 first: about" in err and "min per seed" in err
+
+
+def test_quick_and_full_together_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli(ASK + ["--quick", "--full"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not allowed with argument" in err[0]
+
+
+def test_baselines_answer_with_their_full_weights(capsys, release_root):
+    assert not predictors.trains_long("roofline") and predictors.trains_long("neusight-paper")
+    assert predictors.choose_quick("roofline", 0) is False
+    assert cli(ASK + ["--predictor", "roofline", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["weights"]["weights"] == "full"
+    with pytest.raises(ValueError, match="weights must be one of"):
+        predictors.choose_quick("neusight", 0, "fast")
+
+
+def test_train_verb_trains_once_and_names_the_weights(tmp_path, monkeypatch, capsys, release_root):
+    monkeypatch.setenv("NEUSIGHT_TRAINED", str(tmp_path / "trained"))
+    assert cli(["train", "--predictor", "roofline,li", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "2 trained, 0 already there" in out
+    assert "li seed 0, full weights" in out and str(tmp_path / "trained" / "li-seed0") in out
+    assert cli(["train", "--predictor", "li"]) == 0
+    assert "0 trained, 1 already there" in capsys.readouterr().out
+    assert cli(["train", "--predictor", "nope"]) == 2
+    assert "unknown predictor(s) nope" in capsys.readouterr().err
