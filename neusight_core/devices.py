@@ -73,13 +73,27 @@ class Device:
     bf16_tensor_gflops: float | None = None
     tensor_source: str = ""
 
-    def gemm_peak_gflops(self, precision: str = "fp32") -> float:
-        """GEMM peak of ``precision`` (fp32 | tf32 | fp16 | bf16): the dense tensor-core peak when the
-        GPU has one for it, else the FP32 (non-tensor) peak."""
+    def has_tensor_peak(self, precision: str) -> bool:
+        """Whether the catalogue gives this GPU a dense tensor-core (AMD: matrix-core) GEMM peak for
+        ``precision`` (fp32 | tf32 | fp16 | bf16); never for fp32 (the paper's setting, TF32 off)."""
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-        v = getattr(self, f"{precision}_tensor_gflops", None) if precision != "fp32" else None
-        return float(v) if v else float(self.fp32_gflops)
+        return precision != "fp32" and bool(getattr(self, f"{precision}_tensor_gflops", None))
+
+    def gemm_peak_gflops(self, precision: str = "fp32") -> float:
+        """GEMM peak of ``precision`` (fp32 | tf32 | fp16 | bf16): the dense tensor-core peak when the
+        GPU has one for it (:meth:`has_tensor_peak`), else the FP32 (non-tensor) peak."""
+        if self.has_tensor_peak(precision):
+            return float(getattr(self, f"{precision}_tensor_gflops"))
+        return float(self.fp32_gflops)
+
+    def precision_note(self, precision: str) -> str:
+        """One sentence when ``precision`` (not fp32) has no tensor-core peak here, so that its GEMMs are
+        predicted at the FP32 peak (e.g. bf16 on a P100); "" otherwise."""
+        if precision == "fp32" or self.has_tensor_peak(precision):
+            return ""
+        return (f"{self.name} has no {precision} tensor cores in the catalogue: {precision} GEMMs use its "
+                f"FP32 peak ({self.fp32_gflops:,.0f} GFLOPS)")
 
 
 #: Precisions a prediction can be made in (fp32 = the paper: FP32 storage, TF32 off).

@@ -108,6 +108,8 @@ def validation(model: str, gpu, dtype: str, past: int = 0) -> str:
         why.append("unseen GPU (spec sheet)")
     if dtype != "fp32":
         why.append(f"precision {dtype} untested")
+        if not dev.has_tensor_peak(dtype):
+            why.append(f"no {dtype} tensor cores: FP32 peak")
     if model not in PAPER_MODELS:
         why.append("model not in the paper")
     if past:
