@@ -160,6 +160,8 @@ def _predict(a) -> int:
           f"{' fused' if a.fusion else ''}{plan} {a.dtype} "
           f"on {r['device']} ({r['predictor']})"
           + ("" if a.dtype == "fp32" else f"  [{a.dtype}: extrapolation, the predictors are validated on FP32]"))
+    if r["dtype_note"]:
+        print(f"NOTE: {r['dtype_note']}")
     print(f"  weights     {_pred.describe_line(r['weights'])}")
     print(f"  end-to-end  {r['e2e_ms']:12.3f} ms")
     for key, label in (("fw_ms", "forward"), ("bw_ms", "backward"), ("acc_ms", "grad acc"),

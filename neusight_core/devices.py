@@ -11,8 +11,12 @@ Three sources, merged in this order (a later one may not redefine an earlier nam
    files or folders listed in the environment variable ``NEUSIGHT_DEVICES`` (separated by ``os.pathsep``).
    A user file is either a release-style JSON (``{"Device": ..., "Dev_Mem": ..., ...}``, the name is the
    file stem) or a mapping ``{name: {display_name, mem_gb, mem_bw_gbs, num_sm, fp32_gflops, l2_mb, ...}}``
-   (optionally under a top-level ``devices:`` key). A malformed file raises :class:`DeviceFileError`
-   with one line naming the file and the problem.
+   (optionally under a top-level ``devices:`` key); a release-style JSON may add ``link_gbs``,
+   ``tensor_gflops`` and ``tensor_source`` as in ``devices.yaml``. Every numeric field must be a finite,
+   positive number (not ``true``/``false``, not ``.inf``/``.nan``), counts (SMs, cores per SM) whole
+   numbers; ``tensor_gflops`` maps only ``tf32``/``fp16``/``bf16``. Files must be UTF-8 and regular files
+   (a FIFO or folder named ``*.yaml`` is refused without being read). A malformed file raises
+   :class:`DeviceFileError` with one line naming the file and the problem.
 
 Lookup (:func:`get_device`) accepts the canonical name (release file stem), the display name that
 ``torch.cuda.get_device_name`` reports, or an alias, ignoring case, spaces, ``-`` and ``_``.
@@ -21,8 +25,10 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import re
+import stat
 from dataclasses import dataclass, asdict, field
 from pathlib import Path
 
@@ -67,13 +73,27 @@ class Device:
     bf16_tensor_gflops: float | None = None
     tensor_source: str = ""
 
-    def gemm_peak_gflops(self, precision: str = "fp32") -> float:
-        """GEMM peak of ``precision`` (fp32 | tf32 | fp16 | bf16): the dense tensor-core peak when the
-        GPU has one for it, else the FP32 (non-tensor) peak."""
+    def has_tensor_peak(self, precision: str) -> bool:
+        """Whether the catalogue gives this GPU a dense tensor-core (AMD: matrix-core) GEMM peak for
+        ``precision`` (fp32 | tf32 | fp16 | bf16); never for fp32 (the paper's setting, TF32 off)."""
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-        v = getattr(self, f"{precision}_tensor_gflops", None) if precision != "fp32" else None
-        return float(v) if v else float(self.fp32_gflops)
+        return precision != "fp32" and bool(getattr(self, f"{precision}_tensor_gflops", None))
+
+    def gemm_peak_gflops(self, precision: str = "fp32") -> float:
+        """GEMM peak of ``precision`` (fp32 | tf32 | fp16 | bf16): the dense tensor-core peak when the
+        GPU has one for it (:meth:`has_tensor_peak`), else the FP32 (non-tensor) peak."""
+        if self.has_tensor_peak(precision):
+            return float(getattr(self, f"{precision}_tensor_gflops"))
+        return float(self.fp32_gflops)
+
+    def precision_note(self, precision: str) -> str:
+        """One sentence when ``precision`` (not fp32) has no tensor-core peak here, so that its GEMMs are
+        predicted at the FP32 peak (e.g. bf16 on a P100); "" otherwise."""
+        if precision == "fp32" or self.has_tensor_peak(precision):
+            return ""
+        return (f"{self.name} has no {precision} tensor cores in the catalogue: {precision} GEMMs use its "
+                f"FP32 peak ({self.fp32_gflops:,.0f} GFLOPS)")
 
 
 #: Precisions a prediction can be made in (fp32 = the paper: FP32 storage, TF32 off).
@@ -83,9 +103,11 @@ TENSOR_FIELDS = ("tf32_tensor_gflops", "fp16_tensor_gflops", "bf16_tensor_gflops
 
 def _tensor_fields(path, name: str, d: dict) -> dict:
     """``tensor_gflops: {tf32, fp16, bf16}`` + ``tensor_source`` of a catalogue/user entry -> Device kwargs."""
-    t = d.get("tensor_gflops") or {}
+    t = d.get("tensor_gflops")
+    t = {} if t is None else t
     if not isinstance(t, dict) or set(t) - {"tf32", "fp16", "bf16"}:
-        raise DeviceFileError(f"{path}: tensor_gflops of {name!r} must map tf32/fp16/bf16 to dense GFLOPS")
+        got = ", ".join(map(repr, set(t) - {"tf32", "fp16", "bf16"})) if isinstance(t, dict) else repr(t)
+        raise DeviceFileError(f"{path}: tensor_gflops of {name!r} must map tf32/fp16/bf16 to dense GFLOPS, got {got}")
     out = {f"{k}_tensor_gflops": _num(path, f"tensor_gflops.{k}", v) for k, v in t.items() if v is not None}
     if out and not d.get("tensor_source"):
         raise DeviceFileError(f"{path}: tensor_gflops of {name!r} needs a tensor_source (e.g. the vendor datasheet)")
@@ -111,13 +133,22 @@ _RELEASE_KEYS = ("Device", "Dev_Mem", "Mem_Bw", "Num_Sm", "Core_Per_SM", "Freq",
 
 
 def _num(path, key, value, kind=float):
+    """A finite, positive number (``kind=int``: a whole one) of field ``key``; else one line naming file and field.
+    Booleans are refused (YAML ``true`` is not 1 SM); numeric strings ("1e3", which YAML 1.1 reads as a string)
+    are accepted."""
+    if isinstance(value, bool):
+        raise DeviceFileError(f"{path}: field {key!r} must be a number, not true/false, got {value!r}")
     try:
-        v = kind(value)
-    except (TypeError, ValueError):
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
         raise DeviceFileError(f"{path}: field {key!r} must be a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise DeviceFileError(f"{path}: field {key!r} must be a finite number, got {value!r}")
+    if kind is int and not v.is_integer():
+        raise DeviceFileError(f"{path}: field {key!r} must be a whole number, got {value!r}")
     if not v > 0:
         raise DeviceFileError(f"{path}: field {key!r} must be positive, got {value!r}")
-    return v
+    return int(v) if kind is int else v
 
 
 def _from_release_json(path: Path, d: dict, name: str, extra: dict, source: str) -> Device:
@@ -177,11 +208,25 @@ def _from_own_format(path, name: str, d: dict, default_source: str, training_all
     )
 
 
-def _read_structured(path: Path):
+def _check_regular(path: Path) -> None:
+    """Device files must be regular files; a FIFO is refused without being opened (reading it would block)."""
     try:
-        text = path.read_text()
+        mode = os.stat(path).st_mode
     except OSError as e:
         raise DeviceFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a special file"
+        raise DeviceFileError(f"{path}: is {kind}, not a regular file (device files must be regular files)")
+
+
+def _read_structured(path: Path):
+    _check_regular(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise DeviceFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise DeviceFileError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
     try:
         if path.suffix == ".json":
             return json.loads(text)
@@ -209,7 +254,8 @@ def load_user_file(path: str | Path) -> list[tuple[Device, list]]:
     data = _read_structured(path)
     src = f"user file {path}"
     if isinstance(data, dict) and "Device" in data:
-        dev = _from_release_json(path, data, path.stem, {"training": False}, src)
+        extra = {k: data[k] for k in ("link_gbs", "link_source", "tensor_gflops", "tensor_source") if k in data}
+        dev = _from_release_json(path, data, path.stem, {**extra, "training": False}, src)
         return [(dev, _aliases(path, path.stem, data.get("aliases")))]
     if isinstance(data, dict) and set(data) == {"devices"}:
         data = data["devices"]
@@ -245,7 +291,13 @@ _CACHE: dict = {}
 
 def _cache_key():
     files = user_device_files()
-    stamp = tuple((str(f), f.stat().st_mtime_ns) for f in files)
+    stamp = []
+    for f in files:
+        try:
+            stamp.append((str(f), f.stat().st_mtime_ns))
+        except OSError:                    # e.g. a dangling link: load_user_file says so, naming it
+            stamp.append((str(f), None))
+    stamp = tuple(stamp)
     return (str(paths.device_configs_dir()), stamp)
 
 

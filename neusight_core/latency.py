@@ -283,7 +283,8 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     Returns ``e2e_ms``, ``fw_ms``, ``bw_ms``, ``acc_ms``, ``comm_ms``, ``comm_exposed_ms``,
     ``breakdown`` (ms per op class), ``stage_ms`` (PP only), ``trace_s`` and ``predict_s`` (wall
     times), ``memory`` (per-GPU footprint and ``fits`` / ``verdict``, ``memory.footprint``), ``dtype``,
-    and ``kernels`` (the kernel table with ``pred_ms``).
+    ``dtype_note`` ("" or the sentence of ``Device.precision_note``: this GPU has no tensor cores for
+    ``dtype``, its GEMMs use the FP32 peak) and ``kernels`` (the kernel table with ``pred_ms``).
     """
     dev, _ = validate_inputs(model, device, batch, seq, mode, parallel, gpus, link_gbs, micro_batches, past, dtype)
     t0 = time.perf_counter()
@@ -306,5 +307,5 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     mem = _memory.footprint(kernels, dev, optimizer=optimizer, master_weights=master_weights)
     out.update(trace_s=t1 - t0, predict_s=time.perf_counter() - t1, kernels=kernels,
                device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name,
-               dtype=dtype, memory=mem)
+               dtype=dtype, dtype_note=dev.precision_note(dtype), memory=mem)
     return out

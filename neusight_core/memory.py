@@ -31,7 +31,8 @@ Parallel plans divide what they divide:
 * ``tp``: column-parallel linears (weight and bias), row-parallel weights and the vocab-parallel
   embedding / LM head are split n ways, everything else is replicated (the same Megatron split as
   ``parallel._tp``); each activation buffer shrinks as the kernel that wrote it does (its bytes
-  written after / before the split); the KV cache is split by heads.
+  written after / before the split); the KV cache is split by KV heads, and beyond as many GPUs as KV
+  heads (grouped-query attention) each GPU keeps one KV head and its K/V projections (``parallel.kv_ways``).
 * ``pp``: each stage holds the parameters of its layers (embeddings on the first, the head on the
   last); a stage's activations are the peak of the buffers its kernels allocate for one
   micro-batch, plus (m - 1) x what it still holds at the end of the forward pass (GPipe keeps
@@ -96,11 +97,14 @@ def _param_stage(name: str, n: int, num_layers: int) -> int:
     return n - 1
 
 
-def _tp_share(name: str, n: int) -> float:
-    """Fraction of parameter ``name`` one of n tensor-parallel GPUs holds."""
+def _tp_share(name: str, n: int, kv_ways: int | None = None) -> float:
+    """Fraction of parameter ``name`` one of n tensor-parallel GPUs holds (K/V projections: 1 / ``kv_ways``,
+    ``parallel.kv_ways``: one KV head per GPU at least)."""
     from neusight_core import parallel
     mod, _, leaf = name.rpartition(".")
     kind = parallel._kind(mod)
+    if kind == "col" and kv_ways and parallel._KV.search(mod):
+        return 1.0 / kv_ways
     if kind == "col" or (kind == "row" and leaf == "weight") or parallel._EMBED.search(mod):
         return 1.0 / n
     return 1.0
@@ -112,7 +116,9 @@ def param_counts(kernels: pd.DataFrame) -> list[float]:
     params = a.get("params") or {}
     plan, n = a.get("plan"), int(a.get("gpus", 1) or 1)
     if plan == "tp" and n > 1:
-        return [sum(v * _tp_share(k, n) for k, v in params.items())]
+        from neusight_core import parallel
+        kvw = parallel.kv_ways(a.get("config") or {}, n)
+        return [sum(v * _tp_share(k, n, kvw) for k, v in params.items())]
     if plan == "pp" and n > 1:
         per = [0.0] * n
         L = int(a.get("num_layers") or 1)
@@ -192,7 +198,8 @@ def activation_bytes(kernels: pd.DataFrame) -> tuple[list[float], list[str]]:
         return [mem["activation_peak_bytes"]] * (n if plan == "pp" else 1), notes
     kv = mem.get("kv_bufs", ())
     if plan == "tp" and n > 1:
-        peak, _ = _timeline(tl, _scale(k), None, None, None, kv, 1.0 / n)
+        from neusight_core import parallel
+        peak, _ = _timeline(tl, _scale(k), None, None, None, kv, 1.0 / parallel.kv_ways(a.get("config") or {}, n))
         return [peak], notes
     if plan == "pp" and n > 1:
         m = int(a.get("micro_batches", 1) or 1)
@@ -224,7 +231,10 @@ def footprint(kernels: pd.DataFrame, device=None, optimizer: str = "adamw", mast
     params = param_counts(kernels)
     acts, notes = activation_bytes(kernels)
     kv = float((a.get("memory") or {}).get("kv_cache_bytes", 0.0))
-    if plan in ("tp", "pp") and n > 1:
+    if plan == "tp" and n > 1:            # split by KV heads, one KV head per GPU at least
+        from neusight_core import parallel
+        kv /= parallel.kv_ways(a.get("config") or {}, n)
+    elif plan == "pp" and n > 1:
         kv /= n
     opt_per_param = OPTIMIZERS[optimizer] + (4.0 if master_weights and e == 2 else 0.0)
     per = []

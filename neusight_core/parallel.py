@@ -12,11 +12,13 @@ with communication rows (``op_class == "COMM"``, ``phase == "comm"``) that carry
 * ``tp``: Megatron-LM splits (Shoeybi et al. 2019, section 3): QKV and FC1 column-parallel,
   attention output and FC2 row-parallel, heads and the FFN intermediate split by n, vocabulary-
   parallel embedding and LM head. Every kernel between a column- and its row-parallel linear
-  works on 1/n of the data. All-reduce of the activation after the attention output and FC2 in
-  forward, and of the input gradient before QKV and FC1 in backward (the f/g operators); one
-  all-reduce after the vocab-parallel embedding lookup (forward), one for the LM head's input
-  gradient (backward), and three small ones of the vocab-parallel cross-entropy (max, sum, target
-  logit; forward).
+  works on 1/n of the data, except with grouped-query attention beyond as many GPUs as KV heads:
+  every GPU then keeps one KV head (replicated, ``kv_ways``), so the K/V projections and the
+  forward kernels on K/V work on 1/KV-heads of theirs. All-reduce of the activation after the
+  attention output and FC2 in forward, and of the input gradient before QKV and FC1 in backward
+  (the f/g operators); one all-reduce after the vocab-parallel embedding lookup (forward), one for
+  the LM head's input gradient (backward), and three small ones of the vocab-parallel cross-entropy
+  (max, sum, target logit; forward).
 * ``pp``: n stages of consecutive layers (embedding on the first, final norm/head/loss on the
   last), the batch split into ``micro_batches`` micro-batches; the table is one micro-batch with a
   ``stage`` per row and a send/recv of the boundary activation (forward) and of its gradient
@@ -45,6 +47,24 @@ _COLUMN = re.compile(r"(?:^|\.)(c_attn|q_proj|k_proj|v_proj|qkv_proj|query_key_v
 _ROW = re.compile(r"(?:^|\.)(attn\.c_proj|mlp\.c_proj|o_proj|out_proj|attention\.output\.dense|"
                   r"output\.dense|fc2|down_proj|dense_4h_to_h|wo|o|c_proj)$")
 _EMBED = re.compile(r"(?:^|\.)(wte|embed_tokens|word_embeddings|shared|embed_in)$")
+_KV = re.compile(r"(?:^|\.)(k_proj|v_proj|key|value|k|v)$")            # separate K and V projections
+_FUSED_QKV = re.compile(r"(?:^|\.)(c_attn|qkv_proj|query_key_value|Wqkv)$")
+
+
+def heads_of(config: dict) -> tuple[int | None, int | None]:
+    """(attention heads, key/value heads) of a config dict; KV heads = heads without grouped-query attention."""
+    heads = config.get("num_attention_heads") or config.get("n_head") or config.get("num_heads")
+    kv = config.get("num_key_value_heads") or heads
+    return (int(heads) if heads else None), (int(kv) if kv else None)
+
+
+def kv_ways(config: dict, n: int) -> int:
+    """Ways tensor parallelism over n GPUs splits the K/V heads: n while n <= KV heads; beyond, every GPU
+    keeps one KV head (replicated n / KV-heads times, as Megatron-LM and vLLM do), so min(n, KV heads)
+    for grouped-query attention (n for models without it). K/V projection weights, their GEMMs and the KV
+    cache per GPU are 1 / kv_ways of the whole."""
+    heads, kv = heads_of(config)
+    return min(n, kv) if heads and kv and kv < heads else n
 
 
 def _kind(module: str) -> str:
@@ -134,6 +154,20 @@ def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     hidden, vocab = a.get("hidden", 0), a.get("vocab", 0)
     kinds = {m: _kind(m) for m in k.module.unique()}
     e = _elem(k)   # bytes per element (4 in FP32, the paper's setting)
+    heads, kv = heads_of(a.get("config") or {})
+    if kv and heads and kv < heads:     # grouped-query attention: K/V heads replicated beyond kv GPUs
+        if kv % n and n % kv:
+            raise PlanError(f"tp{n}: the {kv} key/value heads can neither be split evenly over {n} GPUs nor "
+                            f"replicated evenly; use a GPU count that divides or is a multiple of {kv}")
+        fused = [m for m in kinds if _FUSED_QKV.search(m)]
+        if fused and n > kv:
+            raise PlanError(f"tp{n}: {fused[0]} fuses Q, K and V of a model with {kv} key/value heads; "
+                            f"splitting it over more GPUs than key/value heads is not modelled")
+    kvw = kv_ways(a.get("config") or {}, n)
+
+    def ways(module: str) -> int:
+        """How many ways a split linear (or its parameter's row) is divided."""
+        return kvw if _KV.search(module) else n
 
     # (in, out) of every split linear from its forward GEMM
     fw_gemm = k[(k.phase == "fw") & (k.op_class == "LINEAR")]
@@ -146,8 +180,8 @@ def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     for m, (i, o) in shape.items():
         if m.endswith(("lm_head", "decoder")):
             continue  # vocabulary: Megatron pads it to a multiple of n (ceil below)
-        if kinds[m] == "col" and o % n:
-            raise PlanError(f"tp{n}: {m} has {o} output features, not divisible by {n}")
+        if kinds[m] == "col" and o % ways(m):
+            raise PlanError(f"tp{n}: {m} has {o} output features, not divisible by {ways(m)}")
         if kinds[m] == "row" and i % n:
             raise PlanError(f"tp{n}: {m} has {i} input features, not divisible by {n}")
 
@@ -172,9 +206,18 @@ def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     loss = k.index[(k.phase == "fw") & (k.H == vocab) & (k.op_class != "LINEAR")] if vocab else []
     recs = k.to_dict("records")
     vocab_h = {vocab} if vocab else set()
+    # K/V heads replicated (n > KV heads): forward kernels on K/V (rotary embedding, the cache append) work
+    # on 1/kvw of the whole, not 1/n; they are found by following the K/V projections' output buffers
+    # through kernels that write no more than they read. repeat_kv's copy to the query heads (it writes
+    # more than it reads) reads them at 1/kvw and writes 1/n. Backward kernels keep the 1/n split.
+    kv_bufs = set()
+    if kvw != n and "reads" in k.columns:
+        for r in recs:
+            if r["phase"] == "fw" and r["op_class"] == "LINEAR" and r["module"] in shape and _KV.search(r["module"]):
+                kv_bufs.update(b for b, _ in r["writes"])
     for r in recs:
         ph, c, m = r["phase"], r["op_class"], r["module"]
-        split = False
+        split, d = False, n
         if c == "LINEAR" and m in shape:
             fi, fo = shape[m]
             D = fo if kinds[m] == "col" else fi
@@ -185,7 +228,7 @@ def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
                 pos = "N" if kinds[m] == "col" else "K"
             else:                                  # weight gradient: D sits in M or K
                 pos = "M" if M == D else "K"
-            r[pos] = float(math.ceil(r[pos] / n))
+            r[pos] = float(math.ceil(r[pos] / ways(m)))
             # traffic of the sliced GEMM from its new dims (the unsplit operand is still read whole)
             bias = e * r["K"] if "addmm" in r["aten_op"] else 0.0
             r["bytes_read"] = e * (r["M"] * r["N"] + r["N"] * r["K"]) + bias
@@ -199,21 +242,30 @@ def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
         elif ph == "acc":
             mod, _, leaf = m.rpartition(".")
             if kinds.get(mod) == "col" or (kinds.get(mod) == "row" and leaf == "weight") or _EMBED.search(mod):
-                split = True
-                _split_vec(r, n, split_h | vocab_h)
+                split, d = True, ways(mod)
+                _split_vec(r, d, split_h | vocab_h)
         elif c in ("VEC", "SOFTMAX", "MEM", "LAYERNORM", "UNCLASSIFIED"):
             split = m in sharded
             if kinds.get(m) == "col" and ph == "bw":   # bias gradient of a column-parallel linear
-                split = True
+                split, d = True, ways(m)
             if _EMBED.search(m) and "embedding_dense_backward" in r["aten_op"]:
                 split = True
             if vocab and r["H"] == vocab and not _EMBED.search(m):  # vocab-parallel loss
                 split = True
-            if split:
+            kv_read = sum(x for b, x in r.get("reads") or () if b in kv_bufs) if split and ph == "fw" else 0
+            if kv_read and sum(x for _, x in r["writes"]) <= sum(x for _, x in r["reads"]):  # K/V-sized
+                d = kvw
+                kv_bufs.update(b for b, _ in r["writes"])
+            elif kv_read:                                                   # repeat_kv: K/V -> query heads
                 _split_vec(r, n, split_h | vocab_h)
+                r["bytes_read"] = (r["bytes_read"] - kv_read) / n + kv_read / kvw
+                r["flops"], r["bytes_written"] = r["flops"] / n, r["bytes_written"] / n
+                continue
+            if split:
+                _split_vec(r, d, split_h | vocab_h)
         if split:
             for f in ("flops", "bytes_read", "bytes_written"):
-                r[f] = r[f] / n
+                r[f] = r[f] / d
     k = pd.DataFrame.from_records(recs, columns=list(k.columns))
     k.attrs.update(kernels.attrs)
 

@@ -108,6 +108,8 @@ def validation(model: str, gpu, dtype: str, past: int = 0) -> str:
         why.append("unseen GPU (spec sheet)")
     if dtype != "fp32":
         why.append(f"precision {dtype} untested")
+        if not dev.has_tensor_peak(dtype):
+            why.append(f"no {dtype} tensor cores: FP32 peak")
     if model not in PAPER_MODELS:
         why.append("model not in the paper")
     if past:
@@ -155,7 +157,9 @@ def _apply_tp(k1: pd.DataFrame, n: int) -> pd.DataFrame:
     frame's attrs on every element access, and a 70B model's parameter dict made that 7-40 s per plan."""
     light = k1.copy()
     light.attrs = {key: k1.attrs[key] for key in _TP_ATTRS if key in k1.attrs}
-    light.attrs["config"] = {}            # apply_plan checks it is a traced table; TP does not retrace
+    # apply_plan checks it is a traced table; TP does not retrace, it reads only the heads (K/V replication)
+    light.attrs["config"] = {key: v for key, v in (k1.attrs.get("config") or {}).items()
+                             if key in ("num_attention_heads", "num_key_value_heads", "n_head", "num_heads")}
     kn = parallel.apply_plan(light, "tp", n)
     kn.attrs = {**k1.attrs, **{key: kn.attrs[key] for key in ("plan", "gpus", "micro_batches")}}
     return kn

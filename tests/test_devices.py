@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -147,3 +151,76 @@ def test_missing_user_device_path_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setenv(devices.ENV_USER_DEVICES, str(tmp_path / "nope.yaml"))
     with pytest.raises(devices.DeviceFileError, match="does not exist"):
         devices.get_device("B200")
+
+
+# Issue 24: hostile device files. Each gets one line naming the file (and the field), never a hang,
+# a bare Python error or a silently accepted number.
+_OK = "  display_name: X\n  mem_gb: 8\n  mem_bw_gbs: 100\n  fp32_gflops: 1000\n  l2_mb: 4\n"
+
+
+_HOSTILE = [
+    ("inf_sm.yaml", "X:\n" + _OK + "  num_sm: .inf\n", "'num_sm' must be a finite number, got inf"),
+    ("bool_sm.yaml", "X:\n" + _OK + "  num_sm: true\n", "'num_sm' must be a number, not true/false"),
+    ("half_sm.yaml", "X:\n" + _OK + "  num_sm: 8.5\n", "'num_sm' must be a whole number, got 8.5"),
+    ("nan_bw.yaml", "X:\n" + _OK.replace("mem_bw_gbs: 100", "mem_bw_gbs: .nan") + "  num_sm: 8\n", "'mem_bw_gbs' must be a finite number"),
+    ("zero_l2.yaml", "X:\n" + _OK.replace("l2_mb: 4", "l2_mb: 0") + "  num_sm: 8\n", "'l2_mb' must be positive, got 0"),
+    ("neg_mem.json", json.dumps({"X": {"display_name": "X", "mem_gb": -8, "mem_bw_gbs": 100, "num_sm": 8,
+                                       "fp32_gflops": 1000, "l2_mb": 4}}), "'mem_gb' must be positive, got -8"),
+    ("inf_link.yaml", "X:\n" + _OK + "  num_sm: 8\n  link_gbs: .inf\n", "'link_gbs' must be a finite number"),
+    ("zero_link.yaml", "X:\n" + _OK + "  num_sm: 8\n  link_gbs: 0\n", "'link_gbs' must be positive"),
+    ("inf_tensor.yaml", "X:\n" + _OK + "  num_sm: 8\n  tensor_gflops: {fp16: .inf}\n  tensor_source: me\n",
+     "'tensor_gflops.fp16' must be a finite number"),
+    ("neg_tensor.yaml", "X:\n" + _OK + "  num_sm: 8\n  tensor_gflops: {bf16: -5}\n  tensor_source: me\n",
+     "'tensor_gflops.bf16' must be positive"),
+    ("bool_tensor.yaml", "X:\n" + _OK + "  num_sm: 8\n  tensor_gflops: {tf32: true}\n  tensor_source: me\n",
+     "'tensor_gflops.tf32' must be a number, not true/false"),
+    ("fp8_tensor.yaml", "X:\n" + _OK + "  num_sm: 8\n  tensor_gflops: {fp8: 5000}\n  tensor_source: me\n",
+     "must map tf32/fp16/bf16 to dense GFLOPS, got 'fp8'"),
+    ("list_tensor.yaml", "X:\n" + _OK + "  num_sm: 8\n  tensor_gflops: []\n", "must map tf32/fp16/bf16"),
+    ("inf_release.json", '{"Device": "X", "Dev_Mem": 8, "Mem_Bw": 100, "Num_Sm": Infinity, "Core_Per_SM": 64, '
+                         '"Freq": 1000, "SingleFLOPs": 1000, "L2Cache": 4}', "'Num_Sm' must be a finite number"),
+    ("link_release.json", '{"Device": "X", "Dev_Mem": 8, "Mem_Bw": 100, "Num_Sm": 8, "Core_Per_SM": 64, '
+                          '"Freq": 1000, "SingleFLOPs": 1000, "L2Cache": 4, "link_gbs": 1e999}',
+     "'link_gbs' must be a finite number"),
+    ("latin1.yaml", b"X:\n  display_name: Gr\xe4fik\n", r"not UTF-8 text \(byte 0xe4"),
+]
+
+
+@pytest.mark.parametrize("name,body,match", _HOSTILE, ids=[h[0] for h in _HOSTILE])
+def test_hostile_device_file_names_the_file(release_root, tmp_path, monkeypatch, name, body, match):
+    f = tmp_path / name
+    f.write_bytes(body if isinstance(body, bytes) else body.encode())
+    monkeypatch.setenv(devices.ENV_USER_DEVICES, str(f))
+    with pytest.raises(devices.DeviceFileError, match=match) as e:
+        devices.get_device("H100")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"{f}: ")
+
+
+def test_user_release_json_keeps_its_link_and_tensor_peaks(release_root, tmp_path, monkeypatch):
+    # a release-style user JSON's link_gbs / tensor_gflops were silently dropped before issue 24
+    f = tmp_path / "RTX_X.json"
+    f.write_text(json.dumps({"Device": "RTX X", "Dev_Mem": 8, "Mem_Bw": 100, "Num_Sm": 8, "Core_Per_SM": 64,
+                             "Freq": 1000, "SingleFLOPs": 1000, "L2Cache": 4, "link_gbs": 50,
+                             "tensor_gflops": {"fp16": 8000}, "tensor_source": "my datasheet"}))
+    monkeypatch.setenv(devices.ENV_USER_DEVICES, str(f))
+    d = devices.get_device("RTX X")
+    assert (d.link_gbs, d.gemm_peak_gflops("fp16"), d.gemm_peak_gflops("bf16")) == (50, 8000, 1000)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_fifo_in_device_folder_is_refused_not_read(release_root, tmp_path):
+    # reading a FIFO blocks until a writer comes: the old loader hung every command. A subprocess with
+    # a timeout, so that a regression fails instead of hanging the suite.
+    folder = tmp_path / "devs"
+    folder.mkdir()
+    fifo = folder / "pipe.yaml"
+    os.mkfifo(fifo)
+    env = {**os.environ, devices.ENV_USER_DEVICES: str(folder)}
+    try:
+        r = subprocess.run([sys.executable, "-m", "neusight_core", "devices"], env=env, capture_output=True,
+                           text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    except subprocess.TimeoutExpired:
+        pytest.fail("the device catalogue blocked on a FIFO named *.yaml")
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"error: {fifo}: is a FIFO, not a regular file (device files must be regular files)"

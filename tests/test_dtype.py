@@ -94,3 +94,27 @@ def test_predict_unique_equals_predict_kernels():
     a = latency.predict_kernels(k, "H100", p)["pred_ms"].to_numpy()
     b = whatif.predict_unique(k, "H100", p)["pred_ms"].to_numpy()
     np.testing.assert_allclose(a, b, rtol=1e-5)   # float32 MLP batches differ in the last bits only
+
+
+def test_bf16_without_tensor_cores_says_it_uses_the_fp32_peak(capsys):
+    # issue 24: bf16 on a P100 silently ran at the FP32 peak; the text and JSON outputs now say so
+    import json
+
+    from neusight_core.__main__ import main
+    p100 = devices.get_device("P100")
+    assert not p100.has_tensor_peak("bf16") and p100.gemm_peak_gflops("bf16") == p100.fp32_gflops
+    note = (f"Tesla_P100-PCIE-16GB has no bf16 tensor cores in the catalogue: bf16 GEMMs use its FP32 peak "
+            f"({p100.fp32_gflops:,.0f} GFLOPS)")
+    args = ["predict", "--model", "gpt2_large", "--device", "P100", "--batch", "1", "--seq", "32",
+            "--dtype", "bf16", "--predictor", "roofline"]
+    assert main(args) == 0
+    assert f"NOTE: {note}\n" in capsys.readouterr().out
+    assert main(args + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dtype_note"] == note
+    # no note where the peak exists (H100 bf16) or where none is asked for (fp32)
+    for dev, dt in (("H100", "bf16"), ("P100", "fp32")):
+        assert main(["predict", "--model", "gpt2_large", "--device", dev, "--batch", "1", "--seq", "32",
+                     "--dtype", dt, "--predictor", "roofline", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["dtype_note"] == ""
+    assert devices.get_device("V100").precision_note("fp16") == ""            # fp16 tensor cores only
+    assert "no bf16 tensor cores" in devices.get_device("V100").precision_note("bf16")

@@ -131,3 +131,64 @@ def test_plans_keep_a_fused_table_fused(inf):
     p = parallel.apply_plan(f, "dp", 2)
     assert p.attrs.get("fused") and (p.sub_op == "fused").any()
     assert len(p) == len(fusion.fuse(trace.trace_model(TINY, B // 2, S, "inf")))
+
+
+def _llama70b(layers=2, **over):
+    """The catalogue's Llama-2-70B config (64 query heads, 8 KV heads, head dim 128), with fewer layers."""
+    import json
+
+    from neusight_core import configs
+    cfg = json.loads((configs.OUR_CONFIGS_DIR / "llama2_70b.json").read_text())
+    return {**cfg, "name": "llama2_70b_short", "num_hidden_layers": layers, **over}
+
+
+@pytest.mark.parametrize("mode", ["inf", "train"])
+def test_tp_beyond_kv_heads_replicates_kv_heads(mode):
+    # issue 24: TP 64 of Llama-2-70B (8 KV heads) split the K/V projections 64 ways (1/8 of a head each).
+    # Megatron/vLLM replicate KV heads instead: every GPU keeps one KV head (128 features) at TP 8 and TP 64,
+    # while Q is split 64 ways (128 features = 1 of 64 heads).
+    from neusight_core import memory
+    k = trace.trace_model(_llama70b(), 1, 16, mode, past=8 if mode == "inf" else 0)
+    t8, t64 = parallel.apply_plan(k, "tp", 8), parallel.apply_plan(k, "tp", 64)
+
+    def gemms(t, leaf):
+        g = t[(t.op_class == "LINEAR") & t.module.str.endswith(leaf)]
+        return g[["M", "N", "K", "flops", "bytes_read", "bytes_written"]].to_numpy()
+
+    for leaf in ("k_proj", "v_proj"):
+        assert (gemms(t8, leaf) == gemms(t64, leaf)).all(), leaf
+    fw8 = t8[(t8.phase == "fw") & t8.module.str.endswith(("q_proj", "k_proj", "v_proj"))]
+    fw64 = t64[(t64.phase == "fw") & t64.module.str.endswith(("q_proj", "k_proj", "v_proj"))]
+    # by hand: T = 16 tokens x 8192 in; q: 8192 / n out features, k and v: one head of 128 at both sizes
+    assert fw64.groupby(fw64.module.str.rpartition(".")[2])["K"].first().to_dict() == {
+        "q_proj": 128, "k_proj": 128, "v_proj": 128}
+    assert fw8.groupby(fw8.module.str.rpartition(".")[2])["K"].first().to_dict() == {
+        "q_proj": 1024, "k_proj": 128, "v_proj": 128}
+    assert set(fw64[fw64.module.str.endswith("k_proj")].flops) == {2.0 * 16 * 8192 * 128}
+    # forward kernels between the projections and the attention BMMs work on one query head and one KV
+    # head per GPU at TP 64: rotary embedding on 16 tokens x 1 head, repeat_kv copies one head to one head
+    attn = t64[(t64.phase == "fw") & (t64.module == "model.layers.0.self_attn")]
+    assert set(attn[(attn.op_class == "VEC") & (attn.H == 128)].B) == {16.0}
+    copies = attn[attn.aten_op == "aten.clone.default"]
+    assert len(copies) >= 2 and (copies.bytes_read == copies.bytes_written).all()
+    # memory: the same K/V weights per GPU (1/8 of them) and the same KV cache (one head) at TP 8 and TP 64
+    kvw = parallel.kv_ways(k.attrs["config"], 64)
+    assert kvw == 8 and memory._tp_share("model.layers.0.self_attn.k_proj.weight", 64, kvw) == 1 / 8
+    m8, m64 = memory.footprint(t8), memory.footprint(t64)
+    if mode == "inf":
+        assert m64["kv_cache_gib"] == m8["kv_cache_gib"] == k.attrs["memory"]["kv_cache_bytes"] / 8 / memory.GIB
+    # from TP 8 to TP 64 every split parameter shrinks from 1/8 to 1/64 except K and V, which stay at 1/8
+    kv = ("k_proj.weight", "v_proj.weight")
+    others = sum(v for p, v in k.attrs["params"].items() if memory._tp_share(p, 8) == 1 / 8 and not p.endswith(kv))
+    assert m8["params_per_gpu"] - m64["params_per_gpu"] == pytest.approx(others * (1 / 8 - 1 / 64))
+
+
+def test_tp_kv_heads_that_split_unevenly_is_one_line_error():
+    from neusight_core import latency
+    # 40 query heads (head dim 32), 8 KV heads: 5 GPUs split the query heads but neither split nor replicate KV
+    k = trace.trace_model(_llama70b(hidden_size=1280, intermediate_size=2048, num_attention_heads=40), 1, 8, "inf")
+    with pytest.raises(parallel.PlanError, match="the 8 key/value heads can neither be split evenly over 5 GPUs"):
+        parallel.apply_plan(k, "tp", 5)
+    # TP that does not divide the query heads stays the request's error (before any tracing)
+    with pytest.raises(latency.LatencyInputError, match="needs the 64 attention heads to split evenly"):
+        latency.predict_model("llama2_70b", "H100", 1, 16, "inf", parallel="tp", gpus=3, predictor="roofline")
