@@ -293,6 +293,14 @@ def _sweep(a) -> int:
     except BaseException:
         target.abandon()
         raise
+    from neusight_core import devices
+    for dev_name, dt in dict.fromkeys(zip(configs["device"], configs["dtype"])):
+        try:
+            note = devices.get_device(dev_name).precision_note(dt)
+        except Exception:  # noqa: BLE001 - an unknown device or dtype is in that row's error column
+            note = ""
+        if note:
+            print(f"NOTE: {note}", file=sys.stderr)
     print(f"{rows} rows ({bad} with an error) -> {target.path}; tables {tables_s:.1f} s, total {total_s:.1f} s; "
           f"{'quick' if quick else 'full'} weights of {', '.join(names)} seed(s) {', '.join(map(str, seeds))}")
     return 0

@@ -85,3 +85,11 @@ def test_short_sequences_share_one_family_per_seq_and_equal_real_traces(cache_di
     # in a sweep, batches 2..5 at seq 7 are derived, not traced one by one
     df = sweep.sweep(["gpt2_large"], ["H100"], [2, 3, 4, 5], [7], predictors=["roofline"], quick=True, progress=False)
     assert (df.error == "").all() and df.derived.all()
+
+
+def test_a_sweep_says_when_a_gpu_has_no_tensor_cores_for_its_dtype(cache_dir, tmp_path, capsys):
+    argv = list(BASE) + ["--device", "H100,P100", "--dtype", "fp32,bf16", "--out", str(tmp_path / "s.csv")]
+    assert cli(argv) == 0
+    err = capsys.readouterr().err
+    assert "NOTE: Tesla_P100-PCIE-16GB has no bf16 tensor cores in the catalogue" in err
+    assert "H100" not in err.split("NOTE:", 1)[1].split("\n")[0]
