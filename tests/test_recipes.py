@@ -3,6 +3,8 @@ recipe's config loads and trains in quick mode, the authors' input units and out
 aggregation, claims over seeds, and the ablation plan and table."""
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -228,8 +230,14 @@ def test_train_ablation_on_a_training_subset(release_root, tmp_path, monkeypatch
 def test_authors_form_is_floored_at_its_training_minimum(release_root, tmp_path, monkeypatch):
     """The authors' u = sigmoid(o2) - sigmoid(o0) / waves can reach 0 for kernels with fewer waves than any
     (filtered) training record; the prediction then holds u at the lowest u seen on the training records."""
+    # the shared quick weights (notebook 03's quick run trains them too), copied: this test rewrites them
+    P.get("neusight-paper", quick=True, seed=0)
+    shutil.copytree(P.folder("neusight-paper", True, 0), tmp_path / "neusight-paper-quick-seed0")
+    if (paths.trained_dir() / "datasets").is_dir():
+        shutil.copytree(paths.trained_dir() / "datasets", tmp_path / "datasets")
     monkeypatch.setattr(paths, "trained_dir", lambda: tmp_path)
     p = P.get("neusight-paper", quick=True, seed=0)
+    assert P.folder("neusight-paper", True, 0) == tmp_path / "neusight-paper-quick-seed0"
     assert set(p.u_floor) == set(p.nets) and all(0 < f <= 1 for f in p.u_floor.values())
     from tests.test_predictors import kernel_rows
     tiny = kernel_rows([("VEC", "add", 8, np.nan, np.nan, np.nan, 1), ("SOFTMAX", "", 1, np.nan, np.nan, np.nan, 8)])
