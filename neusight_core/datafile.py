@@ -232,16 +232,17 @@ def read_frame(path) -> tuple[pd.DataFrame, object]:
     """``(frame, meta)`` written by :func:`write_frame`; DataFileError (one line, without the file's
     name: the caller names it) for any damage."""
     try:
-        z = np.load(path, allow_pickle=False)
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise DataFileError("not an .npz archive")
-        with z:
-            raw = json.loads(z["__header__"].tobytes().decode())
-            names = list(raw["arrays"])
-            if set(z.files) != set(names) | {"__header__", "__sha256__"}:
-                raise DataFileError("members differ from the header's list")
-            members = {n: z[n] for n in ["__header__", *names]}
-            stored = str(z["__sha256__"])
+        with open(path, "rb") as fh:                # ours to close, also when np.load fails
+            z = np.load(fh, allow_pickle=False)
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise DataFileError("not an .npz archive")
+            with z:
+                raw = json.loads(z["__header__"].tobytes().decode())
+                names = list(raw["arrays"])
+                if set(z.files) != set(names) | {"__header__", "__sha256__"}:
+                    raise DataFileError("members differ from the header's list")
+                members = {n: z[n] for n in ["__header__", *names]}
+                stored = str(z["__sha256__"])
         if _digest(["__header__", *names], members) != stored:
             raise DataFileError("checksum mismatch (content changed since it was written)")
         if raw.get("format") != FORMAT:

@@ -98,7 +98,7 @@ def read_state(folder: Path) -> dict:
         old = " (state.pt of an earlier version is not read)" if (f.parent / LEGACY_STATE_FILE).is_file() else ""
         raise PredictorLoadError(f"{f}: missing{old}")
     try:
-        with np.load(f, allow_pickle=False) as z:
+        with open(f, "rb") as fh, np.load(fh, allow_pickle=False) as z:     # fh: closed also when np.load fails
             arrays = {k: z[k] for k in z.files if k != "__skeleton__"}
             return _inflate(json.loads(str(z["__skeleton__"])), arrays)
     except Exception as e:  # noqa: BLE001 - any damage of the file (BadZipFile, EOFError, zlib.error, ...)
