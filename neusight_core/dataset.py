@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices, paths
+from neusight_core import datafile, devices, paths
 
 TRAIN_OPS = ("bmm", "linear", "add", "addu", "mul", "mulu", "div", "divu", "pow", "powu",
              "relu", "gelu", "tanh", "softmax", "ln")
@@ -178,24 +179,35 @@ def _read_csv(f: Path) -> pd.DataFrame:
 
 
 def _cache_path(kind: str, digest: str) -> Path:
-    return paths.trained_dir() / "datasets" / f"{kind}_{digest[:16]}.pkl"
+    return paths.trained_dir() / "datasets" / f"{kind}_{digest[:16]}.npz"
 
 
 def load_collect(ops=TRAIN_OPS, cache: bool = True) -> pd.DataFrame:
-    """Processed training records of the 5 training GPUs for ``ops`` (cached by data checksum)."""
+    """Processed training records of the 5 training GPUs for ``ops`` (cached by data checksum).
+
+    The cache, ``trained_dir()/datasets/collect_<checksum[:16]>.npz``, is data-only
+    (``datafile.write_frame``: no pickle, a SHA-256 of the content, the raw files' checksum as its
+    meta); one that cannot be read, was changed or belongs to other raw files is ignored with one
+    warning line and rebuilt. Caches of earlier versions (``collect_*.pkl``) are never read."""
     files = collect_files(ops)
     digest = checksum(files)
     cp = _cache_path("collect", digest)
     if cache and cp.is_file():
-        return pd.read_pickle(cp)
+        try:
+            df, meta = datafile.read_frame(cp)
+            if meta != {"checksum": digest}:
+                raise datafile.DataFileError("made from other raw files")
+            return df
+        except datafile.DataFileError as e:
+            warnings.warn(f"dataset cache: ignoring damaged {cp.name} ({e}); rebuilding it", datafile.CacheWarning,
+                          stacklevel=2)
     parts = [process(_read_csv(f), str(f)) for f in files]
     df = pd.concat(parts, ignore_index=True)
     train_names = {d.name for d in devices.training_devices("NVIDIA")}
     if not set(df["device"]) <= train_names:
         raise DatasetError(f"{collect_dir()}: records of non-training GPUs {set(df['device']) - train_names}")
     if cache:
-        cp.parent.mkdir(parents=True, exist_ok=True)
-        df.to_pickle(cp)
+        datafile.write_frame(cp, df, meta={"checksum": digest})
     return df
 
 

@@ -9,11 +9,15 @@ names the cache file. Invalidation is by key only: change anything and a new ent
 nothing is ever deleted by hand.
 
 Entries live in ``$NEUSIGHT_TRACE_CACHE`` or ``<NEUSIGHT_HOME>/artifacts/trace_cache/``
-(git-ignored), one pickle per key holding ``(key, frame, attrs)``. They are written atomically
-(temporary file in the same folder, then ``os.replace``). An entry that cannot be read or whose
-stored key differs from the requested one is ignored with one warning line and rebuilt.
+(git-ignored), one data-only ``.npz`` per key (``datafile.write_frame``: the frame's columns, dtypes,
+index and attrs as arrays and JSON, the key as its meta, a SHA-256 of the content; read with
+``np.load(allow_pickle=False)``, so nothing in an entry can run code). They are written atomically
+(temporary file in the same folder, then ``os.replace``). An entry that cannot be read (not an
+archive, truncated), whose checksum does not match its content or whose stored key differs from the
+requested one is ignored with one warning line and rebuilt (the rebuilt entry replaces it). Entries
+of earlier versions (``*.pkl`` pickles) are never read: the file name and ``CACHE_VERSION`` changed.
 
-A cache hit reads the config file and the pickle only: ``transformers`` is not imported (its
+A cache hit reads the config file and the entry only: ``transformers`` is not imported (its
 version comes from the installed package's metadata).
 """
 from __future__ import annotations
@@ -23,18 +27,16 @@ import hashlib
 import inspect
 import json
 import os
-import pickle
-import tempfile
 import warnings
 from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 
-from neusight_core import paths
+from neusight_core import datafile, paths
 
-#: bump when the layout of a cache entry changes
-CACHE_VERSION = 1
+#: bump when the layout of a cache entry changes (2: data-only .npz instead of a pickle)
+CACHE_VERSION = 2
 #: source files whose content changes kernel tables: part of every key
 CODE_FILES = ("trace.py", "configs.py", "fusion.py", "parallel.py")
 
@@ -42,7 +44,7 @@ CODE_FILES = ("trace.py", "configs.py", "fusion.py", "parallel.py")
 STATS: Counter = Counter()
 
 
-class TraceCacheWarning(UserWarning):
+class TraceCacheWarning(datafile.CacheWarning):
     pass
 
 
@@ -133,8 +135,13 @@ def key_hash(key: dict) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def _canonical(key: dict) -> str:
+    """The key as the JSON text that is stored in (and compared with) an entry."""
+    return json.dumps(key, sort_keys=True, default=str)
+
+
 def entry_path(key: dict) -> Path:
-    return cache_dir() / f"{key['kind']}-{key_hash(key)[:40]}.pkl"
+    return cache_dir() / f"{key['kind']}-{key_hash(key)[:40]}.npz"
 
 
 def load(key: dict) -> pd.DataFrame | None:
@@ -144,40 +151,25 @@ def load(key: dict) -> pd.DataFrame | None:
         STATS["miss"] += 1
         return None
     try:
-        with open(p, "rb") as f:
-            stored_key, frame, attrs = pickle.load(f)
-        if json.dumps(stored_key, sort_keys=True, default=str) != json.dumps(key, sort_keys=True, default=str):
-            raise ValueError("stored key differs")
-        if not isinstance(frame, pd.DataFrame):
-            raise ValueError("not a kernel table")
-    except Exception as e:  # noqa: BLE001 - any damage: ignore the entry, rebuild it
+        frame, stored_key = datafile.read_frame(p)
+        if stored_key != _canonical(key):
+            raise datafile.DataFileError("stored key differs")
+    except datafile.DataFileError as e:      # any damage: ignore the entry, rebuild it
         STATS["corrupt"] += 1
         STATS["miss"] += 1
-        warnings.warn(f"trace cache: ignoring damaged entry {p.name} ({type(e).__name__}: "
-                      f"{str(e).splitlines()[0][:120] if str(e) else ''}); rebuilding it", TraceCacheWarning,
+        warnings.warn(f"trace cache: ignoring damaged entry {p.name} ({e}); rebuilding it", TraceCacheWarning,
                       stacklevel=3)
         return None
-    frame.attrs.clear()
-    frame.attrs.update(attrs)
     STATS["hit"] += 1
     return frame
 
 
 def store(key: dict, frame: pd.DataFrame) -> Path:
     """Write ``frame`` under ``key`` atomically (temp file + rename); a failure to write is not fatal."""
-    d = cache_dir()
     p = entry_path(key)
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=d)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump((key, frame, dict(frame.attrs)), f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as e:
+        datafile.write_frame(p, frame, meta=_canonical(key))
+    except (OSError, datafile.DataFileError) as e:
         warnings.warn(f"trace cache: cannot write {p} ({e}); continuing without caching", TraceCacheWarning,
                       stacklevel=3)
         return p

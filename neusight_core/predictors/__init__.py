@@ -7,14 +7,17 @@ leave-one-GPU-out recipe, kept for the ablation); each a config in ``recipes/``.
 ``get(name, quick=False, seed=0)`` returns a trained predictor: the saved weights under
 ``paths.trained_dir()/<name>[-quick]-seed<seed>/`` when their config and training-data checksum match,
 otherwise it trains on the five training GPUs' kernels and saves (``meta.json`` records the config,
-the data checksum, the training wall time and the validation errors).
+the data checksum, the training wall time and the validation errors). Weights that match but cannot be
+loaded (a truncated or damaged ``state.npz``) give one warning line naming the file and are retrained.
 """
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 from neusight_core import paths
+from neusight_core.datafile import CacheWarning
 from neusight_core.predictors.base import KernelPredictor, PredictorLoadError, config_hash
 from neusight_core.predictors.common import PredictorInputError
 from neusight_core.predictors.habitat import HabitatPredictor
@@ -229,8 +232,12 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
                 loaded.calibrate(dataset.training_data(**subset))    # saved before u_floor existed
                 loaded.save(f)
             return loaded
-        except (PredictorLoadError, json.JSONDecodeError, KeyError):
-            pass        # stale or damaged: retrain below
+        except (PredictorLoadError, json.JSONDecodeError, KeyError) as e:
+            # damaged (issue 24): one line naming the file, then retrain below and save over it
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            msg = msg if isinstance(e, PredictorLoadError) else f"{f}: {type(e).__name__}: {msg}"
+            warnings.warn(f"predictors: ignoring damaged weights of {name!r} ({msg}); retraining", CacheWarning,
+                          stacklevel=2)
     train = dataset.training_data(**subset)
     p.fit(train, quick=quick)
     p.save(f)

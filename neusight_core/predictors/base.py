@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from neusight_core import datafile
 from neusight_core.predictors import common
 
 VERSION = 3          # bump when a change of code makes saved weights stale (2: the authors' form trains unclamped;
@@ -49,8 +50,10 @@ class PredictorLoadError(RuntimeError):
 # ---------------------------------------------------------------- (de)serialisation
 # A predictor's state (nested dicts and lists of arrays, numbers and strings) is saved as one
 # ``state.npz``: every array under a key "a<i>", and the nesting as JSON in "__skeleton__", where an
-# array is {"__npz__": "a<i>"}. Loading needs numpy only (no pickle, no torch). Weights saved by
-# earlier versions as ``state.pt`` (torch) are still read.
+# array is {"__npz__": "a<i>"}. Loading needs numpy only (no pickle, no torch; issue 24: nothing read
+# from disk can run code). A state.npz that cannot be read (truncated, not a zip, a member missing or
+# damaged) raises PredictorLoadError; ``predictors.get`` then warns once and retrains. Weights saved by
+# earlier versions as ``state.pt`` (torch) are not read any more (torch.load unpickles): they retrain.
 STATE_FILE, LEGACY_STATE_FILE = "state.npz", "state.pt"
 
 
@@ -81,33 +84,26 @@ def _inflate(x, arrays):
 
 
 def write_state(state: dict, path: Path) -> None:
+    """Save ``state`` as ``path`` (a state.npz), atomically: a half-written file is never read as weights."""
     arrays: dict = {}
     skeleton = _flatten(state, arrays)
-    tmp = path.with_name(path.name + ".tmp.npz")      # atomic: a half-written file is never read as weights
-    np.savez(tmp, __skeleton__=np.array(json.dumps(skeleton, default=_json_default)), **arrays)
-    tmp.replace(path)
+    datafile.atomic_savez(Path(path), {"__skeleton__": np.array(json.dumps(skeleton, default=_json_default)), **arrays})
 
 
 def read_state(folder: Path) -> dict:
-    f = folder / STATE_FILE
-    if f.is_file():
-        with np.load(f, allow_pickle=False) as z:
+    """The state saved by ``write_state`` in ``folder``; PredictorLoadError (one line naming the file) if
+    it is missing or cannot be read."""
+    f = Path(folder) / STATE_FILE
+    if not f.is_file():
+        old = " (state.pt of an earlier version is not read)" if (f.parent / LEGACY_STATE_FILE).is_file() else ""
+        raise PredictorLoadError(f"{f}: missing{old}")
+    try:
+        with open(f, "rb") as fh, np.load(fh, allow_pickle=False) as z:     # fh: closed also when np.load fails
             arrays = {k: z[k] for k in z.files if k != "__skeleton__"}
             return _inflate(json.loads(str(z["__skeleton__"])), arrays)
-    import torch                                     # weights saved before state.npz
-    return _unpack(torch.load(folder / LEGACY_STATE_FILE, weights_only=True))["state"]
-
-
-def _unpack(x):
-    if isinstance(x, dict):
-        if set(x) == {"__np__"}:
-            return x["__np__"].numpy()
-        return {k: _unpack(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_unpack(v) for v in x]
-    if hasattr(x, "detach"):
-        return x.detach().cpu().numpy()
-    return x
+    except Exception as e:  # noqa: BLE001 - any damage of the file (BadZipFile, EOFError, zlib.error, ...)
+        msg = str(e).splitlines()[0][:160] if str(e) else ""
+        raise PredictorLoadError(f"{f}: cannot read ({type(e).__name__}{': ' + msg if msg else ''})") from None
 
 
 def config_hash(name: str, config: dict) -> str:
@@ -206,6 +202,8 @@ class KernelPredictor:
         try:
             meta = json.loads((folder / "meta.json").read_text())
             state = read_state(folder)
+        except PredictorLoadError:
+            raise
         except (OSError, ValueError, KeyError, RuntimeError) as e:
             raise PredictorLoadError(f"{folder}: cannot load saved predictor ({str(e).splitlines()[0]})") from None
         klass = REGISTRY.get(meta.get("name")) if cls is KernelPredictor else cls
@@ -215,11 +213,6 @@ class KernelPredictor:
         p.set_state(state)
         p.info = meta.get("info", {})
         p.fitted = True
-        if not (folder / STATE_FILE).is_file():     # weights of an earlier version: convert once
-            try:
-                write_state(state, folder / STATE_FILE)
-            except OSError:
-                pass
         return p
 
 

@@ -1,0 +1,231 @@
+"""Issue 24: a cache never executes what it finds, and a damaged cache repairs itself.
+
+The trace cache (``trace_cache``), the training-record cache (``dataset.load_collect``) and trained
+weights (``state.npz``): a crafted pickle at the name a cache reads runs nothing; a changed value is
+caught by the checksum; a truncated file gives one warning line and is rebuilt with the true content."""
+from __future__ import annotations
+
+import json
+import pickle
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from neusight_core import datafile, dataset, paths, trace_cache
+from neusight_core import predictors as P
+from neusight_core.predictors.base import STATE_FILE, read_state
+
+MODEL, BATCH, SEQ = "opt", 1, 40
+
+
+class Payload:
+    """Unpickling this creates ``marker`` (what a crafted cache entry could do instead)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def crafted(tmp_path) -> tuple[bytes, object]:
+    """Pickle bytes that create a marker file when unpickled; checked to be live."""
+    probe = tmp_path / "probe-marker"
+    blob = pickle.dumps(Payload(probe))
+    pickle.loads(blob).close()                     # the payload works: unpickling it creates the file
+    assert probe.exists()
+    probe.unlink()
+    return pickle.dumps(Payload(tmp_path / "MARKER")), tmp_path / "MARKER"
+
+
+def cache_warnings(fn, *args, **kw):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = fn(*args, **kw)
+    msgs = [str(x.message) for x in w if issubclass(x.category, datafile.CacheWarning)]
+    return out, msgs
+
+
+def one_line(msgs, *words):
+    assert len(msgs) == 1, msgs
+    assert "\n" not in msgs[0] and all(wd in msgs[0] for wd in words), msgs[0]
+    return msgs[0]
+
+
+# ------------------------------------------------------------------ trace cache
+@pytest.fixture
+def tcache(tmp_path, monkeypatch, release_root):
+    d = tmp_path / "trace_cache"
+    monkeypatch.setenv("NEUSIGHT_TRACE_CACHE", str(d))
+    monkeypatch.delenv("NEUSIGHT_TRACE_CACHE_OFF", raising=False)
+    return d
+
+
+def _key():
+    return trace_cache.make_key("trace", MODEL, **trace_cache.trace_kwargs(BATCH, SEQ, "inf"))
+
+
+def _fresh(monkeypatch) -> pd.DataFrame:
+    with monkeypatch.context() as m:
+        m.setenv("NEUSIGHT_TRACE_CACHE_OFF", "1")
+        return trace_cache.trace(MODEL, BATCH, SEQ, "inf")
+
+
+def _same_table(got: pd.DataFrame, want: pd.DataFrame):
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert list(got.dtypes) == list(want.dtypes)
+    skip = {"trace_s"}                            # wall time of the trace
+    assert {k: v for k, v in got.attrs.items() if k not in skip} == {k: v for k, v in want.attrs.items() if k not in skip}
+
+
+def test_trace_entry_round_trips_exactly(tcache, monkeypatch):
+    first = trace_cache.trace(MODEL, BATCH, SEQ, "inf")            # a miss: traced and stored
+    trace_cache.STATS.clear()
+    again = trace_cache.trace(MODEL, BATCH, SEQ, "inf")
+    assert trace_cache.STATS["hit"] == 1
+    _same_table(again, first)
+    assert again.attrs["trace_s"] == first.attrs["trace_s"]
+    assert isinstance(again["reads"].iloc[0], tuple) and again.attrs["memory"]["events"] == first.attrs["memory"]["events"]
+    assert trace_cache.entry_path(_key()).suffix == ".npz" and not list(tcache.glob("*.pkl"))
+
+
+def test_crafted_trace_entry_runs_nothing(tcache, tmp_path, monkeypatch):
+    blob, marker = crafted(tmp_path)
+    key = _key()
+    p = trace_cache.entry_path(key)
+    old_key = {**key, "versions": {**key["versions"], "cache": 1}}     # the name the pickle cache read
+    old = trace_cache.cache_dir() / f"trace-{trace_cache.key_hash(old_key)[:40]}.pkl"
+    tcache.mkdir(parents=True)
+    for f in (p, p.with_suffix(".pkl"), old):
+        f.write_bytes(blob)
+    trace_cache.STATS.clear()
+    got, msgs = cache_warnings(trace_cache.trace, MODEL, BATCH, SEQ, "inf")
+    assert not marker.exists()
+    one_line(msgs, "trace cache", "damaged", p.name, "rebuilding")
+    assert trace_cache.STATS["corrupt"] == 1 and trace_cache.STATS["store"] == 1
+    _same_table(got, _fresh(monkeypatch))
+    again, msgs = cache_warnings(trace_cache.trace, MODEL, BATCH, SEQ, "inf")     # replaced by a good entry
+    assert msgs == [] and trace_cache.STATS["hit"] == 1 and not marker.exists()
+    _same_table(again, got)
+
+
+def _tamper(path, column_index, row=0, factor=0.01):
+    """Change one value of a stored column, keep everything else (header, key, checksum member)."""
+    with np.load(path, allow_pickle=False) as z:
+        members = {n: z[n].copy() for n in z.files}
+    assert members[f"c{column_index}"][row] != 0
+    members[f"c{column_index}"][row] *= factor
+    with open(path, "wb") as f:
+        np.savez(f, **members)
+
+
+def test_tampered_trace_value_is_caught_by_the_checksum(tcache, monkeypatch):
+    true = trace_cache.trace(MODEL, BATCH, SEQ, "inf")
+    p = trace_cache.entry_path(_key())
+    row = int(true["flops"].to_numpy().argmax())           # a GEMM: 100x fewer FLOPs would predict ~100x faster
+    _tamper(p, list(true.columns).index("flops"), row=row)
+    got, msgs = cache_warnings(trace_cache.trace, MODEL, BATCH, SEQ, "inf")
+    one_line(msgs, "checksum mismatch", p.name)
+    assert got["flops"].iloc[row] == true["flops"].iloc[row] > 0
+    _same_table(got, _fresh(monkeypatch))
+
+
+def test_truncated_trace_entry_is_rebuilt(tcache, monkeypatch):
+    trace_cache.trace(MODEL, BATCH, SEQ, "inf")
+    p = trace_cache.entry_path(_key())
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+    trace_cache.STATS.clear()
+    got, msgs = cache_warnings(trace_cache.trace, MODEL, BATCH, SEQ, "inf")
+    one_line(msgs, "damaged", p.name)
+    assert trace_cache.STATS["corrupt"] == 1 and trace_cache.STATS["store"] == 1
+    _same_table(got, _fresh(monkeypatch))
+    _, msgs = cache_warnings(trace_cache.trace, MODEL, BATCH, SEQ, "inf")
+    assert msgs == [] and trace_cache.STATS["hit"] == 1
+
+
+# ------------------------------------------------------------------ training-record cache
+@pytest.fixture(scope="module")
+def collect_true(release_root):
+    return dataset.load_collect(cache=False)
+
+
+@pytest.fixture
+def tdir(tmp_path, monkeypatch):
+    d = tmp_path / "trained"
+    monkeypatch.setattr(paths, "trained_dir", lambda: d)
+    return d
+
+
+def _collect_path():
+    return dataset._cache_path("collect", dataset.checksum(dataset.collect_files()))
+
+
+def _same_records(got, want):
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert list(got.dtypes) == list(want.dtypes)
+
+
+def test_collect_cache_round_trips_and_runs_no_crafted_pickle(tdir, tmp_path, collect_true):
+    blob, marker = crafted(tmp_path)
+    cp = _collect_path()
+    cp.parent.mkdir(parents=True)
+    for f in (cp, cp.with_suffix(".pkl")):                # the new name and the pickle cache's name
+        f.write_bytes(blob)
+    got, msgs = cache_warnings(dataset.load_collect)
+    assert not marker.exists()
+    one_line(msgs, "dataset cache", "damaged", cp.name, "rebuilding")
+    _same_records(got, collect_true)
+    again, msgs = cache_warnings(dataset.load_collect)      # the rebuilt cache is read, exactly
+    assert msgs == [] and not marker.exists()
+    _same_records(again, collect_true)
+
+
+def test_tampered_collect_value_is_caught_by_the_checksum(tdir, collect_true):
+    dataset.load_collect()
+    cp = _collect_path()
+    _tamper(cp, list(collect_true.columns).index("latency_ms"), row=7)
+    got, msgs = cache_warnings(dataset.load_collect)
+    one_line(msgs, "checksum mismatch", cp.name)
+    assert got["latency_ms"].iloc[7] == collect_true["latency_ms"].iloc[7]
+    _same_records(got, collect_true)
+
+
+def test_truncated_collect_cache_is_rebuilt(tdir, collect_true):
+    dataset.load_collect()
+    cp = _collect_path()
+    cp.write_bytes(cp.read_bytes()[: cp.stat().st_size - 1000])
+    got, msgs = cache_warnings(dataset.load_collect)
+    one_line(msgs, "damaged", cp.name)
+    _same_records(got, collect_true)
+    _, msgs = cache_warnings(dataset.load_collect)
+    assert msgs == []
+
+
+# ------------------------------------------------------------------ trained weights (state.npz)
+def test_truncated_or_crafted_weights_warn_once_and_retrain(tdir, tmp_path, monkeypatch, release_root):
+    from tests.test_predictors import random_kernels
+    k = random_kernels(100, seed=2)
+    first = P.get("li", quick=True)                  # the cheapest predictor with fitted weights
+    want = first.predict(k, "L4")
+    f = P.folder("li", quick=True) / STATE_FILE
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    again, msgs = cache_warnings(P.get, "li", quick=True)
+    one_line(msgs, "damaged weights", str(f), "retraining")
+    assert np.array_equal(again.predict(k, "L4"), want)
+    read_state(f.parent)                              # saved again, readable
+
+    # weights of an earlier version (state.pt, read with torch.load) are never loaded: a crafted one runs nothing
+    blob, marker = crafted(tmp_path)
+    f.unlink()
+    (f.parent / "state.pt").write_bytes(blob)
+    again, msgs = cache_warnings(P.get, "li", quick=True)
+    one_line(msgs, "state.pt", "retraining")
+    assert not marker.exists() and np.array_equal(again.predict(k, "L4"), want)
+
+    # good weights load without a warning and without training
+    monkeypatch.setattr(P.REGISTRY["li"], "fit", lambda *a, **kw: pytest.fail("retrained good weights"))
+    _, msgs = cache_warnings(P.get, "li", quick=True)
+    assert msgs == []
+    assert json.loads((f.parent / "meta.json").read_text())["name"] == "li"
