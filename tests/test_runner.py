@@ -134,3 +134,27 @@ def test_a_finished_run_leaves_no_lock_and_its_tarball_holds_no_bookkeeping(tmp_
     with tarfile.open(tmp_path / "neusight_results_run.tar.gz") as tar:
         names = tar.getnames()
     assert "run/SUMMARY.md" in names and not [n for n in names if n.endswith((runner.LOCK_FILE, runner.RESERVE_FILE))]
+
+
+def test_a_second_run_started_on_the_same_folder_stops_at_once(tmp_path):
+    import signal
+    import time
+    out = tmp_path / "run"
+    cmd = [str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.runner", "--quick", "--out", str(out),
+           "--notebooks-dir", str(paths.REPO_ROOT / "tests" / "fixtures" / "slow_notebooks")]
+    first = subprocess.Popen(cmd, cwd=paths.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if (out / runner.LOCK_FILE).exists():
+                break
+            time.sleep(0.1)
+        second = subprocess.run(cmd, cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stdout + second.stderr
+        err = second.stderr.strip().splitlines()
+        assert len(err) == 1 and ("another run is using this folder" in err[0] or "already holds files" in err[0])
+        assert first.poll() is None          # the first run goes on, untouched
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+    assert first.returncode == 128 + signal.SIGTERM
+    assert "INTERRUPTED" in (out / "SUMMARY.md").read_text()   # the first run's record, not the second's
