@@ -2,6 +2,8 @@
 save/load, quick training, unseen-GPU rules of the baselines."""
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,12 +19,19 @@ ALL_GPUS = ["Tesla_P4", "Tesla_V100-PCIE-32GB", "NVIDIA_A100-PCIE-40GB", "NVIDIA
 
 @pytest.fixture(scope="session")
 def trained(release_root, tmp_path_factory):
-    """All four predictors trained in quick mode into a temporary trained_dir."""
+    """Every predictor's quick weights (seed 0), loaded from a temporary trained_dir that holds a copy of the
+    shared ones (trained there once per session when missing; notebook 03's quick run and the CLI use the
+    same), so that tests may rewrite them. The trained_dir is patched only while loading: a session-long
+    patch sent later modules' training into this folder."""
     folder = tmp_path_factory.mktemp("trained")
+    for n in P.NAMES:
+        P.get(n, quick=True)
+        shutil.copytree(P.folder(n, True, 0), folder / P.folder(n, True, 0).name)
+    shutil.copytree(paths.trained_dir() / "datasets", folder / "datasets")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(paths, "trained_dir", lambda: folder)
         preds = {n: P.get(n, quick=True) for n in P.NAMES}
-        yield preds, folder, mp
+    yield preds, folder, None
 
 
 def kernel_rows(rows) -> pd.DataFrame:
