@@ -1,4 +1,5 @@
-"""Command line: ``python -m neusight_core predict | devices | models``.
+"""Command line: ``python -m neusight_core predict | sweep | train | devices | models``, also installed as
+the command ``neusight`` (pyproject.toml's console script calls ``main``; the same thing).
 
     python -m neusight_core predict --model gpt3_27 --device H100 --batch 1 --seq 2048 --mode train
     python -m neusight_core predict --model gpt2_large --device A100-40GB --batch 4 --seq 1024 \
@@ -47,7 +48,9 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = _OneLineParser(prog="python -m neusight_core",
+    # usage and error lines name the command as it was typed
+    prog = "neusight" if Path(sys.argv[0]).name == "neusight" else "python -m neusight_core"
+    ap = _OneLineParser(prog=prog,
                                  description="NeuSight re-implementation: predict GPU latency of a model.")
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_OneLineParser)
     p = sub.add_parser("predict", help="predict one configuration")

@@ -1,7 +1,9 @@
 """Where things live. Every other module asks here instead of building paths itself.
 
 The data folders can be moved with the environment variable NEUSIGHT_HOME (tests point it at a
-temporary folder); by default they sit at the top of the repository.
+temporary folder); by default they sit at the top of the repository. That default needs the package
+to run from its checkout (as `pip install -e .` and the set-up install it); a copy installed into
+site-packages (`pip install .`) has no repository around it and needs NEUSIGHT_HOME.
 """
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# True when the package was copied into an environment (`pip install .`, not `-e`): REPO_ROOT is then
+# site-packages, which holds none of the data folders.
+INSTALLED_WITHOUT_CHECKOUT = REPO_ROOT.name in ("site-packages", "dist-packages")
 
 # Upstream commit the whole artifact is pinned to (SPEC section 2).
 UPSTREAM_COMMIT = "6945927d9afcca2b9daf021f8395e53edc5b4eef"
@@ -17,7 +22,12 @@ UPSTREAM_URL = "https://github.com/sitar-lab/NeuSight"
 
 def home() -> Path:
     """Folder that holds labels/ and artifacts/ (the repository root unless NEUSIGHT_HOME is set)."""
-    return Path(os.environ.get("NEUSIGHT_HOME", REPO_ROOT)).resolve()
+    env = os.environ.get("NEUSIGHT_HOME")
+    if env is None and INSTALLED_WITHOUT_CHECKOUT:
+        raise FileNotFoundError(
+            f"neusight_core is installed without its checkout (in {REPO_ROOT}): set NEUSIGHT_HOME to the "
+            "artifact's checkout (the folder with labels/ and artifacts/), or install it with `pip install -e <checkout>`")
+    return Path(REPO_ROOT if env is None else env).resolve()
 
 
 def labels_dir() -> Path:

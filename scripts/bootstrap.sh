@@ -26,14 +26,26 @@ if [ "$want" != "$have" ]; then
   if [ "$rc" -ne 0 ]; then echo "error: pip install -r requirements.txt failed (exit $rc)" >&2; exit "$rc"; fi
   echo "$want" > "$VENV/.requirements.sha256"
 fi
-# This checkout on the venv's path (a .pth file: what an editable install does, without a build
-# step), so that a notebook opened from notebooks/ in JupyterLab imports neusight_core. Only into a
-# venv of this checkout: a .venv that is a symlink belongs to another checkout. pytest (pytest.ini
-# pythonpath) and run_all.sh put the running checkout first on sys.path in any case.
+# This checkout installed editable into its venv (pyproject.toml: `pip install -e .`, no download: the
+# pins bring setuptools >= 77 through torch, which builds it), so that a notebook opened from notebooks/
+# in JupyterLab imports neusight_core and .venv/bin/neusight exists. Once per checkout (and again when
+# pyproject.toml changes). Only into a venv of this checkout: a .venv that is a symlink belongs to
+# another checkout. pytest (pytest.ini pythonpath) and run_all.sh put the running checkout first on
+# sys.path in any case.
 if [ ! -L "$VENV" ]; then
-  SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  if [ "$(cat "$SITE/neusight-artifact.pth" 2>/dev/null || true)" != "$ROOT" ]; then
-    echo "$ROOT" > "$SITE/neusight-artifact.pth"
+  want_e="$ROOT $(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+  if [ "$(cat "$VENV/.editable-install" 2>/dev/null || true)" != "$want_e" ] || [ ! -x "$VENV/bin/neusight" ]; then
+    echo "[setup] installing this checkout into .venv (pip install -e .)"
+    set +o pipefail
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
+        --no-build-isolation -e "$ROOT" 2>&1 \
+      | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+    rc=${PIPESTATUS[0]}
+    set -o pipefail
+    if [ "$rc" -ne 0 ]; then echo "error: pip install -e . failed (exit $rc)" >&2; exit "$rc"; fi
+    # what earlier versions of this script wrote instead of the editable install
+    rm -f "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/neusight-artifact.pth"
+    echo "$want_e" > "$VENV/.editable-install"
   fi
 fi
 echo "[setup] provisioning the authors' release"

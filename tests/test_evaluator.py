@@ -269,7 +269,7 @@ def test_notebook_runs_from_its_own_folder_with_clean_outputs(tmp_path):
 
 def test_bootstrap_puts_the_checkout_on_the_venv_path():
     text = (paths.REPO_ROOT / "scripts" / "bootstrap.sh").read_text()
-    assert "neusight-artifact.pth" in text and '[ ! -L "$VENV" ]' in text
+    assert "--no-build-isolation -e \"$ROOT\"" in text and '[ ! -L "$VENV" ]' in text
     assert "pythonpath = ." in (paths.REPO_ROOT / "pytest.ini").read_text()
     assert "user_devices/" in (paths.REPO_ROOT / ".gitignore").read_text()
 
