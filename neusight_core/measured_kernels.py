@@ -423,5 +423,6 @@ def load_attention(gpus="training", kinds=("prefill", "decode"), frameworks=None
     for s in systems:
         for kind in kinds:
             for fw, ver, f in _files(base, s, "attention", ATTENTION_FILES[kind], frameworks, versions):
-                parts.append(attention_kernels(_read(f, ATTENTION_COLUMNS, ATTENTION_OPTIONAL), kind, s, fw, ver, kv_dtypes))
+                raw = _read(f, ATTENTION_COLUMNS, ATTENTION_OPTIONAL)
+                parts.append(attention_kernels(raw, kind, s, fw, ver, kv_dtypes))
     return _finish(parts, "BF16 attention", systems, features)

@@ -185,7 +185,8 @@ def _write_parquet(path, frame):
 
 def test_changed_layout_is_one_line(tmp_path):
     gemm = _gemm_raw([("torch.nn.functional.linear", "bfloat16", 3, 5, 7, 0.01)])
-    _write_parquet(tmp_path / "h100_sxm" / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet", gemm.drop(columns="latency"))
+    _write_parquet(tmp_path / "h100_sxm" / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet",
+                   gemm.drop(columns="latency"))
     with pytest.raises(mk.MeasuredDataError) as e:
         mk.load_gemm("h100_sxm", root=tmp_path, features=False)
     assert "gemm_perf.parquet: missing column(s) latency" in str(e.value) and "\n" not in str(e.value)
