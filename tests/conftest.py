@@ -19,6 +19,16 @@ def release_root():
 
 
 @pytest.fixture
+def fresh_catalogue(monkeypatch):
+    """The device catalogue without a user's device files, rebuilt before and after the test."""
+    from neusight_core import devices
+    monkeypatch.delenv(devices.ENV_USER_DEVICES, raising=False)
+    devices.reload()
+    yield
+    devices.reload()
+
+
+@pytest.fixture
 def run_notebook(tmp_path):
     """Execute notebooks/<name>.ipynb with papermill in quick mode; return (output_dir, metrics)."""
     import papermill as pm

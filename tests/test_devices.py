@@ -14,12 +14,7 @@ from neusight_core import devices
 GiB = 2**30
 
 
-@pytest.fixture(autouse=True)
-def _fresh_catalogue(monkeypatch):
-    monkeypatch.delenv(devices.ENV_USER_DEVICES, raising=False)
-    devices.reload()
-    yield
-    devices.reload()
+pytestmark = pytest.mark.usefixtures("fresh_catalogue")   # conftest: no user devices, catalogue rebuilt
 
 
 def test_release_devices_are_read_exactly_as_shipped(release_root):

@@ -15,12 +15,7 @@ from neusight_core import devices, measured_kernels as mk, paths
 NO_PACKAGE = "aiconfigurator-core (pinned in requirements.txt) is not installed in this environment"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_catalogue(monkeypatch):
-    monkeypatch.delenv(devices.ENV_USER_DEVICES, raising=False)
-    devices.reload()
-    yield
-    devices.reload()
+pytestmark = pytest.mark.usefixtures("fresh_catalogue")   # conftest: no user devices, catalogue rebuilt
 
 
 def _gemm_raw(rows):
