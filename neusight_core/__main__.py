@@ -22,6 +22,8 @@ import os
 import sys
 from pathlib import Path
 
+from neusight_core import schema
+
 # = predictors.NAMES (kept here so that the parser does not import torch; a test checks they agree)
 PREDICTORS = ("neusight", "neusight-paper", "neusight-logo", "roofline", "habitat", "li")   # = predictors.NAMES (no torch import here)
 
@@ -67,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--micro-batches", type=int, default=1, help="PP micro-batches (default 1)")
     p.add_argument("--past", type=int, default=0,
                    help="inference on a KV cache of this many tokens (extension; --seq 1 = one decode step)")
-    p.add_argument("--dtype", choices=("fp32", "tf32", "fp16", "bf16"), default="fp32",
+    p.add_argument("--dtype", choices=schema.PRECISIONS, default="fp32",
                    help="precision (default fp32 = the paper, TF32 off; the others are extrapolations: "
                         "GEMMs at the dense tensor-core peak, 2-byte elements for fp16/bf16)")
     p.add_argument("--predictor", default="neusight", choices=PREDICTORS,

@@ -36,6 +36,7 @@ import pandas as pd
 import yaml
 
 from neusight_core import paths
+from neusight_core import schema
 
 CATALOGUE_YAML = Path(__file__).with_name("devices.yaml")
 ENV_USER_DEVICES = "NEUSIGHT_DEVICES"
@@ -76,8 +77,8 @@ class Device:
     def has_tensor_peak(self, precision: str) -> bool:
         """Whether the catalogue gives this GPU a dense tensor-core (AMD: matrix-core) GEMM peak for
         ``precision`` (fp32 | tf32 | fp16 | bf16); never for fp32 (the paper's setting, TF32 off)."""
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if precision not in schema.PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(schema.PRECISIONS)}, got {precision!r}")
         return precision != "fp32" and bool(getattr(self, f"{precision}_tensor_gflops", None))
 
     def gemm_peak_gflops(self, precision: str = "fp32") -> float:
@@ -96,8 +97,6 @@ class Device:
                 f"FP32 peak ({self.fp32_gflops:,.0f} GFLOPS)")
 
 
-#: Precisions a prediction can be made in (fp32 = the paper: FP32 storage, TF32 off).
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 TENSOR_FIELDS = ("tf32_tensor_gflops", "fp16_tensor_gflops", "bf16_tensor_gflops")
 
 

@@ -67,6 +67,7 @@ import numpy as np
 import pandas as pd
 
 from . import paths, report
+from . import schema
 
 PREDICTORS = ("neusight", "roofline", "habitat", "li")
 # Release folder name of each predictor (Li et al. ships as "micro").
@@ -76,8 +77,7 @@ PREDICTOR_DISPLAY = {"roofline": "Roofline", "habitat": "Habitat", "li": "Li et 
 # Row order of the authors' figures.
 FIGURE_PREDICTORS = {"roofline": "Roofline", "habitat": "Habitat", "li": "Li et al.", "neusight": "NeuSight"}
 
-OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM")
-OP_DISPLAY = {"BMM": "BMM", "LINEAR": "FC", "VEC": "EW", "SOFTMAX": "Softmax", "LAYERNORM": "LN"}
+OP_CLASSES = schema.PAPER_CLASSES   # the columns of the release's tables
 
 OPTIONS = ("none", "fusion", "dp4", "tp4", "pp4_1")
 MODES = ("inf", "train")
@@ -480,7 +480,7 @@ def table_perop(index: pd.DataFrame, predictors=None, zero_label_as_zero: bool =
     preds = _pred_keys(predictors)
     _check_columns(index, [f"pred_{p}_{op}_ms" for p in preds for op in OP_CLASSES] + ["ood"])
     pop = perop_population(index)
-    cols = pd.MultiIndex.from_tuples([(dist, OP_DISPLAY[op]) for dist in ("In Distribution", "Out of Distribution")
+    cols = pd.MultiIndex.from_tuples([(dist, schema.CLASS_LABEL[op]) for dist in ("In Distribution", "Out of Distribution")
                                       for op in OP_CLASSES], names=["distribution", "op"])
     out = pd.DataFrame(np.nan, index=pd.Index(list(preds.values()), name="predictor"), columns=cols)
     for p, disp in preds.items():
@@ -491,7 +491,7 @@ def table_perop(index: pd.DataFrame, predictors=None, zero_label_as_zero: bool =
                 a = _safe_ape(lab, pr)
                 if zero_label_as_zero:
                     a[(lab == 0) & (pr > 0)] = 0.0
-                out.loc[disp, (dist, OP_DISPLAY[op])] = np.nanmean(a) if np.isfinite(a).any() else np.nan
+                out.loc[disp, (dist, schema.CLASS_LABEL[op])] = np.nanmean(a) if np.isfinite(a).any() else np.nan
     return out
 
 
@@ -710,7 +710,7 @@ def read_authors_table(name: str, summary_dir: str | Path | None = None) -> pd.D
 
 
 def table_perop_template() -> pd.DataFrame:
-    cols = pd.MultiIndex.from_tuples([(dist, OP_DISPLAY[op]) for dist in ("In Distribution", "Out of Distribution")
+    cols = pd.MultiIndex.from_tuples([(dist, schema.CLASS_LABEL[op]) for dist in ("In Distribution", "Out of Distribution")
                                       for op in OP_CLASSES], names=["distribution", "op"])
     return pd.DataFrame(np.nan, index=pd.Index(list(FIGURE_PREDICTORS.values()), name="predictor"), columns=cols)
 

@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import dataset, paths, report
+from neusight_core import schema
 from neusight_core import predictors as P
 
-CLASS_LABEL = {"BMM": "BMM", "LINEAR": "FC", "VEC": "EW", "SOFTMAX": "Softmax", "LAYERNORM": "LN"}
+CLASS_LABEL = schema.CLASS_LABEL
 PRED_LABEL = {"roofline": "Roofline", "habitat": "Habitat", "li": "Li et al.",
               "neusight-paper": "NeuSight (authors' recipe)", "neusight": "NeuSight (ours)",
               "neusight-logo": "NeuSight (our LOGO recipe)"}

@@ -28,10 +28,10 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import network
+from neusight_core import schema
 
 MODES = ("inf", "train")
 PLANS = ("dp", "tp", "pp")
-DTYPES = ("fp32", "tf32", "fp16", "bf16")   # fp32 = the paper (TF32 off); the others are extensions
 
 
 class LatencyInputError(ValueError):
@@ -74,7 +74,6 @@ def _device(device):
 DEVICE_LIMITS = {"num_sm": (1, 10_000), "mem_bw_gbs": (1.0, 100_000.0), "fp32_gflops": (1.0, 10_000_000.0),
                  "mem_gb": (0.1, 10_000.0), "l2_mb": (0.0, 10_000.0)}
 LINK_LIMITS_GBS = (0.001, 100_000.0)
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
 # A request whose lower-bound memory exceeds the GPUs' memory this many times over is not a configuration
 # that "does not fit" (memory.footprint says that, and the latency is still printed): it is a typo or a unit
 # mistake (a billion sequences), and gets an error instead of a number.
@@ -158,7 +157,7 @@ def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: i
     b = batch / gpus if parallel in ("dp", "pp") else batch
     act = b * seq * h
     kv = 2 * L * b * past * h / (gpus if parallel == "tp" else 1)
-    return ELEMENT_BYTES.get(dtype, 4) * (weights / shard * (2 if mode == "train" else 1) + act + kv) / 1e9
+    return schema.element_bytes(dtype) * (weights / shard * (2 if mode == "train" else 1) + act + kv) / 1e9
 
 
 def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link_gbs=None, micro_batches=1,
@@ -182,8 +181,8 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
         raise LatencyInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if parallel is not None and parallel not in PLANS:
         raise LatencyInputError(f"parallel plan must be one of {', '.join(PLANS)}, got {parallel!r}")
-    if dtype not in DTYPES:
-        raise LatencyInputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype not in schema.PRECISIONS:
+        raise LatencyInputError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dtype!r}")
     if parallel is None:
         if gpus > 1:
             raise LatencyInputError(f"{gpus} GPUs need a parallel plan (dp, tp or pp); without one the "

@@ -51,6 +51,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from neusight_core import schema
+
 GIB = float(2**30)
 OPTIMIZERS = {"adamw": 8.0, "adam": 8.0, "sgd": 4.0, "none": 0.0}   # FP32 state bytes per parameter
 
@@ -79,10 +81,6 @@ class MemoryTimeline:
 
 class MemoryInputError(ValueError):
     """Bad arguments to footprint (unknown optimizer, a table without a trace's attrs)."""
-
-
-def element_bytes(dtype: str) -> int:
-    return 2 if dtype in ("fp16", "bf16") else 4
 
 
 # ------------------------------------------------------------------------------ parameters
@@ -225,7 +223,7 @@ def footprint(kernels: pd.DataFrame, device=None, optimizer: str = "adamw", mast
     if "params" not in a or "mode" not in a:
         raise MemoryInputError("footprint needs a kernel table from trace.trace_model (its attrs are missing)")
     dtype = a.get("dtype", "fp32")
-    e = element_bytes(dtype)
+    e = schema.element_bytes(dtype)
     train = a["mode"] == "train"
     plan, n = a.get("plan"), int(a.get("gpus", 1) or 1)
     params = param_counts(kernels)

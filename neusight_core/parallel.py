@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from . import trace
+from . import schema
 
 PLANS = ("dp", "tp", "pp")
 
@@ -87,7 +88,7 @@ def _comm_row(phase_after: str, kind: str, nbytes: float, overlap: bool, module:
 
 def _elem(kernels: pd.DataFrame) -> float:
     """Bytes per element of the trace's activations/gradients (attrs ``dtype``; fp32 if absent)."""
-    return 2.0 if kernels.attrs.get("dtype", "fp32") in ("fp16", "bf16") else 4.0
+    return float(schema.element_bytes(kernels.attrs.get("dtype", "fp32")))
 
 
 def _retrace(kernels: pd.DataFrame, batch: int) -> pd.DataFrame:

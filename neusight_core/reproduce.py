@@ -26,10 +26,11 @@ import pandas as pd
 
 from neusight_core import evaluation as ev
 from neusight_core import latency
+from neusight_core import schema
 from neusight_core.report import ape
 
 PREDICTORS = ("neusight", "roofline", "habitat", "li")
-OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM")
+OP_CLASSES = schema.PAPER_CLASSES
 
 
 def option_kwargs(option: str) -> dict:
@@ -133,7 +134,7 @@ def _spread(index, long, bad, wall, predictors, seeds) -> pd.DataFrame:
     from neusight_core import sweep
     predictors, seeds = _names(predictors), _seeds(seeds)
     out = index.copy()
-    classes = [c for c in sweep.CLASSES]
+    classes = list(schema.OP_CLASSES)
     failed = [dict() for _ in range(len(out))]     # per configuration: reason -> predictors that failed with it
     for k, seed in enumerate(seeds):
         for p in predictors:

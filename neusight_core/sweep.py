@@ -27,13 +27,12 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import derive, latency, network, trace_cache
+from neusight_core import derive, latency, network, schema, trace_cache
 
 INPUTS = ["model", "device", "batch", "seq", "mode", "fusion", "parallel", "gpus", "micro_batches",
           "link_gbs", "past", "dtype"]
-CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM", "COMM", "UNCLASSIFIED")
 RESULTS = (["predictor", "seed", "e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"]
-           + [f"{c}_ms" for c in CLASSES] + ["kernels", "derived", "error"])
+           + [f"{c}_ms" for c in schema.OP_CLASSES] + ["kernels", "derived", "error"])
 BOOKKEEPING = ("module", "layer", "reads", "writes")
 PLACEMENT = ("_tab", "count", "phase", "stage", "overlap")   # not part of a kernel's identity
 MIN_FAMILY = 2       # tables of one model / mode / batch class before shape derivation is tried
@@ -117,8 +116,8 @@ def _normalise(r: dict) -> dict:
     out["mode"] = mode
     dt = r.get("dtype")
     dt = "fp32" if dt is None or (isinstance(dt, float) and math.isnan(dt)) or dt == "" else dt
-    if dt not in latency.DTYPES:
-        raise SweepInputError(f"dtype must be one of {', '.join(latency.DTYPES)}, got {dt!r}")
+    if dt not in schema.PRECISIONS:
+        raise SweepInputError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dt!r}")
     out["dtype"] = dt
     plan = r.get("parallel")
     plan = None if plan in (None, "", "none") or (isinstance(plan, float) and math.isnan(plan)) else plan
@@ -383,7 +382,7 @@ def _aggregate(cfg, norm, err, ok, tab_of, cfg_dev, rows, kid, starts, per_launc
         m = len(fast)
         for ph, col in (("fw", "fw_ms"), ("bw", "bw_ms"), ("acc", "acc_ms")):
             res[col][fast] = np.bincount(cfg_of_row, weights=np.where(phase[r] == ph, val, 0.0), minlength=m)
-        for c in CLASSES:
+        for c in schema.OP_CLASSES:
             res[f"{c}_ms"][fast] = np.bincount(cfg_of_row, weights=np.where(cls[r] == c, val, 0.0), minlength=m)
         res["comm_ms"][fast] = 0.0
         res["comm_exposed_ms"][fast] = 0.0
@@ -408,7 +407,7 @@ def _aggregate(cfg, norm, err, ok, tab_of, cfg_dev, rows, kid, starts, per_launc
             continue
         for k in ("e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"):
             res[k][i] = agg[k]
-        for cl in CLASSES:
+        for cl in schema.OP_CLASSES:
             res[f"{cl}_ms"][i] = agg["breakdown"].get(cl, 0.0)
         kernels[i] = float(sub["count"].sum())
     out = pd.DataFrame({c: [r[c] if r is not None else v for r, v in zip(norm, cfg[c])] for c in INPUTS})

@@ -43,15 +43,14 @@ COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "f
 
 # Precision of a trace (``trace_model(..., dtype=)``) -> storage dtype of the model's tensors.
 # tf32 = FP32 tensors, GEMMs on TF32 tensor cores; fp32 = the paper's setting (TF32 off).
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 _DTYPE_PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
-OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM", "COMM", "UNCLASSIFIED")
 
 
 # configs by name or path live in configs.py (no torch: a trace-cache hit reads them); re-exported
 from neusight_core import configs  # noqa: E402
+from neusight_core import schema  # noqa: E402
 from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs, load_config  # noqa: E402,F401
 
 
@@ -530,8 +529,8 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
         raise TraceError(f"past must be a non-negative integer, got {past!r}")
     if past and mode != "inf":
         raise TraceError("a KV cache (past > 0) is for inference only")
-    if dtype not in PRECISIONS:
-        raise TraceError(f"dtype must be one of {', '.join(PRECISIONS)}, got {dtype!r}")
+    if dtype not in schema.PRECISIONS:
+        raise TraceError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dtype!r}")
     t0 = time.perf_counter()
     cfg = load_config(config_or_name)
     maxpos = _max_positions(cfg)

@@ -6,6 +6,7 @@ from collections import Counter
 import pytest
 
 from neusight_core import trace
+from neusight_core import schema
 
 B, S = 2, 8
 T = B * S  # tokens
@@ -143,7 +144,7 @@ def test_training_phases_and_accumulation(gpt2):
 def test_kernel_table_columns_and_bytes(gpt2):
     inf, _ = gpt2
     assert list(inf.columns)[:len(trace.COLUMNS)] == trace.COLUMNS
-    assert set(inf.op_class) <= set(trace.OP_CLASSES)
+    assert set(inf.op_class) <= set(schema.OP_CLASSES)
     assert inf.attrs["unclassified"] == {}
     # the first GEMM (c_attn) reads X [T x D], W [D x 3D], bias [3D] and writes [T x 3D], FP32
     first = inf[inf.op_class == "LINEAR"].iloc[0]

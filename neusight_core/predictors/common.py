@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices
+from neusight_core import devices, schema
 
 GEMM_CLASSES = ("BMM", "LINEAR")
 VECTOR_CLASSES = ("VEC", "SOFTMAX", "LAYERNORM")
@@ -16,8 +16,6 @@ MODEL_CLASSES = GEMM_CLASSES + VECTOR_CLASSES
 MEMORY_CLASSES = ("MEM", "UNCLASSIFIED")
 ROW_TILE_CLASSES = ("SOFTMAX", "LAYERNORM")   # one row (H elements) per tile
 MIN_BYTES = 4.0                                # a kernel moves at least one FP32 element
-TENSOR_PRECISIONS = ("tf32", "fp16", "bf16")   # issue 11: GEMM precisions with a tensor-core peak
-HALF_PRECISIONS = ("fp16", "bf16")             # 2-byte elements
 
 
 class PredictorInputError(ValueError):
@@ -39,7 +37,7 @@ def device_arrays(kernels: pd.DataFrame, device=None) -> dict:
         d = devices.get_device(device)
         out = {c: np.full(n, float(getattr(d, c))) for c in
                ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")}
-        out.update({f"{p}_gemm_gflops": np.full(n, d.gemm_peak_gflops(p)) for p in TENSOR_PRECISIONS})
+        out.update({f"{p}_gemm_gflops": np.full(n, d.gemm_peak_gflops(p)) for p in schema.TENSOR_PRECISIONS})
         return out
     if "device" not in kernels:
         raise PredictorInputError("no device given and the kernel table has no 'device' column")
@@ -47,7 +45,7 @@ def device_arrays(kernels: pd.DataFrame, device=None) -> dict:
     out = {c: kernels["device"].map({k: float(getattr(d, c)) for k, d in devs.items()}).to_numpy(float)
            for c in ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")}
     out.update({f"{p}_gemm_gflops": kernels["device"].map({k: d.gemm_peak_gflops(p) for k, d in devs.items()})
-                .to_numpy(float) for p in TENSOR_PRECISIONS})
+                .to_numpy(float) for p in schema.TENSOR_PRECISIONS})
     return out
 
 
@@ -66,7 +64,7 @@ def peak_gflops(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
     peak = np.where(gemm, dev["fp32_gflops"], dev["fp32_vec_gflops"])
     if "precision" in kernels.columns:
         prec = kernels["precision"].to_numpy()
-        for p in TENSOR_PRECISIONS:
+        for p in schema.TENSOR_PRECISIONS:
             sel = gemm & (prec == p)
             if sel.any():
                 peak = np.where(sel, dev.get(f"{p}_gemm_gflops", dev["fp32_gflops"]), peak)
@@ -77,7 +75,7 @@ def element_bytes(kernels: pd.DataFrame) -> np.ndarray:
     """Bytes per element of each row: 2 for fp16/bf16 rows (``precision`` column), else 4 (FP32)."""
     if "precision" not in kernels.columns:
         return np.full(len(kernels), 4.0)
-    return np.where(kernels["precision"].isin(HALF_PRECISIONS).to_numpy(), 2.0, 4.0)
+    return np.where(kernels["precision"].isin(schema.HALF_PRECISIONS).to_numpy(), 2.0, 4.0)
 
 
 def memory_ms(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
