@@ -21,10 +21,17 @@ Processed frame (:func:`load_collect`), one row per measured kernel:
 | ``tile_m``, ``tile_k`` | GEMM output tile: from the kernel name (``sgemm_AxB``: A along K, B along M, as the grid shows; ``tilesizeAxB`` / ``_MTAxB``: A along M) |
 | ``tile`` | vector ops: elements per tile; element-wise ops ceil(B*H / grid) rounded up to a power of two, softmax/layernorm H (one row per tile) |
 | device features | ``num_sm``, ``fp32_gflops``, ``fp32_vec_gflops``, ``mem_bw_gbs``, ``mem_gb``, ``l2_mb`` of the catalogue entry |
+| ``conv_cin``, ``conv_cout``, ``conv_k``, ``conv_in``, ``conv_stride``, ``conv_pad``, ``conv_groups`` | CONV rows (:func:`load_conv`): the convolution's parameters; ``M``, ``N``, ``K`` its implicit GEMM (:func:`conv_gemm`) |
 
 :func:`to_kernels` maps any of these frames onto the kernel-table columns of ``trace.trace_model``
 (docs/interfaces.md), keeping ``device``, ``latency_ms`` and the tiles, so predictors see the same
 columns in training, in the kernel-level evaluation and on traced models.
+
+Convolutions (issue 26): :func:`load_conv` reads the release's forward FP32 convolution records
+(``collect/conv/p2.1.0``; GPUs P4, P100, V100, T4 and A100-80GB PCIe -- not the same five as the other
+ops) into the same frame with ``op_class == "CONV"``, ``sub_op == "fwd"``. They are kept out of
+:func:`load_collect` (whose frame, cache and quick subset stay as they were) and joined by
+:func:`training_data`.
 """
 from __future__ import annotations
 
@@ -55,6 +62,14 @@ VEC_ATEN = {"add": "aten.add.Tensor", "mul": "aten.mul.Tensor", "div": "aten.div
             "gelu": "aten.gelu.default", "tanh": "aten.tanh.default"}
 TEST_FILES = ("bmm", "linear", "vec")        # vec.csv = elem.csv + ln.csv + softmax.csv
 DEVICE_FEATURES = ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")
+CONV_OP = "conv"
+CONV_COLUMNS = ("conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups")
+# the release's conv columns (``Kernel_Szie`` sic); groups are not recorded: every record is a dense conv
+CONV_RAW = {"Input_Channel": "conv_cin", "Output_Channel": "conv_cout", "Kernel_Szie": "conv_k",
+            "Input_Size": "conv_in", "Stride": "conv_stride", "Padding": "conv_pad"}
+CONV_SUB_OPS = ("fwd", "dgrad", "wgrad")
+CONV_ATEN = {"fwd": "aten.convolution.default", "dgrad": "aten.convolution_backward.default",
+             "wgrad": "aten.convolution_backward.default"}
 
 
 class DatasetError(ValueError):
@@ -102,7 +117,7 @@ def _checksum(stamps: tuple) -> str:
 
 def training_checksum(quick: bool = False, seed: int = 0, quick_rows: int = 4000) -> str:
     """The ``checksum`` that ``training_data`` with the same arguments carries, without loading the data."""
-    digest = checksum(collect_files())
+    digest = checksum(collect_files() + conv_files())
     if quick:
         digest = hashlib.sha256(f"{digest}:quick:{quick_rows}:{seed}".encode()).hexdigest()
     return digest
@@ -211,6 +226,87 @@ def load_collect(ops=TRAIN_OPS, cache: bool = True) -> pd.DataFrame:
     return df
 
 
+# ---------------------------------------------------------------- convolutions (issue 26)
+def conv_files() -> list[Path]:
+    """The release's raw forward-convolution records, one file per GPU (P4, P100, V100, T4, A100-80GB PCIe)."""
+    return collect_files((CONV_OP,))
+
+
+def conv_out(size, k, stride, pad):
+    """Output height (= width) of a square convolution: floor((in + 2 pad - k) / stride) + 1."""
+    return np.floor((np.asarray(size, float) + 2 * np.asarray(pad, float) - k) / stride) + 1
+
+
+def conv_gemm(B, cin, cout, k, size, stride, pad, groups, sub_op, elem_bytes=4.0) -> dict:
+    """The implicit GEMM of a convolution kernel in the release convention ([M x N] @ [N x K], N the
+    reduction; docs/interfaces.md "CONV rows"), its FLOPs (2 M N K) and its bytes, each tensor moved once:
+    fwd reads input + weight and writes the output (M = B out^2, N = cin k^2 / groups, K = cout); dgrad reads
+    grad-output + weight and writes grad-input (M = B in^2, N = cout k^2 / groups, K = cin); wgrad reads
+    grad-output + input and writes grad-weight (M = cout, N = B out^2, K = cin k^2 / groups).
+    Every argument may be an array (one value per row); returns arrays M, N, K, flops, bytes_read,
+    bytes_written, out."""
+    B, cin, cout, k, size, groups = (np.asarray(x, float) for x in (B, cin, cout, k, size, groups))
+    sub = np.asarray(sub_op, dtype=object)
+    bad = ~np.isin(sub, CONV_SUB_OPS)
+    if bad.any():
+        raise DatasetError(f"conv sub_op must be one of {', '.join(CONV_SUB_OPS)}, not {sub[bad][0]!r}")
+    out = conv_out(size, k, stride, pad)
+    if (out < 1).any() or (np.stack([B, cin, cout, k, size, groups]) < 1).any():
+        raise DatasetError("conv parameters must be >= 1 and give an output of at least one pixel")
+    x_elems, w_elems, y_elems = B * cin * size ** 2, cout * cin / groups * k ** 2, B * cout * out ** 2
+    fwd, dgrad = sub == "fwd", sub == "dgrad"
+    M = np.where(fwd, B * out ** 2, np.where(dgrad, B * size ** 2, cout))
+    N = np.where(fwd, cin * k ** 2 / groups, np.where(dgrad, cout * k ** 2 / groups, B * out ** 2))
+    K = np.where(fwd, cout, np.where(dgrad, cin, cin * k ** 2 / groups))
+    rd = np.where(fwd, x_elems + w_elems, np.where(dgrad, y_elems + w_elems, y_elems + x_elems))
+    wr = np.where(fwd, y_elems, np.where(dgrad, x_elems, w_elems))
+    return {"M": M, "N": N, "K": K, "flops": 2.0 * M * N * K, "bytes_read": elem_bytes * rd,
+            "bytes_written": elem_bytes * wr, "out": out}
+
+
+def process_conv(raw: pd.DataFrame, source: str = "") -> pd.DataFrame:
+    """Release-format convolution records (``OPName == "conv"``) as the processed frame: ``op_class``
+    CONV, ``sub_op`` fwd (the release measures forward convolutions only), the conv parameters and their
+    implicit-GEMM M, N, K. No tile: the kernels are cuDNN's (implicit GEMM, Winograd, FFT) and their
+    names' ``AxB`` do not describe an implicit-GEMM tiling (the recipe's ``conv_tile``, predictors/neusight.py)."""
+    need = {"OPName", "Latency", "Device", "Kernel Name", "Grid x", "Grid y", "Grid z", "B", *CONV_RAW}
+    missing = need - set(raw.columns)
+    if missing:
+        raise DatasetError(f"{source}: missing column(s) {', '.join(sorted(missing))}")
+    if set(raw["OPName"]) != {CONV_OP}:
+        raise DatasetError(f"{source}: not convolution records (ops {', '.join(sorted(map(str, set(raw['OPName']))))})")
+    out = pd.DataFrame({
+        "op": CONV_OP, "op_class": "CONV", "sub_op": "fwd",
+        "device": raw["Device"].map({d: _device_name(d) for d in raw["Device"].unique()}),
+        "latency_ms": raw["Latency"].astype(float),
+        "kernel": raw["Kernel Name"].astype(str),
+        "n_kernels": (raw["Kernels"].astype(str).str.count(";") if "Kernels" in raw else 1),
+        "grid": (raw["Grid x"] * raw["Grid y"] * raw["Grid z"]).astype(float),
+        "B": raw["B"].astype(float),
+    })
+    for src, col in CONV_RAW.items():
+        out[col] = raw[src].astype(float)
+    out["conv_groups"] = 1.0
+    g = conv_gemm(out["B"], out["conv_cin"], out["conv_cout"], out["conv_k"], out["conv_in"], out["conv_stride"],
+                  out["conv_pad"], out["conv_groups"], np.full(len(out), "fwd", dtype=object))
+    out["M"], out["N"], out["K"], out["H"] = g["M"], g["N"], g["K"], np.nan
+    out["tile_m"] = out["tile_k"] = out["tile"] = np.nan
+    return join_device_features(out)
+
+
+def load_conv() -> pd.DataFrame:
+    """The release's convolution records of every GPU that has them, processed (:func:`process_conv`)."""
+    cols = ["OPName", "Latency", "Device", "Kernel Name", "Kernels", "Grid x", "Grid y", "Grid z", "B", *CONV_RAW]
+    parts = []
+    for f in conv_files():
+        try:
+            raw = pd.read_csv(f, usecols=lambda c: c in cols)
+        except (OSError, pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+            raise DatasetError(f"{f}: cannot read ({str(e).splitlines()[0]})") from None
+        parts.append(process_conv(raw, str(f)))
+    return pd.concat(parts, ignore_index=True)
+
+
 def load_test(files=TEST_FILES) -> pd.DataFrame:
     """The release's kernel-level test sets (all NVIDIA GPUs, transformer-derived shapes), processed."""
     paths.require_release()
@@ -234,8 +330,8 @@ def to_kernels(df: pd.DataFrame) -> pd.DataFrame:
     FLOPs and bytes follow SPEC 3.1: GEMM 2BMNK FLOPs, A and B read once and C written once (FP32);
     element-wise ops 1 FLOP per output, 1 (scalar/unary) or 2 (binary) inputs read, the output written;
     softmax 5 and layernorm 6 FLOPs per output, the input read and the output written (layernorm also
-    reads its weight and bias). Extra columns kept: ``device``, ``latency_ms``, ``op``, ``tile_m``,
-    ``tile_k``, ``tile``.
+    reads its weight and bias); convolutions (CONV) as :func:`conv_gemm`. Extra columns kept: ``device``,
+    ``latency_ms``, ``op``, ``tile_m``, ``tile_k``, ``tile`` and the ``conv_*`` parameters.
     """
     cls = df["op_class"]
     gemm = cls.isin(["BMM", "LINEAR"]).to_numpy()
@@ -248,9 +344,21 @@ def to_kernels(df: pd.DataFrame) -> pd.DataFrame:
         rd = np.where(gemm, 4.0 * B * (M * N + N * K), 4.0 * n_in * elem
                       + np.where(df["op"].eq("ln"), 8.0 * H, 0.0))
         wr = np.where(gemm, 4.0 * B * M * K, 4.0 * elem)
+    # convolutions: their implicit GEMM (M, N, K already include the batch) and each tensor moved once
+    conv = cls.eq("CONV").to_numpy()
+    aten = np.where(cls.eq("VEC"), df["sub_op"].map(VEC_ATEN), cls.map(ATEN_OP))
+    if conv.any():
+        c = df[conv]
+        g = conv_gemm(c["B"], c["conv_cin"], c["conv_cout"], c["conv_k"], c["conv_in"], c["conv_stride"],
+                      c["conv_pad"], c["conv_groups"], c["sub_op"].to_numpy(object))
+        M, N, K = M.copy(), N.copy(), K.copy()
+        for arr, key in ((M, "M"), (N, "N"), (K, "K"), (flops, "flops"), (rd, "bytes_read"), (wr, "bytes_written")):
+            arr[conv] = g[key]
+        aten = np.where(conv, df["sub_op"].map(CONV_ATEN), aten)
+        gemm = gemm | conv
     out = pd.DataFrame({
         "phase": "fw",
-        "aten_op": np.where(cls.eq("VEC"), df["sub_op"].map(VEC_ATEN), cls.map(ATEN_OP)),
+        "aten_op": aten,
         "op_class": cls.to_numpy(),
         "sub_op": df["sub_op"].to_numpy(),
         "B": B, "M": np.where(gemm, M, np.nan), "N": np.where(gemm, N, np.nan),
@@ -258,7 +366,7 @@ def to_kernels(df: pd.DataFrame) -> pd.DataFrame:
         "flops": flops, "bytes_read": rd, "bytes_written": wr, "dtype": "float32", "module": "",
         "layer": -1, "count": 1, "comm_kind": "", "comm_bytes": 0.0, "overlap": False, "stage": 0,
     }, index=df.index)
-    for c in ("device", "latency_ms", "op", "tile_m", "tile_k", "tile"):
+    for c in ("device", "latency_ms", "op", "tile_m", "tile_k", "tile", *CONV_COLUMNS):
         if c in df:
             out[c] = df[c].to_numpy()
     return out
@@ -278,16 +386,30 @@ class TrainingData:
 
 
 def training_data(quick: bool = False, seed: int = 0, quick_rows: int = 4000) -> TrainingData:
-    """All training records (or, with ``quick``, a fixed random subset per op class for CI)."""
+    """All training records (or, with ``quick``, a fixed random subset per op class for CI), the
+    convolution records (:func:`load_conv`) after the others."""
     df = load_collect()
+    # the training GPUs' convolutions only: the release measured them also on the A100-80GB, an unseen GPU
+    # (its records are the held-out GPU of kernel_eval.conv_logo, never training data of a predictor)
+    conv = load_conv()
+    conv = conv[conv["device"].isin(set(df["device"]))]
     digest = training_checksum(quick, seed, quick_rows)
     if quick:
         rng = np.random.default_rng(seed)
         keep = [rng.choice(idx, size=min(len(idx), quick_rows), replace=False)
                 for _, idx in sorted(df.groupby("op_class").indices.items())]
         df = df.iloc[np.sort(np.concatenate(keep))]
-    k = to_kernels(df.reset_index(drop=True))
+        conv = quick_conv(conv, seed, quick_rows)
+    # the convolutions after every other record: the other classes keep their row order
+    k = to_kernels(pd.concat([df, conv], ignore_index=True))
     return TrainingData(k, digest, tuple(sorted(k["device"].unique())), quick_rows if quick else None)
+
+
+def quick_conv(conv: pd.DataFrame, seed: int = 0, quick_rows: int = 4000) -> pd.DataFrame:
+    """The quick subset of convolution records: drawn from a random stream of its own, so that the other
+    classes' quick subsets (and every quick predictor of those classes) are those drawn before CONV existed."""
+    rng = np.random.default_rng([seed, 26])
+    return conv.iloc[np.sort(rng.choice(len(conv), size=min(len(conv), quick_rows), replace=False))]
 
 
 def describe_columns() -> str:
@@ -343,6 +465,6 @@ def dataset_summary(df: pd.DataFrame) -> pd.DataFrame:
     return df.pivot_table(index="op_class", columns="device", values="latency_ms", aggfunc="size", fill_value=0)
 
 
-__all__ = ["load_collect", "load_test", "to_kernels", "training_data", "test_kernels", "TrainingData",
+__all__ = ["load_collect", "load_conv", "conv_gemm", "conv_out", "process_conv", "conv_files", "load_test", "to_kernels", "training_data", "test_kernels", "TrainingData",
            "seen_test_kernels", "held_out_shapes", "shape_key",
            "DatasetError", "process", "checksum", "describe_columns"]

@@ -231,3 +231,90 @@ def in_model_vs_alone_summary(nodes: pd.DataFrame) -> pd.DataFrame:
                         "max_ratio": g["ratio"].max()})
     out.insert(4, "time_ratio", out["in_model_ms"] / out["alone_ms"])
     return out.reset_index()
+
+
+# ---------------------------------------------------------------- convolutions, leave one GPU out (issue 26)
+CONV_PREDICTORS = ("roofline", "habitat", "li", "neusight")
+# what NeuSight trains in the check: the CONV network only, on the conv records alone (the recipe's other
+# classes and its extra training sets do not touch CONV, and would cost minutes per fold)
+CONV_ONLY = {"classes": ["CONV"], "extra_training": None}
+
+
+def conv_training_data(quick: bool = False, seed: int = 0, drop_gpu: str | None = None) -> dataset.TrainingData:
+    """The release's convolution records of every GPU that has them (P4, P100, V100, T4 and the A100-80GB,
+    which ``dataset.training_data`` leaves out as an unseen GPU) as training data of the leave-one-GPU-out
+    check, without ``drop_gpu``'s rows when it is given; the quick subset as ``dataset.training_data``'s."""
+    conv = dataset.load_conv()
+    if quick:
+        conv = dataset.quick_conv(conv, seed)
+    if drop_gpu is not None:
+        if drop_gpu not in set(conv["device"]):
+            raise ValueError(f"no convolution records of GPU {drop_gpu!r}; these have them: "
+                             f"{', '.join(sorted(conv['device'].unique()))}")
+        conv = conv[conv["device"] != drop_gpu]
+    k = dataset.to_kernels(conv.reset_index(drop=True))
+    return dataset.TrainingData(k, dataset.training_checksum(quick, seed), tuple(sorted(k["device"].unique())),
+                                4000 if quick else None)
+
+
+def conv_logo(names=CONV_PREDICTORS, seeds=(0, 1, 2), quick: bool = False, folds=None,
+              config: dict | None = None) -> pd.DataFrame:
+    """Leave one GPU out on the convolution records: for each GPU that has them, every predictor is trained
+    on the other GPUs' records and predicts the held-out GPU's as an unseen GPU.
+
+    Every predictor trains on ``conv_training_data(quick, drop_gpu=held)``; NeuSight recipes with
+    ``CONV_ONLY`` plus ``config`` as overrides, their weights saved in a folder of their own per fold
+    (``predictors.folder``), so a second call loads them; the baselines train in seconds. Seedless predictors (roofline, Li et al.) run once (seed 0).
+    One row per (predictor, seed, held-out GPU): ``rows``, ``mape``, ``wmape`` (APE weighted by measured
+    time), ``bias`` (mean signed error, %), ``train_s``."""
+    from neusight_core import recipe_eval
+    everything = conv_training_data(quick)
+    folds = list(folds or everything.devices)
+    rows = []
+    for held in folds:
+        val = everything.kernels[everything.kernels["device"] == held].reset_index(drop=True)
+        subset = None
+        for name in names:
+            neusight = P.trains_long(name)
+            for seed in (seeds if name in recipe_eval.SEEDED else (0,)):
+                t0 = time.perf_counter()
+                subset = subset or conv_training_data(quick, drop_gpu=held)
+                if neusight:
+                    # saved like any weights (own folder per fold; ``conv_records`` marks this training set)
+                    cfg = {**CONV_ONLY, **(config or {}), "drop_gpu": held, "conv_records": "all conv GPUs"}
+                    if P.is_trained(name, quick, int(seed), cfg):
+                        p = P.REGISTRY[name].load(P.folder(name, quick, int(seed), cfg))
+                    else:
+                        p = P.create(name, int(seed), cfg)
+                        p.fit(subset, quick=quick)
+                        p.save(P.folder(name, quick, int(seed), cfg))
+                else:
+                    p = P.create(name, int(seed))
+                    p.fit(subset, quick=quick)
+                secs = p.info.get("train_seconds", time.perf_counter() - t0)
+                pred = p.predict(val.drop(columns=["tile_m", "tile_k", "tile"]), held)
+                y = val["latency_ms"].to_numpy(float)
+                ape = np.abs(pred / y - 1) * 100
+                rows.append({"predictor": name, "seed": int(seed), "held_out": held, "rows": len(val),
+                             "mape": float(ape.mean()), "wmape": float((ape * y).sum() / y.sum()),
+                             "bias": float(np.mean(pred / y - 1) * 100), "train_s": float(secs)})
+    return pd.DataFrame(rows)
+
+
+def conv_logo_table(per: pd.DataFrame, value: str = "mape") -> pd.DataFrame:
+    """Predictor x held-out GPU: ``value`` as "mean (min-max)" over seeds, and a numeric frame of the means
+    (``attrs["mean"]``) for plots; rows in ``ORDER``, the column ``mean of GPUs`` last."""
+    g = per.groupby(["predictor", "held_out"], sort=False)[value].agg(["mean", "min", "max", "count"])
+    per_seed_mean = per.groupby(["predictor", "seed"])[value].mean().groupby("predictor").agg(["mean", "min", "max"])
+
+    def cell(r):
+        return f"{r['mean']:.1f}" if r["min"] == r["max"] else f"{r['mean']:.1f} ({r['min']:.1f}-{r['max']:.1f})"
+    t = g.apply(cell, axis=1).unstack("held_out")
+    t["mean of GPUs"] = per_seed_mean.apply(cell, axis=1)
+    order = [n for n in ORDER + tuple(per["predictor"].unique()) if n in t.index]
+    t = t.reindex(list(dict.fromkeys(order)))
+    means = g["mean"].unstack("held_out").reindex(t.index)
+    t.index = [PRED_LABEL.get(n, n) for n in t.index]
+    means.index = t.index
+    t.attrs["mean"] = means
+    return t

@@ -12,7 +12,10 @@ from neusight_core import devices, schema
 
 GEMM_CLASSES = ("BMM", "LINEAR")
 VECTOR_CLASSES = ("VEC", "SOFTMAX", "LAYERNORM")
-MODEL_CLASSES = GEMM_CLASSES + VECTOR_CLASSES
+# convolutions (issue 26): tiles and waves of their implicit GEMM, whose M already includes the batch
+CONV_CLASSES = ("CONV",)
+IGEMM_CLASSES = GEMM_CLASSES + CONV_CLASSES   # [M x N] @ [N x K] tile geometry and the GEMM peak
+MODEL_CLASSES = GEMM_CLASSES + VECTOR_CLASSES + CONV_CLASSES
 MEMORY_CLASSES = ("MEM", "UNCLASSIFIED")
 ROW_TILE_CLASSES = ("SOFTMAX", "LAYERNORM")   # one row (H elements) per tile
 MIN_BYTES = 4.0                                # a kernel moves at least one FP32 element
@@ -60,7 +63,7 @@ def peak_gflops(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
     Precision (issue 11): a GEMM row whose ``precision`` column is tf32/fp16/bf16 gets the device's
     dense tensor-core peak of that precision (``<p>_gemm_gflops`` of ``device_arrays``; the FP32
     peak on GPUs without such tensor cores). Without the column, or for fp32 rows, nothing changes."""
-    gemm = kernels["op_class"].isin(GEMM_CLASSES).to_numpy()
+    gemm = kernels["op_class"].isin(IGEMM_CLASSES).to_numpy()
     peak = np.where(gemm, dev["fp32_gflops"], dev["fp32_vec_gflops"])
     if "precision" in kernels.columns:
         prec = kernels["precision"].to_numpy()
@@ -102,15 +105,17 @@ def geometry(kernels: pd.DataFrame, dev: dict, tile_m, tile_k, tile) -> dict:
     GEMM (B, M, N, K), output M x K cut into tile_m x tile_k tiles, each over the whole reduction N:
       tiles = B * ceil(M / tile_m) * ceil(K / tile_k); tile FLOPs = 2 tile_m N tile_k;
       tile bytes = 4 (tile_m N + N tile_k + tile_m tile_k) (2 instead of 4 for fp16/bf16 rows).
+      Convolutions (CONV) the same over their implicit GEMM, with B = 1 (M counts the batch).
     Vector ops: element-wise kernels cut the flat B*H outputs into tiles of ``tile`` elements;
       softmax / layernorm one row per tile (tile = H). Tile FLOPs and bytes are the kernel's per-output
       FLOPs and bytes times the tile.
     waves = ceil(tiles / num_SM). ``padded_flops`` = tiles x tile FLOPs >= the kernel's FLOPs.
     """
     cls = kernels["op_class"].to_numpy()
-    gemm = np.isin(cls, GEMM_CLASSES)
+    gemm = np.isin(cls, IGEMM_CLASSES)
     rows = np.isin(cls, ROW_TILE_CLASSES)
-    B = np.maximum(kernels["B"].fillna(1).to_numpy(float), 1.0)
+    # a convolution's implicit-GEMM M is batch x output pixels already: its B does not multiply the tiles
+    B = np.where(np.isin(cls, CONV_CLASSES), 1.0, np.maximum(kernels["B"].fillna(1).to_numpy(float), 1.0))
     M, N, K, H = (np.maximum(kernels[c].fillna(1).to_numpy(float), 1.0) for c in ("M", "N", "K", "H"))
     tile_m, tile_k, tile = (np.asarray(x, float) for x in (tile_m, tile_k, tile))
     num_sm = dev["num_sm"]

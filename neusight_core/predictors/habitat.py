@@ -2,6 +2,8 @@
 
 GEMMs (BMM, LINEAR): an MLP per class on (B, M, N, K, bandwidth, memory, SMs, FP32 peak), z-scored,
 predicting the latency directly (softplus output, ms), trained with a MAPE loss.
+Convolutions (CONV, issue 26): the same on the conv parameters (B, C_in, C_out, k, image size, stride,
+padding) and the GPU features, as Habitat's conv2d MLP; backward rows scaled from the forward conv by FLOPs.
 Vector ops (VEC, SOFTMAX, LAYERNORM): Habitat's wave scaling -- the latency the same op has on a
 reference training GPU (V100, interpolated in log-log over its measured records of that op by bytes
 moved) times the ratio of memory bandwidths reference / target.
@@ -17,13 +19,30 @@ from neusight_core.predictors import common
 from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, hparams, split_validation
 
 FEATURES = ("B", "M", "N", "K")
+# Habitat's conv2d MLP takes the layer's parameters (batch, channels, kernel, image size, stride, padding)
+CONV_FEATURES = ("B", "conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad")
 HW = ("mem_bw_gbs", "mem_gb", "num_sm", "fp32_gflops")
 REFERENCE = "Tesla_V100-PCIE-32GB"
 
 
-def _gemm_x(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
-    dims = [kernels[c].fillna(1).to_numpy(float) for c in FEATURES]
+def _gemm_x(kernels: pd.DataFrame, dev: dict, features=FEATURES) -> np.ndarray:
+    dims = [kernels[c].fillna(1).to_numpy(float) for c in features]
     return np.stack(dims + [dev[h] for h in HW], 1)
+
+
+def _features(cls: str):
+    return CONV_FEATURES if cls in common.CONV_CLASSES else FEATURES
+
+
+def _conv_backward_scale(kernels: pd.DataFrame) -> np.ndarray:
+    """A convolution row's FLOPs over those of the forward conv with the same parameters: the release
+    measures forward convolutions only, so a dgrad / wgrad row is predicted as the forward conv scaled by
+    its FLOPs (1 for fwd and wgrad; (in / out)^2 for dgrad). A stated stand-in, not Habitat's own."""
+    from neusight_core.dataset import conv_gemm
+    g = conv_gemm(kernels["B"], kernels["conv_cin"], kernels["conv_cout"], kernels["conv_k"], kernels["conv_in"],
+                  kernels["conv_stride"], kernels["conv_pad"], kernels["conv_groups"].fillna(1),
+                  np.full(len(kernels), "fwd", dtype=object))
+    return kernels["flops"].to_numpy(float) / g["flops"]
 
 
 class HabitatPredictor(KernelPredictor):
@@ -39,9 +58,9 @@ class HabitatPredictor(KernelPredictor):
         self.norm: dict = {}
         self.curves: dict = {}      # key (sub_op or class) -> (log bytes, log ms) of the reference GPU
 
-    def _net(self):
+    def _net(self, n_features: int = len(FEATURES)):
         from neusight_core.predictors.nets import MLP
-        return MLP(len(FEATURES) + len(HW), 1, self.config["hidden"], self.config["layers"])
+        return MLP(n_features + len(HW), 1, self.config["hidden"], self.config["layers"])
 
     def fit(self, train, quick: bool = False) -> None:
         import torch
@@ -50,18 +69,19 @@ class HabitatPredictor(KernelPredictor):
         torch.manual_seed(self.seed)
         k = train.kernels
         ep = self.config["quick_epochs"] if quick else self.config["epochs"]
-        gemm_classes = [c for c in common.GEMM_CLASSES if (k["op_class"] == c).any()]
+        # convolutions last: the GEMM networks draw their initialisation first, as before CONV existed
+        gemm_classes = [c for c in common.IGEMM_CLASSES if (k["op_class"] == c).any()]
         self.info = {"data_checksum": train.checksum, "quick": quick, "classes": {}}
         with Timer() as t, tqdm(total=ep * len(gemm_classes), desc=f"train {self.name}", unit="epoch") as bar:
             for cls in gemm_classes:
                 df = k[k["op_class"] == cls].reset_index(drop=True)
                 dev = common.device_arrays(df)
-                X = _gemm_x(df, dev)
+                X = _gemm_x(df, dev, _features(cls))
                 mu, sd = X.mean(0), X.std(0) + 1e-9
                 self.norm[cls] = (mu, sd)
                 Xt = torch.tensor((X - mu) / sd, dtype=torch.float32)
                 y = torch.tensor(df["latency_ms"].to_numpy(float), dtype=torch.float32)
-                net = self._net()
+                net = self._net(len(_features(cls)))
                 self.nets[cls] = net
 
                 def ratio(idx, net=net, Xt=Xt, y=y):
@@ -113,9 +133,11 @@ class HabitatPredictor(KernelPredictor):
             rows = cls_col == cls
             if rows.any():
                 mu, sd = self.norm[cls]
-                X = (_gemm_x(kernels[rows], {k: v[rows] for k, v in dev.items()}) - mu) / sd
+                X = (_gemm_x(kernels[rows], {k: v[rows] for k, v in dev.items()}, _features(cls)) - mu) / sd
                 z = net(X)[:, 0].astype(float)
                 out[rows] = np.where(z > 20, z, np.log1p(np.exp(np.minimum(z, 20))))   # softplus, as torch's
+                if cls in common.CONV_CLASSES:
+                    out[rows] *= _conv_backward_scale(kernels[rows])
         vec = np.isin(cls_col, list(common.VECTOR_CLASSES)) & np.isin(cls_col, [c for c in self.curves if ":" not in c])
         if vec.any():
             ref_bw = devices.get_device(self.config["reference"]).mem_bw_gbs

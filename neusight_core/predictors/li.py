@@ -1,7 +1,7 @@
 """Li et al. baseline (MICRO'23, ``micro`` in the release; SPEC 3.2).
 
-Per training GPU and op class a straight line: latency = a x FLOPs + b (GEMMs) or a x bytes + b
-(vector ops), fitted by least squares on the relative error (each record weighted by 1 / latency,
+Per training GPU and op class a straight line: latency = a x FLOPs + b (GEMMs and convolutions) or
+a x bytes + b (vector ops), fitted by least squares on the relative error (each record weighted by 1 / latency,
 so that small kernels count as much as large ones, as the APE metric does). For a GPU outside the
 training set, 1/a (an effective throughput) is regressed linearly on memory bandwidth across the
 training GPUs and b = 0.
@@ -18,7 +18,7 @@ from neusight_core.predictors.base import KernelPredictor, Timer
 
 
 def _x(kernels: pd.DataFrame) -> np.ndarray:
-    gemm = kernels["op_class"].isin(common.GEMM_CLASSES).to_numpy()
+    gemm = kernels["op_class"].isin(common.IGEMM_CLASSES).to_numpy()     # GEMMs and convolutions: FLOPs
     return np.where(gemm, kernels["flops"].fillna(0).to_numpy(float), common.total_bytes(kernels))
 
 

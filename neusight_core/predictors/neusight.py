@@ -30,10 +30,10 @@ the authors' recipe (``recipes/neusight-paper.yaml``, documented with file and l
 | key | values | meaning |
 |---|---|---|
 | ``filter`` | {class: [B, H]} | keep a vector training record only if B > b and H > h (the authors' small-kernel filter) |
-| ``inputs`` | list or {class: list} | MLP inputs, names of ``FEATURE_NAMES`` |
+| ``inputs`` | list or {class: list} | MLP inputs, names of ``FEATURE_NAMES`` or ``SHAPE_FEATURES`` |
 | ``input_units`` | ours / authors | per-SM features in bytes, FLOPs, s (ours) or the authors' GFLOP, TFLOPS, MB, KB units (constant log2 offsets) |
-| ``normalise`` | bool | z-score the log2 inputs with the training statistics |
-| ``clip_inputs`` | bool | hold inputs inside the training range at prediction |
+| ``normalise`` | bool or {class: bool} | z-score the log2 inputs with the training statistics (a class not listed: true) |
+| ``clip_inputs`` | bool or {class: bool} | hold inputs inside the training range at prediction (a class not listed: false) |
 | ``output_form`` | ours / authors | u = sig(g)(1 - sig(a)/waves) from 2 outputs, or sig(g) - sig(a)/waves from 3 outputs |
 | ``bandwidth_gib`` | bool | the authors' roofline counts bytes in GiB against GB/s (x 1.074 bandwidth) |
 | ``hidden``, ``layers`` | int or {class: int} | MLP width and number of linear layers |
@@ -44,6 +44,14 @@ the authors' recipe (``recipes/neusight-paper.yaml``, documented with file and l
 | ``ensemble`` | int or {class: int} | MLPs per class (different initialisation and batch order), u averaged |
 | ``ensemble_cut`` | float | drop a member whose validation MAPE is above this multiple of its class's best member's (a member that failed to train) |
 | ``tile_lookup`` | scaled / authors | tile of an unseen kernel (``tiles.TileLookup``) |
+| ``classes`` | list | op classes trained (default the paper's five: BMM, LINEAR, VEC, SOFTMAX, LAYERNORM); others: roofline |
+| ``conv_tile`` | [tile_m, tile_k] | CONV: the one implicit-GEMM tile of every convolution (default ``CONV_TILE``) |
+| ``conv_winograd`` | float | CONV: FLOPs of a 3 x 3 stride-1 conv's bound divided by this (Winograd; 1 = none) |
+
+Convolutions (CONV, issue 26) are predicted the same way over their implicit GEMM (``common.geometry``:
+M = batch x output pixels, N = C_in k^2 the reduction, K = C_out for a forward conv). The release measures
+forward convolutions only; a backward row (``sub_op`` dgrad / wgrad) gets the same network through its own
+implicit-GEMM dims, an extrapolation.
 """
 from __future__ import annotations
 
@@ -56,6 +64,12 @@ from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, hpar
 from neusight_core.predictors.tiles import TileLookup
 
 U_MIN = 1e-6
+# the classes a recipe without a ``classes`` key trains (the paper's five)
+PAPER_MODEL_CLASSES = common.GEMM_CLASSES + common.VECTOR_CLASSES
+# implicit-GEMM tile (M x K) of every convolution when the recipe names none: of the two most frequent AxB
+# in the names of the release's conv kernels (128x128 in 11,179 of 24,662 records, 128x64 in 5,725), the one
+# under whose wave roofline (with ``conv_winograd`` 4) no training record runs faster (search c0)
+CONV_TILE = (128, 64)
 
 
 FEATURE_NAMES = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per_sm_l2",
@@ -80,6 +94,20 @@ def alignment(kernels: pd.DataFrame) -> np.ndarray:
         low = (xi & -xi).astype(float)
         out = np.where(use, np.minimum(out, low), out)
     return np.minimum(out, ALIGN_CAP)
+# Shape inputs (issue 26, CONV): the kernel's own dims, where the per-SM ratios above cannot tell cuDNN's
+# algorithms apart (which of implicit GEMM, Winograd or FFT runs, and how well, follows the image size and the
+# channels: search c2 in docs/search_conv.jsonl). gemm_m / gemm_n / gemm_k: the (implicit) GEMM's M, N, K;
+# conv_size: the input height; batch: B.
+SHAPE_FEATURES = {"gemm_m": "M", "gemm_n": "N", "gemm_k": "K", "conv_size": "conv_in", "batch": "B"}
+
+
+def shape_feature(kernels: pd.DataFrame, name: str) -> np.ndarray:
+    """One of ``SHAPE_FEATURES`` (before the log2 of ``features``), at least 1."""
+    col = SHAPE_FEATURES[name]
+    x = kernels[col].to_numpy(float) if col in kernels else np.ones(len(kernels))
+    return np.maximum(np.nan_to_num(x, nan=1.0), 1.0)
+
+
 # The authors' inputs (neusight/Model/mlp_wave.py 212, 249) are the same ratios in other units: tile
 # GFLOP / (TFLOPS per SM) = ours x 1e3, tile MB / (GB/s per SM) = ours x 1e9 / 2^20, waves x MB /
 # (device MB per SM) = ours, waves x MB / (L2 KB per SM) = ours / 2^10. Without z-scoring these
@@ -101,7 +129,9 @@ def features(kernels: pd.DataFrame, dev: dict, geo: dict, inputs=FEATURE_NAMES, 
     align = alignment(kernels) if "alignment" in inputs else np.ones(len(kernels))
     f = np.stack([tf / peak_sm, tb / bw_sm, w * tb / l2_sm, w * tb / mem_sm,
                   (tf / tb) / (peak_sm / bw_sm), w, w * tb / bw_sm, align], axis=1)
-    f = f[:, [FEATURE_NAMES.index(i) for i in inputs]]
+    cols = {name: f[:, i] for i, name in enumerate(FEATURE_NAMES)}
+    cols.update({name: shape_feature(kernels, name) for name in inputs if name in SHAPE_FEATURES})
+    f = np.stack([cols[i] for i in inputs], axis=1)
     if units == "authors":
         f = f * np.array([AUTHORS_UNITS.get(i, 1.0) for i in inputs])
     return np.log2(f)
@@ -214,6 +244,11 @@ class NeuSightPredictor(KernelPredictor):
             extra = extra[extra["device"] != drop]
         return pd.concat([k, extra[[c for c in k.columns if c in extra.columns]]], ignore_index=True)
 
+    def classes(self) -> tuple:
+        """The op classes this recipe trains a network for (``classes``; default the paper's five). A
+        class it does not train is predicted by the roofline."""
+        return tuple(self.config.get("classes") or PAPER_MODEL_CLASSES)
+
     def _input_names(self, cls: str):
         names = self.config.get("inputs") or FEATURE_NAMES
         if isinstance(names, dict):
@@ -226,7 +261,7 @@ class NeuSightPredictor(KernelPredictor):
         torch.manual_seed(self.seed)
         k = self.filter_training(self.training_records(train))
         self.tiles.fit(k)
-        classes = [c for c in common.MODEL_CLASSES if (k["op_class"] == c).any()]
+        classes = [c for c in self.classes() if (k["op_class"] == c).any()]
         epochs = {c: (self.config["quick_epochs"] if quick else per_class(self.config["epochs"], c)) for c in classes}
         self.info = {"data_checksum": train.checksum, "quick": quick, "classes": {},
                      "rows_before_filter": int(len(train.kernels)), "rows_after_filter": int(len(k))}
@@ -240,18 +275,39 @@ class NeuSightPredictor(KernelPredictor):
         self.fitted = True
 
     def _inputs(self, df: pd.DataFrame, dev: dict, tile_m, tile_k, tile):
+        cls = str(df["op_class"].iloc[0])      # callers pass the rows of one class
+        if cls in common.CONV_CLASSES:
+            # one fixed implicit-GEMM tile for every convolution (``conv_tile``): cuDNN picks implicit GEMM,
+            # Winograd or FFT kernels by its own heuristics, and their names' AxB is not a tiling of M x K
+            tile_m, tile_k = (np.full(len(df), float(t)) for t in self.config.get("conv_tile", CONV_TILE))
         geo = common.geometry(df, dev, tile_m, tile_k, tile)
+        if cls in common.CONV_CLASSES:
+            geo = self._winograd(df, geo)
         if self.config.get("bandwidth_gib", False):
             # the authors' roofline: bytes in GiB over GB/s (mlp_wave_mm.py 20, mlp_wave_vec.py 16)
             base = common.wave_roofline_ms(df, {**dev, "mem_bw_gbs": dev["mem_bw_gbs"] * 2**30 / 1e9}, geo)
         else:
             base = common.wave_roofline_ms(df, dev, geo)
-        cls = str(df["op_class"].iloc[0])      # callers pass the rows of one class
         X = features(df, dev, geo, self._input_names(cls), self.config.get("input_units", "ours"))
         return X, geo["waves"], base
 
+    def _winograd(self, df: pd.DataFrame, geo: dict) -> dict:
+        """The bound of a 3 x 3 stride-1 convolution counts the multiplies of the fastest algorithm cuDNN has
+        for it, Winograd F(4x4, 3x3) (36 per 4 x 4 output tile instead of 144): its FLOPs divided by
+        ``conv_winograd`` (4). Without it 15 % of the release's conv records run faster than the FP32
+        roofline and 44 % faster than the wave roofline of 128 x 64 tiles (u would have to exceed 1); with it
+        none do (docs/search_conv.jsonl, c0: training GPUs' records). Other convolutions keep their FLOPs."""
+        red = float(self.config.get("conv_winograd", 1.0) or 1.0)
+        if red == 1.0:
+            return geo
+        k = df["conv_k"].to_numpy(float) if "conv_k" in df else np.full(len(df), np.nan)
+        s = df["conv_stride"].to_numpy(float) if "conv_stride" in df else np.full(len(df), np.nan)
+        f = np.where((k == 3) & (s == 1), 1.0 / red, 1.0)
+        return {**geo, "tile_flops": geo["tile_flops"] * f, "padded_flops": geo["padded_flops"] * f,
+                "flops": geo["flops"] * f}
+
     def _scale(self, cls: str, X: np.ndarray) -> np.ndarray:
-        if not self.config.get("normalise", True):
+        if not per_class(self.config.get("normalise", True), cls, True):
             return X
         mu, sd = self.norm[cls]
         return (X - mu) / sd
@@ -320,7 +376,7 @@ class NeuSightPredictor(KernelPredictor):
         """With ``clip_inputs``, hold MLP inputs inside the training range: an unseen GPU far outside
         it (e.g. the L4's ridge point) then gets the utilisation of the nearest edge instead of an
         arbitrary extrapolation. The roofline/wave part of the model still sees the true values."""
-        if not self.config.get("clip_inputs", False) or cls not in self.range:
+        if not per_class(self.config.get("clip_inputs", False), cls, False) or cls not in self.range:
             return X
         lo, hi = self.range[cls]
         return np.clip(X, lo, hi)

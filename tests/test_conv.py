@@ -1,0 +1,224 @@
+"""Convolutions predicted by NeuSight's method (issue 26): the release's conv records as kernel-table rows,
+their implicit-GEMM tiles and waves, training, the other classes left as they were, and the leave-one-GPU-out
+check's folds."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from neusight_core import dataset, devices, kernel_eval
+from neusight_core import predictors as P
+from neusight_core.predictors import common
+from neusight_core.predictors.li import LiPredictor
+
+CONV_TINY = {"classes": ["CONV"], "extra_training": None, "quick_epochs": 2}
+
+
+def raw_record(B=2, cin=3, cout=8, k=3, size=5, stride=1, pad=1, device="Tesla P4", latency=0.1):
+    """One record in the release's conv format (``Kernel_Szie`` sic)."""
+    return pd.DataFrame([{"OPName": "conv", "Latency": latency, "Device": device, "Kernel Name": "volta_sgemm_128x64_nn",
+                          "Kernels": ";a;b", "Grid x": 3, "Grid y": 2, "Grid z": 1, "B": B, "Input_Channel": cin,
+                          "Output_Channel": cout, "Kernel_Szie": k, "Input_Size": size, "Stride": stride,
+                          "Padding": pad}])
+
+
+def conv_row(sub_op="fwd", **kw) -> pd.DataFrame:
+    row = dataset.process_conv(raw_record(**kw)).assign(sub_op=sub_op)
+    return dataset.to_kernels(row)
+
+
+# ---------------------------------------------------------------- record -> row, by hand
+def test_conv_record_to_kernel_row_by_hand(release_root):
+    r = conv_row().iloc[0]
+    # B 2, C_in 3, C_out 8, 3 x 3, 5 x 5 input, stride 1, pad 1: output 5 x 5
+    assert (r.op_class, r.sub_op, r.aten_op, r.device) == ("CONV", "fwd", "aten.convolution.default", "Tesla_P4")
+    assert (r.M, r.N, r.K) == (2 * 25, 3 * 9, 8)
+    assert r.flops == 2 * 50 * 27 * 8 == 21600
+    assert r.bytes_read == 4 * (2 * 3 * 25 + 8 * 3 * 9) == 1464        # input + weight
+    assert r.bytes_written == 4 * 2 * 8 * 25 == 1600                  # output
+    assert np.isnan(r.H) and r.conv_groups == 1 and r.latency_ms == 0.1
+    # backward rows through the same parameters
+    d = conv_row("dgrad").iloc[0]
+    assert (d.M, d.N, d.K, d.aten_op) == (50, 8 * 9, 3, "aten.convolution_backward.default")
+    assert (d.bytes_read, d.bytes_written) == (4 * (1600 / 4 + 216), 4 * 150)    # grad-out + weight; grad-in
+    w = conv_row("wgrad").iloc[0]
+    assert (w.M, w.N, w.K) == (8, 50, 27) and w.flops == r.flops
+    assert (w.bytes_read, w.bytes_written) == (1600 + 600, 4 * 216)            # grad-out + input; grad-weight
+
+
+def test_conv_output_size_and_bad_parameters():
+    # (5 + 2 - 3) / 2 + 1 = 3; a 7 x 7 stride-2 stem on 224: 112
+    assert dataset.conv_out(5, 3, 2, 1) == 3 and dataset.conv_out(224, 7, 2, 3) == 112
+    g = dataset.conv_gemm(2, 3, 8, 3, 5, 2, 1, 1, ["fwd"])
+    assert g["M"][0] == 2 * 9
+    with pytest.raises(dataset.DatasetError, match="sub_op"):
+        dataset.conv_gemm(2, 3, 8, 3, 5, 1, 1, 1, ["bwd"])
+    with pytest.raises(dataset.DatasetError, match=">= 1"):
+        dataset.conv_gemm(2, 3, 8, 7, 2, 1, 0, 1, ["fwd"])          # 7 x 7 kernel on a 2 x 2 input
+    with pytest.raises(dataset.DatasetError, match="Kernel_Szie"):
+        dataset.process_conv(raw_record().drop(columns=["Kernel_Szie"]), "x.csv")
+
+
+def test_release_conv_records_load(release_root):
+    c = dataset.load_conv()
+    assert set(c["device"]) == {"Tesla_P4", "Tesla_P100-PCIE-16GB", "Tesla_V100-PCIE-32GB", "Tesla_T4",
+                                "NVIDIA_A100_80GB_PCIe"}
+    assert len(c) > 20000 and (c["sub_op"] == "fwd").all() and (c["latency_ms"] > 0).all()
+    k = dataset.to_kernels(c.head(50))
+    assert np.allclose(k["flops"], 2 * k["M"] * k["N"] * k["K"])
+    # the training data hold the training GPUs' convolutions, never the A100-80GB's (an unseen GPU)
+    tr = dataset.training_data(quick=True)
+    conv = tr.kernels[tr.kernels["op_class"] == "CONV"]
+    assert len(conv) == 4000 and set(conv["device"]) <= {d.name for d in devices.training_devices()}
+
+
+# ---------------------------------------------------------------- tiles and waves, by hand
+def test_conv_tiles_waves_and_bound_by_hand(release_root):
+    # B 4, 16 x 16 input, C_in 64, C_out 330, 3 x 3 stride 1: M = 4 * 256 = 1024, N = 576, K = 330
+    k = conv_row(B=4, cin=64, cout=330, size=16)
+    p = P.create("neusight", 0)
+    assert tuple(p.config["conv_tile"]) == (128, 64) and p.config["conv_winograd"] == 4.0
+    dev = common.device_arrays(k, "Tesla_P4")          # 40 SMs in the release's P4 file
+    geo = common.geometry(k, dev, [128.0], [64.0], [np.nan])
+    assert geo["tiles"][0] == 8 * 6                     # ceil(1024 / 128) * ceil(330 / 64); B not counted again
+    assert geo["waves"][0] == 2                         # ceil(48 / 40)
+    assert geo["tile_flops"][0] == 2 * 128 * 576 * 64
+    assert geo["tile_bytes"][0] == 4 * (128 * 576 + 576 * 64 + 128 * 64)
+    X, waves, base = p._inputs(k, dev, [np.nan], [np.nan], [np.nan])
+    # the bound: Winograd F(4x4, 3x3) multiplies (FLOPs / 4), one tile per SM per wave
+    d = devices.get_device("Tesla_P4")
+    padded = 48 * 2 * 128 * 576 * 64 / 4
+    byts = k["bytes_read"].iloc[0] + k["bytes_written"].iloc[0]
+    # (the authors' roofline, kept by our recipe: bytes in GiB over GB/s, i.e. bandwidth x 2^30 / 1e9)
+    want = 2 * 40 / 48 * max(padded / (d.fp32_gflops * 1e9), byts / (d.mem_bw_gbs * 2**30)) * 1e3
+    assert waves[0] == 2 and base[0] == pytest.approx(want, rel=1e-12)
+    # the authors' first input: log2 of tile GFLOP / (TFLOPS per SM), here with the Winograd FLOPs
+    assert X[0, 0] == pytest.approx(np.log2(2 * 128 * 576 * 64 / 4 / 1e9 / (d.fp32_gflops / 1e3 / 40)), rel=1e-12)
+    # a 1 x 1 conv keeps its FLOPs
+    one = conv_row(B=4, cin=64, cout=330, size=16, k=1, pad=0)
+    _, _, base1 = p._inputs(one, dev, [np.nan], [np.nan], [np.nan])
+    g1 = common.geometry(one, dev, [128.0], [64.0], [np.nan])
+    gib = {**dev, "mem_bw_gbs": dev["mem_bw_gbs"] * 2**30 / 1e9}
+    assert base1[0] == pytest.approx(common.wave_roofline_ms(one, gib, g1)[0], rel=1e-12)
+
+
+# ---------------------------------------------------------------- training
+@pytest.fixture(scope="module")
+def conv_trained(release_root):
+    """NeuSight's CONV network and the baselines trained on a small subset of the training GPUs' records."""
+    import torch
+    torch.set_num_threads(1)
+    train = kernel_eval.conv_training_data(quick=True, drop_gpu="NVIDIA_A100_80GB_PCIe")
+    k = train.kernels.groupby("device").head(150).reset_index(drop=True)
+    small = dataset.TrainingData(k, train.checksum, train.devices, train.quick_rows)
+    out = {}
+    for name, cfg in (("neusight", CONV_TINY), ("habitat", {"quick_epochs": 2}), ("li", None)):
+        p = P.create(name, 0, cfg)
+        p.fit(small, quick=True)
+        out[name] = p
+    return out
+
+
+def resnet_like_rows() -> pd.DataFrame:
+    rows = [conv_row(sub, B=32, cin=cin, cout=cout, k=kk, size=s, stride=st, pad=pd_)
+            for sub in dataset.CONV_SUB_OPS
+            for cin, cout, kk, s, st, pd_ in ((3, 64, 7, 224, 2, 3), (64, 64, 1, 56, 1, 0), (64, 64, 3, 56, 1, 1),
+                                              (256, 512, 1, 56, 2, 0), (512, 512, 3, 14, 1, 1))]
+    return pd.concat(rows, ignore_index=True).drop(columns=["device", "latency_ms"])
+
+
+@pytest.mark.parametrize("gpu", ["Tesla_P4", "NVIDIA_A100-PCIE-40GB", "NVIDIA_H100_80GB_HBM3", "NVIDIA_L4"])
+def test_trained_conv_predictions_finite_positive_and_bounded(conv_trained, gpu):
+    k = resnet_like_rows()
+    ns = conv_trained["neusight"]
+    assert set(ns.nets) == {"CONV"} and "CONV" in ns.info["classes"]
+    dev = common.device_arrays(k, gpu)
+    _, _, base = ns._inputs(k, dev, np.full(len(k), np.nan), np.full(len(k), np.nan), np.full(len(k), np.nan))
+    for name, p in conv_trained.items():
+        pred = p.predict(k, gpu)
+        assert np.isfinite(pred).all() and (pred > 0).all(), name
+    pred = ns.predict(k, gpu)
+    assert (pred >= base * (1 - 1e-12)).all()          # u <= 1: never faster than its bound
+    # a backward row is its own implicit GEMM: dgrad of a stride-2 conv has 4x the forward's M
+    u = ns.utilisation(k, gpu)
+    assert np.isfinite(u).all() and ((u > 0) & (u <= 1)).all()
+
+
+def test_habitat_backward_conv_scaled_by_flops(conv_trained):
+    k = resnet_like_rows()
+    pred = conv_trained["habitat"].predict(k, "Tesla_V100-PCIE-32GB")
+    by = {s: pred[(k["sub_op"] == s).to_numpy()] for s in dataset.CONV_SUB_OPS}
+    assert np.allclose(by["wgrad"], by["fwd"])                    # same FLOPs
+    ratio = np.array([4.0, 1.0, 1.0, 4.0, 1.0])                   # (in / out)^2: the stride-2 convs
+    assert np.allclose(by["dgrad"], by["fwd"] * ratio)
+
+
+def test_recipes_without_conv_predict_it_by_the_roofline(conv_trained):
+    k = resnet_like_rows()
+    p = P.create("neusight-paper", 0)
+    assert "CONV" not in p.classes()
+    p.nets, p.fitted = {}, True
+    dev = common.device_arrays(k, "Tesla_T4")
+    assert np.allclose(p.predict(k, "Tesla_T4"), common.roofline_ms(k, dev))
+
+
+# ---------------------------------------------------------------- the other classes as they were
+def test_quick_subset_of_the_other_classes_unchanged(release_root):
+    """The quick subset is drawn per op class from one stream; CONV draws from its own, after them."""
+    df = dataset.load_collect()
+    rng = np.random.default_rng(0)
+    keep = [rng.choice(idx, size=min(len(idx), 4000), replace=False)
+            for _, idx in sorted(df.groupby("op_class").indices.items())]
+    before = dataset.to_kernels(df.iloc[np.sort(np.concatenate(keep))].reset_index(drop=True))
+    after = dataset.training_data(quick=True).kernels
+    after = after[after["op_class"] != "CONV"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(after[before.columns], before)
+
+
+def test_existing_classes_predictions_unchanged_by_conv(release_root):
+    """The same recipe and seed with and without the CONV network and records: BMM, LINEAR and VEC networks
+    (and so their predictions) identical."""
+    import torch
+    torch.set_num_threads(1)
+    train = dataset.training_data(quick=True)
+    k = train.kernels.groupby("op_class").head(400).reset_index(drop=True)     # small: CI time
+    with_conv = dataset.TrainingData(k, train.checksum, train.devices, train.quick_rows)
+    no_conv = dataset.TrainingData(k[k["op_class"] != "CONV"].reset_index(drop=True), train.checksum, train.devices,
+                                   train.quick_rows)
+    base = {"extra_training": None, "quick_epochs": 1}
+    old = P.create("neusight", 0, {**base, "classes": ["BMM", "LINEAR", "VEC"]})
+    new = P.create("neusight", 0, {**base, "classes": ["BMM", "LINEAR", "VEC", "CONV"]})
+    old.fit(no_conv, quick=True)
+    new.fit(with_conv, quick=True)
+    assert set(new.nets) == {"BMM", "LINEAR", "VEC", "CONV"}
+    test = dataset.test_kernels()
+    test = test[test["op_class"].isin(["BMM", "LINEAR", "VEC"])].groupby(["device", "op_class"]).head(50)
+    a, b = old.predict(test, None), new.predict(test, None)
+    np.testing.assert_allclose(b, a, rtol=1e-9, atol=0)
+
+
+# ---------------------------------------------------------------- leave one GPU out
+def test_conv_logo_never_trains_on_the_held_out_gpu(release_root, monkeypatch):
+    seen = []
+
+    class Spy(LiPredictor):
+        def fit(self, train, quick=False):
+            seen.append(train.kernels.copy())
+            super().fit(train, quick)
+
+    real = P.create
+    monkeypatch.setattr(P, "create", lambda name, seed=0, config=None: Spy(config, seed) if name == "li"
+                        else real(name, seed, config))
+    per = kernel_eval.conv_logo(names=("li", "roofline"), seeds=(0,), quick=True,
+                                folds=["Tesla_P4", "NVIDIA_A100_80GB_PCIe"])
+    assert len(seen) == 2
+    for frame, held in zip(seen, ["Tesla_P4", "NVIDIA_A100_80GB_PCIe"]):
+        assert held not in set(frame["device"]) and len(set(frame["device"])) == 4
+        assert (frame["op_class"] == "CONV").all()
+    assert list(per["held_out"].unique()) == ["Tesla_P4", "NVIDIA_A100_80GB_PCIe"]
+    assert (per["mape"] > 0).all() and set(per["predictor"]) == {"li", "roofline"}
+    table = kernel_eval.conv_logo_table(per)
+    assert list(table.index) == ["Roofline", "Li et al."] and "mean of GPUs" in table.columns
+    with pytest.raises(ValueError, match="no convolution records of GPU 'NVIDIA_L4'"):
+        kernel_eval.conv_training_data(quick=True, drop_gpu="NVIDIA_L4")
