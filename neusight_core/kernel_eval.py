@@ -257,38 +257,57 @@ def conv_training_data(quick: bool = False, seed: int = 0, drop_gpu: str | None 
                                 4000 if quick else None)
 
 
+def _conv_fold(job: tuple):
+    """Train (or load) NeuSight's CONV network of one fold and save it: job = (name, quick, seed, config, held)."""
+    name, quick, seed, cfg, held = job
+    f = P.folder(name, quick, seed, cfg)
+    if P.is_trained(name, quick, seed, cfg):
+        return P.REGISTRY[name].load(f)
+    p = P.create(name, seed, cfg)
+    p.fit(conv_training_data(quick, drop_gpu=held), quick=quick)
+    p.save(f)
+    return p
+
+
+def _conv_fold_worker(job: tuple) -> None:
+    import torch
+    torch.set_num_threads(1)
+    _conv_fold(job)
+
+
 def conv_logo(names=CONV_PREDICTORS, seeds=(0, 1, 2), quick: bool = False, folds=None,
-              config: dict | None = None) -> pd.DataFrame:
+              config: dict | None = None, workers: int = 1) -> pd.DataFrame:
     """Leave one GPU out on the convolution records: for each GPU that has them, every predictor is trained
     on the other GPUs' records and predicts the held-out GPU's as an unseen GPU.
 
-    Every predictor trains on ``conv_training_data(quick, drop_gpu=held)``; NeuSight recipes with
-    ``CONV_ONLY`` plus ``config`` as overrides, their weights saved in a folder of their own per fold
-    (``predictors.folder``), so a second call loads them; the baselines train in seconds. Seedless predictors (roofline, Li et al.) run once (seed 0).
+    Every predictor trains on ``conv_training_data(quick, drop_gpu=held)``. NeuSight recipes train with
+    ``CONV_ONLY`` plus ``config`` as overrides, their weights saved in a folder of their own per fold and seed
+    (``predictors.folder``; ``workers`` > 1: that many processes, one thread each), so a second call loads
+    them; the baselines train in seconds. Seedless predictors (roofline, Li et al.) run once (seed 0).
     One row per (predictor, seed, held-out GPU): ``rows``, ``mape``, ``wmape`` (APE weighted by measured
     time), ``bias`` (mean signed error, %), ``train_s``."""
     from neusight_core import recipe_eval
     everything = conv_training_data(quick)
     folds = list(folds or everything.devices)
+
+    def cfg(held):
+        # ``conv_records`` marks this training set (all conv GPUs but one) in the folder's config
+        return {**CONV_ONLY, **(config or {}), "drop_gpu": held, "conv_records": "all conv GPUs"}
+    jobs = [(n, quick, int(s), cfg(h), h) for h in folds for n in names if P.trains_long(n) for s in seeds]
+    todo = [j for j in jobs if not P.is_trained(*j[:4])]
+    if workers > 1 and len(todo) > 1:
+        _parallel(_conv_fold_worker, todo, workers)
     rows = []
     for held in folds:
         val = everything.kernels[everything.kernels["device"] == held].reset_index(drop=True)
         subset = None
         for name in names:
-            neusight = P.trains_long(name)
             for seed in (seeds if name in recipe_eval.SEEDED else (0,)):
                 t0 = time.perf_counter()
-                subset = subset or conv_training_data(quick, drop_gpu=held)
-                if neusight:
-                    # saved like any weights (own folder per fold; ``conv_records`` marks this training set)
-                    cfg = {**CONV_ONLY, **(config or {}), "drop_gpu": held, "conv_records": "all conv GPUs"}
-                    if P.is_trained(name, quick, int(seed), cfg):
-                        p = P.REGISTRY[name].load(P.folder(name, quick, int(seed), cfg))
-                    else:
-                        p = P.create(name, int(seed), cfg)
-                        p.fit(subset, quick=quick)
-                        p.save(P.folder(name, quick, int(seed), cfg))
+                if P.trains_long(name):
+                    p = _conv_fold((name, quick, int(seed), cfg(held), held))
                 else:
+                    subset = subset or conv_training_data(quick, drop_gpu=held)
                     p = P.create(name, int(seed))
                     p.fit(subset, quick=quick)
                 secs = p.info.get("train_seconds", time.perf_counter() - t0)
@@ -299,6 +318,25 @@ def conv_logo(names=CONV_PREDICTORS, seeds=(0, 1, 2), quick: bool = False, folds
                              "mape": float(ape.mean()), "wmape": float((ape * y).sum() / y.sum()),
                              "bias": float(np.mean(pred / y - 1) * 100), "train_s": float(secs)})
     return pd.DataFrame(rows)
+
+
+def _parallel(fn, jobs, workers: int) -> None:
+    """``fn(job)`` for every job in ``workers`` spawned processes (no progress bars, this trained_dir)."""
+    import multiprocessing as mp
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    env = {"TQDM_DISABLE": "1", "NEUSIGHT_TRAINED": str(paths.trained_dir())}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
+            list(pool.map(fn, jobs))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def conv_logo_table(per: pd.DataFrame, value: str = "mape") -> pd.DataFrame:
