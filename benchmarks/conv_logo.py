@@ -6,7 +6,7 @@ mean, the training seconds; with ``--log`` the lines are appended to docs/search
 log: what was tried, on which data). Only conv records of these five GPUs are read: no end-to-end label.
 
     .venv/bin/python benchmarks/conv_logo.py --seeds 0 --label c1-default --log
-    .venv/bin/python benchmarks/conv_logo.py --seeds 0 --over '{"epochs": {"CONV": 15}}' --label c2-15ep --log
+    .venv/bin/python benchmarks/conv_logo.py --seeds 0,1,2 --workers 2 --label c-final --log
 """
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ def main(argv=None):
     ap.add_argument("--over", default="{}", help="JSON config overrides of the NeuSight recipe")
     ap.add_argument("--label", default="default")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--workers", type=int, default=1, help="processes training NeuSight's folds")
     ap.add_argument("--log", action="store_true", help=f"append the lines to {LOG.name}")
     ap.add_argument("--bound-check", action="store_true", help="only the share of records faster than each bound")
     a = ap.parse_args(argv)
@@ -68,7 +69,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     per = kernel_eval.conv_logo([n for n in a.predictors.split(",") if n], [int(s) for s in a.seeds.split(",")],
-                                quick=a.quick, config=json.loads(a.over))
+                                quick=a.quick, config=json.loads(a.over), workers=a.workers)
     lines = []
     for (name, seed), g in per.groupby(["predictor", "seed"], sort=False):
         lines.append({"candidate": a.label, "predictor": name, "over": json.loads(a.over) if name.startswith("neusight") else {},

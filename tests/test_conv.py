@@ -93,8 +93,13 @@ def test_conv_tiles_waves_and_bound_by_hand(release_root):
     # (the authors' roofline, kept by our recipe: bytes in GiB over GB/s, i.e. bandwidth x 2^30 / 1e9)
     want = 2 * 40 / 48 * max(padded / (d.fp32_gflops * 1e9), byts / (d.mem_bw_gbs * 2**30)) * 1e3
     assert waves[0] == 2 and base[0] == pytest.approx(want, rel=1e-12)
-    # the authors' first input: log2 of tile GFLOP / (TFLOPS per SM), here with the Winograd FLOPs
-    assert X[0, 0] == pytest.approx(np.log2(2 * 128 * 576 * 64 / 4 / 1e9 / (d.fp32_gflops / 1e3 / 40)), rel=1e-12)
+    # our recipe's CONV inputs (before z-scoring): log2 of waves, implicit-GEMM M, N, K, image size, batch
+    assert p._input_names("CONV") == ("waves", "gemm_m", "gemm_n", "gemm_k", "conv_size", "batch")
+    np.testing.assert_allclose(X[0], np.log2([2, 1024, 576, 330, 16, 4]), rtol=1e-12)
+    # the authors' first input, had the recipe asked for it: tile GFLOP / (TFLOPS per SM), Winograd FLOPs
+    q = P.create("neusight", 0, {"inputs": {"CONV": ["tile_flops_per_sm_peak"]}})
+    Xq, _, _ = q._inputs(k, dev, [np.nan], [np.nan], [np.nan])
+    assert Xq[0, 0] == pytest.approx(np.log2(2 * 128 * 576 * 64 / 4 / 1e9 / (d.fp32_gflops / 1e3 / 40)), rel=1e-12)
     # a 1 x 1 conv keeps its FLOPs
     one = conv_row(B=4, cin=64, cout=330, size=16, k=1, pad=0)
     _, _, base1 = p._inputs(one, dev, [np.nan], [np.nan], [np.nan])
