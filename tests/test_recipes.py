@@ -16,7 +16,7 @@ from neusight_core import predictors as P
 from neusight_core.predictors import common
 from neusight_core.predictors.base import STATE_FILE, hparams, read_state, write_state
 from neusight_core.predictors.nets import relative_loss
-from neusight_core.predictors.neusight import AUTHORS_UNITS, FEATURE_NAMES, features, utilisation
+from neusight_core.predictors.neusight import AUTHORS_UNITS, FEATURE_NAMES, features, per_class, utilisation
 
 
 def test_paper_filter_counts_on_the_real_release(release_root):
@@ -40,7 +40,15 @@ def test_recipe_files_are_the_configs():
     # ours = the authors' recipe (its `base`) with these keys changed (docs/recipes.md, "The recipe")
     mine = hparams("neusight")
     assert {k for k in set(mine) | set(paper) if mine.get(k) != paper.get(k)} == {
-        "extra_training", "lr", "hidden", "ensemble", "ensemble_cut", "epochs", "grad_clip"}
+        "extra_training", "lr", "hidden", "ensemble", "ensemble_cut", "epochs", "grad_clip",
+        # the CONV network (issue 26): its class and keys; per-class forms of the authors' inputs and batches
+        "classes", "conv_tile", "conv_winograd", "inputs", "normalise", "clip_inputs", "batch"}
+    # ... which leave the paper's five classes as the authors' recipe has them
+    p, q = P.create("neusight"), P.create("neusight-paper")
+    for c in common.MODEL_CLASSES:
+        assert p._input_names(c) == q._input_names(c) and p.config["batch"][c] == q.config["batch"][c]
+        assert per_class(p.config["normalise"], c, True) is False and per_class(p.config["clip_inputs"], c, False) is False
+    assert p.classes() == common.MODEL_CLASSES + ("CONV",) and q.classes() == common.MODEL_CLASSES
     assert {c for c in paper["lr"] if mine["lr"][c] != paper["lr"][c]} == {"LINEAR", "SOFTMAX", "LAYERNORM"}
     assert P.create("neusight")._members("LINEAR") == 5 and P.create("neusight")._members("BMM") == 1
     # the authors' recipe trains every class at least 30 epochs, at their learning rates and batches
@@ -59,7 +67,7 @@ def test_each_recipe_trains_quick_and_predicts(release_root, name):
     p = P.get(name, quick=True, seed=1)
     assert p.fitted and (P.folder(name, True, 1) / "meta.json").is_file()
     info = p.info["classes"]
-    assert set(info) == set(common.MODEL_CLASSES)
+    assert set(info) == set(p.classes()) and set(common.MODEL_CLASSES) <= set(info)     # ours: + CONV (issue 26)
     assert all(len(v["val_history"]) >= 1 for v in info.values())
     test = dataset.test_kernels().groupby("op_class").head(50).reset_index(drop=True)
     pred = p.predict(test, None)
@@ -175,8 +183,12 @@ def test_ablation_plan_towards_our_recipe():
     assert plan[3][1]["ensemble"]["LINEAR"] == 5 and plan[3][1]["hidden"]["LINEAR"] == 256
     assert plan[3][1]["ensemble_cut"] == 1.5
     assert plan[4][1] == {"epochs": hparams("neusight")["epochs"]}       # the epochs step is not capped
-    assert plan[5][1] == {"grad_clip": {"BMM": 1.0}, "epochs": 3}
-    assert set(plan[6][1]) == {"extra_training", "lr", "hidden", "ensemble", "ensemble_cut", "epochs", "grad_clip"}
+    # (the CONV entry, issue 26, is inert in these rows: the base recipe trains no CONV network)
+    assert plan[5][1] == {"grad_clip": {"BMM": 1.0, "CONV": 1.0}, "epochs": 3}
+    assert "CONV" not in P.create("neusight-paper", 0, plan[5][1]).classes()
+    assert set(plan[6][1]) == {"extra_training", "lr", "hidden", "ensemble", "ensemble_cut", "epochs", "grad_clip",
+                               # the CONV network's keys (issue 26): they change no text-model kernel
+                               "classes", "conv_tile", "conv_winograd", "inputs", "normalise", "clip_inputs", "batch"}
 
 
 def test_ablation_plan_switches_one_difference_at_a_time():

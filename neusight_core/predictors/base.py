@@ -169,7 +169,7 @@ class KernelPredictor:
             return out
         dev = common.device_arrays(kernels, device)
         cls = kernels["op_class"].to_numpy()
-        modelled = np.isin(cls, common.MODEL_CLASSES)
+        modelled = np.isin(cls, common.PREDICTED_CLASSES)
         # a modelled kernel without its dims (a malformed row) falls back to the roofline
         gemm_ok = kernels[["B", "M", "N", "K"]].notna().all(axis=1).to_numpy()
         vec_ok = kernels[["B", "H"]].notna().all(axis=1).to_numpy()

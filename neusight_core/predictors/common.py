@@ -12,10 +12,11 @@ from neusight_core import devices, schema
 
 GEMM_CLASSES = ("BMM", "LINEAR")
 VECTOR_CLASSES = ("VEC", "SOFTMAX", "LAYERNORM")
+MODEL_CLASSES = GEMM_CLASSES + VECTOR_CLASSES
 # convolutions (issue 26): tiles and waves of their implicit GEMM, whose M already includes the batch
 CONV_CLASSES = ("CONV",)
 IGEMM_CLASSES = GEMM_CLASSES + CONV_CLASSES   # [M x N] @ [N x K] tile geometry and the GEMM peak
-MODEL_CLASSES = GEMM_CLASSES + VECTOR_CLASSES + CONV_CLASSES
+PREDICTED_CLASSES = MODEL_CLASSES + CONV_CLASSES   # every class a predictor models (the others: memory-bound)
 MEMORY_CLASSES = ("MEM", "UNCLASSIFIED")
 ROW_TILE_CLASSES = ("SOFTMAX", "LAYERNORM")   # one row (H elements) per tile
 MIN_BYTES = 4.0                                # a kernel moves at least one FP32 element

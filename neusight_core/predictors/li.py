@@ -42,7 +42,7 @@ class LiPredictor(KernelPredictor):
 
     def fit(self, train, quick: bool = False) -> None:
         k = train.kernels
-        classes = [c for c in common.MODEL_CLASSES if (k["op_class"] == c).any()]
+        classes = [c for c in common.PREDICTED_CLASSES if (k["op_class"] == c).any()]
         with Timer() as t:
             for cls in tqdm(classes, desc=f"train {self.name}", unit="class"):
                 df = k[k["op_class"] == cls]

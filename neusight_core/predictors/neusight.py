@@ -64,8 +64,6 @@ from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, hpar
 from neusight_core.predictors.tiles import TileLookup
 
 U_MIN = 1e-6
-# the classes a recipe without a ``classes`` key trains (the paper's five)
-PAPER_MODEL_CLASSES = common.GEMM_CLASSES + common.VECTOR_CLASSES
 # implicit-GEMM tile (M x K) of every convolution when the recipe names none: of the two most frequent AxB
 # in the names of the release's conv kernels (128x128 in 11,179 of 24,662 records, 128x64 in 5,725), the one
 # under whose wave roofline (with ``conv_winograd`` 4) no training record runs faster (search c0)
@@ -247,7 +245,7 @@ class NeuSightPredictor(KernelPredictor):
     def classes(self) -> tuple:
         """The op classes this recipe trains a network for (``classes``; default the paper's five). A
         class it does not train is predicted by the roofline."""
-        return tuple(self.config.get("classes") or PAPER_MODEL_CLASSES)
+        return tuple(self.config.get("classes") or common.MODEL_CLASSES)
 
     def _input_names(self, cls: str):
         names = self.config.get("inputs") or FEATURE_NAMES
