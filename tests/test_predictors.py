@@ -304,6 +304,11 @@ def test_notebook_03_quick(release_root, run_notebook):
     for name in ("ape_distribution", "predicted_vs_measured"):
         assert (out / "figures" / f"{name}.png").is_file() and (out / "figures" / f"{name}.pdf").is_file()
     assert "NeuSight" in (out / "summary.md").read_text()
+    # convolutions, leave one GPU out (issue 26): a table and a figure, every predictor on the five conv GPUs
+    conv = metrics["conv_logo_mape"]
+    assert set(conv) == {"Roofline", "Habitat", "Li et al.", "NeuSight (ours)"}
+    assert all(len(v) == 5 and all(x > 0 for x in v.values()) for v in conv.values())
+    assert (out / "tables" / "conv_logo_mape.csv").is_file() and (out / "figures" / "conv_logo.png").is_file()
 
 
 def test_rebuild_contains_the_shipped_processed_sets(release_root):
