@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from neusight_core import network
+from neusight_core import memory, network
 from neusight_core import schema
 
 MODES = ("inf", "train")
@@ -146,20 +146,6 @@ def check_config(cfg) -> dict:
     return dims
 
 
-def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: int, past: int = 0,
-                  dtype: str = "fp32") -> float:
-    """A lower bound of the memory one GPU needs (GB, in ``dtype``): the weights (attention 4h^2 + MLP 2hI per
-    layer + embeddings, sharded over the GPUs for TP/PP) + one hidden-state tensor + the KV cache.
-    Training needs far more (gradients, optimizer-free activations); the full footprint is not modelled here."""
-    L, h = dims.get("number of layers", 1), dims.get("hidden size", 1)
-    weights = L * (4 * h * h + 2 * h * dims.get("intermediate size", 4 * h)) + dims.get("vocabulary size", 0) * h
-    shard = gpus if parallel in ("tp", "pp") else 1
-    b = batch / gpus if parallel in ("dp", "pp") else batch
-    act = b * seq * h
-    kv = 2 * L * b * past * h / (gpus if parallel == "tp" else 1)
-    return schema.element_bytes(dtype) * (weights / shard * (2 if mode == "train" else 1) + act + kv) / 1e9
-
-
 def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link_gbs=None, micro_batches=1,
                     past=0, dtype="fp32"):
     """Every check of a prediction request, in one place (the CLI and predict_model both use it).
@@ -212,7 +198,7 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
         raise LatencyInputError(f"pipeline parallelism over {gpus} GPUs needs at least {gpus} layers, the model has {layers}")
     if parallel == "dp" and batch % gpus:
         raise LatencyInputError(f"data parallelism over {gpus} GPUs needs a global batch divisible by {gpus}, got {batch}")
-    need = min_memory_gb(dims, batch, seq, mode, parallel, gpus, past, dtype)
+    need = memory.min_memory_gb(dims, batch, seq, mode, parallel, gpus, past, dtype)
     if need > ABSURD_MEMORY_FACTOR * dev.mem_gb:
         raise LatencyInputError(f"impossible on {dev.name}: at least {need:,.1f} GB per GPU (weights + one "
                                 f"activation tensor) against {dev.mem_gb:g} GB of memory, over "
@@ -302,8 +288,7 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     t1 = time.perf_counter()
     kernels = predict_kernels(kernels, dev, predictor, quick=quick, net=net)
     out = aggregate(kernels, micro_batches if parallel == "pp" else 1)
-    from neusight_core import memory as _memory
-    mem = _memory.footprint(kernels, dev, optimizer=optimizer, master_weights=master_weights)
+    mem = memory.footprint(kernels, dev, optimizer=optimizer, master_weights=master_weights)
     out.update(trace_s=t1 - t0, predict_s=time.perf_counter() - t1, kernels=kernels,
                device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name,
                dtype=dtype, dtype_note=dev.precision_note(dtype), memory=mem)

@@ -618,12 +618,10 @@ def _cache_tensors(cache) -> list:
     return out
 
 
-# MemoryTimeline lives in memory.py: cached kernel tables hold one, and unpickling them must not import torch
-from neusight_core.memory import MemoryTimeline  # noqa: E402
 
 
 def _memory_summary(rec: _Recorder, kv_bytes: int, kv_bufs: tuple) -> dict:
-    tl = MemoryTimeline(rec.mem_events)
+    tl = schema.MemoryTimeline(rec.mem_events)
     return {"activation_peak_bytes": max(tl.peak(), kv_bytes) - kv_bytes, "kv_cache_bytes": float(kv_bytes),
             "kv_bufs": kv_bufs, "rows": len(rec.rows), "events": tl}
 

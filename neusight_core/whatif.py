@@ -256,3 +256,24 @@ def memory_validation(quick: bool = False) -> pd.DataFrame:
                          "predicted_mb": predicted / 1e6, "error_pct": (predicted - meas) / meas * 100})
         del model
     return pd.DataFrame(rows)
+
+
+def label_fit_check(optimizer: str = "none") -> pd.DataFrame:
+    """Every single-GPU training configuration of the paper's models on every GPU that has training
+    labels: is there a label (the authors ran it, so it fitted), and do we predict it fits? The
+    authors' loop has no optimizer step (``optimizer="none"``). A label we predict not to fit is
+    an overestimate; no label where we predict a fit says nothing (they did not try everything)."""
+    from neusight_core import paths
+    labels = paths.labels_dir()
+    gpus = sorted(p.name for p in labels.iterdir() if p.is_dir() and any(p.glob("*-train-*[0-9].json")))
+    configs = sorted({tuple(f.stem.split("-")[i] for i in (0, 2, 3)) for g in gpus
+                      for f in (labels / g).glob("*-train-*[0-9].json") if not f.stem.startswith("switchxl4")})
+    rows = []
+    for model, seq, batch in configs:
+        m = memory.footprint(latency.trace(model, int(batch), int(seq), "train"), optimizer=optimizer)
+        for g in gpus:
+            cap = devices.get_device(g).mem_gb
+            rows.append({"model": model, "seq": int(seq), "batch": int(batch), "gpu": g, "predicted_gib": m["total_gib"],
+                         "device_gib": cap, "predicted_fits": m["total_gib"] <= cap,
+                         "authors_label": (labels / g / f"{model}-train-{seq}-{batch}.json").is_file()})
+    return pd.DataFrame(rows)

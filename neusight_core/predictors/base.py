@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import datafile
-from neusight_core.predictors import common
+import neusight_core.predictors.common as common
 
 VERSION = 3          # bump when a change of code makes saved weights stale (2: the authors' form trains unclamped;
                      # 3: fused Adam/AdamW, the same update with other float rounding)
@@ -197,7 +197,6 @@ class KernelPredictor:
 
     @classmethod
     def load(cls, folder) -> "KernelPredictor":
-        from neusight_core.predictors import REGISTRY
         folder = Path(folder)
         try:
             meta = json.loads((folder / "meta.json").read_text())
@@ -206,10 +205,9 @@ class KernelPredictor:
             raise
         except (OSError, ValueError, KeyError, RuntimeError) as e:
             raise PredictorLoadError(f"{folder}: cannot load saved predictor ({str(e).splitlines()[0]})") from None
-        klass = REGISTRY.get(meta.get("name")) if cls is KernelPredictor else cls
-        if klass is None or meta.get("name") != klass.name:
+        if meta.get("name") != cls.name:
             raise PredictorLoadError(f"{folder}: holds predictor {meta.get('name')!r}, not {cls.name!r}")
-        p = klass(meta["config"], seed=meta.get("seed", 0))
+        p = cls(meta["config"], seed=meta.get("seed", 0))
         p.set_state(state)
         p.info = meta.get("info", {})
         p.fitted = True

@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from neusight_core.predictors import common
+import neusight_core.predictors.common as common
 from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, hparams, split_validation
 from neusight_core.predictors.tiles import TileLookup
 
