@@ -22,10 +22,10 @@ import os
 import sys
 from pathlib import Path
 
-from neusight_core import schema
+from neusight_core import registry, schema
 
-# = predictors.NAMES (kept here so that the parser does not import torch; a test checks they agree)
-PREDICTORS = ("neusight", "neusight-paper", "neusight-logo", "roofline", "habitat", "li")   # = predictors.NAMES (no torch import here)
+# the registry (no torch, no pandas): the parser stays fast
+PREDICTORS = registry.names()
 
 
 def _models() -> list[tuple[str, str]]:
@@ -120,9 +120,9 @@ def _train(a) -> int:
     import time
     from neusight_core import predictors as _pred
     names, seeds = _csv_list(a.predictor, "predictor"), _csv_list(a.seed, "seed", int)
-    unknown = [x for x in names if x not in _pred.NAMES]
+    unknown = [x for x in names if x not in PREDICTORS]
     if unknown:
-        raise ValueError(f"unknown predictor(s) {', '.join(unknown)}; choose from {', '.join(_pred.NAMES)}")
+        raise ValueError(f"unknown predictor(s) {', '.join(unknown)}; choose from {', '.join(PREDICTORS)}")
     todo = [(n, a.quick, s, None, None) for n in names for s in seeds if not _pred.is_trained(n, a.quick, s)]
     for n in dict.fromkeys(j[0] for j in todo):
         if _pred.trains_long(n) and not a.quick:
@@ -152,7 +152,7 @@ def _predict(a) -> int:
     k = r.pop("kernels")
     r.update(model=a.model, batch=a.batch, seq=a.seq, past=a.past, mode=a.mode, fusion=a.fusion, dtype=a.dtype,
              parallel=a.parallel, gpus=a.gpus, kernels=int(len(k)),
-             weights=_pred.describe(latency._predictor(a.predictor, quick, 0), quick))
+             weights=_pred.describe(latency.loaded_predictor(a.predictor, quick, 0), quick))
     if a.json:
         print(json.dumps(r, indent=2))
         return 0
@@ -197,7 +197,7 @@ def _add_sweep_parser(sub) -> None:
     p.add_argument("--link-gbs", type=float, default=None)
     p.add_argument("--micro-batches", type=int, default=1)
     p.add_argument("--predictor", default="neusight",
-                   help=f"predictor(s), comma-separated, of: {', '.join(_pred.NAMES)}")
+                   help=f"predictor(s), comma-separated, of: {', '.join(PREDICTORS)}")
     p.add_argument("--seed", default="0", help="predictor seed(s), comma-separated")
     _add_weights_options(p)
     p.add_argument("--dtype", default="fp32",
@@ -270,9 +270,9 @@ def _sweep(a) -> int:
     from neusight_core import sweep
 
     names = _csv_list(a.predictor, "predictor")
-    unknown = [x for x in names if x not in _pred.NAMES]
+    unknown = [x for x in names if x not in PREDICTORS]
     if unknown:
-        raise ValueError(f"unknown predictor(s) {', '.join(unknown)}; choose from {', '.join(_pred.NAMES)}")
+        raise ValueError(f"unknown predictor(s) {', '.join(unknown)}; choose from {', '.join(PREDICTORS)}")
     ints = lambda v, what: _csv_list(v, what, int)        # noqa: E731
     configs = sweep.grid(_csv_list(a.model, "model"), _csv_list(a.device, "device"), ints(a.batch, "batch"),
                          ints(a.seq, "seq"), _csv_list(a.mode, "mode"), fusion=a.fusion,

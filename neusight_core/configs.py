@@ -70,7 +70,7 @@ def _config_from_dict(d: dict, where: str, name: str):
 
 def switch_tokens_per_expert(seq: int, num_experts: int, expert_capacity: int) -> int:
     """Tokens of each sequence that the tracer's Switch routing stand-in gives every expert
-    (``trace._switch_routing_stand_in``): an even spread, each expert filled up to its capacity.
+    (``trace.switch_routing_stand_in``): an even spread, each expert filled up to its capacity.
     Shape derivation (``derive``) uses the same function, so the two cannot disagree."""
     return min(math.ceil(int(seq) / int(num_experts)), int(expert_capacity))
 

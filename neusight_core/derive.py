@@ -49,7 +49,6 @@ dependencies, needed by ``fusion.fuse`` only): fused and parallel tables are bui
 from __future__ import annotations
 
 import copy
-import math
 import re
 import time
 

@@ -39,7 +39,7 @@ class LatencyInputError(ValueError):
 
 
 @functools.lru_cache(maxsize=64)
-def _trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
+def trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
     # on disk across processes (trace_cache: keyed by config content, arguments and versions; a hit
     # does not import transformers), and in memory within the process
     from neusight_core import trace_cache
@@ -49,13 +49,13 @@ def _trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dt
 def trace(model, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
     """Kernel table of a model; traces of named models are cached on disk and per process."""
     if isinstance(model, (str, Path)):
-        return _trace_cached(str(model), int(batch), int(seq), mode, int(past), dtype).copy()
+        return trace_cached(str(model), int(batch), int(seq), mode, int(past), dtype).copy()
     from neusight_core import trace as _trace
     return _trace.trace_model(model, batch, seq, mode, past=past, dtype=dtype)
 
 
 @functools.lru_cache(maxsize=32)
-def _predictor(name: str, quick: bool, seed: int = 0):
+def loaded_predictor(name: str, quick: bool, seed: int = 0):
     """Trained predictors by name, once per process (the sweep uses the same ones)."""
     from neusight_core import predictors
     return predictors.get(name, quick=quick, seed=seed)
@@ -238,7 +238,7 @@ def predict_kernels(kernels: pd.DataFrame, device, predictor="neusight", quick: 
                     net: network.NetworkModel | None = None) -> pd.DataFrame:
     """Return ``kernels`` with ``pred_ms`` = predicted per-launch time x ``count`` (COMM by ``net``)."""
     dev = _device(device)
-    pred = _predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    pred = loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     per_launch = np.asarray(pred.predict(kernels, dev), dtype=float)
     comm = (kernels["op_class"] == "COMM").to_numpy()
     if comm.any():

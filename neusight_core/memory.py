@@ -30,7 +30,7 @@ Parallel plans divide what they divide:
   activations are those of its batch / n (the plan retraced the model at that batch).
 * ``tp``: column-parallel linears (weight and bias), row-parallel weights and the vocab-parallel
   embedding / LM head are split n ways, everything else is replicated (the same Megatron split as
-  ``parallel._tp``); each activation buffer shrinks as the kernel that wrote it does (its bytes
+  ``parallel.tp_split``); each activation buffer shrinks as the kernel that wrote it does (its bytes
   written after / before the split); the KV cache is split by KV heads, and beyond as many GPUs as KV
   heads (grouped-query attention) each GPU keeps one KV head and its K/V projections (``parallel.kv_ways``).
 * ``pp``: each stage holds the parameters of its layers (embeddings on the first, the head on the
@@ -45,8 +45,6 @@ to it; a GPU run measures that (notebook 05).
 """
 from __future__ import annotations
 
-import math
-import re
 
 import numpy as np
 import pandas as pd
@@ -64,7 +62,7 @@ class MemoryInputError(ValueError):
 # ------------------------------------------------------------------------------ parameters
 def _param_stage(name: str, n: int, num_layers: int) -> int:
     from neusight_core import parallel, trace
-    layer = trace._layer_of(name)
+    layer = trace.layer_of(name)
     if layer >= 0:
         return min(int(layer // (num_layers / n)), n - 1)
     mod = name.rsplit(".", 1)[0]
@@ -78,7 +76,7 @@ def _tp_share(name: str, n: int, kv_ways: int | None = None) -> float:
     ``parallel.kv_ways``: one KV head per GPU at least)."""
     from neusight_core import parallel
     mod, _, leaf = name.rpartition(".")
-    kind = parallel._kind(mod)
+    kind = parallel.module_kind(mod)
     if kind == "col" and kv_ways and parallel._KV.search(mod):
         return 1.0 / kv_ways
     if kind == "col" or (kind == "row" and leaf == "weight") or parallel._EMBED.search(mod):

@@ -29,7 +29,7 @@ from neusight_core import latency
 from neusight_core import schema
 from neusight_core.report import ape
 
-PREDICTORS = ("neusight", "roofline", "habitat", "li")
+PREDICTORS = ev.PREDICTORS     # the release's four: ours next to theirs
 OP_CLASSES = schema.PAPER_CLASSES
 
 
@@ -131,7 +131,6 @@ def _seeds(seeds):
 
 
 def _spread(index, long, bad, wall, predictors, seeds) -> pd.DataFrame:
-    from neusight_core import sweep
     predictors, seeds = _names(predictors), _seeds(seeds)
     out = index.copy()
     classes = list(schema.OP_CLASSES)
@@ -241,11 +240,11 @@ def prediction_time(model: str, device: str, batch: int, seq: int, mode: str, pr
     ``disk_hit_s`` (trace read from the on-disk trace cache, as in a new process) and ``warm_s``
     (predict only: the fastest of ``repeats`` calls with the trace cached in the process)."""
     import os
-    latency._predictor.cache_clear()
+    latency.loaded_predictor.cache_clear()
     t0 = time.perf_counter()
-    latency._predictor(predictor, quick)
+    latency.loaded_predictor(predictor, quick)
     load = time.perf_counter() - t0
-    latency._trace_cached.cache_clear()
+    latency.trace_cached.cache_clear()
     old = os.environ.get("NEUSIGHT_TRACE_CACHE_OFF")
     os.environ["NEUSIGHT_TRACE_CACHE_OFF"] = "1"
     try:
@@ -257,9 +256,9 @@ def prediction_time(model: str, device: str, batch: int, seq: int, mode: str, pr
             os.environ.pop("NEUSIGHT_TRACE_CACHE_OFF", None)
         else:
             os.environ["NEUSIGHT_TRACE_CACHE_OFF"] = old
-    latency._trace_cached.cache_clear()
+    latency.trace_cached.cache_clear()
     latency.predict_model(model, device, batch, seq, mode, predictor=predictor, quick=quick, **kw)  # fill the disk cache
-    latency._trace_cached.cache_clear()
+    latency.trace_cached.cache_clear()
     t0 = time.perf_counter()
     latency.predict_model(model, device, batch, seq, mode, predictor=predictor, quick=quick, **kw)
     disk_hit = time.perf_counter() - t0

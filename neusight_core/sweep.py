@@ -192,7 +192,6 @@ def kernel_table(model, batch: int, seq: int, mode: str, past: int = 0, fusion: 
     return trace_cache.cached(key, build)
 
 
-_predictor = latency._predictor      # one set of trained predictors per process for questions and sweeps
 
 
 # ------------------------------------------------------------------------------ the sweep
@@ -321,14 +320,14 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
         per_launch = np.full((n_kid, len(dev_names)), np.nan)
         p_err = [""] * len(dev_names)
         try:
-            pred = obj if obj is not None else _predictor(p, bool(quick), int(seed))
+            pred = obj if obj is not None else latency.loaded_predictor(p, bool(quick), int(seed))
             if len(request):
                 per_launch[req_k, req_d] = np.asarray(pred.predict(request, None), dtype=float)
         except Exception as e:  # noqa: BLE001 - isolate the failing device(s)
             msg = _msg(e)
             pred = None
             try:
-                pred = obj if obj is not None else _predictor(p, bool(quick), int(seed))
+                pred = obj if obj is not None else latency.loaded_predictor(p, bool(quick), int(seed))
             except Exception:  # noqa: BLE001
                 p_err = [f"{p}: {msg}"] * len(dev_names)
             if pred is not None:

@@ -25,7 +25,6 @@ import re
 import time
 import weakref
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -159,7 +158,7 @@ def _nbytes(t: torch.Tensor) -> int:
     return n * t.element_size()
 
 
-def _layer_of(module: str) -> int:
+def layer_of(module: str) -> int:
     m = _LAYER_RE.search(module)
     return int(m.group(1)) if m else -1
 
@@ -334,7 +333,7 @@ class _Recorder(TorchDispatchMode):
         writes = tuple((self._key(t), _nbytes(t)) for t in outs)
         self.rows.append((phase, full, op_class, sub_op, Bd, M, N, K, H, flops,
                           sum(b for _, b in reads), sum(b for _, b in writes),
-                          str(outs[0].dtype).replace("torch.", ""), module, _layer_of(module),
+                          str(outs[0].dtype).replace("torch.", ""), module, layer_of(module),
                           reads, writes))
         return out
 
@@ -393,7 +392,7 @@ def _install_module_hooks(model, stack: list[str]):
     return handles
 
 
-def _switch_routing_stand_in(model) -> int:
+def switch_routing_stand_in(model) -> int:
     """Replace Switch Transformers' data-dependent expert dispatch with an even spread.
 
     On meta tensors the router's argmax has no value, so which token goes to which expert is
@@ -539,7 +538,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     train = mode == "train"
     model = build_model(cfg, mode if authors_heads else None, dtype)
     model.train(train)  # dropout kernels only in training (eval() makes dropout an identity)
-    _switch_routing_stand_in(model)
+    switch_routing_stand_in(model)
     params = dict(model.named_parameters())
     if train and accumulate_grads:
         for p in params.values():

@@ -55,7 +55,7 @@ def fp16mm_ours(predictor="neusight", quick: bool = False, peak: str = "dense", 
     if peak not in PEAKS:
         raise ValueError(f"peak must be one of {', '.join(PEAKS)}, got {peak!r}")
     fp16 = evaluation.load_fp16mm() if fp16 is None else fp16
-    pred = latency._predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     if peak == "authors":
         k, dev = fp16mm_kernels(fp16, 4.0, "fp32"), devices.get_device("NVIDIA_H100_80GB_HBM3_TP")
     else:
@@ -148,7 +148,7 @@ def _tp_degrees(max_gpus: int) -> list[int]:
     return sorted({n for n in (2, max_gpus) if 1 < n <= max_gpus})
 
 
-# attrs parallel._tp reads; the rest (params, memory timeline, the HF config) is put back afterwards
+# attrs parallel.tp_split reads; the rest (params, memory timeline, the HF config) is put back afterwards
 _TP_ATTRS = ("batch", "seq", "mode", "hidden", "vocab", "num_layers", "dtype", "model")
 
 
@@ -172,7 +172,7 @@ def run(gpus=None, dtypes=("bf16", "fp32"), quick: bool = False, predictor="neus
     ``max_gpus`` GPUs) whose per-GPU memory fits, or ``does not fit on max_gpus``. GPUs without
     NVLink get no TP latency. Predictions of identical kernels are shared (``predict_unique``)."""
     gpus = list(gpus or catalogue_gpus())
-    pred = latency._predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     rows = []
     for sc in scenarios(quick):
         for dt in dtypes:
