@@ -184,7 +184,6 @@ def _predict(a) -> int:
 
 def _add_sweep_parser(sub) -> None:
     """``sweep``: the product of comma-separated lists, one CSV row per configuration x predictor."""
-    from neusight_core import predictors as _pred
     p = sub.add_parser("sweep", help="predict many configurations (comma-separated lists) into a CSV")
     p.add_argument("--model", required=True, help="model name(s) or config path(s), comma-separated")
     p.add_argument("--device", required=True, help="GPU name(s), comma-separated")
@@ -266,7 +265,6 @@ class _CsvTarget:
 
 
 def _sweep(a) -> int:
-    from neusight_core import predictors as _pred
     from neusight_core import sweep
 
     names = _csv_list(a.predictor, "predictor")

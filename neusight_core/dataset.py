@@ -224,10 +224,6 @@ def load_test(files=TEST_FILES) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- kernel-table view
-def _elements(df: pd.DataFrame) -> pd.Series:
-    return df["B"] * df["H"]
-
-
 def to_kernels(df: pd.DataFrame) -> pd.DataFrame:
     """Map processed dataset rows onto the kernel-table columns of ``trace.trace_model``.
 

@@ -537,11 +537,3 @@ def family_for(model, batch: int, seq: int, mode: str = "inf", allow_bucket: boo
         fam = family(model, mode, seq_fixed=int(seq), **trace_kw)
         return fam if fam.ok else None
     return None
-
-
-def derived_or_traced(model, batch: int, seq: int, mode: str = "inf", **trace_kw) -> pd.DataFrame:
-    """The derived table where the family is derivable, else a real (cached) trace."""
-    fam = family_for(model, batch, seq, mode, **trace_kw)
-    if fam is not None:
-        return fam.table(batch, seq)
-    return trace_cache.trace(model, batch, seq, mode, **trace_kw)

@@ -73,6 +73,8 @@ class Device:
     fp16_tensor_gflops: float | None = None
     bf16_tensor_gflops: float | None = None
     tensor_source: str = ""
+    # one of the paper's unseen (out-of-distribution) GPUs with labels: H100, L4, A100-80GB, MI250 (devices.yaml)
+    unseen: bool = False
 
     def has_tensor_peak(self, precision: str) -> bool:
         """Whether the catalogue gives this GPU a dense tensor-core (AMD: matrix-core) GEMM peak for
@@ -169,7 +171,7 @@ def _from_release_json(path: Path, d: dict, name: str, extra: dict, source: str)
         freq_mhz=_num(path, "Freq", d["Freq"]), fp32_gflops=_num(path, "SingleFLOPs", mm),
         fp32_vec_gflops=_num(path, "SingleFLOPsVEC", vec), l2_mb=_num(path, "L2Cache", d["L2Cache"]),
         link_gbs=None if link is None else _num(path, "link_gbs", link),
-        training=bool(extra.get("training", False)),
+        training=bool(extra.get("training", False)), unseen=bool(extra.get("unseen", False)),
         source=source + (f"; link: {extra['link_source']}" if extra.get("link_source") else ""),
         **_tensor_fields(path, name, extra),
     )

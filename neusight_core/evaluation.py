@@ -67,7 +67,7 @@ import numpy as np
 import pandas as pd
 
 from . import paths, report
-from . import registry, schema
+from . import devices, registry, schema
 
 PREDICTORS = ("neusight", "roofline", "habitat", "li")
 # Release folder name of each predictor (Li et al. ships as "micro").
@@ -98,7 +98,6 @@ GPU_SHORT = {
     "AMD_Instinct_MI250": "MI250",
 }
 # Unseen GPUs (SPEC section 4); the authors' Table 6 uses the NVIDIA three.
-OOD_GPUS = ("NVIDIA_H100_80GB_HBM3", "NVIDIA_L4", "NVIDIA_A100_80GB_PCIe", "AMD_Instinct_MI250")
 OOD_MODELS = ("gpt3_xl", "gpt3_27", "opt_13")
 
 MODEL_DISPLAY = {
@@ -278,9 +277,11 @@ def build_index(labels_dir: str | Path | None = None, predictions_dir: str | Pat
         rows.append(row)
 
     df = pd.DataFrame(rows)
-    df["ood_gpu"] = df["gpu"].isin(OOD_GPUS)
+    # unseen GPUs from the catalogue (``unseen: true`` in devices.yaml); the paper's "ood" split is NVIDIA's
+    unseen = {g: devices.get_device(g) for g in df["gpu"].unique()}
+    df["ood_gpu"] = df["gpu"].map(lambda g: unseen[g].unseen)
     df["ood_model"] = df["model"].isin(OOD_MODELS)
-    df["ood"] = df["ood_model"] | df["gpu"].isin(OOD_GPUS[:3])
+    df["ood"] = df["ood_model"] | df["gpu"].map(lambda g: unseen[g].unseen and unseen[g].vendor == "NVIDIA")
     for col in [f"label_{op}_ms" for op in OP_CLASSES] + [f"pred_{p}_{op}_ms" for p in PREDICTORS for op in OP_CLASSES]:
         if col not in df:
             df[col] = np.nan

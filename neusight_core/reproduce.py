@@ -48,18 +48,8 @@ def option_kwargs(option: str) -> dict:
     return kw
 
 
-def _error_reason(e: Exception, model: str) -> str:
-    """One whole sentence saying why a configuration has no prediction (never cut)."""
-    from neusight_core import trace as _trace
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if isinstance(e, _trace.TraceError) and msg.startswith("unknown model config"):
-        return (f"the authors' release ships no model config for {model!r} (and neusight_core has none), "
-                "so the model cannot be traced")
-    return f"{type(e).__name__}: {msg}"
-
-
 def _reason_text(err: str, model: str) -> str:
-    """The sweep's one-line error of a configuration as a whole sentence (see ``_error_reason``)."""
+    """The sweep's one-line error of a configuration as a whole sentence (never cut)."""
     if "unknown model config" in err:
         return (f"the authors' release ships no model config for {model!r} (and neusight_core has none), "
                 "so the model cannot be traced")
@@ -94,15 +84,6 @@ def sweep_configs(index: pd.DataFrame, predictors=PREDICTORS, quick: bool = Fals
     out["ape"] = ape(out["label_e2e_ms"], out["e2e_ms"].where(out["error"] == ""))
     out.attrs.update({k: v for k, v in long.attrs.items() if not isinstance(v, (pd.DataFrame, pd.Series))})
     return out
-
-
-def spread_sweep(index: pd.DataFrame, long: pd.DataFrame) -> pd.DataFrame:
-    """``predict_configs``' frame from a ``sweep_configs`` frame of the same index (no second sweep):
-    predictors and seeds are those of ``long`` (first seed in ``ours_<p>_*``)."""
-    predictors = list(dict.fromkeys(long["predictor"]))
-    seeds = [int(x) for x in dict.fromkeys(long["seed"])]
-    wall = float(long.attrs.get("total_s", np.nan)) / max(len(index), 1)
-    return _spread(index, long, [""] * len(index), wall, predictors, seeds)
 
 
 def _sweep(index, predictors, seeds, quick, progress):

@@ -49,7 +49,7 @@ def test_derived_tables_equal_real_traces_kernel_by_kernel(cache_dir, model):
             continue
         real = trace.trace_model(model, b, s, mode)
         fam = derive.family_for(model, b, s, mode, past=0)
-        got = derive.derived_or_traced(model, b, s, mode, past=0)
+        got = fam.table(b, s) if fam is not None else trace_cache.trace(model, b, s, mode, past=0)
         assert derive.compare(got, real) == "", (model, b, s, mode)
         if fam is None:
             assert not got.attrs.get("derived")
@@ -263,5 +263,3 @@ def test_predict_configs_runs_through_the_sweep_with_seeds(cache_dir):
     assert ours.ours_roofline_ms.iloc[0] == pytest.approx(ref["e2e_ms"], rel=1e-9)
     long = reproduce.sweep_configs(index, ["roofline"], quick=True, progress=False, seeds=(0, 1))
     assert len(long) == 2 * len(index) and set(long.seed) == {0, 1} and long.ape.notna().all()
-    again = reproduce.spread_sweep(index, long)
-    pd.testing.assert_frame_equal(again.drop(columns=["ours_wall_s"]), ours.drop(columns=["ours_wall_s"]))

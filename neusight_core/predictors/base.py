@@ -17,29 +17,30 @@ import neusight_core.predictors.common as common
 
 VERSION = 3          # bump when a change of code makes saved weights stale (2: the authors' form trains unclamped;
                      # 3: fused Adam/AdamW, the same update with other float rounding)
-HPARAMS_FILE = Path(__file__).with_name("hparams.yaml")
 RECIPES_DIR = Path(__file__).with_name("recipes")
 
 
 def hparams(name: str) -> dict:
-    """The chosen hyper-parameters of predictor ``name``: ``predictors/recipes/<name>.yaml`` when it
-    exists (the NeuSight recipes), else its section of ``predictors/hparams.yaml`` (the baselines).
+    """The chosen hyper-parameters of predictor ``name``: its recipe file (the NeuSight recipes,
+    ``predictors/recipes/<name>.yaml``) or the ``config`` of its registry entry (the baselines);
+    a recipe name that is not registered (an ablation's base) is read from ``recipes/<name>.yaml``.
     A fresh copy each call (callers may change it); the files are parsed once per process and version."""
     import copy
-    recipe = RECIPES_DIR / f"{name}.yaml"
+    from neusight_core import registry
+    entry = registry.entries().get(name)
+    recipe = entry.recipe if entry is not None and entry.recipe is not None else RECIPES_DIR / f"{name}.yaml"
     if recipe.is_file():
         own = dict(copy.deepcopy(_yaml(str(recipe), recipe.stat().st_mtime_ns)) or {})
         # a recipe may name a ``base`` recipe and list only what it changes (our recipe: the authors' + ...)
         base = own.pop("base", None)
         return {**hparams(base), **own} if base else own
-    whole = _yaml(str(HPARAMS_FILE), HPARAMS_FILE.stat().st_mtime_ns) or {}
-    return dict(copy.deepcopy(whole.get(name, {})))
+    return dict(copy.deepcopy(entry.config or {})) if entry is not None else {}
 
 
 @functools.lru_cache(maxsize=16)
 def _yaml(path: str, mtime_ns: int):
     import yaml
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)     # the C parser: hparams.yaml has a long search log
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(Path(path).read_text(), Loader=loader)
 
 
