@@ -16,6 +16,26 @@ from neusight_core import paths
 OUR_CONFIGS_DIR = Path(__file__).resolve().parent / "model_configs"
 
 
+#: Hugging Face model types traced as image models (issue 26): they take ``pixel_values`` (batch, channels,
+#: size, size) instead of ``input_ids``, so their input size is an image side (``--image-size``), not a
+#: sequence length. Only the types validated here are listed; another vision type is traced as text
+#: and fails with the tracer's one line.
+IMAGE_MODEL_TYPES = ("resnet", "vit")
+DEFAULT_IMAGE_SIZE = 224     # ImageNet's 224 x 224 crops (ResNet paper section 3.4; ViT Table 1's /16 at 224)
+
+
+def is_image_model(config) -> bool:
+    """True for a config (a transformers config, a dict of its content, a name or a path) of an image
+    model (``IMAGE_MODEL_TYPES``)."""
+    mt = getattr(config, "model_type", None)
+    if mt is None and not isinstance(config, dict):
+        from neusight_core import trace_cache     # no torch: reads the JSON
+        config = trace_cache.config_content(config)
+    if isinstance(config, dict):
+        mt = config.get("model_type")
+    return mt in IMAGE_MODEL_TYPES
+
+
 class TraceError(ValueError):
     """Bad input to the tracer (unknown model, unsupported type, non-positive batch/sequence)."""
 

@@ -146,6 +146,30 @@ def check_config(cfg) -> dict:
     return dims
 
 
+def is_image(model) -> bool:
+    """An image model (``configs.is_image_model``): its size argument is the image side, not a sequence."""
+    from neusight_core import configs
+    return configs.is_image_model(vars(_config_of(model)))
+
+
+def input_size(model, seq=None, image_size=None) -> int:
+    """The size the tracer takes (its ``seq`` argument): the sequence length of a text model, the image
+    side of an image model (default ``configs.DEFAULT_IMAGE_SIZE``). The option of the other kind is
+    refused with one line (issue 26); so is a text model without a sequence length."""
+    from neusight_core import configs
+    name = model if isinstance(model, (str, Path)) else getattr(model, "name_or_path", "the model")
+    if is_image(model):
+        if seq is not None:
+            raise LatencyInputError(f"--seq is for text models: {name} is an image model; give --image-size "
+                                    f"(default {configs.DEFAULT_IMAGE_SIZE})")
+        return configs.DEFAULT_IMAGE_SIZE if image_size is None else image_size
+    if image_size is not None:
+        raise LatencyInputError(f"--image-size is for image models: {name} is a text model; give --seq")
+    if seq is None:
+        raise LatencyInputError(f"{name} is a text model: give its sequence length (--seq)")
+    return seq
+
+
 def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: int, past: int = 0,
                   dtype: str = "fp32") -> float:
     """A lower bound of the memory one GPU needs (GB, in ``dtype``): the weights (attention 4h^2 + MLP 2hI per
@@ -155,7 +179,8 @@ def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: i
     weights = L * (4 * h * h + 2 * h * dims.get("intermediate size", 4 * h)) + dims.get("vocabulary size", 0) * h
     shard = gpus if parallel in ("tp", "pp") else 1
     b = batch / gpus if parallel in ("dp", "pp") else batch
-    act = b * seq * h
+    # image models (dims["image channels"]): seq is the image side and the input is b x channels x side^2
+    act = b * seq * seq * dims["image channels"] if "image channels" in dims else b * seq * h
     kv = 2 * L * b * past * h / (gpus if parallel == "tp" else 1)
     return schema.element_bytes(dtype) * (weights / shard * (2 if mode == "train" else 1) + act + kv) / 1e9
 
@@ -171,8 +196,12 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
     ranges, or a configuration whose weights + one activation tensor exceed the GPUs' memory 100 times
     over (one that merely does not fit is predicted, with ``memory.footprint``'s "does not fit").
     Returns (device, config)."""
+    try:
+        image = is_image(model)
+    except Exception:  # noqa: BLE001 - an unknown or broken config is reported below, after the sizes
+        image = False
     batch = _positive_int("batch", batch)
-    seq = _positive_int("sequence length", seq)
+    seq = _positive_int("image size" if image else "sequence length", seq)
     micro_batches = _positive_int("micro-batch count", micro_batches)
     gpus = _positive_int("GPU count", gpus)
     if not isinstance(past, (int, np.integer)) or isinstance(past, bool) or past < 0:
@@ -203,6 +232,16 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
     check_device(dev)
     cfg = _config_of(model)
     dims = check_config(cfg)
+    if image:
+        # issue 26: image models have no KV cache, and only data parallelism is modelled for them (the TP
+        # and PP splits of parallel.py are the Megatron splits of transformer blocks)
+        if past:
+            raise LatencyInputError(f"a KV cache (--past) is for text decoders: {getattr(cfg, 'name', model)} "
+                                    "is an image model")
+        if parallel in ("tp", "pp"):
+            raise LatencyInputError(f"{parallel} is not modelled for image models ({getattr(cfg, 'name', model)}); "
+                                    "data parallelism (dp) is")
+        dims["image channels"] = int(getattr(cfg, "num_channels", 3) or 3)
     heads = dims.get("number of attention heads")
     if parallel == "tp" and heads and heads % gpus:
         raise LatencyInputError(f"tensor parallelism over {gpus} GPUs needs the {heads} attention heads to split "
@@ -306,5 +345,40 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     mem = _memory.footprint(kernels, dev, optimizer=optimizer, master_weights=master_weights)
     out.update(trace_s=t1 - t0, predict_s=time.perf_counter() - t1, kernels=kernels,
                device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name,
-               dtype=dtype, dtype_note=dev.precision_note(dtype), memory=mem)
+               dtype=dtype, dtype_note=dev.precision_note(dtype), memory=mem,
+               conv_note=conv_note(kernels, predictor, quick))
     return out
+
+
+def conv_by_roofline(predictor="neusight", quick: bool = False) -> bool:
+    """Whether ``predictor`` times convolutions by the roofline, i.e. has no model of its own for them:
+    one convolution (a 3 x 3 conv of ResNet-50's third stage at batch 32) predicted on the A100 against
+    the roofline. The roofline baseline itself counts as having its model."""
+    from neusight_core.predictors import common
+    pred = _predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    if getattr(pred, "name", "") == "roofline":
+        return False
+    cin = cout = 256
+    k, size, b = 3, 14, 32
+    row = pd.DataFrame([{"op_class": "CONV", "sub_op": "fwd", "B": b, "M": b * size * size, "N": cin * k * k,
+                         "K": cout, "H": np.nan, "flops": 2.0 * b * size * size * cin * k * k * cout,
+                         "bytes_read": 4.0 * (b * cin * size * size + cout * cin * k * k),
+                         "bytes_written": 4.0 * b * cout * size * size, "precision": "fp32", "count": 1,
+                         "conv_cin": cin, "conv_cout": cout, "conv_k": k, "conv_in": size, "conv_stride": 1,
+                         "conv_pad": 1, "conv_groups": 1}])
+    dev = _device("A100")
+    got = float(np.asarray(pred.predict(row, dev), dtype=float)[0])
+    return bool(np.isclose(got, float(common.roofline_ms(row, common.device_arrays(row, dev))[0]), rtol=1e-9))
+
+
+def conv_note(kernels: pd.DataFrame, predictor="neusight", quick: bool = False) -> str:
+    """"" or the sentence that says the convolutions of this prediction are timed by the roofline (issue 26:
+    until NeuSight's convolution networks are trained, ``conv_by_roofline``)."""
+    conv = (kernels["op_class"] == "CONV").to_numpy()
+    if not conv.any() or not conv_by_roofline(predictor, quick):
+        return ""
+    share = float(kernels["pred_ms"].to_numpy(float)[conv].sum() / max(kernels["pred_ms"].sum(), 1e-30))
+    pct = "under 1%" if share < 0.01 else f"{share:.0%}"
+    return (f"convolutions ({pct} of the predicted time) are predicted by the roofline: this predictor "
+            "has no trained convolution model (issue 26); an extrapolation, no measured latency of an image "
+            "model validates it")
