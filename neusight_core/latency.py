@@ -170,6 +170,15 @@ def input_size(model, seq=None, image_size=None) -> int:
     return seq
 
 
+def check_image_request(name, past, parallel) -> None:
+    """What an image model cannot be asked (issue 26): a KV cache, and the TP / PP plans (``parallel.py``
+    splits transformer blocks the Megatron way; data parallelism is modelled)."""
+    if past:
+        raise LatencyInputError(f"a KV cache (--past) is for text decoders: {name} is an image model")
+    if parallel in ("tp", "pp"):
+        raise LatencyInputError(f"{parallel} is not modelled for image models ({name}); data parallelism (dp) is")
+
+
 def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: int, past: int = 0,
                   dtype: str = "fp32") -> float:
     """A lower bound of the memory one GPU needs (GB, in ``dtype``): the weights (attention 4h^2 + MLP 2hI per
@@ -233,14 +242,7 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
     cfg = _config_of(model)
     dims = check_config(cfg)
     if image:
-        # issue 26: image models have no KV cache, and only data parallelism is modelled for them (the TP
-        # and PP splits of parallel.py are the Megatron splits of transformer blocks)
-        if past:
-            raise LatencyInputError(f"a KV cache (--past) is for text decoders: {getattr(cfg, 'name', model)} "
-                                    "is an image model")
-        if parallel in ("tp", "pp"):
-            raise LatencyInputError(f"{parallel} is not modelled for image models ({getattr(cfg, 'name', model)}); "
-                                    "data parallelism (dp) is")
+        check_image_request(getattr(cfg, "name", model), past, parallel)
         dims["image channels"] = int(getattr(cfg, "num_channels", 3) or 3)
     heads = dims.get("number of attention heads")
     if parallel == "tp" and heads and heads % gpus:
