@@ -106,9 +106,10 @@ def chunks(configs: pd.DataFrame, size: int = 5000):
         yield ordered.iloc[a:a + size]
 
 
-def sweep(models, devices, batches, seqs, modes=("inf",), predictors=("neusight",), seeds=(0,),
+def sweep(models, devices, batches, seqs=None, modes=("inf",), predictors=("neusight",), seeds=(0,),
           quick: bool = False, progress: bool = True, use_derivation: bool = True, **options) -> pd.DataFrame:
-    """Predict the product of models x devices x batches x seqs x modes (x options); see ``run``."""
+    """Predict the product of models x devices x batches x seqs (image models: ``image_sizes=``, default
+    224) x modes (x options); see ``run``."""
     return run(grid(models, devices, batches, seqs, modes, **options), predictors, seeds, quick=quick,
                progress=progress, use_derivation=use_derivation)
 

@@ -217,7 +217,11 @@ def classify(base: str, args, kwargs, outs: list[torch.Tensor], ins: list[torch.
         H = int(out.shape[-1]) if out.dim() else 1
         return "LAYERNORM", "", numel // max(H, 1), nan, nan, nan, H, float(OPS_PER_ELEMENT["LAYERNORM"] * numel)
     if base in BATCHNORM or base in BATCHNORM_INFERENCE:
-        per = 2 if base in BATCHNORM_INFERENCE else OPS_PER_ELEMENT["LAYERNORM"]
+        # the forward ops take (input, weight, bias, running_mean, running_var, training, ...): eval() runs
+        # them with training=False, i.e. with the running statistics
+        inference = base in BATCHNORM_INFERENCE or (not base.endswith("backward") and len(args) > 5
+                                                    and isinstance(args[5], bool) and not args[5])
+        per = 2 if inference else OPS_PER_ELEMENT["LAYERNORM"]
         return "VEC", "mul", rows, nan, nan, nan, H, float(per * numel)
     if base in REDUCTION:
         src = ins[0] if ins else out
