@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 from pathlib import Path
@@ -27,13 +28,20 @@ DEFAULT_IMAGE_SIZE = 224     # ImageNet's 224 x 224 crops (ResNet paper section 
 def is_image_model(config) -> bool:
     """True for a config (a transformers config, a dict of its content, a name or a path) of an image
     model (``IMAGE_MODEL_TYPES``)."""
+    if isinstance(config, (str, Path)):
+        return _named_is_image(str(config))
     mt = getattr(config, "model_type", None)
-    if mt is None and not isinstance(config, dict):
-        from neusight_core import trace_cache     # no torch: reads the JSON
-        config = trace_cache.config_content(config)
     if isinstance(config, dict):
         mt = config.get("model_type")
     return mt in IMAGE_MODEL_TYPES
+
+
+@functools.lru_cache(maxsize=256)
+def _named_is_image(name: str) -> bool:
+    # once per name and process: a sweep asks for every configuration, and reading a config globs the
+    # config folders
+    from neusight_core import trace_cache     # no torch: reads the JSON
+    return trace_cache.config_content(name).get("model_type") in IMAGE_MODEL_TYPES
 
 
 class TraceError(ValueError):

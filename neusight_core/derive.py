@@ -431,8 +431,10 @@ class Family:
         n = len(self.layer)
         # merge rows with identical structure and identical sample values
         sig = pd.DataFrame({f"s{k}": self.struct[c].to_numpy() for k, c in enumerate(keep_s)})
-        flat = self.values[:, :, num_j].transpose(1, 0, 2).reshape(n, -1).astype(float)
-        nanflat = np.repeat(self.nan[:, num_j], 1, axis=1)
+        # a column NaN on every row (e.g. the conv columns of a text model) tells no rows apart
+        sig_j = [j for j in num_j if not self.nan[:, j].all()]
+        flat = self.values[:, :, sig_j].transpose(1, 0, 2).reshape(n, -1).astype(float)
+        nanflat = np.repeat(self.nan[:, sig_j], 1, axis=1)
         for k in range(flat.shape[1]):
             sig[f"v{k}"] = flat[:, k]
         for k in range(nanflat.shape[1]):

@@ -14,6 +14,10 @@ from __future__ import annotations
 #: implicit-GEMM dims and conv parameters (docs/interfaces.md, "Kernel table").
 OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "CONV", "MEM", "COMM", "UNCLASSIFIED")
 
+#: The columns of a CONV row's parameters (issue 26; NaN on other rows): in- / out-channels, kernel side,
+#: input side, stride, padding, groups (docs/interfaces.md, "Kernel table").
+CONV_COLUMNS = ("conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups")
+
 #: The classes of the paper's kernel data and tables (Tables 3-4, Figure 7): the ones the release
 #: measures and NeuSight's networks learn.
 PAPER_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM")

@@ -40,9 +40,7 @@ COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "f
 # Extra columns after COLUMNS: `reads` / `writes` = tuples of (buffer key, bytes) per kernel, the
 # data dependencies fusion.fuse needs (a key names one tensor buffer within one trace), and
 # `precision` (fp32 | tf32 | fp16 | bf16): the arithmetic the kernel runs in, which picks the GEMM peak.
-# Then CONV_COLUMNS (issue 26): the parameters of a 2-D convolution, NaN on every other row.
-CONV_COLUMNS = ["conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups"]
-_NO_CONV = (math.nan,) * len(CONV_COLUMNS)
+# Then CONV_COLUMNS (issue 26, below): the parameters of a 2-D convolution, NaN on every other row.
 
 # Precision of a trace (``trace_model(..., dtype=)``) -> storage dtype of the model's tensors.
 # tf32 = FP32 tensors, GEMMs on TF32 tensor cores; fp32 = the paper's setting (TF32 off).
@@ -55,6 +53,9 @@ _DTYPE_PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 from neusight_core import configs  # noqa: E402
 from neusight_core import schema  # noqa: E402
 from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs, load_config  # noqa: E402,F401
+
+CONV_COLUMNS = list(schema.CONV_COLUMNS)    # the conv parameters of CONV rows, NaN elsewhere (issue 26)
+_NO_CONV = (math.nan,) * len(CONV_COLUMNS)
 
 
 # The release's BERT config names BertLMHeadModel, but the authors' op graphs (and so the measured

@@ -130,6 +130,11 @@ def test_vit_rows_patch_conv_attention_and_mlp():
     assert k48.attrs["image_size"] == 48 and k.attrs["image_size"] == SIZE
 
 
+def test_image_models_are_traced_not_derived(release_root):
+    from neusight_core import derive
+    assert derive.family_for("resnet50", 2, 224, "inf") is None and derive.family_for("vit_b16", 3, 224, "train") is None
+
+
 def test_text_traces_have_no_conv_rows_and_empty_conv_columns(release_root):
     k = trace.trace_model("gpt2_large", 1, 8, "inf")
     assert "CONV" not in set(k.op_class) and k[trace.CONV_COLUMNS].isna().all().all()
