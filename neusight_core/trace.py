@@ -259,11 +259,11 @@ def conv_rows(base: str, args, out) -> list[tuple] | None:
     wgrad M = Cout,   N = B o^2,        K = Cin k^2 / g (reads grad-output + input, writes grad-weight)
     flops = 2 M N K. For a strided conv the dgrad GEMM over every input pixel counts stride^2 times the
     multiply-adds that reach a non-zero (the implicit GEMM's own work, which the measured kernels do too).
-    The backward's bias gradient (a per-channel sum of grad-output) is one VEC add row."""
+    A bias is one more VEC row each way: PyTorch adds it to the forward's output with its own element-wise
+    kernel (``_convolution``: cuDNN's conv, then ``add_``), and its gradient is a per-channel sum of grad-output."""
     nan = math.nan
     if base == "convolution":
         x, w, bias, stride, pad, dil, transposed, _, groups = args[:9]
-        y = out
     else:
         gy, x, w, _, stride, pad, dil, transposed, _, groups, mask = args[:11]
     if (x.dim() != 4 or transposed or w.shape[2] != w.shape[3] or x.shape[2] != x.shape[3]
@@ -277,7 +277,11 @@ def conv_rows(base: str, args, out) -> list[tuple] | None:
     red_in, red_out = cin * k * k // g, cout * k * k // g
     if base == "convolution":
         M, N, K = B * o * o, red_in, cout
-        return [("fwd", "CONV", B, M, N, K, nan, 2.0 * M * N * K, [x, w], [y], params)]
+        rows = [("fwd", "CONV", B, M, N, K, nan, 2.0 * M * N * K, [x, w], [out], params)]
+        if isinstance(bias, torch.Tensor):
+            rows.append(("add", "VEC", B * cout * o, nan, nan, nan, o, float(out.numel()), [out, bias], [out],
+                         _NO_CONV))
+        return rows
     gx, gw, gb = out
     rows = []
     if mask[0] and isinstance(gx, torch.Tensor):

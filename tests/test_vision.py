@@ -115,9 +115,12 @@ def test_vit_rows_patch_conv_attention_and_mlp():
     fwd = conv.iloc[0]
     assert (fwd.conv_cin, fwd.conv_cout, fwd.conv_k, fwd.conv_stride, fwd.conv_pad, fwd.conv_in) == (3, 32, 8, 8, 0, 32)
     assert (fwd.M, fwd.N, fwd.K) == (B * 16, 3 * 64, 32) and fwd.flops == 2 * B * 16 * 3 * 64 * 32
-    # the patch conv has a bias: its gradient is a per-channel sum of the output gradient (one VEC row)
-    bias = k[(k.aten_op == "aten.convolution_backward.default") & (k.op_class == "VEC")]
-    assert len(bias) == 1 and (bias.B.iloc[0], bias.H.iloc[0]) == (32, B * 16)
+    # the patch conv has a bias: added by its own kernel after the conv, and its gradient is a per-channel
+    # sum of the output gradient (one VEC row each)
+    bias = k[k.aten_op.str.startswith("aten.convolution") & (k.op_class == "VEC")]
+    assert list(bias.phase) == ["fw", "bw"] and set(bias.sub_op) == {"add"}
+    assert bias.flops.iloc[0] == B * 32 * 16 and bias.bytes_written.iloc[0] == 4 * B * 32 * 16
+    assert (bias.B.iloc[1], bias.H.iloc[1]) == (32, B * 16) and bias.flops.iloc[1] == B * 32 * 16
     qk = k[(k.op_class == "BMM") & (k.phase == "fw")]
     assert len(qk) == 2 * 2 and set(zip(qk.B, qk.M)) == {(B * 2, tokens)}
     assert set(qk.N) == {16, tokens} and set(qk.K) == {16, tokens}
