@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from neusight_core import memory, network
+from neusight_core import configs, memory, network
 from neusight_core import schema
 
 MODES = ("inf", "train")
@@ -103,12 +103,11 @@ def check_device(dev) -> None:
 
 def _config_of(model):
     """The model's config fields for the checks below, with one clear line for files that cannot be
-    one. Read as plain JSON (``trace_cache.config_content``), not through transformers, so that a
+    one. Read as plain JSON (``configs.config_content``), not through transformers, so that a
     question answered from the trace cache imports neither transformers nor torch; the tracer checks
     the model type when it builds the model."""
     from types import SimpleNamespace
 
-    from neusight_core import trace_cache
     if isinstance(model, (str, Path)) and str(model).endswith(".json") and Path(model).is_file():
         import json
         try:
@@ -118,7 +117,7 @@ def _config_of(model):
         if not isinstance(body, dict):
             raise LatencyInputError(f"model config {model}: must be a JSON object (a Hugging Face config), "
                                     f"got a {type(body).__name__}")
-    content = trace_cache.config_content(model)
+    content = configs.config_content(model)
     if not content.get("model_type"):
         from neusight_core.trace import TraceError
         raise TraceError(f"model config {model if isinstance(model, (str, Path)) else content.get('name')} "
@@ -146,6 +145,39 @@ def check_config(cfg) -> dict:
     return dims
 
 
+def is_image(model) -> bool:
+    """An image model (``configs.is_image_model``): its size argument is the image side, not a sequence."""
+    from neusight_core import configs
+    return configs.is_image_model(vars(_config_of(model)))
+
+
+def input_size(model, seq=None, image_size=None) -> int:
+    """The size the tracer takes (its ``seq`` argument): the sequence length of a text model, the image
+    side of an image model (default ``configs.DEFAULT_IMAGE_SIZE``). The option of the other kind is
+    refused with one line (issue 26); so is a text model without a sequence length."""
+    from neusight_core import configs
+    name = model if isinstance(model, (str, Path)) else getattr(model, "name_or_path", "the model")
+    if is_image(model):
+        if seq is not None:
+            raise LatencyInputError(f"--seq is for text models: {name} is an image model; give --image-size "
+                                    f"(default {configs.DEFAULT_IMAGE_SIZE})")
+        return configs.DEFAULT_IMAGE_SIZE if image_size is None else image_size
+    if image_size is not None:
+        raise LatencyInputError(f"--image-size is for image models: {name} is a text model; give --seq")
+    if seq is None:
+        raise LatencyInputError(f"{name} is a text model: give its sequence length (--seq)")
+    return seq
+
+
+def check_image_request(name, past, parallel) -> None:
+    """What an image model cannot be asked (issue 26): a KV cache, and the TP / PP plans (``parallel.py``
+    splits transformer blocks the Megatron way; data parallelism is modelled)."""
+    if past:
+        raise LatencyInputError(f"a KV cache (--past) is for text decoders: {name} is an image model")
+    if parallel in ("tp", "pp"):
+        raise LatencyInputError(f"{parallel} is not modelled for image models ({name}); data parallelism (dp) is")
+
+
 def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link_gbs=None, micro_batches=1,
                     past=0, dtype="fp32"):
     """Every check of a prediction request, in one place (the CLI and predict_model both use it).
@@ -157,8 +189,12 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
     ranges, or a configuration whose weights + one activation tensor exceed the GPUs' memory 100 times
     over (one that merely does not fit is predicted, with ``memory.footprint``'s "does not fit").
     Returns (device, config)."""
+    try:
+        image = is_image(model)
+    except Exception:  # noqa: BLE001 - an unknown or broken config is reported below, after the sizes
+        image = False
     batch = _positive_int("batch", batch)
-    seq = _positive_int("sequence length", seq)
+    seq = _positive_int("image size" if image else "sequence length", seq)
     micro_batches = _positive_int("micro-batch count", micro_batches)
     gpus = _positive_int("GPU count", gpus)
     if not isinstance(past, (int, np.integer)) or isinstance(past, bool) or past < 0:
@@ -189,6 +225,9 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
     check_device(dev)
     cfg = _config_of(model)
     dims = check_config(cfg)
+    if image:
+        check_image_request(getattr(cfg, "name", model), past, parallel)
+        dims["image channels"] = int(getattr(cfg, "num_channels", 3) or 3)
     heads = dims.get("number of attention heads")
     if parallel == "tp" and heads and heads % gpus:
         raise LatencyInputError(f"tensor parallelism over {gpus} GPUs needs the {heads} attention heads to split "
@@ -291,5 +330,40 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     mem = memory.footprint(kernels, dev, optimizer=optimizer, master_weights=master_weights)
     out.update(trace_s=t1 - t0, predict_s=time.perf_counter() - t1, kernels=kernels,
                device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name,
-               dtype=dtype, dtype_note=dev.precision_note(dtype), memory=mem)
+               dtype=dtype, dtype_note=dev.precision_note(dtype), memory=mem,
+               conv_note=conv_note(kernels, predictor, quick))
     return out
+
+
+def conv_by_roofline(predictor="neusight", quick: bool = False) -> bool:
+    """Whether ``predictor`` times convolutions by the roofline, i.e. has no model of its own for them:
+    one convolution (a 3 x 3 conv of ResNet-50's third stage at batch 32) predicted on the A100 against
+    the roofline. The roofline baseline itself counts as having its model."""
+    from neusight_core.predictors import common
+    pred = loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    if getattr(pred, "name", "") == "roofline":
+        return False
+    cin = cout = 256
+    k, size, b = 3, 14, 32
+    row = pd.DataFrame([{"op_class": "CONV", "sub_op": "fwd", "B": b, "M": b * size * size, "N": cin * k * k,
+                         "K": cout, "H": np.nan, "flops": 2.0 * b * size * size * cin * k * k * cout,
+                         "bytes_read": 4.0 * (b * cin * size * size + cout * cin * k * k),
+                         "bytes_written": 4.0 * b * cout * size * size, "precision": "fp32", "count": 1,
+                         "conv_cin": cin, "conv_cout": cout, "conv_k": k, "conv_in": size, "conv_stride": 1,
+                         "conv_pad": 1, "conv_groups": 1}])
+    dev = _device("A100")
+    got = float(np.asarray(pred.predict(row, dev), dtype=float)[0])
+    return bool(np.isclose(got, float(common.roofline_ms(row, common.device_arrays(row, dev))[0]), rtol=1e-9))
+
+
+def conv_note(kernels: pd.DataFrame, predictor="neusight", quick: bool = False) -> str:
+    """"" or the sentence that says the convolutions of this prediction are timed by the roofline (issue 26:
+    until NeuSight's convolution networks are trained, ``conv_by_roofline``)."""
+    conv = (kernels["op_class"] == "CONV").to_numpy()
+    if not conv.any() or not conv_by_roofline(predictor, quick):
+        return ""
+    share = float(kernels["pred_ms"].to_numpy(float)[conv].sum() / max(kernels["pred_ms"].sum(), 1e-30))
+    pct = "under 1%" if share < 0.01 else f"{share:.0%}"
+    return (f"convolutions ({pct} of the predicted time) are predicted by the roofline: this predictor "
+            "has no trained convolution model (issue 26); an extrapolation, no measured latency of an image "
+            "model validates it")

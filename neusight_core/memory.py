@@ -327,6 +327,7 @@ def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: i
     weights = L * (4 * h * h + 2 * h * dims.get("intermediate size", 4 * h)) + dims.get("vocabulary size", 0) * h
     shard = gpus if parallel in ("tp", "pp") else 1
     b = batch / gpus if parallel in ("dp", "pp") else batch
-    act = b * seq * h
+    # image models (dims["image channels"]): seq is the image side and the input is b x channels x side^2
+    act = b * seq * seq * dims["image channels"] if "image channels" in dims else b * seq * h
     kv = 2 * L * b * past * h / (gpus if parallel == "tp" else 1)
     return schema.element_bytes(dtype) * (weights / shard * (2 if mode == "train" else 1) + act + kv) / 1e9

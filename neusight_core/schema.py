@@ -12,14 +12,20 @@ import numpy as np
 #: Every ``op_class`` a kernel table may hold, in the order tables and sweep columns list them.
 #: MEM: copies / layout changes; COMM: collectives of a parallel plan; UNCLASSIFIED: aten ops the tracer
 #: does not know (predicted as memory-bound).
-OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM", "COMM", "UNCLASSIFIED")
+#: CONV (issue 26): 2-D convolutions (forward, gradient of the input, gradient of the weight), with their
+#: implicit-GEMM dims and conv parameters (docs/interfaces.md, "Kernel table").
+OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "CONV", "MEM", "COMM", "UNCLASSIFIED")
+
+#: The columns of a CONV row's parameters (issue 26; NaN on other rows): in- / out-channels, kernel side,
+#: input side, stride, padding, groups (docs/interfaces.md, "Kernel table").
+CONV_COLUMNS = ("conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups")
 
 #: The classes of the paper's kernel data and tables (Tables 3-4, Figure 7): the ones the release
 #: measures and NeuSight's networks learn.
 PAPER_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM")
 
 #: How the paper's tables name the classes.
-CLASS_LABEL = {"BMM": "BMM", "LINEAR": "FC", "VEC": "EW", "SOFTMAX": "Softmax", "LAYERNORM": "LN"}
+CLASS_LABEL = {"BMM": "BMM", "LINEAR": "FC", "VEC": "EW", "SOFTMAX": "Softmax", "LAYERNORM": "LN", "CONV": "Conv"}
 
 #: Precisions a prediction can be made in. fp32 = the paper's setting (FP32 storage, TF32 off); tf32 keeps
 #: FP32 tensors with GEMMs on TF32 tensor cores; fp16 / bf16 store 2-byte elements.
