@@ -143,16 +143,14 @@ def _train(a) -> int:
 def _predict(a) -> int:
     from neusight_core import latency
     from neusight_core import predictors as _pred
-    if a.gpus is None:
-        a.gpus = 4 if a.parallel else 1
-    image = latency.is_image(a.model)
-    a.seq = latency.input_size(a.model, a.seq, a.image_size)    # --seq for text, --image-size for image models
-    latency.validate_inputs(a.model, a.device, a.batch, a.seq, a.mode, a.parallel, a.gpus, a.link_gbs,
-                            a.micro_batches, a.past, a.dtype)        # bad input first, before any training
+    from neusight_core import scenario
+    # bad input first, before any training: --seq for text, --image-size for image models
+    sc = scenario.scenario(a.model, a.device, a.batch, a.seq, a.mode, image_size=a.image_size, past=a.past,
+                           dtype=a.dtype, fusion=a.fusion, parallel=a.parallel, gpus=a.gpus,
+                           micro_batches=a.micro_batches, link_gbs=a.link_gbs)
+    a.gpus, a.seq, image = sc.gpus, sc.seq, sc.image
     quick = _choose_quick(a, [a.predictor], [0])
-    r = latency.predict_model(a.model, a.device, a.batch, a.seq, a.mode, predictor=a.predictor,
-                              fusion=a.fusion, parallel=a.parallel, gpus=a.gpus, link_gbs=a.link_gbs,
-                              micro_batches=a.micro_batches, quick=quick, past=a.past, dtype=a.dtype)
+    r = latency.predict_scenario(sc, predictor=a.predictor, quick=quick)
     k = r.pop("kernels")
     r.update(model=a.model, batch=a.batch, seq=a.seq, past=a.past, mode=a.mode, fusion=a.fusion, dtype=a.dtype,
              parallel=a.parallel, gpus=a.gpus, kernels=int(len(k)),

@@ -49,12 +49,26 @@ class TraceError(ValueError):
 
 def available_configs() -> dict[str, Path]:
     """Config name -> JSON file: the release's DLmodel_configs plus ours (model_configs/)."""
-    out: dict[str, Path] = {}
     rel = paths.model_configs_dir()
-    if rel.is_dir():
-        out.update({p.stem: p for p in sorted(rel.glob("*.json"))})
+    return dict(_configs_in(str(rel), _mtime(rel), _mtime(OUR_CONFIGS_DIR)))
+
+
+def _mtime(folder: Path) -> int:
+    try:
+        return folder.stat().st_mtime_ns
+    except OSError:
+        return -1
+
+
+@functools.lru_cache(maxsize=8)
+def _configs_in(rel: str, rel_mtime: int, ours_mtime: int) -> tuple:
+    # the folders are listed again when either changes (a file added or removed changes its folder's mtime);
+    # a sweep asks for every configuration, and listing them costs more than the rest of the checks
+    out: dict[str, Path] = {}
+    if rel_mtime >= 0:
+        out.update({p.stem: p for p in sorted(Path(rel).glob("*.json"))})
     out.update({p.stem: p for p in sorted(OUR_CONFIGS_DIR.glob("*.json"))})
-    return out
+    return tuple(out.items())
 
 
 def load_config(name_or_path):

@@ -134,53 +134,30 @@ def _given(v):
 
 
 def _normalise(r: dict) -> dict:
-    from neusight_core import configs, devices
+    """One configuration row -> its validated inputs. The frame's cells are read here (NaN = not given,
+    integers from floats); the request is then checked by ``scenario.scenario``, exactly as ``predict``
+    checks it (issue 23: device plausibility, the absurd-memory guard, image/text sizes, plan limits)."""
+    from neusight_core import scenario
+
+    def opt_int(key, what, minimum=1):
+        v = _given(r.get(key))
+        return None if v is None else _int(v, what, minimum)
+
+    plan = _given(r.get("parallel"))
+    plan = None if plan in ("", "none") else plan
+    dt = _given(r.get("dtype"))
+    fusion = _given(r.get("fusion"))
+    link = _given(r.get("link_gbs"))
+    sc = scenario.scenario(
+        r.get("model"), str(r.get("device")), _int(r.get("batch"), "batch"), opt_int("seq", "seq"),
+        _given(r.get("mode")) or "inf", image_size=opt_int("image_size", "image_size"),
+        past=opt_int("past", "past", 0) or 0, dtype=dt if dt not in (None, "") else "fp32", fusion=bool(fusion),
+        parallel=plan, gpus=opt_int("gpus", "gpus"), micro_batches=opt_int("micro_batches", "micro_batches") or 1,
+        link_gbs=None if link is None else float(link))
     out = dict(r)
-    out["batch"] = _int(r.get("batch"), "batch")
-    seq, size = _given(r.get("seq")), _given(r.get("image_size"))
-    if _image_model(r.get("model")):
-        if seq is not None:
-            raise SweepInputError(f"seq is for text models: {r.get('model')} is an image model (give image_size)")
-        out["seq"], out["image_size"] = None, _int(size if size is not None else configs.DEFAULT_IMAGE_SIZE,
-                                                    "image_size")
-    else:
-        if size is not None:
-            raise SweepInputError(f"image_size is for image models: {r.get('model')} is a text model (give seq)")
-        out["seq"], out["image_size"] = _int(seq, "seq"), None
-    out["past"] = _int(r.get("past") if r.get("past") is not None else 0, "past", 0)
-    mode = r.get("mode") or "inf"
-    if mode not in latency.MODES:
-        raise SweepInputError(f"mode must be one of {', '.join(latency.MODES)}, got {mode!r}")
-    out["mode"] = mode
-    dt = r.get("dtype")
-    dt = "fp32" if dt is None or (isinstance(dt, float) and math.isnan(dt)) or dt == "" else dt
-    if dt not in schema.PRECISIONS:
-        raise SweepInputError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dt!r}")
-    out["dtype"] = dt
-    plan = r.get("parallel")
-    plan = None if plan in (None, "", "none") or (isinstance(plan, float) and math.isnan(plan)) else plan
-    if plan is not None and plan not in latency.PLANS:
-        raise SweepInputError(f"parallel plan must be one of {', '.join(latency.PLANS)}, got {plan!r}")
-    out["parallel"] = plan
-    g = r.get("gpus")
-    g = None if g is None or (isinstance(g, float) and math.isnan(g)) else g
-    out["gpus"] = _int(g if g is not None else (4 if plan else 1), "gpus")
-    mb = r.get("micro_batches")
-    mb = None if mb is None or (isinstance(mb, float) and math.isnan(mb)) else mb
-    out["micro_batches"] = _int(mb if mb is not None else 1, "micro_batches")
-    out["fusion"] = bool(r.get("fusion")) if not (isinstance(r.get("fusion"), float) and math.isnan(r["fusion"])) else False
-    dev = devices.get_device(str(r.get("device")))
-    out["device"] = dev.name
-    lk = r.get("link_gbs")
-    lk = None if lk is None or (isinstance(lk, float) and math.isnan(lk)) else float(lk)
-    if plan is not None:
-        lk = lk if lk is not None else dev.link_gbs
-        if lk is None and out["gpus"] > 1:
-            raise SweepInputError(f"no link bandwidth known for {dev.name}: give link_gbs")
-    out["link_gbs"] = lk
-    configs.config_content(r.get("model"))      # unknown model -> one line
-    if out["image_size"] is not None:
-        latency.check_image_request(r.get("model"), out["past"], plan)
+    out.update(sc.as_dict())
+    del out["image"]
+    out["seq"], out["image_size"] = sc.seq_len, sc.image_size
     return out
 
 
