@@ -1,6 +1,6 @@
 """One op class of a NeuSight recipe, trained alone with config overrides, scored on kernel data only.
 
-The search behind our recipe's per-class settings (docs/recipes.md, search log in predictors/hparams.yaml):
+The search behind our recipe's per-class settings (docs/recipes.md, search log in docs/search_log_logo.yaml):
 for each candidate, train the class on the recipe's training records with 30 % of the distinct
 transformer-derived test shapes held out (as ``recipe_eval.shape_holdout_check`` does for whole recipes),
 and print one JSON line: best validation MAPE on the random split (training GPUs), the epoch, the

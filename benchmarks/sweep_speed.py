@@ -75,7 +75,7 @@ def sweep_time(n_target: int, cache: Path, quick: bool) -> dict:
 
 
 def labelled(cache: Path, quick: bool) -> dict:
-    from neusight_core import derive, evaluation, predictors, reproduce
+    from neusight_core import derive, evaluation, latency, predictors, reproduce
     os.environ["NEUSIGHT_TRACE_CACHE"] = str(cache)
     index = evaluation.build_index()
     names = ["neusight", "roofline", "habitat", "li"]     # the 4 predictors (ours = the 3-seed ensemble)
@@ -86,8 +86,7 @@ def labelled(cache: Path, quick: bool) -> dict:
     reproduce.predict_configs(index, names, quick=quick, progress=False)
     cold = time.perf_counter() - t0
     derive._FAMILIES.clear()             # warm = trace cache filled, new derivation state
-    from neusight_core import sweep
-    sweep._predictor.cache_clear()
+    latency.loaded_predictor.cache_clear()
     t0 = time.perf_counter()
     ours = reproduce.predict_configs(index, names, quick=quick, progress=False)
     warm = time.perf_counter() - t0

@@ -154,12 +154,12 @@ def _cells(source: str, index: pd.DataFrame, predictor: str, fp16: pd.DataFrame 
             c["mode"] = "train"
         return c
     if source == "index":
-        ev._check_columns(index, ["label_e2e_ms", f"pred_{predictor}_ms"])
+        ev.check_columns(index, ["label_e2e_ms", f"pred_{predictor}_ms"])
         c = index.copy()
-        c["ape"] = ev._safe_ape(c["label_e2e_ms"], c[f"pred_{predictor}_ms"])
+        c["ape"] = ev.safe_ape(c["label_e2e_ms"], c[f"pred_{predictor}_ms"])
         return c
     if source in ("perop", "perop_authors_fill"):
-        ev._check_columns(index, ["has_per_op", "vendor", "in_authors_summary", "ood"]
+        ev.check_columns(index, ["has_per_op", "vendor", "in_authors_summary", "ood"]
                           + [f"{k}_{op}_ms" for k in ("label", f"pred_{predictor}") for op in ev.OP_CLASSES])
         idx = ev.fill_per_op_from_authors_summary(index) if source == "perop_authors_fill" else index
         t = ev.table_perop(idx, {predictor: predictor})

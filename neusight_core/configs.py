@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 from pathlib import Path
@@ -16,18 +17,58 @@ from neusight_core import paths
 OUR_CONFIGS_DIR = Path(__file__).resolve().parent / "model_configs"
 
 
+#: Hugging Face model types traced as image models (issue 26): they take ``pixel_values`` (batch, channels,
+#: size, size) instead of ``input_ids``, so their input size is an image side (``--image-size``), not a
+#: sequence length. Only the types validated here are listed; another vision type is traced as text
+#: and fails with the tracer's one line.
+IMAGE_MODEL_TYPES = ("resnet", "vit")
+DEFAULT_IMAGE_SIZE = 224     # ImageNet's 224 x 224 crops (ResNet paper section 3.4; ViT Table 1's /16 at 224)
+
+
+def is_image_model(config) -> bool:
+    """True for a config (a transformers config, a dict of its content, a name or a path) of an image
+    model (``IMAGE_MODEL_TYPES``)."""
+    if isinstance(config, (str, Path)):
+        return _named_is_image(str(config))
+    mt = getattr(config, "model_type", None)
+    if isinstance(config, dict):
+        mt = config.get("model_type")
+    return mt in IMAGE_MODEL_TYPES
+
+
+@functools.lru_cache(maxsize=256)
+def _named_is_image(name: str) -> bool:
+    # once per name and process: a sweep asks for every configuration, and reading a config globs the
+    # config folders
+    return config_content(name).get("model_type") in IMAGE_MODEL_TYPES
+
+
 class TraceError(ValueError):
     """Bad input to the tracer (unknown model, unsupported type, non-positive batch/sequence)."""
 
 
 def available_configs() -> dict[str, Path]:
     """Config name -> JSON file: the release's DLmodel_configs plus ours (model_configs/)."""
-    out: dict[str, Path] = {}
     rel = paths.model_configs_dir()
-    if rel.is_dir():
-        out.update({p.stem: p for p in sorted(rel.glob("*.json"))})
+    return dict(_configs_in(str(rel), _mtime(rel), _mtime(OUR_CONFIGS_DIR)))
+
+
+def _mtime(folder: Path) -> int:
+    try:
+        return folder.stat().st_mtime_ns
+    except OSError:
+        return -1
+
+
+@functools.lru_cache(maxsize=8)
+def _configs_in(rel: str, rel_mtime: int, ours_mtime: int) -> tuple:
+    # the folders are listed again when either changes (a file added or removed changes its folder's mtime);
+    # a sweep asks for every configuration, and listing them costs more than the rest of the checks
+    out: dict[str, Path] = {}
+    if rel_mtime >= 0:
+        out.update({p.stem: p for p in sorted(Path(rel).glob("*.json"))})
     out.update({p.stem: p for p in sorted(OUR_CONFIGS_DIR.glob("*.json"))})
-    return out
+    return tuple(out.items())
 
 
 def load_config(name_or_path):
@@ -70,7 +111,7 @@ def _config_from_dict(d: dict, where: str, name: str):
 
 def switch_tokens_per_expert(seq: int, num_experts: int, expert_capacity: int) -> int:
     """Tokens of each sequence that the tracer's Switch routing stand-in gives every expert
-    (``trace._switch_routing_stand_in``): an even spread, each expert filled up to its capacity.
+    (``trace.switch_routing_stand_in``): an even spread, each expert filled up to its capacity.
     Shape derivation (``derive``) uses the same function, so the two cannot disagree."""
     return min(math.ceil(int(seq) / int(num_experts)), int(expert_capacity))
 
@@ -83,3 +124,26 @@ def expert_tokens_fn(content: dict):
     if not (sparse and isinstance(e, int) and isinstance(cap, int) and e > 0 and cap > 0):
         return None
     return lambda seq: switch_tokens_per_expert(seq, e, cap)
+
+
+def config_content(model) -> dict:
+    """The content of a model config as a plain dict (what the key hashes)."""
+    if isinstance(model, dict):
+        return dict(model)
+    if isinstance(model, (str, Path)):
+        p = Path(str(model))
+        if not (p.suffix == ".json" and p.is_file()):
+            known = available_configs()
+            if str(model) not in known:
+                raise TraceError(f"unknown model config {model!r}; known: {', '.join(sorted(known)) or 'none'} "
+                                       "(or give a path to a JSON file)")
+            p = known[str(model)]
+        try:
+            d = json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise TraceError(f"model config {p} is not valid JSON: {e}") from None
+        return {**d, "name": d.get("name", p.stem)}
+    to_dict = getattr(model, "to_dict", None)       # a transformers PretrainedConfig
+    if to_dict is None:
+        raise TraceError(f"cannot use {type(model).__name__} as a model config")
+    return {**to_dict(), "name": getattr(model, "name_or_path", "") or ""}

@@ -16,7 +16,7 @@ Members of the ``.npz``:
   distinct strings as JSON (missing = code -1, restored as the dtype's own NA); categoricals as
   their codes plus the categories (stored like a column), ``ordered`` kept; object columns (tuples,
   mixed values) as JSON of the values;
-* arrays found in ``attrs`` (and the fields of :data:`CLASSES`, e.g. ``memory.MemoryTimeline``) as
+* arrays found in ``attrs`` (and the fields of :data:`CLASSES`, e.g. ``schema.MemoryTimeline``) as
   their own members;
 * ``__sha256__``: SHA-256 over the header and every other member (name, dtype, shape, bytes).
 
@@ -42,7 +42,7 @@ import pandas as pd
 
 FORMAT = 1
 #: classes that may appear in attrs, stored as their ``__dict__`` (name -> module)
-CLASSES = {"MemoryTimeline": "neusight_core.memory"}
+CLASSES = {"MemoryTimeline": "neusight_core.schema"}
 _TAG = "__t"
 _NUMPY_KINDS = "biufcmM"
 

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from neusight_core import datafile, devices, paths
+from neusight_core import datafile, devices, paths, schema
 
 TRAIN_OPS = ("bmm", "linear", "add", "addu", "mul", "mulu", "div", "divu", "pow", "powu",
              "relu", "gelu", "tanh", "softmax", "ln")
@@ -63,7 +63,7 @@ VEC_ATEN = {"add": "aten.add.Tensor", "mul": "aten.mul.Tensor", "div": "aten.div
 TEST_FILES = ("bmm", "linear", "vec")        # vec.csv = elem.csv + ln.csv + softmax.csv
 DEVICE_FEATURES = ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")
 CONV_OP = "conv"
-CONV_COLUMNS = ("conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups")
+CONV_COLUMNS = schema.CONV_COLUMNS
 # the release's conv columns (``Kernel_Szie`` sic); groups are not recorded: every record is a dense conv
 CONV_RAW = {"Input_Channel": "conv_cin", "Output_Channel": "conv_cout", "Kernel_Szie": "conv_k",
             "Input_Size": "conv_in", "Stride": "conv_stride", "Padding": "conv_pad"}
@@ -320,10 +320,6 @@ def load_test(files=TEST_FILES) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- kernel-table view
-def _elements(df: pd.DataFrame) -> pd.Series:
-    return df["B"] * df["H"]
-
-
 def to_kernels(df: pd.DataFrame) -> pd.DataFrame:
     """Map processed dataset rows onto the kernel-table columns of ``trace.trace_model``.
 

@@ -49,7 +49,6 @@ dependencies, needed by ``fusion.fuse`` only): fused and parallel tables are bui
 from __future__ import annotations
 
 import copy
-import math
 import re
 import time
 
@@ -209,7 +208,7 @@ class Family:
             lo = int(seq_bucket)
             self.sample_s, check_s = (lo, lo + lo // 4, lo + lo // 2), lo + 3 * lo // 4 + 1
         self.check_point = (1 if batch_one else 3, check_s)
-        self.content = trace_cache.config_content(model)
+        self.content = configs.config_content(model)
         self.check_points = [self.check_point]
         # tokens per expert (Switch): an extra basis function of seq, for the family over all seq
         self.aux, self._aux_inv = None, None
@@ -431,8 +430,10 @@ class Family:
         n = len(self.layer)
         # merge rows with identical structure and identical sample values
         sig = pd.DataFrame({f"s{k}": self.struct[c].to_numpy() for k, c in enumerate(keep_s)})
-        flat = self.values[:, :, num_j].transpose(1, 0, 2).reshape(n, -1).astype(float)
-        nanflat = np.repeat(self.nan[:, num_j], 1, axis=1)
+        # a column NaN on every row (e.g. the conv columns of a text model) tells no rows apart
+        sig_j = [j for j in num_j if not self.nan[:, j].all()]
+        flat = self.values[:, :, sig_j].transpose(1, 0, 2).reshape(n, -1).astype(float)
+        nanflat = np.repeat(self.nan[:, sig_j], 1, axis=1)
         for k in range(flat.shape[1]):
             sig[f"v{k}"] = flat[:, k]
         for k in range(nanflat.shape[1]):
@@ -481,7 +482,7 @@ _FAMILIES: dict = {}
 
 
 def _family_key(model, mode, batch_one, seq_bucket=None, seq_fixed=None, **trace_kw) -> str:
-    return trace_cache.key_hash({"config": trace_cache.config_content(model), "mode": mode,
+    return trace_cache.key_hash({"config": configs.config_content(model), "mode": mode,
                                  "batch_one": bool(batch_one), "seq_bucket": seq_bucket, "seq_fixed": seq_fixed,
                                  **trace_kw})
 
@@ -505,6 +506,8 @@ def family_for(model, batch: int, seq: int, mode: str = "inf", allow_bucket: boo
     polynomial in seq that step 6 of the module doc does not cover), the family
     of seq's power-of-two bucket [lo, 2 lo), lo >= MIN_SEQ, with its own samples and odd check point.
     """
+    if configs.is_image_model(model):
+        return None                    # issue 26: conv output sides are floors in the image size, not polynomials
     if seq < MIN_SEQ:
         # below the samples' regime one polynomial in seq does not hold; the family of this seq alone
         # (linear in batch, checked at batch 3) does, and spares a full trace per batch size
@@ -538,11 +541,3 @@ def family_for(model, batch: int, seq: int, mode: str = "inf", allow_bucket: boo
         fam = family(model, mode, seq_fixed=int(seq), **trace_kw)
         return fam if fam.ok else None
     return None
-
-
-def derived_or_traced(model, batch: int, seq: int, mode: str = "inf", **trace_kw) -> pd.DataFrame:
-    """The derived table where the family is derivable, else a real (cached) trace."""
-    fam = family_for(model, batch, seq, mode, **trace_kw)
-    if fam is not None:
-        return fam.table(batch, seq)
-    return trace_cache.trace(model, batch, seq, mode, **trace_kw)

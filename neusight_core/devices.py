@@ -73,6 +73,8 @@ class Device:
     fp16_tensor_gflops: float | None = None
     bf16_tensor_gflops: float | None = None
     tensor_source: str = ""
+    # one of the paper's unseen (out-of-distribution) GPUs with labels: H100, L4, A100-80GB, MI250 (devices.yaml)
+    unseen: bool = False
 
     def has_tensor_peak(self, precision: str) -> bool:
         """Whether the catalogue gives this GPU a dense tensor-core (AMD: matrix-core) GEMM peak for
@@ -122,7 +124,7 @@ class _Catalogue:
     release_found: bool = True
 
 
-def _norm(s: str) -> str:
+def normalise_name(s: str) -> str:
     """Lookup key: case, spaces, '-' and '_' do not matter."""
     return re.sub(r"[\s\-_]+", "", str(s)).lower()
 
@@ -169,7 +171,7 @@ def _from_release_json(path: Path, d: dict, name: str, extra: dict, source: str)
         freq_mhz=_num(path, "Freq", d["Freq"]), fp32_gflops=_num(path, "SingleFLOPs", mm),
         fp32_vec_gflops=_num(path, "SingleFLOPsVEC", vec), l2_mb=_num(path, "L2Cache", d["L2Cache"]),
         link_gbs=None if link is None else _num(path, "link_gbs", link),
-        training=bool(extra.get("training", False)),
+        training=bool(extra.get("training", False)), unseen=bool(extra.get("unseen", False)),
         source=source + (f"; link: {extra['link_source']}" if extra.get("link_source") else ""),
         **_tensor_fields(path, name, extra),
     )
@@ -322,7 +324,7 @@ def _build() -> _Catalogue:
             raise DeviceFileError(f"{origin}: device {dev.name!r} is already defined in the catalogue")
         cat.devices[dev.name] = dev
         for key in [dev.name, *aliases]:
-            k = _norm(key)
+            k = normalise_name(key)
             if k in cat.aliases and cat.aliases[k] != dev.name:
                 raise DeviceFileError(f"{origin}: name or alias {key!r} already refers to {cat.aliases[k]!r}")
             cat.aliases[k] = dev.name
@@ -350,7 +352,7 @@ def _build() -> _Catalogue:
     # display names are lookup keys too, unless two GPUs share one (H100 and its FP16 variant)
     shown: dict = {}
     for dev in cat.devices.values():
-        shown.setdefault(_norm(dev.display_name), []).append(dev.name)
+        shown.setdefault(normalise_name(dev.display_name), []).append(dev.name)
     for k, names in shown.items():
         names = [n for n in names if n not in cat.variants]
         if len(names) == 1:
@@ -364,7 +366,7 @@ def get_device(name: "str | Device") -> Device:
     if isinstance(name, Device):
         return name
     cat = _catalogue()
-    k = _norm(name)
+    k = normalise_name(name)
     if k in cat.aliases:
         return cat.devices[cat.aliases[k]]
     # "H100 80GB HBM3" without the vendor prefix
@@ -372,7 +374,7 @@ def get_device(name: "str | Device") -> Device:
         if prefix + k in cat.aliases:
             return cat.devices[cat.aliases[prefix + k]]
     known = sorted({*cat.devices, *(d.display_name for d in cat.devices.values())})
-    every = {_norm(n): n for n in known}
+    every = {normalise_name(n): n for n in known}
     for alias_key, target in cat.aliases.items():
         every.setdefault(alias_key, target)
     close = difflib.get_close_matches(k, list(every), n=5, cutoff=0.5)
@@ -389,7 +391,7 @@ def list_devices() -> pd.DataFrame:
     rows = []
     for dev in cat.devices.values():
         r = asdict(dev)
-        r["aliases"] = ", ".join(sorted(a for a, n in cat.aliases.items() if n == dev.name and a != _norm(dev.name)))
+        r["aliases"] = ", ".join(sorted(a for a, n in cat.aliases.items() if n == dev.name and a != normalise_name(dev.name)))
         r["variant"] = dev.name in cat.variants
         rows.append(r)
     return pd.DataFrame(rows)
@@ -418,7 +420,7 @@ def device_from_properties(name: str, total_memory_bytes: int, sm_count: int) ->
     def mem_ok(d):
         return abs(gib - d.mem_gb) / d.mem_gb < 0.2
 
-    same_name = [d for d in usable if _norm(d.display_name) == _norm(name)]
+    same_name = [d for d in usable if normalise_name(d.display_name) == normalise_name(name)]
     if len(same_name) == 1:
         return same_name[0]
     if len(same_name) > 1:

@@ -67,15 +67,16 @@ import numpy as np
 import pandas as pd
 
 from . import paths, report
-from . import schema
+from . import devices, registry, schema
 
 PREDICTORS = ("neusight", "roofline", "habitat", "li")
 # Release folder name of each predictor (Li et al. ships as "micro").
 RELEASE_PREDICTOR_DIR = {"neusight": "neusight", "roofline": "roofline", "habitat": "habitat", "li": "micro"}
-PREDICTOR_DISPLAY = {"roofline": "Roofline", "habitat": "Habitat", "li": "Li et al.", "neusight": "NeuSight",
-                     "neusight-paper": "NeuSight (authors' recipe)", "neusight-logo": "NeuSight (our LOGO recipe)"}
-# Row order of the authors' figures.
+# Row order and names of the authors' figures (the release's predictors).
 FIGURE_PREDICTORS = {"roofline": "Roofline", "habitat": "Habitat", "li": "Li et al.", "neusight": "NeuSight"}
+# Display names in the paper's tables: the figures' names for the release's four predictors (our re-implementation
+# of each is shown under the same name next to the authors' column), the registry's label for the others.
+PREDICTOR_DISPLAY = {**{n: registry.label(n) for n in registry.names()}, **FIGURE_PREDICTORS}
 
 OP_CLASSES = schema.PAPER_CLASSES   # the columns of the release's tables
 
@@ -97,7 +98,6 @@ GPU_SHORT = {
     "AMD_Instinct_MI250": "MI250",
 }
 # Unseen GPUs (SPEC section 4); the authors' Table 6 uses the NVIDIA three.
-OOD_GPUS = ("NVIDIA_H100_80GB_HBM3", "NVIDIA_L4", "NVIDIA_A100_80GB_PCIe", "AMD_Instinct_MI250")
 OOD_MODELS = ("gpt3_xl", "gpt3_27", "opt_13")
 
 MODEL_DISPLAY = {
@@ -223,7 +223,7 @@ def _per_op(gpu: str, stem: str, model: str, n_layer: int, labels: Path, preds: 
     return out
 
 
-def _safe_ape(label, pred) -> np.ndarray:
+def safe_ape(label, pred) -> np.ndarray:
     """APE in %; NaN where the label is missing or 0 (no relative error exists) or pred missing."""
     return np.atleast_1d(report.ape(label, pred, nonpositive="nan"))
 
@@ -277,9 +277,11 @@ def build_index(labels_dir: str | Path | None = None, predictions_dir: str | Pat
         rows.append(row)
 
     df = pd.DataFrame(rows)
-    df["ood_gpu"] = df["gpu"].isin(OOD_GPUS)
+    # unseen GPUs from the catalogue (``unseen: true`` in devices.yaml); the paper's "ood" split is NVIDIA's
+    unseen = {g: devices.get_device(g) for g in df["gpu"].unique()}
+    df["ood_gpu"] = df["gpu"].map(lambda g: unseen[g].unseen)
     df["ood_model"] = df["model"].isin(OOD_MODELS)
-    df["ood"] = df["ood_model"] | df["gpu"].isin(OOD_GPUS[:3])
+    df["ood"] = df["ood_model"] | df["gpu"].map(lambda g: unseen[g].unseen and unseen[g].vendor == "NVIDIA")
     for col in [f"label_{op}_ms" for op in OP_CLASSES] + [f"pred_{p}_{op}_ms" for p in PREDICTORS for op in OP_CLASSES]:
         if col not in df:
             df[col] = np.nan
@@ -291,10 +293,10 @@ def _add_apes(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     for col in [c for c in df.columns if re.fullmatch(r"pred_[a-z0-9-]+_ms", c)]:
         p = col[len("pred_"):-len("_ms")]
-        df[f"ape_{p}"] = _safe_ape(df["label_e2e_ms"], df[col])
+        df[f"ape_{p}"] = safe_ape(df["label_e2e_ms"], df[col])
         for op in OP_CLASSES:
             if f"pred_{p}_{op}_ms" in df and f"label_{op}_ms" in df:
-                df[f"ape_{p}_{op}"] = _safe_ape(df[f"label_{op}_ms"], df[f"pred_{p}_{op}_ms"])
+                df[f"ape_{p}_{op}"] = safe_ape(df[f"label_{op}_ms"], df[f"pred_{p}_{op}_ms"])
     return df
 
 
@@ -382,7 +384,7 @@ def _pred_keys(predictors) -> dict:
     return {p: PREDICTOR_DISPLAY.get(p, p) for p in predictors}
 
 
-def _check_columns(index: pd.DataFrame, cols) -> None:
+def check_columns(index: pd.DataFrame, cols) -> None:
     missing = [c for c in cols if c not in index.columns]
     if missing:
         raise EvaluationError(f"index lacks column(s) {', '.join(missing)}")
@@ -395,7 +397,7 @@ def figure_cells(index: pd.DataFrame, figure: str, predictors=None) -> pd.DataFr
     spec = FIGURES[figure]
     preds = _pred_keys(predictors if predictors is not None else
                        (FIGURE_PREDICTORS if spec.name.startswith("nvidia") else {"neusight": "NeuSight"}))
-    _check_columns(index, KEY + ["label_e2e_ms"] + [f"pred_{p}_ms" for p in preds])
+    check_columns(index, KEY + ["label_e2e_ms"] + [f"pred_{p}_ms" for p in preds])
     sel = index[(index["mode"] == spec.mode) & (index["option"] == "none") & index["gpu"].isin(spec.gpus)]
     rows = []
     for gpu in spec.gpus:
@@ -413,7 +415,7 @@ def figure_cells(index: pd.DataFrame, figure: str, predictors=None) -> pd.DataFr
                                  "model": model, "model_display": MODEL_DISPLAY[model], "batch": b,
                                  "predictor": p, "predictor_display": disp,
                                  "label_ms": r["label_e2e_ms"], "pred_ms": r[f"pred_{p}_ms"],
-                                 "ape": float(_safe_ape([r["label_e2e_ms"]], [r[f"pred_{p}_ms"]])[0])})
+                                 "ape": float(safe_ape([r["label_e2e_ms"]], [r[f"pred_{p}_ms"]])[0])})
     return pd.DataFrame(rows, columns=["figure", "gpu", "gpu_short", "model", "model_display", "batch",
                                        "predictor", "predictor_display", "label_ms", "pred_ms", "ape"])
 
@@ -478,7 +480,7 @@ def table_perop(index: pd.DataFrame, predictors=None, zero_label_as_zero: bool =
     measured sum of an op class is 0 (and predicted is not) into 0 before averaging; True keeps their
     rule so the table can be compared, False leaves such configurations out."""
     preds = _pred_keys(predictors)
-    _check_columns(index, [f"pred_{p}_{op}_ms" for p in preds for op in OP_CLASSES] + ["ood"])
+    check_columns(index, [f"pred_{p}_{op}_ms" for p in preds for op in OP_CLASSES] + ["ood"])
     pop = perop_population(index)
     cols = pd.MultiIndex.from_tuples([(dist, schema.CLASS_LABEL[op]) for dist in ("In Distribution", "Out of Distribution")
                                       for op in OP_CLASSES], names=["distribution", "op"])
@@ -488,7 +490,7 @@ def table_perop(index: pd.DataFrame, predictors=None, zero_label_as_zero: bool =
             sub = pop[pop["ood"] == ood]
             for op in OP_CLASSES:
                 lab, pr = sub[f"label_{op}_ms"].to_numpy(float), sub[f"pred_{p}_{op}_ms"].to_numpy(float)
-                a = _safe_ape(lab, pr)
+                a = safe_ape(lab, pr)
                 if zero_label_as_zero:
                     a[(lab == 0) & (pr > 0)] = 0.0
                 out.loc[disp, (dist, schema.CLASS_LABEL[op])] = np.nanmean(a) if np.isfinite(a).any() else np.nan
@@ -502,7 +504,7 @@ FUSION_ROWS = (("bert_large", "BERT", 8), ("bert_large", "BERT", 16), ("gpt2_lar
 
 def fusion_cells(index: pd.DataFrame, predictor: str = "neusight") -> pd.DataFrame:
     """Table 7 cells in long form: gpu, model, batch, fused (bool), label_ms, pred_ms, ape."""
-    _check_columns(index, KEY + [f"pred_{predictor}_ms"])
+    check_columns(index, KEY + [f"pred_{predictor}_ms"])
     rows = []
     for gpu in FUSION_GPUS:
         for model, disp, b in FUSION_ROWS:
@@ -516,7 +518,7 @@ def fusion_cells(index: pd.DataFrame, predictor: str = "neusight") -> pd.DataFra
                 rows.append({"gpu": gpu, "gpu_short": GPU_SHORT[gpu], "model": model, "model_display": disp,
                              "batch": b, "fused": fused, "label_ms": r["label_e2e_ms"],
                              "pred_ms": r[f"pred_{predictor}_ms"],
-                             "ape": float(_safe_ape([r["label_e2e_ms"]], [r[f"pred_{predictor}_ms"]])[0])})
+                             "ape": float(safe_ape([r["label_e2e_ms"]], [r[f"pred_{predictor}_ms"]])[0])})
     return pd.DataFrame(rows)
 
 
@@ -546,7 +548,7 @@ DIST_OPTIONS = (("dp4", "DP"), ("tp4", "TP"), ("pp4_1", "PP"))
 
 def distributed_cells(index: pd.DataFrame, predictor: str = "neusight") -> pd.DataFrame:
     """Table 8 cells in long form: system, gpu, model, batch, parallel, label_ms, pred_ms, ape."""
-    _check_columns(index, KEY + [f"pred_{predictor}_ms"])
+    check_columns(index, KEY + [f"pred_{predictor}_ms"])
     rows = []
     for system, gpu in DIST_GPUS:
         for model, disp, b in DIST_ROWS:
@@ -558,7 +560,7 @@ def distributed_cells(index: pd.DataFrame, predictor: str = "neusight") -> pd.Da
                 r = hit.iloc[0]
                 rows.append({"system": system, "gpu": gpu, "model": model, "model_display": disp, "batch": b,
                              "parallel": par, "label_ms": r["label_e2e_ms"], "pred_ms": r[f"pred_{predictor}_ms"],
-                             "ape": float(_safe_ape([r["label_e2e_ms"]], [r[f"pred_{predictor}_ms"]])[0])})
+                             "ape": float(safe_ape([r["label_e2e_ms"]], [r[f"pred_{predictor}_ms"]])[0])})
     return pd.DataFrame(rows)
 
 
@@ -590,9 +592,9 @@ def load_fp16mm(path: str | Path | None = None) -> pd.DataFrame:
 
 def table_fp16mm(fp16: pd.DataFrame) -> pd.DataFrame:
     """Figure 10: per BMM shape, measured and predicted latency (ms) and APE (%) recomputed."""
-    _check_columns(fp16, ["B", "M", "N", "K", "label_ms", "pred_ms"])
+    check_columns(fp16, ["B", "M", "N", "K", "label_ms", "pred_ms"])
     out = fp16[["B", "M", "N", "K", "label_ms", "pred_ms"]].copy()
-    out["ape"] = _safe_ape(out["label_ms"], out["pred_ms"])
+    out["ape"] = safe_ape(out["label_ms"], out["pred_ms"])
     out.index = pd.Index([f"{r.B}x{r.M}x{r.N}x{r.K}" for r in out.itertuples()], name="shape (BxMxNxK)")
     return out
 

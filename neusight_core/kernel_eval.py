@@ -11,14 +11,12 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import dataset, paths, report
-from neusight_core import schema
+from neusight_core import registry, schema
 from neusight_core import predictors as P
 
 CLASS_LABEL = schema.CLASS_LABEL
-PRED_LABEL = {"roofline": "Roofline", "habitat": "Habitat", "li": "Li et al.",
-              "neusight-paper": "NeuSight (authors' recipe)", "neusight": "NeuSight (ours)",
-              "neusight-logo": "NeuSight (our LOGO recipe)"}
-ORDER = ("roofline", "habitat", "li", "neusight-paper", "neusight")   # row order of the paper's per-op table
+PRED_LABEL = {n: e.label for n, e in registry.entries().items()}
+ORDER = registry.reported()   # row order of the paper's per-op table: baselines, then NeuSight
 DIST = {True: "In Distribution", False: "Out of Distribution"}
 
 

@@ -27,19 +27,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from neusight_core import network
-from neusight_core import schema
-
-MODES = ("inf", "train")
-PLANS = ("dp", "tp", "pp")
-
-
-class LatencyInputError(ValueError):
-    """Bad arguments to predict_model (zero batch, unknown mode or plan, missing link bandwidth)."""
-
+from neusight_core import memory, network
+from neusight_core.scenario import LatencyInputError, device_of, is_image, scenario  # noqa: F401 (LatencyInputError: callers catch it here)
 
 @functools.lru_cache(maxsize=64)
-def _trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
+def trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
     # on disk across processes (trace_cache: keyed by config content, arguments and versions; a hit
     # does not import transformers), and in memory within the process
     from neusight_core import trace_cache
@@ -49,175 +41,16 @@ def _trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dt
 def trace(model, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
     """Kernel table of a model; traces of named models are cached on disk and per process."""
     if isinstance(model, (str, Path)):
-        return _trace_cached(str(model), int(batch), int(seq), mode, int(past), dtype).copy()
+        return trace_cached(str(model), int(batch), int(seq), mode, int(past), dtype).copy()
     from neusight_core import trace as _trace
     return _trace.trace_model(model, batch, seq, mode, past=past, dtype=dtype)
 
 
 @functools.lru_cache(maxsize=32)
-def _predictor(name: str, quick: bool, seed: int = 0):
+def loaded_predictor(name: str, quick: bool, seed: int = 0):
     """Trained predictors by name, once per process (the sweep uses the same ones)."""
     from neusight_core import predictors
     return predictors.get(name, quick=quick, seed=seed)
-
-
-def _device(device):
-    if isinstance(device, str):
-        from neusight_core import devices
-        return devices.get_device(device)
-    return device
-
-
-# Physical plausibility of a device description (generous: 10x beyond any GPU of 2026). A number
-# outside these ranges is a typo or a unit mistake (GB/s vs B/s), and a prediction from it would be
-# a bare wrong number.
-DEVICE_LIMITS = {"num_sm": (1, 10_000), "mem_bw_gbs": (1.0, 100_000.0), "fp32_gflops": (1.0, 10_000_000.0),
-                 "mem_gb": (0.1, 10_000.0), "l2_mb": (0.0, 10_000.0)}
-LINK_LIMITS_GBS = (0.001, 100_000.0)
-# A request whose lower-bound memory exceeds the GPUs' memory this many times over is not a configuration
-# that "does not fit" (memory.footprint says that, and the latency is still printed): it is a typo or a unit
-# mistake (a billion sequences), and gets an error instead of a number.
-ABSURD_MEMORY_FACTOR = 100
-
-
-def _positive_int(what: str, v) -> int:
-    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-        raise LatencyInputError(f"{what} must be a positive integer, got {v!r}")
-    return int(v)
-
-
-def check_device(dev) -> None:
-    """Reject a device description no GPU can have (e.g. 1e8 SMs, 1e30 GB/s, zero bandwidth)."""
-    for field, (lo, hi) in DEVICE_LIMITS.items():
-        v = getattr(dev, field, None)
-        if v is None:
-            continue
-        try:
-            ok = np.isfinite(float(v)) and lo <= float(v) <= hi
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise LatencyInputError(f"device {getattr(dev, 'name', '?')}: {field} = {v!r} is outside the physically "
-                                    f"plausible range [{lo:g}, {hi:g}] (check the device file and its units)")
-
-
-def _config_of(model):
-    """The model's config fields for the checks below, with one clear line for files that cannot be
-    one. Read as plain JSON (``trace_cache.config_content``), not through transformers, so that a
-    question answered from the trace cache imports neither transformers nor torch; the tracer checks
-    the model type when it builds the model."""
-    from types import SimpleNamespace
-
-    from neusight_core import trace_cache
-    if isinstance(model, (str, Path)) and str(model).endswith(".json") and Path(model).is_file():
-        import json
-        try:
-            body = json.loads(Path(model).read_text())
-        except (OSError, ValueError) as e:
-            raise LatencyInputError(f"model config {model}: not readable JSON ({str(e).splitlines()[0]})") from None
-        if not isinstance(body, dict):
-            raise LatencyInputError(f"model config {model}: must be a JSON object (a Hugging Face config), "
-                                    f"got a {type(body).__name__}")
-    content = trace_cache.config_content(model)
-    if not content.get("model_type"):
-        from neusight_core.trace import TraceError
-        raise TraceError(f"model config {model if isinstance(model, (str, Path)) else content.get('name')} "
-                         "has no model_type")
-    return SimpleNamespace(**{k: v for k, v in content.items() if isinstance(k, str)})
-
-
-def check_config(cfg) -> dict:
-    """Layers, width, heads and vocabulary of a config; each must be a positive integer."""
-    dims = {}
-    for what, attrs in (("number of layers", ("num_hidden_layers", "n_layer", "num_layers")),
-                        ("hidden size", ("hidden_size", "n_embd", "d_model")),
-                        ("number of attention heads", ("num_attention_heads", "n_head", "num_heads")),
-                        ("vocabulary size", ("vocab_size",))):
-        v = next((getattr(cfg, a) for a in attrs if getattr(cfg, a, None) is not None), None)
-        if v is None:
-            continue
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise LatencyInputError(f"model {getattr(cfg, 'name_or_path', '') or getattr(cfg, 'name', '') or '?'}: {what} must be a positive "
-                                    f"integer, got {v!r}")
-        dims[what] = int(v)
-    inter = next((getattr(cfg, a) for a in ("intermediate_size", "n_inner", "ffn_dim", "d_ff")
-                  if getattr(cfg, a, None)), None)
-    dims["intermediate size"] = int(inter) if inter else 4 * dims.get("hidden size", 0)
-    return dims
-
-
-def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: int, past: int = 0,
-                  dtype: str = "fp32") -> float:
-    """A lower bound of the memory one GPU needs (GB, in ``dtype``): the weights (attention 4h^2 + MLP 2hI per
-    layer + embeddings, sharded over the GPUs for TP/PP) + one hidden-state tensor + the KV cache.
-    Training needs far more (gradients, optimizer-free activations); the full footprint is not modelled here."""
-    L, h = dims.get("number of layers", 1), dims.get("hidden size", 1)
-    weights = L * (4 * h * h + 2 * h * dims.get("intermediate size", 4 * h)) + dims.get("vocabulary size", 0) * h
-    shard = gpus if parallel in ("tp", "pp") else 1
-    b = batch / gpus if parallel in ("dp", "pp") else batch
-    act = b * seq * h
-    kv = 2 * L * b * past * h / (gpus if parallel == "tp" else 1)
-    return schema.element_bytes(dtype) * (weights / shard * (2 if mode == "train" else 1) + act + kv) / 1e9
-
-
-def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link_gbs=None, micro_batches=1,
-                    past=0, dtype="fp32"):
-    """Every check of a prediction request, in one place (the CLI and predict_model both use it).
-
-    Raises LatencyInputError with one line for anything a GPU run could not be: non-positive or
-    non-integer sizes, an unknown mode or plan, GPUs / link / micro-batches without the plan that uses
-    them, a link bandwidth of 0, tensor parallelism over more GPUs than the heads split into, a model
-    config that is not a JSON object or has non-positive dimensions, a device outside physical
-    ranges, or a configuration whose weights + one activation tensor exceed the GPUs' memory 100 times
-    over (one that merely does not fit is predicted, with ``memory.footprint``'s "does not fit").
-    Returns (device, config)."""
-    batch = _positive_int("batch", batch)
-    seq = _positive_int("sequence length", seq)
-    micro_batches = _positive_int("micro-batch count", micro_batches)
-    gpus = _positive_int("GPU count", gpus)
-    if not isinstance(past, (int, np.integer)) or isinstance(past, bool) or past < 0:
-        raise LatencyInputError(f"past (KV cache length) must be a non-negative integer, got {past!r}")
-    if mode not in MODES:
-        raise LatencyInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if parallel is not None and parallel not in PLANS:
-        raise LatencyInputError(f"parallel plan must be one of {', '.join(PLANS)}, got {parallel!r}")
-    if dtype not in schema.PRECISIONS:
-        raise LatencyInputError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dtype!r}")
-    if parallel is None:
-        if gpus > 1:
-            raise LatencyInputError(f"{gpus} GPUs need a parallel plan (dp, tp or pp); without one the "
-                                    "prediction is for a single GPU")
-        if link_gbs is not None:
-            raise LatencyInputError("a link bandwidth only matters with a parallel plan (dp, tp or pp)")
-    if micro_batches > 1 and parallel != "pp":
-        raise LatencyInputError("micro-batches only apply to pipeline parallelism (pp)")
-    if link_gbs is not None:
-        try:
-            lk = float(link_gbs)
-        except (TypeError, ValueError):
-            lk = float("nan")
-        if not (np.isfinite(lk) and LINK_LIMITS_GBS[0] <= lk <= LINK_LIMITS_GBS[1]):
-            raise LatencyInputError(f"link bandwidth must be a positive number of GB/s up to "
-                                    f"{LINK_LIMITS_GBS[1]:g}, got {link_gbs!r}")
-    dev = _device(device)
-    check_device(dev)
-    cfg = _config_of(model)
-    dims = check_config(cfg)
-    heads = dims.get("number of attention heads")
-    if parallel == "tp" and heads and heads % gpus:
-        raise LatencyInputError(f"tensor parallelism over {gpus} GPUs needs the {heads} attention heads to split "
-                                f"evenly; use a GPU count that divides {heads}")
-    layers = dims.get("number of layers")
-    if parallel == "pp" and layers and gpus > layers:
-        raise LatencyInputError(f"pipeline parallelism over {gpus} GPUs needs at least {gpus} layers, the model has {layers}")
-    if parallel == "dp" and batch % gpus:
-        raise LatencyInputError(f"data parallelism over {gpus} GPUs needs a global batch divisible by {gpus}, got {batch}")
-    need = min_memory_gb(dims, batch, seq, mode, parallel, gpus, past, dtype)
-    if need > ABSURD_MEMORY_FACTOR * dev.mem_gb:
-        raise LatencyInputError(f"impossible on {dev.name}: at least {need:,.1f} GB per GPU (weights + one "
-                                f"activation tensor) against {dev.mem_gb:g} GB of memory, over "
-                                f"{ABSURD_MEMORY_FACTOR}x what it has")
-    return dev, cfg
 
 
 def aggregate(kernels: pd.DataFrame, micro_batches: int = 1) -> dict:
@@ -251,8 +84,8 @@ def aggregate(kernels: pd.DataFrame, micro_batches: int = 1) -> dict:
 def predict_kernels(kernels: pd.DataFrame, device, predictor="neusight", quick: bool = False,
                     net: network.NetworkModel | None = None) -> pd.DataFrame:
     """Return ``kernels`` with ``pred_ms`` = predicted per-launch time x ``count`` (COMM by ``net``)."""
-    dev = _device(device)
-    pred = _predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    dev = device_of(device)
+    pred = loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     per_launch = np.asarray(pred.predict(kernels, dev), dtype=float)
     comm = (kernels["op_class"] == "COMM").to_numpy()
     if comm.any():
@@ -285,26 +118,69 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     ``dtype_note`` ("" or the sentence of ``Device.precision_note``: this GPU has no tensor cores for
     ``dtype``, its GEMMs use the FP32 peak) and ``kernels`` (the kernel table with ``pred_ms``).
     """
-    dev, _ = validate_inputs(model, device, batch, seq, mode, parallel, gpus, link_gbs, micro_batches, past, dtype)
+    image = is_image(model)       # ``seq`` is the image side of an image model
+    sc = scenario(model, device, batch, None if image else seq, mode, image_size=seq if image else None,
+                  past=past, dtype=dtype, fusion=fusion, parallel=parallel, gpus=gpus, micro_batches=micro_batches,
+                  link_gbs=link_gbs)
+    return predict_scenario(sc, predictor, quick=quick, efficiency=efficiency, optimizer=optimizer,
+                            master_weights=master_weights)
+
+
+def predict_scenario(sc, predictor="neusight", quick: bool = False, efficiency: float = network.DEFAULT_EFFICIENCY,
+                     optimizer: str = "adamw", master_weights: bool = True) -> dict:
+    """``predict_model`` of a validated :class:`scenario.Scenario` (the CLI builds one, so a request is
+    checked once); same result."""
+    dev = device_of(sc.device)
     t0 = time.perf_counter()
-    kernels = trace(model, batch, seq, mode, past, dtype)
-    if fusion:
+    kernels = trace(sc.model, sc.batch, sc.seq, sc.mode, sc.past, sc.dtype)
+    if sc.fusion:
         from neusight_core import fusion as _fusion
         kernels = _fusion.fuse(kernels)
     net = None
-    if parallel is not None:
+    if sc.parallel is not None:
         from neusight_core import parallel as _parallel
-        bw = link_gbs if link_gbs is not None else dev.link_gbs
-        if bw is None and gpus > 1:
-            raise LatencyInputError(f"no link bandwidth known for {dev.name}: pass link_gbs")
-        net = network.NetworkModel(link_gbs=bw or 1.0, gpus=gpus, efficiency=efficiency)
-        kernels = _parallel.apply_plan(kernels, parallel, gpus, micro_batches=micro_batches)
+        net = network.NetworkModel(link_gbs=sc.link_gbs or 1.0, gpus=sc.gpus, efficiency=efficiency)
+        kernels = _parallel.apply_plan(kernels, sc.parallel, sc.gpus, micro_batches=sc.micro_batches)
     t1 = time.perf_counter()
     kernels = predict_kernels(kernels, dev, predictor, quick=quick, net=net)
-    out = aggregate(kernels, micro_batches if parallel == "pp" else 1)
-    from neusight_core import memory as _memory
-    mem = _memory.footprint(kernels, dev, optimizer=optimizer, master_weights=master_weights)
+    out = aggregate(kernels, sc.micro_batches if sc.parallel == "pp" else 1)
+    mem = memory.footprint(kernels, dev, optimizer=optimizer, master_weights=master_weights)
     out.update(trace_s=t1 - t0, predict_s=time.perf_counter() - t1, kernels=kernels,
                device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name,
-               dtype=dtype, dtype_note=dev.precision_note(dtype), memory=mem)
+               dtype=sc.dtype, dtype_note=dev.precision_note(sc.dtype), memory=mem,
+               conv_note=conv_note(kernels, predictor, quick))
     return out
+
+
+def conv_by_roofline(predictor="neusight", quick: bool = False) -> bool:
+    """Whether ``predictor`` times convolutions by the roofline, i.e. has no model of its own for them:
+    one convolution (a 3 x 3 conv of ResNet-50's third stage at batch 32) predicted on the A100 against
+    the roofline. The roofline baseline itself counts as having its model."""
+    from neusight_core.predictors import common
+    pred = loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    if getattr(pred, "name", "") == "roofline":
+        return False
+    cin = cout = 256
+    k, size, b = 3, 14, 32
+    row = pd.DataFrame([{"op_class": "CONV", "sub_op": "fwd", "B": b, "M": b * size * size, "N": cin * k * k,
+                         "K": cout, "H": np.nan, "flops": 2.0 * b * size * size * cin * k * k * cout,
+                         "bytes_read": 4.0 * (b * cin * size * size + cout * cin * k * k),
+                         "bytes_written": 4.0 * b * cout * size * size, "precision": "fp32", "count": 1,
+                         "conv_cin": cin, "conv_cout": cout, "conv_k": k, "conv_in": size, "conv_stride": 1,
+                         "conv_pad": 1, "conv_groups": 1}])
+    dev = device_of("A100")
+    got = float(np.asarray(pred.predict(row, dev), dtype=float)[0])
+    return bool(np.isclose(got, float(common.roofline_ms(row, common.device_arrays(row, dev))[0]), rtol=1e-9))
+
+
+def conv_note(kernels: pd.DataFrame, predictor="neusight", quick: bool = False) -> str:
+    """"" or the sentence that says the convolutions of this prediction are timed by the roofline (issue 26:
+    until NeuSight's convolution networks are trained, ``conv_by_roofline``)."""
+    conv = (kernels["op_class"] == "CONV").to_numpy()
+    if not conv.any() or not conv_by_roofline(predictor, quick):
+        return ""
+    share = float(kernels["pred_ms"].to_numpy(float)[conv].sum() / max(kernels["pred_ms"].sum(), 1e-30))
+    pct = "under 1%" if share < 0.01 else f"{share:.0%}"
+    return (f"convolutions ({pct} of the predicted time) are predicted by the roofline: this predictor "
+            "has no trained convolution model (issue 26); an extrapolation, no measured latency of an image "
+            "model validates it")

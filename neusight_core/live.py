@@ -485,7 +485,7 @@ def label_gap(measured_ms, label_ms, threshold_pct: float = 15.0) -> dict:
 def write_json(output_dir, name: str, body: dict) -> Path:
     from neusight_core import report
     p = report.out_dir(output_dir) / f"{name}.json"
-    p.write_text(json.dumps(report._jsonable(body), indent=2, allow_nan=False))
+    p.write_text(json.dumps(report.jsonable(body), indent=2, allow_nan=False))
     return p
 
 

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.resources
-import re
 from pathlib import Path
 
 import numpy as np
@@ -150,7 +149,7 @@ def role(system: str) -> str:
 
 
 def _is_sealed(name: str) -> bool:
-    k = devices._norm(name)                       # the catalogue's lookup key: case, spaces, - and _ ignored
+    k = devices.normalise_name(name)                       # the catalogue's lookup key: case, spaces, - and _ ignored
     k = k[len("nvidia"):] if k.startswith("nvidia") else k
     return k.startswith(_SEALED_KEYS)
 
@@ -165,14 +164,14 @@ def resolve(gpu: str, allow_sealed: bool = False) -> str:
         if not allow_sealed:
             raise SealedGPUError(f"GPU {gpu!r} is sealed in issue 25 (kept for independent checks): its measured "
                                  f"kernels are never read here")
-        return next((s for s in SEALED if devices._norm(s) == devices._norm(gpu)), gpu)
+        return next((s for s in SEALED if devices.normalise_name(s) == devices.normalise_name(gpu)), gpu)
     if gpu in CATALOGUE:
         return gpu
-    k = devices._norm(gpu)
+    k = devices.normalise_name(gpu)
     k = k[len("nvidia"):] if k.startswith("nvidia") and k[len("nvidia"):] in _ALIASES else k
     if k in _ALIASES:
         return _ALIASES[k]
-    by_name = {devices._norm(n): s for s, n in CATALOGUE.items()}
+    by_name = {devices.normalise_name(n): s for s, n in CATALOGUE.items()}
     if k in by_name:
         return by_name[k]
     try:                                          # any catalogue alias / display name of a split GPU

@@ -30,7 +30,7 @@ Parallel plans divide what they divide:
   activations are those of its batch / n (the plan retraced the model at that batch).
 * ``tp``: column-parallel linears (weight and bias), row-parallel weights and the vocab-parallel
   embedding / LM head are split n ways, everything else is replicated (the same Megatron split as
-  ``parallel._tp``); each activation buffer shrinks as the kernel that wrote it does (its bytes
+  ``parallel.tp_split``); each activation buffer shrinks as the kernel that wrote it does (its bytes
   written after / before the split); the KV cache is split by KV heads, and beyond as many GPUs as KV
   heads (grouped-query attention) each GPU keeps one KV head and its K/V projections (``parallel.kv_ways``).
 * ``pp``: each stage holds the parameters of its layers (embeddings on the first, the head on the
@@ -45,8 +45,6 @@ to it; a GPU run measures that (notebook 05).
 """
 from __future__ import annotations
 
-import math
-import re
 
 import numpy as np
 import pandas as pd
@@ -57,28 +55,6 @@ GIB = float(2**30)
 OPTIMIZERS = {"adamw": 8.0, "adam": 8.0, "sgd": 4.0, "none": 0.0}   # FP32 state bytes per parameter
 
 
-class MemoryTimeline:
-    """Allocation (+bytes) and free (-bytes) events of a trace's buffers in program order: arrays
-    ``row`` (kernel row the event precedes or belongs to), ``buf`` (buffer serial), ``bytes``.
-    (A class, not a dict of arrays, so that pandas can compare frame attrs.)"""
-
-    def __init__(self, events):
-        ev = np.array(events, dtype=np.int64).reshape(-1, 3)
-        self.row, self.buf, self.bytes = ev[:, 0].copy(), ev[:, 1].copy(), ev[:, 2].astype(float)
-
-    def __len__(self) -> int:
-        return len(self.row)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, MemoryTimeline) and bool(
-            np.array_equal(self.row, other.row) and np.array_equal(self.buf, other.buf)
-            and np.array_equal(self.bytes, other.bytes))
-
-    def peak(self) -> float:
-        return float(np.cumsum(self.bytes).max()) if len(self) else 0.0
-
-
-
 class MemoryInputError(ValueError):
     """Bad arguments to footprint (unknown optimizer, a table without a trace's attrs)."""
 
@@ -86,7 +62,7 @@ class MemoryInputError(ValueError):
 # ------------------------------------------------------------------------------ parameters
 def _param_stage(name: str, n: int, num_layers: int) -> int:
     from neusight_core import parallel, trace
-    layer = trace._layer_of(name)
+    layer = trace.layer_of(name)
     if layer >= 0:
         return min(int(layer // (num_layers / n)), n - 1)
     mod = name.rsplit(".", 1)[0]
@@ -100,7 +76,7 @@ def _tp_share(name: str, n: int, kv_ways: int | None = None) -> float:
     ``parallel.kv_ways``: one KV head per GPU at least)."""
     from neusight_core import parallel
     mod, _, leaf = name.rpartition(".")
-    kind = parallel._kind(mod)
+    kind = parallel.module_kind(mod)
     if kind == "col" and kv_ways and parallel._KV.search(mod):
         return 1.0 / kv_ways
     if kind == "col" or (kind == "row" and leaf == "weight") or parallel._EMBED.search(mod):
@@ -342,23 +318,16 @@ def build_cpu_model(config, seed: int = 0):
     return cls._from_config(config, attn_implementation="eager", dtype=torch.float32).float()
 
 
-# ------------------------------------------------------------------------------ check against the release
-def label_fit_check(optimizer: str = "none") -> pd.DataFrame:
-    """Every single-GPU training configuration of the paper's models on every GPU that has training
-    labels: is there a label (the authors ran it, so it fitted), and do we predict it fits? The
-    authors' loop has no optimizer step (``optimizer="none"``). A label we predict not to fit is
-    an overestimate; no label where we predict a fit says nothing (they did not try everything)."""
-    from neusight_core import devices, latency, paths
-    labels = paths.labels_dir()
-    gpus = sorted(p.name for p in labels.iterdir() if p.is_dir() and any(p.glob("*-train-*[0-9].json")))
-    configs = sorted({tuple(f.stem.split("-")[i] for i in (0, 2, 3)) for g in gpus
-                      for f in (labels / g).glob("*-train-*[0-9].json") if not f.stem.startswith("switchxl4")})
-    rows = []
-    for model, seq, batch in configs:
-        m = footprint(latency.trace(model, int(batch), int(seq), "train"), optimizer=optimizer)
-        for g in gpus:
-            cap = devices.get_device(g).mem_gb
-            rows.append({"model": model, "seq": int(seq), "batch": int(batch), "gpu": g, "predicted_gib": m["total_gib"],
-                         "device_gib": cap, "predicted_fits": m["total_gib"] <= cap,
-                         "authors_label": (labels / g / f"{model}-train-{seq}-{batch}.json").is_file()})
-    return pd.DataFrame(rows)
+def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: int, past: int = 0,
+                  dtype: str = "fp32") -> float:
+    """A lower bound of the memory one GPU needs (GB, in ``dtype``): the weights (attention 4h^2 + MLP 2hI per
+    layer + embeddings, sharded over the GPUs for TP/PP) + one hidden-state tensor + the KV cache.
+    Training needs far more (gradients, optimizer-free activations); the full footprint is not modelled here."""
+    L, h = dims.get("number of layers", 1), dims.get("hidden size", 1)
+    weights = L * (4 * h * h + 2 * h * dims.get("intermediate size", 4 * h)) + dims.get("vocabulary size", 0) * h
+    shard = gpus if parallel in ("tp", "pp") else 1
+    b = batch / gpus if parallel in ("dp", "pp") else batch
+    # image models (dims["image channels"]): seq is the image side and the input is b x channels x side^2
+    act = b * seq * seq * dims["image channels"] if "image channels" in dims else b * seq * h
+    kv = 2 * L * b * past * h / (gpus if parallel == "tp" else 1)
+    return schema.element_bytes(dtype) * (weights / shard * (2 if mode == "train" else 1) + act + kv) / 1e9

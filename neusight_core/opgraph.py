@@ -19,7 +19,6 @@ listed; COMM the elements all-reduced / sent x 4; a fused node 4 x 2 x its large
 from __future__ import annotations
 
 import ast
-import math
 import re
 import time
 from pathlib import Path

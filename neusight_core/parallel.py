@@ -68,7 +68,7 @@ def kv_ways(config: dict, n: int) -> int:
     return min(n, kv) if heads and kv and kv < heads else n
 
 
-def _kind(module: str) -> str:
+def module_kind(module: str) -> str:
     if _ROW.search(module):
         return "row"
     if _COLUMN.search(module):
@@ -142,18 +142,18 @@ def _dp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
             last[mod] = i
     end = int(bw.max()) if len(bw) else len(k) - 1
     inserts = [(last.get(mod, end), _comm_row("bw", "allreduce", _elem(k) * numel, True, mod,
-                                              trace._layer_of(mod)))
+                                              trace.layer_of(mod)))
                for mod, numel in groups.items()]
     return _insert(k, inserts)
 
 
 # ------------------------------------------------------------------------------------------ TP
-def _tp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
+def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     k = kernels.copy().reset_index(drop=True)
     a = k.attrs
     tokens = a["batch"] * a["seq"]
     hidden, vocab = a.get("hidden", 0), a.get("vocab", 0)
-    kinds = {m: _kind(m) for m in k.module.unique()}
+    kinds = {m: module_kind(m) for m in k.module.unique()}
     e = _elem(k)   # bytes per element (4 in FP32, the paper's setting)
     heads, kv = heads_of(a.get("config") or {})
     if kv and heads and kv < heads:     # grouped-query attention: K/V heads replicated beyond kv GPUs
@@ -382,7 +382,7 @@ def apply_plan(kernels: pd.DataFrame, plan: str, n: int, micro_batches: int = 1)
     if plan == "dp":
         out = _dp(kernels, int(n))
     elif plan == "tp":
-        out = _tp(kernels, int(n))
+        out = tp_split(kernels, int(n))
     else:
         out = _pp(kernels, int(n), int(micro_batches))
     out = out.drop(columns=["after"], errors="ignore")

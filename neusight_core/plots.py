@@ -18,14 +18,14 @@ import pandas as pd
 import seaborn as sns
 
 from . import evaluation as ev
+from . import registry
 
 # Colours fixed per predictor so the authors' and our figures read the same way in every notebook:
 # NeuSight blue as the authors predicted it, red for our re-implementation (never a baseline's colour).
-PALETTE = {"Roofline": "#8c8c8c", "Habitat": "#dd8452", "Li et al.": "#55a868", "NeuSight": "#4c72b0",
-           "NeuSight (ours)": "#c44e52", "ours": "#c44e52", "authors": "#4c72b0", "Measured": "#333333",
-           # Tier 1 recipes (recipe_eval): ours red, the authors' recipe purple, their shipped predictions blue
-           "neusight": "#c44e52", "neusight-paper": "#8172b3", "NeuSight (authors' recipe)": "#8172b3",
-           "NeuSight (paper recipe)": "#8172b3"}
+# Every registered predictor's colour (predictors/registry.yaml: ours red, the authors' recipe purple), plus the
+# authors' shipped predictions ("NeuSight" in the paper's figures) blue and the measurements dark grey.
+PALETTE = {**registry.colours(), "NeuSight": "#4c72b0", "authors": "#4c72b0", "ours": registry.get("neusight").colour,
+           "Measured": "#333333"}
 # For series without a fixed colour: none of them close to a fixed one.
 _EXTRA = ["#937860", "#da8bc3", "#ccb974", "#64b5cd", "#2f4b7c", "#a05195"]
 

@@ -34,14 +34,13 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import evaluation as ev
-from neusight_core import latency, report
+from neusight_core import registry, report
 from neusight_core import predictors as P
-from neusight_core.reproduce import option_kwargs
 
-RECIPES = ("neusight", "neusight-paper")
-BASELINES = ("roofline", "habitat", "li")
+RECIPES = registry.reported("recipe")        # the NeuSight recipes of the Tier 1 tables, in table order
+BASELINES = registry.reported("baseline")
 # predictors whose training depends on the seed
-SEEDED = {"neusight", "neusight-paper", "neusight-logo", "habitat"}
+SEEDED = {n for n, e in registry.entries().items() if e.seeded}
 HEADLINE_GROUPS = ("inference (Fig. 7)", "training (Fig. 8)", "unseen GPUs (Figs. 7+8)",
                    "inference, 1 GPU, no Switch", "training, 1 GPU, no Switch")
 
@@ -508,14 +507,6 @@ def epoch_cut_table(meta: dict, cuts=(5, 10, 15, 20, 25, 30, 40, 50)) -> pd.Data
                 row[f"best_first_{e}"] = float(first.min()) if first.size else np.nan
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def smallest_cut(table: pd.DataFrame, points: float = 1.0) -> int | None:
-    """The smallest E whose best validation MAPE is within ``points`` of the whole run, for every class."""
-    for c in [c for c in table.columns if c.startswith("best_first_")]:
-        if ((table[c] - table["best_all"]) <= points).all():
-            return int(c.rsplit("_", 1)[1])
-    return None
 
 
 def smallest_cut_per_class(meta: dict, points: float = 1.0) -> dict:

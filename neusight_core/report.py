@@ -70,11 +70,11 @@ def save_figure(fig, output_dir: str | Path, name: str) -> Path:
     return png
 
 
-def _jsonable(x):
+def jsonable(x):
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, (np.integer,)):
         return int(x)
     if isinstance(x, (np.floating, float)):
@@ -99,7 +99,7 @@ def write_metrics(output_dir: str | Path, metrics: dict, status: str = "OK", rea
     body = {"status": status, **({"reason": reason} if reason else {}), **metrics}
     p = out_dir(output_dir) / "metrics.json"
     tmp = p.with_name(".metrics.json.tmp")  # never a half-written metrics.json
-    tmp.write_text(json.dumps(_jsonable(body), indent=2, allow_nan=False))
+    tmp.write_text(json.dumps(jsonable(body), indent=2, allow_nan=False))
     tmp.replace(p)
     return p
 

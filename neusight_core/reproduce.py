@@ -29,7 +29,7 @@ from neusight_core import latency
 from neusight_core import schema
 from neusight_core.report import ape
 
-PREDICTORS = ("neusight", "roofline", "habitat", "li")
+PREDICTORS = ev.PREDICTORS     # the release's four: ours next to theirs
 OP_CLASSES = schema.PAPER_CLASSES
 
 
@@ -48,18 +48,8 @@ def option_kwargs(option: str) -> dict:
     return kw
 
 
-def _error_reason(e: Exception, model: str) -> str:
-    """One whole sentence saying why a configuration has no prediction (never cut)."""
-    from neusight_core import trace as _trace
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if isinstance(e, _trace.TraceError) and msg.startswith("unknown model config"):
-        return (f"the authors' release ships no model config for {model!r} (and neusight_core has none), "
-                "so the model cannot be traced")
-    return f"{type(e).__name__}: {msg}"
-
-
 def _reason_text(err: str, model: str) -> str:
-    """The sweep's one-line error of a configuration as a whole sentence (see ``_error_reason``)."""
+    """The sweep's one-line error of a configuration as a whole sentence (never cut)."""
     if "unknown model config" in err:
         return (f"the authors' release ships no model config for {model!r} (and neusight_core has none), "
                 "so the model cannot be traced")
@@ -96,15 +86,6 @@ def sweep_configs(index: pd.DataFrame, predictors=PREDICTORS, quick: bool = Fals
     return out
 
 
-def spread_sweep(index: pd.DataFrame, long: pd.DataFrame) -> pd.DataFrame:
-    """``predict_configs``' frame from a ``sweep_configs`` frame of the same index (no second sweep):
-    predictors and seeds are those of ``long`` (first seed in ``ours_<p>_*``)."""
-    predictors = list(dict.fromkeys(long["predictor"]))
-    seeds = [int(x) for x in dict.fromkeys(long["seed"])]
-    wall = float(long.attrs.get("total_s", np.nan)) / max(len(index), 1)
-    return _spread(index, long, [""] * len(index), wall, predictors, seeds)
-
-
 def _sweep(index, predictors, seeds, quick, progress):
     from neusight_core import sweep
     n = len(index)
@@ -131,7 +112,6 @@ def _seeds(seeds):
 
 
 def _spread(index, long, bad, wall, predictors, seeds) -> pd.DataFrame:
-    from neusight_core import sweep
     predictors, seeds = _names(predictors), _seeds(seeds)
     out = index.copy()
     classes = list(schema.OP_CLASSES)
@@ -241,11 +221,11 @@ def prediction_time(model: str, device: str, batch: int, seq: int, mode: str, pr
     ``disk_hit_s`` (trace read from the on-disk trace cache, as in a new process) and ``warm_s``
     (predict only: the fastest of ``repeats`` calls with the trace cached in the process)."""
     import os
-    latency._predictor.cache_clear()
+    latency.loaded_predictor.cache_clear()
     t0 = time.perf_counter()
-    latency._predictor(predictor, quick)
+    latency.loaded_predictor(predictor, quick)
     load = time.perf_counter() - t0
-    latency._trace_cached.cache_clear()
+    latency.trace_cached.cache_clear()
     old = os.environ.get("NEUSIGHT_TRACE_CACHE_OFF")
     os.environ["NEUSIGHT_TRACE_CACHE_OFF"] = "1"
     try:
@@ -257,9 +237,9 @@ def prediction_time(model: str, device: str, batch: int, seq: int, mode: str, pr
             os.environ.pop("NEUSIGHT_TRACE_CACHE_OFF", None)
         else:
             os.environ["NEUSIGHT_TRACE_CACHE_OFF"] = old
-    latency._trace_cached.cache_clear()
+    latency.trace_cached.cache_clear()
     latency.predict_model(model, device, batch, seq, mode, predictor=predictor, quick=quick, **kw)  # fill the disk cache
-    latency._trace_cached.cache_clear()
+    latency.trace_cached.cache_clear()
     t0 = time.perf_counter()
     latency.predict_model(model, device, batch, seq, mode, predictor=predictor, quick=quick, **kw)
     disk_hit = time.perf_counter() - t0

@@ -270,12 +270,11 @@ def _counts(c: dict) -> str:
     return main + (f" (graded: {graded})" if graded else "")
 
 
-_DISPLAY = {"neusight": "NeuSight", "roofline": "Roofline", "habitat": "Habitat", "li": "Li et al."}
-
-
 def _ranking_text(r: dict, key: str) -> str:
     mape = r.get("mape") or {}
-    vals = ", ".join(f"{_DISPLAY.get(k, k) if k != key else 'NeuSight'} "
+    from neusight_core import registry
+    # the ranking compares the release's predictors: the paper's names, NeuSight for the recipe being judged
+    vals = ", ".join(f"{'NeuSight' if k in (key, 'neusight') else registry.label(k)} "
                      + ("n/a" if v is None else f"{v:.1f}") for k, v in mape.items())
     holds = r.get("holds")
     word = "cannot be judged" if holds is None else ("yes" if holds else "NO")

@@ -1,16 +1,24 @@
 """The kernel table's vocabulary, in one place (issue 23): op classes, precisions and element sizes.
 
-No torch and no pandas here, so that the CLI's parser, the sweep and the evaluation side can import it
+No torch and no pandas here (numpy only), so that the CLI's parser, the sweep and the evaluation side can import it
 for free. A new op class or precision is added here and nowhere else; the modules that need a subset
 (the classes a predictor learns, the ones the paper's tables report) take it from the names below.
 The kernel table's columns are documented in docs/interfaces.md ("Kernel table").
 """
 from __future__ import annotations
 
+import numpy as np
+
 #: Every ``op_class`` a kernel table may hold, in the order tables and sweep columns list them.
 #: MEM: copies / layout changes; COMM: collectives of a parallel plan; UNCLASSIFIED: aten ops the tracer
 #: does not know (predicted as memory-bound).
+#: CONV (issue 26): 2-D convolutions (forward, gradient of the input, gradient of the weight), with their
+#: implicit-GEMM dims and conv parameters (docs/interfaces.md, "Kernel table").
 OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "CONV", "MEM", "COMM", "UNCLASSIFIED")
+
+#: The columns of a CONV row's parameters (issue 26; NaN on other rows): in- / out-channels, kernel side,
+#: input side, stride, padding, groups (docs/interfaces.md, "Kernel table").
+CONV_COLUMNS = ("conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups")
 
 #: The classes of the paper's kernel data and tables (Tables 3-4, Figure 7): the ones the release
 #: measures and NeuSight's networks learn.
@@ -30,3 +38,26 @@ ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
 def element_bytes(precision: str) -> int:
     """Bytes of one stored element in ``precision`` (4 for anything that is not fp16 / bf16)."""
     return ELEMENT_BYTES.get(precision, 4)
+
+
+#: ``attrs["memory"]["events"]`` of a traced kernel table (docs/interfaces.md). It lives here, at the bottom,
+#: because cached tables hold one: reading a cache must not import torch or the tracer.
+class MemoryTimeline:
+    """Allocation (+bytes) and free (-bytes) events of a trace's buffers in program order: arrays
+    ``row`` (kernel row the event precedes or belongs to), ``buf`` (buffer serial), ``bytes``.
+    (A class, not a dict of arrays, so that pandas can compare frame attrs.)"""
+
+    def __init__(self, events):
+        ev = np.array(events, dtype=np.int64).reshape(-1, 3)
+        self.row, self.buf, self.bytes = ev[:, 0].copy(), ev[:, 1].copy(), ev[:, 2].astype(float)
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, MemoryTimeline) and bool(
+            np.array_equal(self.row, other.row) and np.array_equal(self.buf, other.buf)
+            and np.array_equal(self.bytes, other.bytes))
+
+    def peak(self) -> float:
+        return float(np.cumsum(self.bytes).max()) if len(self) else 0.0

@@ -7,7 +7,8 @@
 How a sweep runs
 1. Every configuration (model, device, batch, seq, mode, fusion, parallel plan, gpus, micro-batches,
    link bandwidth, past) is checked; a bad one gets its message in the ``error`` column and the
-   sweep goes on.
+   sweep goes on. Image models (issue 26) have an ``image_size`` instead of a ``seq`` (the column of
+   the other kind is empty); their tables are always traced (no shape derivation across image sizes).
 2. Kernel tables are needed per (model, batch, seq, mode, options), not per device. Plain tables of a
    derivable family (``derive.py``) are evaluated for all their (batch, seq) points at once; the rest
    (fusion, parallel plans, short sequences, non-derivable models) come from real traces through the
@@ -29,7 +30,7 @@ import pandas as pd
 
 from neusight_core import derive, latency, network, schema, trace_cache
 
-INPUTS = ["model", "device", "batch", "seq", "mode", "fusion", "parallel", "gpus", "micro_batches",
+INPUTS = ["model", "device", "batch", "seq", "image_size", "mode", "fusion", "parallel", "gpus", "micro_batches",
           "link_gbs", "past", "dtype"]
 RESULTS = (["predictor", "seed", "e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"]
            + [f"{c}_ms" for c in schema.OP_CLASSES] + ["kernels", "derived", "error"])
@@ -51,23 +52,45 @@ def _as_list(x):
     return list(x)
 
 
-def grid(models, devices, batches, seqs, modes=("inf",), fusion=False, parallel=None, gpus=None,
-         micro_batches=1, link_gbs=None, past=0, dtype="fp32") -> pd.DataFrame:
+def _image_model(model) -> bool:
+    from neusight_core import configs
+    try:
+        return configs.is_image_model(model)
+    except Exception:  # noqa: BLE001 - an unknown model is a text model here; its row gets the error
+        return False
+
+
+def grid(models, devices, batches, seqs=None, modes=("inf",), fusion=False, parallel=None, gpus=None,
+         micro_batches=1, link_gbs=None, past=0, dtype="fp32", image_sizes=None) -> pd.DataFrame:
     """The full product of the arguments (each a value or a list; repeated values count once) as a
-    configuration frame. An empty list is an error (it would make an empty sweep)."""
+    configuration frame. An empty list is an error (it would make an empty sweep). Text models take the
+    ``seqs``, image models the ``image_sizes`` (default 224; issue 26); sizes for a kind no model is of,
+    or text models without ``seqs``, are an error."""
     lists = dict(models=models, devices=devices, batches=batches, seqs=seqs, modes=modes, fusion=fusion,
                  parallel=parallel, gpus=gpus, micro_batches=micro_batches, link_gbs=link_gbs, past=past,
-                 dtype=dtype)
+                 dtype=dtype, image_sizes=image_sizes)
     for name, v in lists.items():
         if not isinstance(v, (str, int, float, bool)) and v is not None and len(list(v)) == 0:
             raise SweepInputError(f"{name}: empty list (give at least one value)")
     dedup = lambda v: list(dict.fromkeys(_as_list(v)))      # noqa: E731 - order kept, duplicates dropped
-    models, devices, batches, seqs, modes, fusion, parallel, gpus, micro_batches, link_gbs, past, dtype = (
+    models, devices, batches, seqs, modes, fusion, parallel, gpus, micro_batches, link_gbs, past, dtype, sizes = (
         dedup(v) for v in lists.values())
-    rows = itertools.product(_as_list(models), _as_list(devices), _as_list(batches), _as_list(seqs),
-                             _as_list(modes), _as_list(fusion), _as_list(parallel), _as_list(gpus),
-                             _as_list(micro_batches), _as_list(link_gbs), _as_list(past), _as_list(dtype))
-    return pd.DataFrame(list(rows), columns=INPUTS)
+    image = {m: _image_model(m) for m in models}
+    if seqs != [None] and all(image.values()):
+        raise SweepInputError(f"--seq is for text models: {', '.join(map(str, models))} are image models; "
+                              "give --image-size")
+    if sizes != [None] and not any(image.values()):
+        raise SweepInputError("--image-size is for image models: none of the models is one; give --seq")
+    if seqs == [None] and not all(image.values()):
+        raise SweepInputError(f"give the sequence length(s) (--seq) of the text model(s) "
+                              f"{', '.join(str(m) for m in models if not image[m])}")
+    rows = []
+    for m in models:
+        size = [(None, i) for i in sizes] if image[m] else [(q, None) for q in seqs]    # (seq, image_size)
+        for d, b, (q, i), *rest in itertools.product(devices, batches, size, modes, fusion, parallel, gpus,
+                                                     micro_batches, link_gbs, past, dtype):
+            rows.append((m, d, b, q, i, *rest))
+    return pd.DataFrame(rows, columns=INPUTS)
 
 
 def chunks(configs: pd.DataFrame, size: int = 5000):
@@ -84,9 +107,10 @@ def chunks(configs: pd.DataFrame, size: int = 5000):
         yield ordered.iloc[a:a + size]
 
 
-def sweep(models, devices, batches, seqs, modes=("inf",), predictors=("neusight",), seeds=(0,),
+def sweep(models, devices, batches, seqs=None, modes=("inf",), predictors=("neusight",), seeds=(0,),
           quick: bool = False, progress: bool = True, use_derivation: bool = True, **options) -> pd.DataFrame:
-    """Predict the product of models x devices x batches x seqs x modes (x options); see ``run``."""
+    """Predict the product of models x devices x batches x seqs (image models: ``image_sizes=``, default
+    224) x modes (x options); see ``run``."""
     return run(grid(models, devices, batches, seqs, modes, **options), predictors, seeds, quick=quick,
                progress=progress, use_derivation=use_derivation)
 
@@ -104,43 +128,36 @@ def _int(v, what, minimum=1):
     return iv
 
 
+def _given(v):
+    """None for a missing value of a configuration frame (None, NaN, pandas' NA), else the value."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA else v
+
+
 def _normalise(r: dict) -> dict:
-    from neusight_core import devices
+    """One configuration row -> its validated inputs. The frame's cells are read here (NaN = not given,
+    integers from floats); the request is then checked by ``scenario.scenario``, exactly as ``predict``
+    checks it (issue 23: device plausibility, the absurd-memory guard, image/text sizes, plan limits)."""
+    from neusight_core import scenario
+
+    def opt_int(key, what, minimum=1):
+        v = _given(r.get(key))
+        return None if v is None else _int(v, what, minimum)
+
+    plan = _given(r.get("parallel"))
+    plan = None if plan in ("", "none") else plan
+    dt = _given(r.get("dtype"))
+    fusion = _given(r.get("fusion"))
+    link = _given(r.get("link_gbs"))
+    sc = scenario.scenario(
+        r.get("model"), str(r.get("device")), _int(r.get("batch"), "batch"), opt_int("seq", "seq"),
+        _given(r.get("mode")) or "inf", image_size=opt_int("image_size", "image_size"),
+        past=opt_int("past", "past", 0) or 0, dtype=dt if dt not in (None, "") else "fp32", fusion=bool(fusion),
+        parallel=plan, gpus=opt_int("gpus", "gpus"), micro_batches=opt_int("micro_batches", "micro_batches") or 1,
+        link_gbs=None if link is None else float(link))
     out = dict(r)
-    out["batch"] = _int(r.get("batch"), "batch")
-    out["seq"] = _int(r.get("seq"), "seq")
-    out["past"] = _int(r.get("past") if r.get("past") is not None else 0, "past", 0)
-    mode = r.get("mode") or "inf"
-    if mode not in latency.MODES:
-        raise SweepInputError(f"mode must be one of {', '.join(latency.MODES)}, got {mode!r}")
-    out["mode"] = mode
-    dt = r.get("dtype")
-    dt = "fp32" if dt is None or (isinstance(dt, float) and math.isnan(dt)) or dt == "" else dt
-    if dt not in schema.PRECISIONS:
-        raise SweepInputError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dt!r}")
-    out["dtype"] = dt
-    plan = r.get("parallel")
-    plan = None if plan in (None, "", "none") or (isinstance(plan, float) and math.isnan(plan)) else plan
-    if plan is not None and plan not in latency.PLANS:
-        raise SweepInputError(f"parallel plan must be one of {', '.join(latency.PLANS)}, got {plan!r}")
-    out["parallel"] = plan
-    g = r.get("gpus")
-    g = None if g is None or (isinstance(g, float) and math.isnan(g)) else g
-    out["gpus"] = _int(g if g is not None else (4 if plan else 1), "gpus")
-    mb = r.get("micro_batches")
-    mb = None if mb is None or (isinstance(mb, float) and math.isnan(mb)) else mb
-    out["micro_batches"] = _int(mb if mb is not None else 1, "micro_batches")
-    out["fusion"] = bool(r.get("fusion")) if not (isinstance(r.get("fusion"), float) and math.isnan(r["fusion"])) else False
-    dev = devices.get_device(str(r.get("device")))
-    out["device"] = dev.name
-    lk = r.get("link_gbs")
-    lk = None if lk is None or (isinstance(lk, float) and math.isnan(lk)) else float(lk)
-    if plan is not None:
-        lk = lk if lk is not None else dev.link_gbs
-        if lk is None and out["gpus"] > 1:
-            raise SweepInputError(f"no link bandwidth known for {dev.name}: give link_gbs")
-    out["link_gbs"] = lk
-    trace_cache.config_content(r.get("model"))      # unknown model -> one line
+    out.update(sc.as_dict())
+    del out["image"]
+    out["seq"], out["image_size"] = sc.seq_len, sc.image_size
     return out
 
 
@@ -162,7 +179,9 @@ def compact_table(k: pd.DataFrame) -> pd.DataFrame:
 
 
 def table_key(r: dict) -> tuple:
-    return (str(r["model"]), r["batch"], r["seq"], r["mode"], r["past"], r["fusion"], r["parallel"],
+    # the tracer's size argument: the sequence length, or an image model's side
+    size = r["seq"] if r.get("image_size") is None else r["image_size"]
+    return (str(r["model"]), r["batch"], size, r["mode"], r["past"], r["fusion"], r["parallel"],
             r["gpus"] if r["parallel"] else 1, r["micro_batches"] if r["parallel"] == "pp" else 1, r["dtype"])
 
 
@@ -192,7 +211,6 @@ def kernel_table(model, batch: int, seq: int, mode: str, past: int = 0, fusion: 
     return trace_cache.cached(key, build)
 
 
-_predictor = latency._predictor      # one set of trained predictors per process for questions and sweeps
 
 
 # ------------------------------------------------------------------------------ the sweep
@@ -224,9 +242,12 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     # ---- kernel tables: one per table key
     tab_of = np.full(n, -1)
     keys: dict[tuple, int] = {}
+    image_keys = set()        # tables of image models: always traced (derive.py's families are in seq)
     for i, r in enumerate(norm):
         if r is not None:
             tab_of[i] = keys.setdefault(table_key(r), len(keys))
+            if r["image_size"] is not None:
+                image_keys.add(table_key(r))
     tab_err: dict[int, str] = {}
     tab_derived: dict[int, bool] = {}
     parts: list[pd.DataFrame] = []
@@ -249,7 +270,7 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
         model, b, s, mode, past, fusion, plan, g, mb, dt = key
         fam = None
         g0 = (model, mode, past, b == 1, dt)
-        if use_derivation and not fusion and plan is None and group[g0] >= MIN_FAMILY:
+        if use_derivation and not fusion and plan is None and group[g0] >= MIN_FAMILY and key not in image_keys:
             try:
                 fam = derive.family_for(model, b, s, mode, past=past, dtype=dt,
                                         allow_bucket=bucket[g0 + (int(s).bit_length(),)] >= MIN_BUCKET,
@@ -288,6 +309,8 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     t0 = time.perf_counter()
     rows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["_tab", "count"])
     rows = rows.sort_values("_tab", kind="stable").reset_index(drop=True)
+    # conv columns NaN throughout (no image model in the sweep) tell no kernels apart: not grouped on
+    rows = rows.drop(columns=[c for c in schema.CONV_COLUMNS if c in rows and rows[c].isna().all()])
     ident = [c for c in rows.columns if c not in PLACEMENT]
     kid = rows.groupby(ident, dropna=False, sort=False, observed=True).ngroup().to_numpy() if len(rows) else np.zeros(0, int)
     n_kid = int(kid.max()) + 1 if len(kid) else 0
@@ -321,14 +344,14 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
         per_launch = np.full((n_kid, len(dev_names)), np.nan)
         p_err = [""] * len(dev_names)
         try:
-            pred = obj if obj is not None else _predictor(p, bool(quick), int(seed))
+            pred = obj if obj is not None else latency.loaded_predictor(p, bool(quick), int(seed))
             if len(request):
                 per_launch[req_k, req_d] = np.asarray(pred.predict(request, None), dtype=float)
         except Exception as e:  # noqa: BLE001 - isolate the failing device(s)
             msg = _msg(e)
             pred = None
             try:
-                pred = obj if obj is not None else _predictor(p, bool(quick), int(seed))
+                pred = obj if obj is not None else latency.loaded_predictor(p, bool(quick), int(seed))
             except Exception:  # noqa: BLE001
                 p_err = [f"{p}: {msg}"] * len(dev_names)
             if pred is not None:
@@ -411,7 +434,7 @@ def _aggregate(cfg, norm, err, ok, tab_of, cfg_dev, rows, kid, starts, per_launc
             res[f"{cl}_ms"][i] = agg["breakdown"].get(cl, 0.0)
         kernels[i] = float(sub["count"].sum())
     out = pd.DataFrame({c: [r[c] if r is not None else v for r, v in zip(norm, cfg[c])] for c in INPUTS})
-    for c in ("batch", "seq", "gpus", "micro_batches", "past"):
+    for c in ("batch", "seq", "image_size", "gpus", "micro_batches", "past"):
         try:
             out[c] = out[c].astype("Int64")
         except (TypeError, ValueError):

@@ -25,7 +25,6 @@ import re
 import time
 import weakref
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -40,6 +39,7 @@ COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "f
 # Extra columns after COLUMNS: `reads` / `writes` = tuples of (buffer key, bytes) per kernel, the
 # data dependencies fusion.fuse needs (a key names one tensor buffer within one trace), and
 # `precision` (fp32 | tf32 | fp16 | bf16): the arithmetic the kernel runs in, which picks the GEMM peak.
+# Then CONV_COLUMNS (issue 26, below): the parameters of a 2-D convolution, NaN on every other row.
 
 # Precision of a trace (``trace_model(..., dtype=)``) -> storage dtype of the model's tensors.
 # tf32 = FP32 tensors, GEMMs on TF32 tensor cores; fp32 = the paper's setting (TF32 off).
@@ -52,6 +52,9 @@ _DTYPE_PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 from neusight_core import configs  # noqa: E402
 from neusight_core import schema  # noqa: E402
 from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs, load_config  # noqa: E402,F401
+
+CONV_COLUMNS = list(schema.CONV_COLUMNS)    # the conv parameters of CONV rows, NaN elsewhere (issue 26)
+_NO_CONV = (math.nan,) * len(CONV_COLUMNS)
 
 
 # The release's BERT config names BertLMHeadModel, but the authors' op graphs (and so the measured
@@ -119,7 +122,19 @@ UNARY = {"tanh": "tanh", "relu": "relu", "gelu": "gelu", "silu": "gelu", "sigmoi
          "threshold_backward": "relu", "silu_backward": "gelu", "sigmoid_backward": "tanh",
          "relu_": "relu", "tanh_": "tanh", "exp_": "tanh", "neg_": "mulu", "sqrt_": "powu",
          "rsqrt_": "powu", "clamp_": "relu", "clamp_min_": "relu", "sin": "tanh", "cos": "tanh"}
-REDUCTION = {"sum", "mean"}   # -> VEC add over the reduced elements
+REDUCTION = {"sum", "mean", "_adaptive_avg_pool2d"}   # -> VEC add over the reduced elements
+# Batch norm (issue 26) -> VEC "mul": a multiply-add per element once the per-channel statistics are known.
+# FLOPs per element as for layer norm (SPEC 3.1: 6; the same mean / variance / normalise / affine work) in
+# training, forward and backward; 2 (scale and shift with the running statistics) in inference. Not
+# LAYERNORM: that class's rows are the normalised rows of H elements, a batch norm reduces one channel
+# over batch x pixels (a strided reduction of up to millions of elements), a shape its data never had.
+BATCHNORM = {"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+             "cudnn_batch_norm", "miopen_batch_norm", "native_batch_norm_backward",
+             "cudnn_batch_norm_backward", "miopen_batch_norm_backward"}
+BATCHNORM_INFERENCE = {"_native_batch_norm_legit_no_training"}
+# 2-D convolutions (issue 26): forward, and the backward that computes the input and / or weight gradient
+# (split into one row each, see conv_rows).
+CONV = {"convolution", "convolution_backward"}
 # Memory-bound ops (bytes / bandwidth in every predictor).
 MEM = {
     "embedding", "embedding_dense_backward", "native_dropout", "native_dropout_backward",
@@ -137,6 +152,9 @@ MEM = {
     "lift_fresh_copy", "masked_select", "index_copy", "index_copy_", "fill_diagonal_",
     "_index_put_impl_", "split_copy", "unsqueeze_copy", "bucketize", "floor", "ceil", "round",
     "trunc", "eq_", "ne_", "native_dropout_", "squeeze_copy", "alias_copy", "unbind_copy",
+    # pooling windows (issue 26): a few compares / adds per element read, memory-bound
+    "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward",
+    "_adaptive_avg_pool2d_backward",
 }
 # FLOPs per output element (SPEC 3.1: 1 for element-wise ops, 5 softmax, 6 layernorm).
 OPS_PER_ELEMENT = {"VEC": 1, "SOFTMAX": 5, "LAYERNORM": 6}
@@ -159,7 +177,7 @@ def _nbytes(t: torch.Tensor) -> int:
     return n * t.element_size()
 
 
-def _layer_of(module: str) -> int:
+def layer_of(module: str) -> int:
     m = _LAYER_RE.search(module)
     return int(m.group(1)) if m else -1
 
@@ -198,6 +216,13 @@ def classify(base: str, args, kwargs, outs: list[torch.Tensor], ins: list[torch.
     if base in LAYERNORM:
         H = int(out.shape[-1]) if out.dim() else 1
         return "LAYERNORM", "", numel // max(H, 1), nan, nan, nan, H, float(OPS_PER_ELEMENT["LAYERNORM"] * numel)
+    if base in BATCHNORM or base in BATCHNORM_INFERENCE:
+        # the forward ops take (input, weight, bias, running_mean, running_var, training, ...): eval() runs
+        # them with training=False, i.e. with the running statistics
+        inference = base in BATCHNORM_INFERENCE or (not base.endswith("backward") and len(args) > 5
+                                                    and isinstance(args[5], bool) and not args[5])
+        per = 2 if inference else OPS_PER_ELEMENT["LAYERNORM"]
+        return "VEC", "mul", rows, nan, nan, nan, H, float(per * numel)
     if base in REDUCTION:
         src = ins[0] if ins else out
         n_in = src.numel()
@@ -213,6 +238,60 @@ def classify(base: str, args, kwargs, outs: list[torch.Tensor], ins: list[torch.
     if base in MEM:
         return "MEM", "", rows, nan, nan, nan, H, 0.0
     return "UNCLASSIFIED", "", rows, nan, nan, nan, H, 0.0
+
+
+def _square(v) -> int | None:
+    """One int from an int or a list of equal ints (stride, padding, ...), else None."""
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return int(v[0]) if v and all(int(x) == int(v[0]) for x in v) else None
+
+
+def conv_rows(base: str, args, out) -> list[tuple] | None:
+    """The CONV rows of one ``aten.convolution`` / ``aten.convolution_backward`` (docs/interfaces.md):
+    a list of (sub_op, op_class, B, M, N, K, H, flops, tensors read, tensors written, conv params), or None
+    for a convolution outside the contract (not 2-D, transposed, dilated, non-square kernel, image or
+    stride), which the caller keeps as UNCLASSIFIED.
+
+    Implicit GEMM dims in the release convention ([M x N] @ [N x K], N the reduction), o = output side:
+    fwd   M = B o^2,  N = Cin k^2 / g,  K = Cout   (reads input + weight, writes output)
+    dgrad M = B i^2,  N = Cout k^2 / g, K = Cin    (reads grad-output + weight, writes grad-input)
+    wgrad M = Cout,   N = B o^2,        K = Cin k^2 / g (reads grad-output + input, writes grad-weight)
+    flops = 2 M N K. For a strided conv the dgrad GEMM over every input pixel counts stride^2 times the
+    multiply-adds that reach a non-zero (the implicit GEMM's own work, which the measured kernels do too).
+    A bias is one more VEC row each way: PyTorch adds it to the forward's output with its own element-wise
+    kernel (``_convolution``: cuDNN's conv, then ``add_``), and its gradient is a per-channel sum of grad-output."""
+    nan = math.nan
+    if base == "convolution":
+        x, w, bias, stride, pad, dil, transposed, _, groups = args[:9]
+    else:
+        gy, x, w, _, stride, pad, dil, transposed, _, groups, mask = args[:11]
+    if (x.dim() != 4 or transposed or w.shape[2] != w.shape[3] or x.shape[2] != x.shape[3]
+            or _square(dil) != 1 or _square(stride) is None or _square(pad) is None):
+        return None
+    B, cin, size = int(x.shape[0]), int(x.shape[1]), int(x.shape[2])
+    cout, k, g = int(w.shape[0]), int(w.shape[2]), int(groups)
+    s, p = _square(stride), _square(pad)
+    o = (size + 2 * p - k) // s + 1
+    params = (float(cin), float(cout), float(k), float(size), float(s), float(p), float(g))
+    red_in, red_out = cin * k * k // g, cout * k * k // g
+    if base == "convolution":
+        M, N, K = B * o * o, red_in, cout
+        rows = [("fwd", "CONV", B, M, N, K, nan, 2.0 * M * N * K, [x, w], [out], params)]
+        if isinstance(bias, torch.Tensor):
+            rows.append(("add", "VEC", B * cout * o, nan, nan, nan, o, float(out.numel()), [out, bias], [out],
+                         _NO_CONV))
+        return rows
+    gx, gw, gb = out
+    rows = []
+    if mask[0] and isinstance(gx, torch.Tensor):
+        M, N, K = B * size * size, red_out, cin
+        rows.append(("dgrad", "CONV", B, M, N, K, nan, 2.0 * M * N * K, [gy, w], [gx], params))
+    if mask[1] and isinstance(gw, torch.Tensor):
+        M, N, K = cout, B * o * o, red_in
+        rows.append(("wgrad", "CONV", B, M, N, K, nan, 2.0 * M * N * K, [gy, x], [gw], params))
+    if len(mask) > 2 and mask[2] and isinstance(gb, torch.Tensor):
+        rows.append(("add", "VEC", cout, nan, nan, nan, B * o * o, float(gy.numel()), [gy], [gb], _NO_CONV))
+    return rows
 
 
 # --------------------------------------------------------------------------------------------
@@ -304,6 +383,11 @@ class _Recorder(TorchDispatchMode):
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         self._note_allocations(outs, ins)
+        if base in CONV and outs:
+            conv = conv_rows(base, args, out)
+            if conv is not None:
+                self._add_conv_rows(full, conv)
+                return out
         c = classify(base, args, kwargs, outs, ins)
         if c is None:
             self.skipped[full] += 1
@@ -311,15 +395,7 @@ class _Recorder(TorchDispatchMode):
         op_class, sub_op, Bd, M, N, K, H, flops = c
         if op_class == "UNCLASSIFIED":
             self.unclassified[full] += 1
-        phase, module = self.phase, self.module_stack[-1]
-        if phase == "bw":
-            node = torch._C._current_autograd_node()
-            if node is not None:
-                if type(node).__name__ == "AccumulateGrad":
-                    phase = "acc"
-                    module = self.params_by_id.get(id(node.variable), "")
-                else:
-                    module = node.metadata.get("module", "loss")
+        phase, module = self._where()
         # in-place / out= ops: the written tensor is also an input; count it once as written
         out_ids = {id(t) for t in outs}
         if base == "copy_":
@@ -334,9 +410,31 @@ class _Recorder(TorchDispatchMode):
         writes = tuple((self._key(t), _nbytes(t)) for t in outs)
         self.rows.append((phase, full, op_class, sub_op, Bd, M, N, K, H, flops,
                           sum(b for _, b in reads), sum(b for _, b in writes),
-                          str(outs[0].dtype).replace("torch.", ""), module, _layer_of(module),
-                          reads, writes))
+                          str(outs[0].dtype).replace("torch.", ""), module, layer_of(module),
+                          reads, writes) + _NO_CONV)
         return out
+
+    def _where(self) -> tuple[str, str]:
+        """(phase, module) of the op being dispatched (backward: from the autograd node)."""
+        phase, module = self.phase, self.module_stack[-1]
+        if phase == "bw":
+            node = torch._C._current_autograd_node()
+            if node is not None:
+                if type(node).__name__ == "AccumulateGrad":
+                    return "acc", self.params_by_id.get(id(node.variable), "")
+                module = node.metadata.get("module", "loss")
+        return phase, module
+
+    def _add_conv_rows(self, full: str, conv: list[tuple]) -> None:
+        """One row per CONV kernel of ``conv_rows`` (a backward launch gives its dgrad and wgrad rows)."""
+        phase, module = self._where()
+        for sub_op, cls, Bd, M, N, K, H, flops, read_t, write_t, params in conv:
+            reads = tuple((self._key(t), _nbytes(t)) for t in read_t)
+            writes = tuple((self._key(t), _nbytes(t)) for t in write_t)
+            self.rows.append((phase, full, cls, sub_op, Bd, M, N, K, H, flops,
+                              sum(b for _, b in reads), sum(b for _, b in writes),
+                              str(write_t[0].dtype).replace("torch.", ""), module, layer_of(module),
+                              reads, writes) + params)
 
 
 def _cuda_dropout(input, p=0.5, training=True, inplace=False):
@@ -393,7 +491,7 @@ def _install_module_hooks(model, stack: list[str]):
     return handles
 
 
-def _switch_routing_stand_in(model) -> int:
+def switch_routing_stand_in(model) -> int:
     """Replace Switch Transformers' data-dependent expert dispatch with an even spread.
 
     On meta tensors the router's argmax has no value, so which token goes to which expert is
@@ -437,7 +535,14 @@ def _make_switch_forward(mlp):
     return forward
 
 
-def _inputs(model, cfg, batch: int, seq: int, train: bool) -> dict:
+def _inputs(model, cfg, batch: int, seq: int, train: bool, dtype=torch.float32) -> dict:
+    if configs.is_image_model(cfg):
+        # image models (issue 26): a batch of square images, seq = their side; the classification head's
+        # loss takes one class label per image
+        kw = {"pixel_values": torch.zeros((batch, int(cfg.num_channels), seq, seq), dtype=dtype, device="meta")}
+        if train:
+            kw["labels"] = torch.zeros((batch,), dtype=torch.long, device="meta")
+        return kw
     ids = torch.zeros((batch, seq), dtype=torch.long, device="meta")
     kw = {"input_ids": ids}
     if getattr(cfg, "is_encoder_decoder", False):
@@ -503,6 +608,11 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     The cache is filled before recording (it exists before the step); the step's own cache
     append (a ``cat`` per layer, as HF's eager decode runs it) is recorded.
 
+    Image models (``configs.is_image_model``: ResNet, ViT; issue 26) take ``pixel_values`` of shape
+    (batch, channels, seq, seq): ``seq`` is the image side in pixels (``attrs["image_size"]``; 0 for text
+    models). A ViT is built for that side (``image_size`` set in its config, so its position embeddings
+    have one entry per patch, as when fine-tuning at a new resolution). No KV cache for them.
+
     ``dtype`` (fp32 | tf32 | fp16 | bf16): the precision the model runs in. fp32 is the paper's
     (FP32 tensors, TF32 off); fp16/bf16 build the model in that dtype, so every tensor's bytes follow
     it (ops the model code runs in FP32, e.g. softmax or RMSNorm upcasts, stay FP32); tf32 keeps FP32
@@ -533,20 +643,26 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
         raise TraceError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dtype!r}")
     t0 = time.perf_counter()
     cfg = load_config(config_or_name)
+    image = configs.is_image_model(cfg)
+    if image:
+        if past:
+            raise TraceError(f"a KV cache (past > 0) is for text decoders, not the image model {cfg.model_type!r}")
+        if hasattr(cfg, "image_size"):
+            cfg.image_size = int(seq)
     maxpos = _max_positions(cfg)
     if maxpos is not None and seq + past > maxpos:
         raise TraceError(f"seq {seq + past} exceeds the model's {maxpos} positions ({cfg.model_type})")
     train = mode == "train"
     model = build_model(cfg, mode if authors_heads else None, dtype)
     model.train(train)  # dropout kernels only in training (eval() makes dropout an identity)
-    _switch_routing_stand_in(model)
+    switch_routing_stand_in(model)
     params = dict(model.named_parameters())
     if train and accumulate_grads:
         for p in params.values():
             p.grad = torch.empty_like(p)
     rec = _Recorder({id(p): n for n, p in params.items()})
     handles = _install_module_hooks(model, rec.module_stack)
-    kw = _inputs(model, cfg, int(batch), int(seq), train)
+    kw = _inputs(model, cfg, int(batch), int(seq), train, TORCH_DTYPES[dtype])
     kv_bytes, kv_bufs = 0, ()
     if past:
         cache = _filled_cache(cfg, int(batch), int(past), TORCH_DTYPES[dtype])
@@ -571,8 +687,10 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
         raise
     except Exception as e:  # noqa: BLE001 - any failure of the model code becomes one clear line
         msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        raise TraceError(f"cannot trace {cfg.model_type!r} ({cfg.name_or_path}) with input_ids of "
-                         f"shape ({batch}, {seq}): {type(e).__name__}: {msg}") from None
+        what = (f"pixel_values of shape ({batch}, {getattr(cfg, 'num_channels', 3)}, {seq}, {seq})" if image
+                else f"input_ids of shape ({batch}, {seq})")
+        raise TraceError(f"cannot trace {cfg.model_type!r} ({cfg.name_or_path}) with {what}: "
+                         f"{type(e).__name__}: {msg}") from None
     finally:
         for h in handles:
             h.remove()
@@ -585,22 +703,25 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
 
         warnings.warn(f"{sum(rec.unclassified.values())} kernels of aten ops without an op class kept as "
                       f"UNCLASSIFIED (memory-bound): {dict(rec.unclassified)}", stacklevel=2)
-    df = pd.DataFrame.from_records(rec.rows, columns=COLUMNS[:15] + ["reads", "writes"])
+    df = pd.DataFrame.from_records(rec.rows, columns=COLUMNS[:15] + ["reads", "writes"] + CONV_COLUMNS)
     df["count"] = 1
     df["comm_kind"] = ""
     df["comm_bytes"] = 0.0
     df["overlap"] = False
     df["stage"] = 0
+    conv = df[CONV_COLUMNS].astype(float)
     df = df[COLUMNS + ["reads", "writes"]]
     for c in ("B", "M", "N", "K", "H", "flops", "bytes_read", "bytes_written"):
         df[c] = df[c].astype(float)
     df["precision"] = df["dtype"].map(_DTYPE_PRECISION).fillna("fp32")
-    if dtype == "tf32":
-        df.loc[df["op_class"].isin(["BMM", "LINEAR"]) & (df["precision"] == "fp32"), "precision"] = "tf32"
+    if dtype == "tf32":   # cuDNN convolutions use TF32 tensor cores when allowed, as cuBLAS GEMMs do
+        df.loc[df["op_class"].isin(["BMM", "LINEAR", "CONV"]) & (df["precision"] == "fp32"), "precision"] = "tf32"
+    df[CONV_COLUMNS] = conv
     df.attrs.update(config=dict(cfg.to_dict(), name=cfg.name_or_path), hidden=hidden_size(cfg), vocab=int(getattr(cfg, "vocab_size", 0) or 0),
                     params={n: int(p.numel()) for n, p in params.items()},
                     model=cfg.name_or_path or cfg.model_type, model_class=type(model).__name__,
                     batch=int(batch), seq=int(seq), past=int(past), dtype=dtype, memory=memory,
+                    image_size=int(seq) if image else 0,
                     mode=mode, num_layers=num_layers(cfg), unclassified=dict(rec.unclassified),
                     skipped=dict(rec.skipped), scalar_queries=dict(rec.scalar_queries),
                     trace_s=time.perf_counter() - t0)
@@ -618,12 +739,10 @@ def _cache_tensors(cache) -> list:
     return out
 
 
-# MemoryTimeline lives in memory.py: cached kernel tables hold one, and unpickling them must not import torch
-from neusight_core.memory import MemoryTimeline  # noqa: E402
 
 
 def _memory_summary(rec: _Recorder, kv_bytes: int, kv_bufs: tuple) -> dict:
-    tl = MemoryTimeline(rec.mem_events)
+    tl = schema.MemoryTimeline(rec.mem_events)
     return {"activation_peak_bytes": max(tl.peak(), kv_bytes) - kv_bytes, "kv_cache_bytes": float(kv_bytes),
             "kv_bufs": kv_bufs, "rows": len(rec.rows), "events": tl}
 

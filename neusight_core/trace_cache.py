@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from neusight_core import datafile, paths
+from neusight_core import configs, datafile, paths
 
 #: bump when the layout of a cache entry changes (2: data-only .npz instead of a pickle)
 CACHE_VERSION = 2
@@ -74,31 +74,6 @@ def versions() -> dict:
             "code": h.hexdigest()[:16]}
 
 
-def config_content(model) -> dict:
-    """The content of a model config as a plain dict (what the key hashes)."""
-    from neusight_core import configs as trace
-
-    if isinstance(model, dict):
-        return dict(model)
-    if isinstance(model, (str, Path)):
-        p = Path(str(model))
-        if not (p.suffix == ".json" and p.is_file()):
-            known = trace.available_configs()
-            if str(model) not in known:
-                raise trace.TraceError(f"unknown model config {model!r}; known: {', '.join(sorted(known)) or 'none'} "
-                                       "(or give a path to a JSON file)")
-            p = known[str(model)]
-        try:
-            d = json.loads(p.read_text())
-        except json.JSONDecodeError as e:
-            raise trace.TraceError(f"model config {p} is not valid JSON: {e}") from None
-        return {**d, "name": d.get("name", p.stem)}
-    to_dict = getattr(model, "to_dict", None)       # a transformers PretrainedConfig
-    if to_dict is None:
-        raise trace.TraceError(f"cannot use {type(model).__name__} as a model config")
-    return {**to_dict(), "name": getattr(model, "name_or_path", "") or ""}
-
-
 @functools.lru_cache(maxsize=1)
 def _trace_signature() -> inspect.Signature:
     """``trace.trace_model``'s signature read from the source (importing trace.py imports torch,
@@ -127,7 +102,7 @@ def trace_kwargs(batch, seq, mode="inf", **kw) -> dict:
 
 
 def make_key(kind: str, model, **fields) -> dict:
-    return {"kind": kind, "config": config_content(model), **fields, "versions": versions()}
+    return {"kind": kind, "config": configs.config_content(model), **fields, "versions": versions()}
 
 
 def key_hash(key: dict) -> str:

@@ -55,7 +55,7 @@ def fp16mm_ours(predictor="neusight", quick: bool = False, peak: str = "dense", 
     if peak not in PEAKS:
         raise ValueError(f"peak must be one of {', '.join(PEAKS)}, got {peak!r}")
     fp16 = evaluation.load_fp16mm() if fp16 is None else fp16
-    pred = latency._predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     if peak == "authors":
         k, dev = fp16mm_kernels(fp16, 4.0, "fp32"), devices.get_device("NVIDIA_H100_80GB_HBM3_TP")
     else:
@@ -148,7 +148,7 @@ def _tp_degrees(max_gpus: int) -> list[int]:
     return sorted({n for n in (2, max_gpus) if 1 < n <= max_gpus})
 
 
-# attrs parallel._tp reads; the rest (params, memory timeline, the HF config) is put back afterwards
+# attrs parallel.tp_split reads; the rest (params, memory timeline, the HF config) is put back afterwards
 _TP_ATTRS = ("batch", "seq", "mode", "hidden", "vocab", "num_layers", "dtype", "model")
 
 
@@ -172,7 +172,7 @@ def run(gpus=None, dtypes=("bf16", "fp32"), quick: bool = False, predictor="neus
     ``max_gpus`` GPUs) whose per-GPU memory fits, or ``does not fit on max_gpus``. GPUs without
     NVLink get no TP latency. Predictions of identical kernels are shared (``predict_unique``)."""
     gpus = list(gpus or catalogue_gpus())
-    pred = latency._predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     rows = []
     for sc in scenarios(quick):
         for dt in dtypes:
@@ -255,4 +255,25 @@ def memory_validation(quick: bool = False) -> pd.DataFrame:
             rows.append({"model": name, "batch": b, "seq": s, "mode": mode, "measured_mb": meas / 1e6,
                          "predicted_mb": predicted / 1e6, "error_pct": (predicted - meas) / meas * 100})
         del model
+    return pd.DataFrame(rows)
+
+
+def label_fit_check(optimizer: str = "none") -> pd.DataFrame:
+    """Every single-GPU training configuration of the paper's models on every GPU that has training
+    labels: is there a label (the authors ran it, so it fitted), and do we predict it fits? The
+    authors' loop has no optimizer step (``optimizer="none"``). A label we predict not to fit is
+    an overestimate; no label where we predict a fit says nothing (they did not try everything)."""
+    from neusight_core import paths
+    labels = paths.labels_dir()
+    gpus = sorted(p.name for p in labels.iterdir() if p.is_dir() and any(p.glob("*-train-*[0-9].json")))
+    configs = sorted({tuple(f.stem.split("-")[i] for i in (0, 2, 3)) for g in gpus
+                      for f in (labels / g).glob("*-train-*[0-9].json") if not f.stem.startswith("switchxl4")})
+    rows = []
+    for model, seq, batch in configs:
+        m = memory.footprint(latency.trace(model, int(batch), int(seq), "train"), optimizer=optimizer)
+        for g in gpus:
+            cap = devices.get_device(g).mem_gb
+            rows.append({"model": model, "seq": int(seq), "batch": int(batch), "gpu": g, "predicted_gib": m["total_gib"],
+                         "device_gib": cap, "predicted_fits": m["total_gib"] <= cap,
+                         "authors_label": (labels / g / f"{model}-train-{seq}-{batch}.json").is_file()})
     return pd.DataFrame(rows)

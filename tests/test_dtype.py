@@ -12,7 +12,7 @@ from neusight_core.predictors import common
 def test_fp32_predictions_do_not_depend_on_the_precision_column(name):
     # the code path before issue 11 had no `precision` column: dropping it must not change fp32 numbers
     k = latency.trace("gpt2_large", 2, 256, "train")
-    p = latency._predictor(name, True)
+    p = latency.loaded_predictor(name, True)
     with_col = p.predict(k, "H100")
     without = p.predict(k.drop(columns=["precision"]), "H100")
     np.testing.assert_allclose(with_col, without, rtol=1e-9, atol=0)
@@ -44,8 +44,8 @@ def test_bf16_halves_gemm_bytes():
 def test_bf16_works_for_every_catalogue_model_and_gpu():
     names = sorted(trace.available_configs())
     devs = devices.list_devices()["name"].tolist()
-    roof = latency._predictor("roofline", True)
-    ns = latency._predictor("neusight", True)
+    roof = latency.loaded_predictor("roofline", True)
+    ns = latency.loaded_predictor("neusight", True)
     # every model on every GPU with the roofline (cheap); NeuSight on every GPU for one model and on
     # two GPUs for every model (its tile lookup costs ~0.2 s per call)
     for i, model in enumerate(names):
@@ -90,7 +90,7 @@ def test_figure10_c9_with_our_predictor_and_the_authors_tp_device_equivalence():
 def test_predict_unique_equals_predict_kernels():
     from neusight_core import whatif
     k = latency.trace("llama2_7b", 1, 64, "inf", 0, "bf16")
-    p = latency._predictor("neusight", True)
+    p = latency.loaded_predictor("neusight", True)
     a = latency.predict_kernels(k, "H100", p)["pred_ms"].to_numpy()
     b = whatif.predict_unique(k, "H100", p)["pred_ms"].to_numpy()
     np.testing.assert_allclose(a, b, rtol=1e-5)   # float32 MLP batches differ in the last bits only

@@ -55,7 +55,7 @@ def test_ape_and_mape():
     assert report.ape([100.0], [90.0])[0] == pytest.approx(10.0)
     assert report.ape([50.0], [75.0])[0] == pytest.approx(50.0)
     assert report.mape([100.0, 200.0, np.nan], [110.0, 100.0, 5.0]) == pytest.approx(30.0)
-    a = ev._safe_ape([100.0, 0.0, np.nan, 10.0], [80.0, 1.0, 1.0, np.nan])
+    a = ev.safe_ape([100.0, 0.0, np.nan, 10.0], [80.0, 1.0, 1.0, np.nan])
     assert a[0] == pytest.approx(20.0) and np.isnan(a[1:]).all()
 
 

@@ -22,9 +22,9 @@ def no_full_weights(monkeypatch, release_root):
         return real_get(name, quick, *a, **k)
 
     monkeypatch.setattr(predictors, "get", get)
-    latency._predictor.cache_clear()
+    latency.loaded_predictor.cache_clear()
     yield
-    latency._predictor.cache_clear()
+    latency.loaded_predictor.cache_clear()
 
 
 def test_first_question_is_answered_by_the_quick_weights_and_says_so(no_full_weights, capsys):

@@ -7,7 +7,7 @@ import math
 import pytest
 import transformers
 
-from neusight_core import latency, memory, parallel, trace
+from neusight_core import latency, memory, parallel, trace, whatif
 
 # Tolerance of the activation peak against PyTorch's measured peak: 3 %. Why so tight: the tracer
 # records the same aten ops the CPU runs (meta tensors go through the same decompositions) and
@@ -121,7 +121,7 @@ def test_kv_cache_of_a_decode_step():
 
 def test_every_training_configuration_the_authors_measured_is_predicted_to_fit():
     # a label means the run fitted on that GPU (their loop: no optimizer step -> optimizer="none")
-    d = memory.label_fit_check()
+    d = whatif.label_fit_check()
     measured = d[d.authors_label]
     assert len(measured) >= 30
     assert measured.predicted_fits.all(), measured[~measured.predicted_fits]

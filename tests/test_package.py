@@ -144,3 +144,14 @@ def test_pip_install_without_the_checkout_needs_neusight_home(tmp_path):
     assert len(r.stderr.splitlines()) == 1 and "NEUSIGHT_HOME" in r.stderr and "pip install -e" in r.stderr, r.stderr
     env = dict(_env(False), NEUSIGHT_HOME=str(ROOT))
     assert _answer(_run([exe, *PREDICT], work, env).stdout) == _python_m_answer(tmp_path)
+
+
+def test_no_import_cycle_in_the_package():
+    """Issue 23: arrows only point down. The shared tool counts every import, also those inside functions
+    (it exits 1 and names the modules of each cycle)."""
+    tool = paths.REPO_ROOT.parent / "shared" / "tools" / "import_cycles.py"
+    if not tool.is_file():
+        pytest.skip(f"{tool} not here (../shared is beside the checkout in CI)")
+    r = subprocess.run([sys.executable, str(tool), str(paths.REPO_ROOT / "neusight_core")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 cycle(s)" in r.stdout

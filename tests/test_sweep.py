@@ -29,7 +29,9 @@ def cache_dir(tmp_path_factory, release_root):
 
 
 # ------------------------------------------------------------------ derived tables == real traces
-CATALOGUE = sorted(trace.available_configs()) if paths.model_configs_dir().is_dir() else []
+# image models (issue 26) are not derived: their shapes are floors in the image side (tests/test_vision.py)
+CATALOGUE = (sorted(m for m in trace.available_configs() if not configs.is_image_model(m))
+             if paths.model_configs_dir().is_dir() else [])
 # (batch, seq, mode) points: batch 1 and batch >= 2 are separate families; seqs outside the samples
 POINTS = [(1, 96, "inf"), (3, 256, "inf"), (2, 160, "train")]
 # the largest configs repeat the architecture of a smaller one that is checked in training (gpt3_27,
@@ -49,7 +51,7 @@ def test_derived_tables_equal_real_traces_kernel_by_kernel(cache_dir, model):
             continue
         real = trace.trace_model(model, b, s, mode)
         fam = derive.family_for(model, b, s, mode, past=0)
-        got = derive.derived_or_traced(model, b, s, mode, past=0)
+        got = fam.table(b, s) if fam is not None else trace_cache.trace(model, b, s, mode, past=0)
         assert derive.compare(got, real) == "", (model, b, s, mode)
         if fam is None:
             assert not got.attrs.get("derived")
@@ -78,9 +80,9 @@ def test_derived_tables_equal_real_traces_kernel_by_kernel(cache_dir, model):
 def test_tokens_per_expert_basis_is_exact_and_checked(cache_dir, monkeypatch):
     """The tracer and the derivation share one tokens-per-expert function; a derivation with a wrong
     one fails its check (seq 101 below the capacity) instead of returning a wrong table."""
-    fn = configs.expert_tokens_fn(trace_cache.config_content("switchxl4"))
+    fn = configs.expert_tokens_fn(configs.config_content("switchxl4"))
     assert [fn(s) for s in (64, 101, 130, 256, 257, 2048)] == [16, 26, 33, 64, 64, 64]
-    assert configs.expert_tokens_fn(trace_cache.config_content("gpt2_large")) is None
+    assert configs.expert_tokens_fn(configs.config_content("gpt2_large")) is None
     monkeypatch.setattr(configs, "expert_tokens_fn", lambda c: (lambda s: min(s // 4, 64)))   # floor, not ceil
     fam = derive.Family("switchxl4", "inf")
     assert not fam.ok and "check at (batch, seq) = (3, 101)" in fam.reason
@@ -263,5 +265,3 @@ def test_predict_configs_runs_through_the_sweep_with_seeds(cache_dir):
     assert ours.ours_roofline_ms.iloc[0] == pytest.approx(ref["e2e_ms"], rel=1e-9)
     long = reproduce.sweep_configs(index, ["roofline"], quick=True, progress=False, seeds=(0, 1))
     assert len(long) == 2 * len(index) and set(long.seed) == {0, 1} and long.ape.notna().all()
-    again = reproduce.spread_sweep(index, long)
-    pd.testing.assert_frame_equal(again.drop(columns=["ours_wall_s"]), ours.drop(columns=["ours_wall_s"]))

@@ -16,19 +16,14 @@ import json
 import warnings
 from pathlib import Path
 
-from neusight_core import paths
+from neusight_core import paths, registry
 from neusight_core.datafile import CacheWarning
 from neusight_core.predictors.base import KernelPredictor, PredictorLoadError, config_hash
 from neusight_core.predictors.common import PredictorInputError
-from neusight_core.predictors.habitat import HabitatPredictor
-from neusight_core.predictors.li import LiPredictor
-from neusight_core.predictors.neusight import NeuSightOursPredictor, NeuSightPaperPredictor, NeuSightPredictor
-from neusight_core.predictors.roofline import RooflinePredictor
 
-NAMES = ("neusight", "neusight-paper", "neusight-logo", "roofline", "habitat", "li")
-REGISTRY = {"neusight": NeuSightOursPredictor, "neusight-paper": NeuSightPaperPredictor,
-            "neusight-logo": NeuSightPredictor, "roofline": RooflinePredictor,
-            "habitat": HabitatPredictor, "li": LiPredictor}
+# every predictor comes from the registry (predictors/registry.yaml, neusight_core/registry.py)
+NAMES = registry.names()
+REGISTRY = {n: registry.load_class(n) for n in NAMES}
 
 
 class UnknownPredictorError(KeyError):
@@ -227,11 +222,7 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
     f = folder(name, quick, seed, config, rows)
     if not retrain and is_trained(name, quick, seed, config, rows):
         try:
-            loaded = REGISTRY[name].load(f)
-            if getattr(loaded, "needs_calibration", lambda: False)():
-                loaded.calibrate(dataset.training_data(**subset))    # saved before u_floor existed
-                loaded.save(f)
-            return loaded
+            return REGISTRY[name].load(f)
         except (PredictorLoadError, json.JSONDecodeError, KeyError) as e:
             # damaged (issue 24): one line naming the file, then retrain below and save over it
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -13,33 +13,34 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import datafile
-from neusight_core.predictors import common
+import neusight_core.predictors.common as common
 
 VERSION = 3          # bump when a change of code makes saved weights stale (2: the authors' form trains unclamped;
                      # 3: fused Adam/AdamW, the same update with other float rounding)
-HPARAMS_FILE = Path(__file__).with_name("hparams.yaml")
 RECIPES_DIR = Path(__file__).with_name("recipes")
 
 
 def hparams(name: str) -> dict:
-    """The chosen hyper-parameters of predictor ``name``: ``predictors/recipes/<name>.yaml`` when it
-    exists (the NeuSight recipes), else its section of ``predictors/hparams.yaml`` (the baselines).
+    """The chosen hyper-parameters of predictor ``name``: its recipe file (the NeuSight recipes,
+    ``predictors/recipes/<name>.yaml``) or the ``config`` of its registry entry (the baselines);
+    a recipe name that is not registered (an ablation's base) is read from ``recipes/<name>.yaml``.
     A fresh copy each call (callers may change it); the files are parsed once per process and version."""
     import copy
-    recipe = RECIPES_DIR / f"{name}.yaml"
+    from neusight_core import registry
+    entry = registry.entries().get(name)
+    recipe = entry.recipe if entry is not None and entry.recipe is not None else RECIPES_DIR / f"{name}.yaml"
     if recipe.is_file():
         own = dict(copy.deepcopy(_yaml(str(recipe), recipe.stat().st_mtime_ns)) or {})
         # a recipe may name a ``base`` recipe and list only what it changes (our recipe: the authors' + ...)
         base = own.pop("base", None)
         return {**hparams(base), **own} if base else own
-    whole = _yaml(str(HPARAMS_FILE), HPARAMS_FILE.stat().st_mtime_ns) or {}
-    return dict(copy.deepcopy(whole.get(name, {})))
+    return dict(copy.deepcopy(entry.config or {})) if entry is not None else {}
 
 
 @functools.lru_cache(maxsize=16)
 def _yaml(path: str, mtime_ns: int):
     import yaml
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)     # the C parser: hparams.yaml has a long search log
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(Path(path).read_text(), Loader=loader)
 
 
@@ -178,7 +179,9 @@ class KernelPredictor:
             sub = kernels[usable]
             out[usable] = self._predict_model(sub, device, {k: v[usable] for k, v in dev.items()})
         other = ~usable & (cls != "COMM")
-        out[other] = np.where(modelled[other], common.roofline_ms(kernels[other], {k: v[other] for k, v in dev.items()}),
+        # CONV rows no model of this predictor covers (issue 26): the roofline, not bytes / bandwidth
+        roof = modelled[other] | (cls[other] == "CONV")
+        out[other] = np.where(roof, common.roofline_ms(kernels[other], {k: v[other] for k, v in dev.items()}),
                               common.memory_ms(kernels[other], {k: v[other] for k, v in dev.items()}))
         bad = (cls != "COMM") & ~(np.isfinite(out) & (out > 0))
         if bad.any():
@@ -197,7 +200,6 @@ class KernelPredictor:
 
     @classmethod
     def load(cls, folder) -> "KernelPredictor":
-        from neusight_core.predictors import REGISTRY
         folder = Path(folder)
         try:
             meta = json.loads((folder / "meta.json").read_text())
@@ -206,10 +208,9 @@ class KernelPredictor:
             raise
         except (OSError, ValueError, KeyError, RuntimeError) as e:
             raise PredictorLoadError(f"{folder}: cannot load saved predictor ({str(e).splitlines()[0]})") from None
-        klass = REGISTRY.get(meta.get("name")) if cls is KernelPredictor else cls
-        if klass is None or meta.get("name") != klass.name:
+        if meta.get("name") != cls.name:
             raise PredictorLoadError(f"{folder}: holds predictor {meta.get('name')!r}, not {cls.name!r}")
-        p = klass(meta["config"], seed=meta.get("seed", 0))
+        p = cls(meta["config"], seed=meta.get("seed", 0))
         p.set_state(state)
         p.info = meta.get("info", {})
         p.fitted = True

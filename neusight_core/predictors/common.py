@@ -11,11 +11,14 @@ import pandas as pd
 from neusight_core import devices, schema
 
 GEMM_CLASSES = ("BMM", "LINEAR")
+# classes that run on the GEMM units and so take the GEMM (tensor-core) peak: CONV (issue 26) is cuDNN's
+# implicit GEMM; a predictor without a conv model predicts CONV rows by the roofline (base.predict)
+PEAK_GEMM_CLASSES = GEMM_CLASSES + ("CONV",)
 VECTOR_CLASSES = ("VEC", "SOFTMAX", "LAYERNORM")
 MODEL_CLASSES = GEMM_CLASSES + VECTOR_CLASSES
 # convolutions (issue 26): tiles and waves of their implicit GEMM, whose M already includes the batch
 CONV_CLASSES = ("CONV",)
-IGEMM_CLASSES = GEMM_CLASSES + CONV_CLASSES   # [M x N] @ [N x K] tile geometry and the GEMM peak
+IGEMM_CLASSES = GEMM_CLASSES + CONV_CLASSES   # [M x N] @ [N x K] tile geometry
 PREDICTED_CLASSES = MODEL_CLASSES + CONV_CLASSES   # every class a predictor models (the others: memory-bound)
 MEMORY_CLASSES = ("MEM", "UNCLASSIFIED")
 ROW_TILE_CLASSES = ("SOFTMAX", "LAYERNORM")   # one row (H elements) per tile
@@ -64,7 +67,7 @@ def peak_gflops(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
     Precision (issue 11): a GEMM row whose ``precision`` column is tf32/fp16/bf16 gets the device's
     dense tensor-core peak of that precision (``<p>_gemm_gflops`` of ``device_arrays``; the FP32
     peak on GPUs without such tensor cores). Without the column, or for fp32 rows, nothing changes."""
-    gemm = kernels["op_class"].isin(IGEMM_CLASSES).to_numpy()
+    gemm = kernels["op_class"].isin(PEAK_GEMM_CLASSES).to_numpy()
     peak = np.where(gemm, dev["fp32_gflops"], dev["fp32_vec_gflops"])
     if "precision" in kernels.columns:
         prec = kernels["precision"].to_numpy()

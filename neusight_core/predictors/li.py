@@ -13,7 +13,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from neusight_core import devices
-from neusight_core.predictors import common
+import neusight_core.predictors.common as common
 from neusight_core.predictors.base import KernelPredictor, Timer
 
 

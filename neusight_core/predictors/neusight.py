@@ -13,11 +13,11 @@ MLP inputs (log2, then z-scored with the training statistics), per SM as in SPEC
 tile FLOPs / (peak / SM), tile bytes / (bandwidth / SM), waves x tile bytes / (L2 / SM),
 waves x tile bytes / (memory / SM), tile intensity / ridge point, waves, and waves x tile bytes /
 (bandwidth / SM) (the kernel's roofline memory time). Each class uses the subset chosen by
-leave-one-training-GPU-out validation (hparams.yaml). Element-wise kernels use only the roofline memory
+leave-one-training-GPU-out validation (docs/search_log_logo.yaml). Element-wise kernels use only the roofline memory
 time: their tile is 512 elements in almost every training record, so the per-tile inputs are constants
 per GPU that merely identify it, and they sent GPUs with a higher per-SM FP32 peak (H100, L4) into the
 region of the few tiny-tile records (u ~ 0.3); the roofline time is comparable across GPUs because the
-launch / tail costs it competes with are absolute times (search g10 in hparams.yaml).
+launch / tail costs it competes with are absolute times (search g10 in docs/search_log_logo.yaml).
 
 Tiles: the training records' own tiles in training; for prediction the tile of the nearest training
 record (``tiles.TileLookup``), so unseen GPUs never contribute a tile. MEM / UNCLASSIFIED kernels:
@@ -59,7 +59,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from neusight_core.predictors import common
+import neusight_core.predictors.common as common
 from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, hparams, split_validation
 from neusight_core.predictors.tiles import TileLookup
 
@@ -425,19 +425,6 @@ class NeuSightPredictor(KernelPredictor):
         u = np.mean([utilisation(net(X), waves, self._form, clamp_u=False) for net in self.nets[cls]], axis=0)
         pos = u[u > 0]
         return float(max(pos.min(), U_MIN)) if pos.size else U_MIN
-
-    def needs_calibration(self) -> bool:
-        """Weights saved before ``u_floor`` existed (authors' form): the floor is computed on load."""
-        return self._form == "authors" and bool(self.nets) and set(self.u_floor) != set(self.nets)
-
-    def calibrate(self, train) -> None:
-        """Compute ``u_floor`` from the training records (same filter, tiles and inputs as ``fit``)."""
-        k = self.filter_training(self.training_records(train))
-        for cls in self.nets:
-            df = k[k["op_class"] == cls].reset_index(drop=True)
-            dev = common.device_arrays(df)
-            X, waves, _ = self._inputs(df, dev, df["tile_m"], df["tile_k"], df["tile"])
-            self.u_floor[cls] = self._training_floor(cls, self._scale(cls, X), waves)
 
     # ------------------------------------------------------------ prediction
     def utilisation(self, kernels: pd.DataFrame, device) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core.predictors import common
+import neusight_core.predictors.common as common
 from neusight_core.predictors.base import KernelPredictor
 
 

@@ -7,7 +7,7 @@ Two validation schemes, both inside the five training GPUs' records (``train/col
   for each of the five; this imitates predicting an unseen GPU without touching one.
 
 The unseen GPUs (H100, L4, A100-80GB) and the kernel test sets are never used here. The chosen
-configuration and the table it was chosen from are kept in ``predictors/hparams.yaml``.
+configuration and the table it was chosen from are kept in ``docs/search_log_logo.yaml``.
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def grid_search(make, grid: dict, classes, folds=None, quick: bool = False) -> p
 def main(argv=None) -> int:
     """``python -m neusight_core.predictors.tuning --base neusight --classes BMM LINEAR --seeds 0 1
     --try '{"hidden": 64}' '{"layers": 4}'``: LOGO scores of each override of a recipe (training GPUs
-    only), one line per (override, seed, class), for the search log in hparams.yaml."""
+    only), one line per (override, seed, class), for the search log (docs/search_log_logo.yaml)."""
     import argparse
     import json
 

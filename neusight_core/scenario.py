@@ -1,0 +1,267 @@
+"""One prediction request, validated once (issue 23): the CLI, ``latency.predict_model`` and the sweep all
+build a :class:`Scenario` with :func:`scenario`, so a request is accepted or refused the same way
+everywhere, with the same one-line ``LatencyInputError``.
+
+The checks themselves are :func:`validate_inputs` (sizes, mode, plan, dtype, device plausibility,
+model config, TP/PP/DP divisibility, the absurd-memory guard) and :func:`input_size` (a sequence
+length for text models, an image side for image models, never both); this module resolves the defaults
+(GPUs, the catalogue's link bandwidth) and holds the result.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from neusight_core import configs, memory, schema
+
+MODES = ("inf", "train")
+PLANS = ("dp", "tp", "pp")
+
+
+class LatencyInputError(ValueError):
+    """A request no GPU run could be (zero batch, unknown mode or plan, missing link bandwidth, ...): one line."""
+
+
+
+
+# ------------------------------------------------------------------------------ the checks
+def device_of(device):
+    if isinstance(device, str):
+        from neusight_core import devices
+        return devices.get_device(device)
+    return device
+
+
+# Physical plausibility of a device description (generous: 10x beyond any GPU of 2026). A number
+# outside these ranges is a typo or a unit mistake (GB/s vs B/s), and a prediction from it would be
+# a bare wrong number.
+DEVICE_LIMITS = {"num_sm": (1, 10_000), "mem_bw_gbs": (1.0, 100_000.0), "fp32_gflops": (1.0, 10_000_000.0),
+                 "mem_gb": (0.1, 10_000.0), "l2_mb": (0.0, 10_000.0)}
+LINK_LIMITS_GBS = (0.001, 100_000.0)
+# A request whose lower-bound memory exceeds the GPUs' memory this many times over is not a configuration
+# that "does not fit" (memory.footprint says that, and the latency is still printed): it is a typo or a unit
+# mistake (a billion sequences), and gets an error instead of a number.
+ABSURD_MEMORY_FACTOR = 100
+
+
+def _positive_int(what: str, v) -> int:
+    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+        raise LatencyInputError(f"{what} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def check_device(dev) -> None:
+    """Reject a device description no GPU can have (e.g. 1e8 SMs, 1e30 GB/s, zero bandwidth)."""
+    for field, (lo, hi) in DEVICE_LIMITS.items():
+        v = getattr(dev, field, None)
+        if v is None:
+            continue
+        try:
+            ok = np.isfinite(float(v)) and lo <= float(v) <= hi
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise LatencyInputError(f"device {getattr(dev, 'name', '?')}: {field} = {v!r} is outside the physically "
+                                    f"plausible range [{lo:g}, {hi:g}] (check the device file and its units)")
+
+
+def _config_of(model):
+    """The model's config fields for the checks below, with one clear line for files that cannot be
+    one. Read as plain JSON (``configs.config_content``), not through transformers, so that a
+    question answered from the trace cache imports neither transformers nor torch; the tracer checks
+    the model type when it builds the model."""
+    from types import SimpleNamespace
+
+    if isinstance(model, (str, Path)) and str(model).endswith(".json") and Path(model).is_file():
+        import json
+        try:
+            body = json.loads(Path(model).read_text())
+        except (OSError, ValueError) as e:
+            raise LatencyInputError(f"model config {model}: not readable JSON ({str(e).splitlines()[0]})") from None
+        if not isinstance(body, dict):
+            raise LatencyInputError(f"model config {model}: must be a JSON object (a Hugging Face config), "
+                                    f"got a {type(body).__name__}")
+    content = configs.config_content(model)
+    if not content.get("model_type"):
+        from neusight_core.trace import TraceError
+        raise TraceError(f"model config {model if isinstance(model, (str, Path)) else content.get('name')} "
+                         "has no model_type")
+    return SimpleNamespace(**{k: v for k, v in content.items() if isinstance(k, str)})
+
+
+def check_config(cfg) -> dict:
+    """Layers, width, heads and vocabulary of a config; each must be a positive integer."""
+    dims = {}
+    for what, attrs in (("number of layers", ("num_hidden_layers", "n_layer", "num_layers")),
+                        ("hidden size", ("hidden_size", "n_embd", "d_model")),
+                        ("number of attention heads", ("num_attention_heads", "n_head", "num_heads")),
+                        ("vocabulary size", ("vocab_size",))):
+        v = next((getattr(cfg, a) for a in attrs if getattr(cfg, a, None) is not None), None)
+        if v is None:
+            continue
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise LatencyInputError(f"model {getattr(cfg, 'name_or_path', '') or getattr(cfg, 'name', '') or '?'}: {what} must be a positive "
+                                    f"integer, got {v!r}")
+        dims[what] = int(v)
+    inter = next((getattr(cfg, a) for a in ("intermediate_size", "n_inner", "ffn_dim", "d_ff")
+                  if getattr(cfg, a, None)), None)
+    dims["intermediate size"] = int(inter) if inter else 4 * dims.get("hidden size", 0)
+    return dims
+
+
+def is_image(model) -> bool:
+    """An image model (``configs.is_image_model``): its size argument is the image side, not a sequence."""
+    if isinstance(model, (str, Path)) and not str(model).endswith(".json"):
+        return configs.is_image_model(str(model))          # a catalogue name: cached per process
+    return configs.is_image_model(vars(_config_of(model)))
+
+
+def input_size(model, seq=None, image_size=None) -> int:
+    """The size the tracer takes (its ``seq`` argument): the sequence length of a text model, the image
+    side of an image model (default ``configs.DEFAULT_IMAGE_SIZE``). The option of the other kind is
+    refused with one line (issue 26); so is a text model without a sequence length."""
+    from neusight_core import configs
+    name = model if isinstance(model, (str, Path)) else getattr(model, "name_or_path", "the model")
+    if is_image(model):
+        if seq is not None:
+            raise LatencyInputError(f"--seq is for text models: {name} is an image model; give --image-size "
+                                    f"(default {configs.DEFAULT_IMAGE_SIZE})")
+        return configs.DEFAULT_IMAGE_SIZE if image_size is None else image_size
+    if image_size is not None:
+        raise LatencyInputError(f"--image-size is for image models: {name} is a text model; give --seq")
+    if seq is None:
+        raise LatencyInputError(f"{name} is a text model: give its sequence length (--seq)")
+    return seq
+
+
+def check_image_request(name, past, parallel) -> None:
+    """What an image model cannot be asked (issue 26): a KV cache, and the TP / PP plans (``parallel.py``
+    splits transformer blocks the Megatron way; data parallelism is modelled)."""
+    if past:
+        raise LatencyInputError(f"a KV cache (--past) is for text decoders: {name} is an image model")
+    if parallel in ("tp", "pp"):
+        raise LatencyInputError(f"{parallel} is not modelled for image models ({name}); data parallelism (dp) is")
+
+
+def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link_gbs=None, micro_batches=1,
+                    past=0, dtype="fp32"):
+    """Every check of a prediction request, in one place (the CLI and predict_model both use it).
+
+    Raises LatencyInputError with one line for anything a GPU run could not be: non-positive or
+    non-integer sizes, an unknown mode or plan, GPUs / link / micro-batches without the plan that uses
+    them, a link bandwidth of 0, tensor parallelism over more GPUs than the heads split into, a model
+    config that is not a JSON object or has non-positive dimensions, a device outside physical
+    ranges, or a configuration whose weights + one activation tensor exceed the GPUs' memory 100 times
+    over (one that merely does not fit is predicted, with ``memory.footprint``'s "does not fit").
+    Returns (device, config)."""
+    try:
+        image = is_image(model)
+    except Exception:  # noqa: BLE001 - an unknown or broken config is reported below, after the sizes
+        image = False
+    batch = _positive_int("batch", batch)
+    seq = _positive_int("image size" if image else "sequence length", seq)
+    micro_batches = _positive_int("micro-batch count", micro_batches)
+    gpus = _positive_int("GPU count", gpus)
+    if not isinstance(past, (int, np.integer)) or isinstance(past, bool) or past < 0:
+        raise LatencyInputError(f"past (KV cache length) must be a non-negative integer, got {past!r}")
+    if mode not in MODES:
+        raise LatencyInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if parallel is not None and parallel not in PLANS:
+        raise LatencyInputError(f"parallel plan must be one of {', '.join(PLANS)}, got {parallel!r}")
+    if dtype not in schema.PRECISIONS:
+        raise LatencyInputError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dtype!r}")
+    if parallel is None:
+        if gpus > 1:
+            raise LatencyInputError(f"{gpus} GPUs need a parallel plan (dp, tp or pp); without one the "
+                                    "prediction is for a single GPU")
+        if link_gbs is not None:
+            raise LatencyInputError("a link bandwidth only matters with a parallel plan (dp, tp or pp)")
+    if micro_batches > 1 and parallel != "pp":
+        raise LatencyInputError("micro-batches only apply to pipeline parallelism (pp)")
+    if link_gbs is not None:
+        try:
+            lk = float(link_gbs)
+        except (TypeError, ValueError):
+            lk = float("nan")
+        if not (np.isfinite(lk) and LINK_LIMITS_GBS[0] <= lk <= LINK_LIMITS_GBS[1]):
+            raise LatencyInputError(f"link bandwidth must be a positive number of GB/s up to "
+                                    f"{LINK_LIMITS_GBS[1]:g}, got {link_gbs!r}")
+    dev = device_of(device)
+    check_device(dev)
+    cfg = _config_of(model)
+    dims = check_config(cfg)
+    if image:
+        check_image_request(getattr(cfg, "name", model), past, parallel)
+        dims["image channels"] = int(getattr(cfg, "num_channels", 3) or 3)
+    heads = dims.get("number of attention heads")
+    if parallel == "tp" and heads and heads % gpus:
+        raise LatencyInputError(f"tensor parallelism over {gpus} GPUs needs the {heads} attention heads to split "
+                                f"evenly; use a GPU count that divides {heads}")
+    layers = dims.get("number of layers")
+    if parallel == "pp" and layers and gpus > layers:
+        raise LatencyInputError(f"pipeline parallelism over {gpus} GPUs needs at least {gpus} layers, the model has {layers}")
+    if parallel == "dp" and batch % gpus:
+        raise LatencyInputError(f"data parallelism over {gpus} GPUs needs a global batch divisible by {gpus}, got {batch}")
+    need = memory.min_memory_gb(dims, batch, seq, mode, parallel, gpus, past, dtype)
+    if need > ABSURD_MEMORY_FACTOR * dev.mem_gb:
+        raise LatencyInputError(f"impossible on {dev.name}: at least {need:,.1f} GB per GPU (weights + one "
+                                f"activation tensor) against {dev.mem_gb:g} GB of memory, over "
+                                f"{ABSURD_MEMORY_FACTOR}x what it has")
+    return dev, cfg
+
+
+
+# ------------------------------------------------------------------------------ the request
+@dataclass(frozen=True)
+class Scenario:
+    """A validated request. ``seq`` is the tracer's size argument: the sequence length of a text model,
+    the image side of an image model (``image`` True). ``link_gbs`` is resolved (given, or the catalogue's
+    link of the device when a plan needs one; None without a plan)."""
+    model: object          # config name, path, or a config object / dict
+    device: str            # catalogue name
+    batch: int
+    seq: int
+    mode: str = "inf"
+    past: int = 0
+    dtype: str = "fp32"
+    fusion: bool = False
+    parallel: str | None = None
+    gpus: int = 1
+    micro_batches: int = 1
+    link_gbs: float | None = None
+    image: bool = False
+
+    @property
+    def image_size(self) -> int | None:
+        return self.seq if self.image else None
+
+    @property
+    def seq_len(self) -> int | None:
+        """The sequence length of a text model (None for an image model)."""
+        return None if self.image else self.seq
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=None, past=0, dtype: str = "fp32",
+             fusion: bool = False, parallel: str | None = None, gpus=None, micro_batches=1,
+             link_gbs=None) -> Scenario:
+    """Validate a request and return it as a :class:`Scenario` (``gpus`` defaults to 4 with a plan, the
+    paper's setting, else 1). Raises ``LatencyInputError`` (or the tracer's / catalogue's
+    one-line errors for an unknown model or GPU)."""
+    size = input_size(model, seq, image_size)
+    gpus = (4 if parallel else 1) if gpus is None else gpus
+    dev, _ = validate_inputs(model, device, batch, size, mode, parallel, gpus, link_gbs, micro_batches,
+                                     past, dtype)
+    link = None if link_gbs is None else float(link_gbs)
+    if parallel is not None and link is None:
+        link = dev.link_gbs
+        if link is None and gpus > 1:
+            raise LatencyInputError(f"no link bandwidth known for {dev.name}: give the link bandwidth "
+                                            "(--link-gbs / link_gbs)")
+    return Scenario(model=str(model) if isinstance(model, Path) else model, device=dev.name, batch=int(batch),
+                    seq=int(size), mode=mode, past=int(past), dtype=dtype, fusion=bool(fusion), parallel=parallel,
+                    gpus=int(gpus), micro_batches=int(micro_batches), link_gbs=link, image=is_image(model))

@@ -1,0 +1,120 @@
+"""The predictor registry (issue 23): one entry (plus its module) adds a predictor everywhere."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from neusight_core import paths, registry
+
+TOY_MODULE = '''
+import neusight_core.predictors.common as common
+from neusight_core.predictors.roofline import RooflinePredictor
+
+class ToyPredictor(RooflinePredictor):
+    """A test predictor: twice the roofline time."""
+    name = "toy"
+
+    def _predict_model(self, kernels, device, dev):
+        return 2.0 * common.roofline_ms(kernels, dev)
+'''
+
+TOY_ENTRY = '''
+toy:
+  label: Toy predictor
+  colour: "#123456"
+  seeded: false
+  reported: true
+  class: toy_pred:ToyPredictor
+'''
+
+
+@pytest.fixture
+def toy_env(tmp_path):
+    (tmp_path / "toy_pred.py").write_text(TOY_MODULE)
+    (tmp_path / "toy.yaml").write_text(TOY_ENTRY)
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    shared = paths.trained_dir() / "datasets"      # the training-record cache, so the toy "training" is quick
+    if shared.is_dir():
+        (trained / "datasets").symlink_to(shared)
+    env = {**os.environ, "NEUSIGHT_PREDICTORS": str(tmp_path / "toy.yaml"), "NEUSIGHT_TRAINED": str(trained),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(paths.REPO_ROOT)]), "TQDM_DISABLE": "1"}
+    return env
+
+
+def _run(env, *args, **kw):
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, cwd=paths.REPO_ROOT,
+                          timeout=600, **kw)
+
+
+def test_package_registry_lists_every_predictor_once():
+    names = registry.names()
+    assert len(names) == len(set(names))
+    assert {"neusight", "neusight-paper", "roofline", "habitat", "li"} <= set(names)
+    assert registry.reported("recipe") == ("neusight-paper", "neusight")
+    assert registry.reported("baseline") == ("roofline", "habitat", "li")
+    for n in names:         # every class loads and answers to its registry name
+        assert registry.load_class(n).name == n
+
+
+def test_a_toy_predictor_from_one_entry_reaches_cli_sweep_tables_and_colours(toy_env, tmp_path):
+    r = _run(toy_env, "-m", "neusight_core", "predict", "--model", "gpt2_large", "--device", "H100", "--batch", "1",
+             "--seq", "128", "--predictor", "toy", "--json")
+    assert r.returncode == 0, r.stderr
+    toy = json.loads(r.stdout)
+    assert toy["weights"]["predictor"] == "toy"
+    base = _run(toy_env, "-m", "neusight_core", "predict", "--model", "gpt2_large", "--device", "H100", "--batch",
+                "1", "--seq", "128", "--predictor", "roofline", "--json")
+    assert base.returncode == 0, base.stderr
+    # twice the roofline on every modelled kernel (MEM copies keep the shared memory-bound time): close to 2x
+    b = json.loads(base.stdout)["e2e_ms"]
+    assert 1.9 * b < toy["e2e_ms"] < 2.0 * b
+
+    out = tmp_path / "sweep.csv"
+    r = _run(toy_env, "-m", "neusight_core", "sweep", "--model", "gpt2_large", "--device", "H100", "--batch", "1,2",
+             "--seq", "128", "--predictor", "toy,roofline", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    import pandas as pd
+    swept = pd.read_csv(out)
+    assert set(swept.predictor) == {"toy", "roofline"}
+
+    script = textwrap.dedent('''
+        import json
+        from neusight_core import evaluation as ev, kernel_eval as ke, plots, recipe_eval as R, reproduce
+        configs = reproduce.select_configs(ev.build_index(), True)
+        configs = configs[configs["mode"] == "inf"].head(3)
+        long = R.sweep_seeded(configs, ["toy"], [0], quick=True, progress=False)
+        table = R.recipe_table(R.seed_summary(R.seed_mape(long, configs)), predictors=R.RECIPES + R.BASELINES)
+        print(json.dumps({"baselines": list(R.BASELINES), "seeded": "toy" in R.SEEDED, "rows": list(table.predictions),
+                          "toy_cells": table.set_index("predictions").loc["toy"].tolist(),
+                          "colour": plots.PALETTE.get("Toy predictor"), "label": ke.PRED_LABEL.get("toy"),
+                          "order": list(ke.ORDER), "display": ev.PREDICTOR_DISPLAY.get("toy")}))
+    ''')
+    r = _run(toy_env, "-c", script)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["baselines"][-1] == "toy" and not got["seeded"]
+    assert "toy" in got["rows"] and any(c != "—" for c in got["toy_cells"])     # notebook 04's table has its numbers
+    assert got["colour"] == "#123456" and got["label"] == "Toy predictor" and got["display"] == "Toy predictor"
+    assert got["order"][-1] == "toy"
+
+
+def test_bad_registry_files_are_one_line_errors(tmp_path, monkeypatch):
+    cases = {"notamap.yaml": "- a\n- b\n",
+             "nokeys.yaml": "x:\n  label: X\n",
+             "badclass.yaml": "x: {label: X, colour: '#000', seeded: false, reported: false, class: nocolon}\n",
+             "dup.yaml": "roofline: {label: X, colour: '#000', seeded: false, reported: false, class: a:B}\n",
+             "norecipe.yaml": "x: {label: X, colour: '#000', seeded: true, reported: false, class: a:B, recipe: nope.yaml}\n"}
+    for fname, text in cases.items():
+        (tmp_path / fname).write_text(text)
+        monkeypatch.setenv("NEUSIGHT_PREDICTORS", str(tmp_path / fname))
+        with pytest.raises(registry.RegistryError) as e:
+            registry.entries()
+        assert fname in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setenv("NEUSIGHT_PREDICTORS", "")
+    assert "toy" not in registry.names()
