@@ -175,12 +175,30 @@ def conv_by_roofline(predictor="neusight", quick: bool = False) -> bool:
 
 def conv_note(kernels: pd.DataFrame, predictor="neusight", quick: bool = False) -> str:
     """"" or the sentence that says the convolutions of this prediction are timed by the roofline (issue 26:
-    until NeuSight's convolution networks are trained, ``conv_by_roofline``)."""
+    a predictor without a convolution model, ``conv_by_roofline``), or, for one with a model, what share of the
+    predicted time is in convolutions unlike the release's measured ones (forward 3 x 3 stride-1 FP32)."""
     conv = (kernels["op_class"] == "CONV").to_numpy()
-    if not conv.any() or not conv_by_roofline(predictor, quick):
+    if not conv.any():
         return ""
-    share = float(kernels["pred_ms"].to_numpy(float)[conv].sum() / max(kernels["pred_ms"].sum(), 1e-30))
-    pct = "under 1%" if share < 0.01 else f"{share:.0%}"
-    return (f"convolutions ({pct} of the predicted time) are predicted by the roofline: this predictor "
+    pred_ms = kernels["pred_ms"].to_numpy(float)
+
+    def pct(rows):
+        share = float(pred_ms[rows].sum() / max(pred_ms.sum(), 1e-30))
+        return "under 1%" if share < 0.01 else f"{share:.0%}"
+    if not conv_by_roofline(predictor, quick):
+        name = predictor if isinstance(predictor, str) else getattr(predictor, "name", "")
+        # a trained conv model (issue 26, predictor side) learnt forward 3 x 3 stride-1 FP32 convolutions only
+        # (the release's records): any other convolution is an extrapolation of it
+        measured = (conv & kernels.get("sub_op", pd.Series("", index=kernels.index)).eq("fwd").to_numpy()
+                    & kernels.get("conv_k", pd.Series(np.nan, index=kernels.index)).eq(3).to_numpy()
+                    & kernels.get("conv_stride", pd.Series(np.nan, index=kernels.index)).eq(1).to_numpy()
+                    & kernels.get("precision", pd.Series("fp32", index=kernels.index)).isin(["fp32"]).to_numpy())
+        outside = conv & ~measured
+        if name == "roofline" or not outside.any():
+            return ""
+        return (f"convolutions unlike the measured ones this predictor's conv model learnt (forward 3 x 3 stride-1 "
+                f"FP32; backward, other kernel sizes, strides or precisions) take {pct(outside)} of the predicted "
+                "time: extrapolations, no measured latency of an image model validates them")
+    return (f"convolutions ({pct(conv)} of the predicted time) are predicted by the roofline: this predictor "
             "has no trained convolution model (issue 26); an extrapolation, no measured latency of an image "
             "model validates it")
