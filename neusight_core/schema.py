@@ -9,8 +9,10 @@ from __future__ import annotations
 
 #: Every ``op_class`` a kernel table may hold, in the order tables and sweep columns list them.
 #: MEM: copies / layout changes; COMM: collectives of a parallel plan; UNCLASSIFIED: aten ops the tracer
-#: does not know (predicted as memory-bound).
-OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM", "COMM", "UNCLASSIFIED")
+#: does not know (predicted as memory-bound). ATTN: a fused attention kernel (FlashAttention-style prefill or
+#: decode, ``sub_op``), measured in NVIDIA's database (issue 25, ``measured_kernels``); the tracer does not
+#: emit it (attention is traced as BMM + softmax).
+OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM", "COMM", "UNCLASSIFIED", "ATTN")
 
 #: The classes of the paper's kernel data and tables (Tables 3-4, Figure 7): the ones the release
 #: measures and NeuSight's networks learn.
@@ -18,6 +20,8 @@ PAPER_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM")
 
 #: How the paper's tables name the classes.
 CLASS_LABEL = {"BMM": "BMM", "LINEAR": "FC", "VEC": "EW", "SOFTMAX": "Softmax", "LAYERNORM": "LN"}
+#: Labels of the classes outside the paper's tables (issue 25's fused attention).
+EXTRA_LABEL = {"ATTN": "Fused attention"}
 
 #: Precisions a prediction can be made in. fp32 = the paper's setting (FP32 storage, TF32 off); tf32 keeps
 #: FP32 tensors with GEMMs on TF32 tensor cores; fp16 / bf16 store 2-byte elements.

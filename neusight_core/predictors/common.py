@@ -11,6 +11,9 @@ import pandas as pd
 from neusight_core import devices, schema
 
 GEMM_CLASSES = ("BMM", "LINEAR")
+# classes that run on the tensor cores at tf32 / fp16 / bf16 (their peak is the dense tensor-core peak):
+# the GEMMs and fused attention (issue 25; its two GEMMs, QK^T and PV, dominate its FLOPs)
+TENSOR_CORE_CLASSES = GEMM_CLASSES + ("ATTN",)
 VECTOR_CLASSES = ("VEC", "SOFTMAX", "LAYERNORM")
 MODEL_CLASSES = GEMM_CLASSES + VECTOR_CLASSES
 MEMORY_CLASSES = ("MEM", "UNCLASSIFIED")
@@ -60,7 +63,7 @@ def peak_gflops(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
     Precision (issue 11): a GEMM row whose ``precision`` column is tf32/fp16/bf16 gets the device's
     dense tensor-core peak of that precision (``<p>_gemm_gflops`` of ``device_arrays``; the FP32
     peak on GPUs without such tensor cores). Without the column, or for fp32 rows, nothing changes."""
-    gemm = kernels["op_class"].isin(GEMM_CLASSES).to_numpy()
+    gemm = kernels["op_class"].isin(TENSOR_CORE_CLASSES).to_numpy()
     peak = np.where(gemm, dev["fp32_gflops"], dev["fp32_vec_gflops"])
     if "precision" in kernels.columns:
         prec = kernels["precision"].to_numpy()
