@@ -65,11 +65,15 @@ def test_attention_tiles_and_waves_by_hand(release_root):
     assert tc.attention_geometry(r3, dev, 128)["tiles"][0] == 300
     assert tc.attention_geometry(r3, dev, 128)["waves"][0] == 3
     assert tc.attention_geometry(r3, dev, 128, tiles_per_sm=2)["waves"][0] == 2
-    # decode: one tile per (batch, KV head), the kernel's bytes shared out
+    # decode: 4 x 8 (batch, KV head) pairs, keys split in floor(132 / 32) = 4 slices (4,096 / 256 = 16 allowed):
+    # 128 tiles, one wave, the kernel's bytes shared out
     d = _attn_row("decode", 4, 1, 4096, 32, 8, 128)
     gd = tc.attention_geometry(d, dev)
-    assert gd["tiles"][0] == 32 and gd["waves"][0] == 1
-    assert gd["tile_bytes"][0] == pytest.approx((d["bytes_read"] + d["bytes_written"]).iloc[0] / 32)
+    assert gd["tiles"][0] == 128 and gd["waves"][0] == 1
+    assert gd["tile_bytes"][0] == pytest.approx((d["bytes_read"] + d["bytes_written"]).iloc[0] / 128)
+    # a short context limits the split (512 keys: 2 slices); without kv_split one tile per pair
+    assert tc.attention_geometry(_attn_row("decode", 4, 1, 512, 32, 8, 128), dev)["tiles"][0] == 64
+    assert tc.attention_geometry(d, dev, kv_split=False)["tiles"][0] == 32
 
 
 def test_gemm_split_k_by_hand(release_root):
@@ -115,7 +119,9 @@ def test_user_device_bf16_prediction(small_nets, tmp_path, monkeypatch, fresh_ca
     assert np.isfinite(ms).all() and (ms > 0).all()
     # never faster than the roofline at the user's BF16 peak and bandwidth, allowing u up to u_max
     roof = common.roofline_ms(rows, common.device_arrays(rows, "My Blackwell X"))
-    assert (ms >= roof / small_nets.config["u_max"] * (1 - 1e-9)).all()
+    u_max = np.array([small_nets.value("u_max", n) for n in tc.network_of(rows)], float)
+    assert list(tc.network_of(rows)) == ["GEMM"] * 3 + ["ATTN_prefill", "ATTN_decode"]
+    assert (ms >= roof / u_max * (1 - 1e-9)).all()
     # and the user's peak is used: a GPU with twice the BF16 peak predicts a large GEMM faster
     f.write_text(f.read_text().replace("bf16: 1500000", "bf16: 3000000"))
     devices.reload()

@@ -31,8 +31,8 @@ Tiles and waves.
   tile bytes = 2 (2 q d) + kv_bytes x 2 x keys x d with q = min(block_q, seq_q);
   decode (one query token): one tile = the query heads of one (batch, KV head) (a GQA group shares its K/V
   read) over a slice of the keys (split-KV, FlashDecoding: with ``kv_split`` the keys are cut into
-  s = max(1, min(ceil(SMs x tiles_per_sm / (B x kv_heads)), ceil(keys / 256))) slices so that small batches
-  still fill the SMs): tiles = B x kv_heads x s, tile bytes = kernel bytes / tiles;
+  s = max(1, min(floor(SMs x tiles_per_sm / (B x kv_heads)), ceil(keys / 256))) slices so that small batches
+  fill (at most) one wave): tiles = B x kv_heads x s, tile bytes = kernel bytes / tiles;
   tile FLOPs = kernel FLOPs / tiles (``measured_kernels.attention_kernels``: 4 b h d pairs). Waves =
   ceil(tiles / (SMs x ``tiles_per_sm``)). A row without the attention columns (seq_q, seq_kv, heads,
   kv_heads, head_dim) is not handled here.
@@ -128,10 +128,10 @@ def attention_geometry(kernels: pd.DataFrame, dev: dict, block_q: int = 128, til
     byts = common.total_bytes(kernels)
     keys = np.where(w > 0, np.minimum(skv, sq - 1 + w), skv)
     q = np.minimum(float(block_q), sq)
-    # decode: split the keys so that the (batch, KV head) pairs fill the SMs, slices of >= min_kv_slice keys
+    # decode: split the keys so that the (batch, KV head) pairs fill at most one wave, slices of >= min_kv_slice keys
     # (FlashDecoding; flash-attn's num_splits heuristic does the same kind of thing)
     pairs = b * hkv
-    split = np.maximum(1.0, np.minimum(np.ceil(dev["num_sm"] * tiles_per_sm / pairs),
+    split = np.maximum(1.0, np.minimum(np.floor(dev["num_sm"] * tiles_per_sm / pairs),
                                        np.ceil(keys / min_kv_slice))) if kv_split else np.ones(len(b))
     tiles = np.where(decode, pairs * split, b * h * np.ceil(sq / block_q))
     tiles = np.maximum(tiles, 1.0)
@@ -155,7 +155,8 @@ def shape_inputs(kernels: pd.DataFrame, dev: dict, net: str) -> np.ndarray:
 
 # ---------------------------------------------------------------- the networks
 class TensorCoreNets:
-    """The BF16 networks of a recipe's ``tensor_core:`` section (``DEFAULTS`` for what it leaves out)."""
+    """The BF16 networks of a recipe's ``tensor_core:`` section (``DEFAULTS`` for what it leaves out; a
+    training value, ``u_max`` or ``rows_per_gpu`` may be one value or a {network: value} dict)."""
 
     def __init__(self, config: dict | None = None, seed: int = 0):
         self.config = {**DEFAULTS, **(config or {})}
@@ -163,6 +164,11 @@ class TensorCoreNets:
         self.nets: dict = {}
         self.norm: dict = {}
         self.info: dict = {}
+
+    def value(self, key: str, net: str):
+        """A config value: one for every network, or a {network: value} dict."""
+        v = self.config[key]
+        return v[net] if isinstance(v, dict) else v
 
     @property
     def shape_only(self) -> bool:
@@ -189,7 +195,7 @@ class TensorCoreNets:
         outs = [m(Xs) for m in self.nets[net]]
         if self.shape_only:
             return np.exp(np.mean([o[:, 0] for o in outs], axis=0))
-        return base / (float(self.config["u_max"]) * np.mean([utilisation(o, waves) for o in outs], axis=0))
+        return base / (float(self.value("u_max", net)) * np.mean([utilisation(o, waves) for o in outs], axis=0))
 
     # ------------------------------------------------------------ training
     def fit(self, kernels: pd.DataFrame | None = None, quick: bool = False, bar=None) -> dict:
@@ -200,14 +206,14 @@ class TensorCoreNets:
         from neusight_core.predictors.nets import MLP, train_loop
         from neusight_core.predictors.neusight import utilisation
         c = self.config
-        u_max = float(c["u_max"])
-        rows = int(c["quick_rows_per_gpu"] if quick else c["rows_per_gpu"])
-        epochs = int(c["quick_epochs"] if quick else c["epochs"])
         if kernels is None:
             kernels = training_kernels(c["networks"])
-        self.info = {"quick": quick, "rows_per_gpu": rows, "epochs": epochs, "networks": {}}
+        self.info = {"quick": quick, "networks": {}}
         with Timer() as t:
             for net in c["networks"]:
+                u_max = float(self.value("u_max", net))
+                rows = int(self.value("quick_rows_per_gpu" if quick else "rows_per_gpu", net))
+                epochs = int(self.value("quick_epochs" if quick else "epochs", net))
                 df = subsample(kernels[network_of(kernels) == net], rows, self.seed)
                 if df.empty:
                     continue
@@ -223,7 +229,8 @@ class TensorCoreNets:
                 # its own seed per network: adding or dropping a network moves no other network's RNG
                 net_seed = self.seed * 1000 + 500 + NETWORKS.index(net)
                 torch.manual_seed(net_seed)
-                model = MLP(X.shape[1], 1 if self.shape_only else 2, int(c["hidden"]), int(c["layers"]))
+                model = MLP(X.shape[1], 1 if self.shape_only else 2, int(self.value("hidden", net)),
+                            int(self.value("layers", net)))
                 if self.shape_only:
                     def ratio(idx, model=model):
                         return torch.exp(model(Xt[idx])[:, 0]) * by[idx]
@@ -231,10 +238,11 @@ class TensorCoreNets:
                     def ratio(idx, model=model):
                         return by[idx] / (u_max * utilisation(model(Xt[idx]), wt[idx]))
                 with Timer() as tn:
-                    r = train_loop(model, ratio, len(df), val, epochs, int(c["batch"]), float(c["lr"]), c["loss"],
+                    r = train_loop(model, ratio, len(df), val, epochs, int(self.value("batch", net)),
+                                   float(self.value("lr", net)), self.value("loss", net),
                                    net_seed, bar)
                 self.nets[net] = [NumpyMLP(model.state_dict())]
-                self.info["networks"][net] = {"rows": int(len(df)), "val_mape": r["val_mape"],
+                self.info["networks"][net] = {"rows": int(len(df)), "epochs": epochs, "val_mape": r["val_mape"],
                                               "best_epoch": r["best_epoch"], "seconds": tn.seconds,
                                               "devices": sorted(df["device"].unique())}
         self.info["train_seconds"] = t.seconds
