@@ -59,12 +59,13 @@ def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=N
     keep = ["device", "role", "kind", "framework", "version", "kernel_source", "M", "N", "K", "B", "seq_q",
             "seq_kv", "heads", "head_dim", "tokens", "arith_intensity", "flops", "latency_ms"]
     base = df[[c for c in keep if c in df.columns]]
+    # the tensor-core networks' training time: theirs when trained in this process, else the saved meta.json's
+    tc_secs = (p.tc.info or (p.info or {}).get("tensor_core") or {}).get("train_seconds")
+    secs = {"neusight": tc_secs, "shape-only MLP": shape.info.get("train_seconds")}
     out = []
     for name, pred in preds.items():
-        out.append(base.assign(predictor=name, seed=seed, pred_ms=pred,
-                               train_seconds=(p.tc.info.get("train_seconds") if name == "neusight"
-                                              else shape.info.get("train_seconds") if name == "shape-only MLP"
-                                              else np.nan)))
+        t = secs.get(name)
+        out.append(base.assign(predictor=name, seed=seed, pred_ms=pred, train_seconds=np.nan if t is None else float(t)))
     long = pd.concat(out, ignore_index=True)
     long["ape"] = np.abs(long["pred_ms"] / long["latency_ms"] - 1) * 100
     long["err"] = (long["pred_ms"] / long["latency_ms"] - 1) * 100
