@@ -115,7 +115,8 @@ def headline(table: pd.DataFrame, predictor: str = "neusight") -> dict:
     rows pooled as the mean of the two kinds), and the per-GPU GEMM numbers."""
     t = table[(table["role"] == "held_out") & (table["predictor"] == predictor)]
     gemm = t[t["kind"] == "GEMM"]
-    attn = t[t["kind"].str.startswith("ATTN")]
+    attn = t[t["kind"].isin([k for k in KINDS if k.startswith("ATTN")] + [v for k, v in KINDS.items()
+                                                                          if k.startswith("ATTN")])]
     return {"gemm_mape": float(gemm["mape"].mean()) if len(gemm) else None,
             "attention_mape": float(attn["mape"].mean()) if len(attn) else None,
             "gemm_per_gpu": {r.device: round(float(r.mape), 2) for r in gemm.itertuples()},

@@ -167,6 +167,10 @@ def test_external_eval_metrics_by_hand():
     h = xe.headline(s.assign(p90_ape=28.0, predictor="neusight"))
     assert h["gemm_mape"] == 20.0 and h["attention_mape"] is None
     assert xe.summary_line(h) == "BF16 on unseen Blackwell GPUs, measured by others: GEMM 20.0 %, attention n/a"
+    # attention: the mean of the kinds' MAPEs, under the raw or the labelled kind names
+    both = pd.concat([s.assign(kind="GEMM"), s.assign(kind="ATTN_prefill", mape=30.0),
+                      s.assign(kind="attention decode", mape=40.0)]).assign(p90_ape=1.0, predictor="neusight")
+    assert xe.headline(both)["attention_mape"] == 35.0
 
 
 def test_notebook_07_quick(run_notebook, neusight_quick):
@@ -177,7 +181,8 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     assert set(t["predictor"]) == {"neusight", "neusight FP32-extrapolated", "roofline", "shape-only MLP"}
     assert set(t["device"]) == set(mk.split()["training"] + mk.split()["held_out"])
     assert not t["device"].str.contains("B300|GB300|RTX|B60").any()
-    assert math.isfinite(metrics["headline"]["gemm_mape"])
+    assert math.isfinite(metrics["headline"]["gemm_mape"]) and math.isfinite(metrics["headline"]["attention_mape"])
+    assert "attention n/a" not in metrics["summary_line"]
     prov = pd.read_csv(out / "tables" / "provenance.csv")
     assert set(prov["role"]) == {"training", "held_out"}
     assert (out / "figures" / "predicted_vs_measured.png").is_file()
