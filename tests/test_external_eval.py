@@ -187,3 +187,17 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     assert set(prov["role"]) == {"training", "held_out"}
     assert (out / "figures" / "predicted_vs_measured.png").is_file()
     assert (out / "summary.md").read_text().count("BF16 on unseen Blackwell GPUs") == 1
+
+
+def test_runner_puts_the_external_line_in_the_verdict_block(tmp_path):
+    import json
+
+    from neusight_core import runner
+    d = tmp_path / "07_external_validation"
+    d.mkdir()
+    line = "BF16 on unseen Blackwell GPUs, measured by others: GEMM 20.2 %, attention 32.0 %"
+    (d / "metrics.json").write_text(json.dumps({"status": "OK", "verdicts": {"external": True, "quick": False,
+                                                                             "summary": line}}))
+    lines = runner.verdict_block(tmp_path, [runner.NotebookResult("07_external_validation", "OK", 1.0)])
+    assert [x for x in lines if "External validation" in x] == [
+        f"- **External validation** (07_external_validation, OK): {line}"]
