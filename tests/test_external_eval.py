@@ -201,3 +201,14 @@ def test_runner_puts_the_external_line_in_the_verdict_block(tmp_path):
     lines = runner.verdict_block(tmp_path, [runner.NotebookResult("07_external_validation", "OK", 1.0)])
     assert [x for x in lines if "External validation" in x] == [
         f"- **External validation** (07_external_validation, OK): {line}"]
+
+
+def test_roofline_of_fused_attention_uses_the_bf16_tensor_peak(release_root):
+    r = _attn_row("prefill", 4, 4096, 4096, 32, 8, 128)
+    d = devices.get_device(H100)
+    want = max(r["flops"].iloc[0] / (d.gemm_peak_gflops("bf16") * 1e9),
+               (r["bytes_read"] + r["bytes_written"]).iloc[0] / (d.mem_bw_gbs * 1e9)) * 1e3
+    assert r["flops"].iloc[0] / (d.gemm_peak_gflops("bf16") * 1e9) * 1e3 == pytest.approx(want)   # compute-bound
+    roof = P.create("roofline")
+    roof.fit()
+    assert roof.predict(r, H100)[0] == pytest.approx(want, rel=1e-12)

@@ -178,6 +178,8 @@ class KernelPredictor:
             sub = kernels[usable]
             out[usable] = self._predict_model(sub, device, {k: v[usable] for k, v in dev.items()})
         other = ~usable & (cls != "COMM")
+        # fused attention (ATTN, issue 25) has FLOPs on the tensor cores: roofline, not bytes / bandwidth
+        modelled = modelled | (cls == "ATTN")
         out[other] = np.where(modelled[other], common.roofline_ms(kernels[other], {k: v[other] for k, v in dev.items()}),
                               common.memory_ms(kernels[other], {k: v[other] for k, v in dev.items()}))
         bad = (cls != "COMM") & ~(np.isfinite(out) & (out > 0))
