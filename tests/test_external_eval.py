@@ -212,3 +212,11 @@ def test_roofline_of_fused_attention_uses_the_bf16_tensor_peak(release_root):
     roof = P.create("roofline")
     roof.fit()
     assert roof.predict(r, H100)[0] == pytest.approx(want, rel=1e-12)
+
+
+def test_whatif_label_says_which_bf16_kernels_were_checked(release_root):
+    from neusight_core import whatif
+    with_tc = whatif.validation("llama2_7b", H100, "bf16", 0, tensor_core=True)
+    assert "GEMMs from networks trained on measured kernels" in with_tc and "other kernels untested" in with_tc
+    assert "precision bf16 untested" in whatif.validation("llama2_7b", H100, "bf16", 0)
+    assert "precision" not in whatif.validation("llama2_7b", H100, "fp32", 0, tensor_core=True)
