@@ -43,14 +43,16 @@ def fp16mm_kernels(fp16: pd.DataFrame, elem_bytes: float = 2.0, precision: str =
         "comm_kind": "", "comm_bytes": 0.0, "overlap": False, "stage": 0, "precision": [precision] * n})
 
 
-def fp16mm_ours(predictor="neusight", quick: bool = False, peak: str = "dense", fp16: pd.DataFrame | None = None) -> pd.DataFrame:
+def fp16mm_ours(predictor="neusight", quick: bool = False, peak: str = "dense", fp16: pd.DataFrame | None = None,
+                tensor_core: bool = True) -> pd.DataFrame:
     """Figure 10 re-predicted: columns B, M, N, K, label_ms (the release's measurement), pred_ms (ours).
 
     ``peak``: ``dense`` = the H100's dense FP16 tensor-core peak from the catalogue (989.4 TFLOPS),
     2-byte elements; ``sparse`` = the same with the datasheet's "with sparsity" 1,979 TFLOPS, the
     figure the release's ``NVIDIA_H100_80GB_HBM3_TP.json`` uses; ``authors`` = that release device
     itself in FP32 accounting (4-byte elements against doubled bandwidth, L2 and memory, as the
-    authors' code ran it)."""
+    authors' code ran it). ``tensor_core=False``: a predictor with BF16 / FP16 tensor-core networks (``neusight``,
+    issue 25) predicts without them (``predict_extrapolated``: its FP32 networks, as before issue 25)."""
     from neusight_core import evaluation
     if peak not in PEAKS:
         raise ValueError(f"peak must be one of {', '.join(PEAKS)}, got {peak!r}")
@@ -63,7 +65,8 @@ def fp16mm_ours(predictor="neusight", quick: bool = False, peak: str = "dense", 
         if peak == "sparse":
             dev = dataclasses.replace(dev, name=dev.name + "_sparse_fp16", fp16_tensor_gflops=SPARSE_FP16_H100)
     out = fp16[["B", "M", "N", "K", "label_ms"]].copy()
-    out["pred_ms"] = pred.predict(k, dev)
+    fn = pred.predict if tensor_core or not hasattr(pred, "predict_extrapolated") else pred.predict_extrapolated
+    out["pred_ms"] = fn(k, dev)
     return out
 
 
