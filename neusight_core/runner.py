@@ -286,6 +286,7 @@ def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
 
     Reads ``<run>/<notebook>/metrics.json["verdicts"]`` (contract in docs/interfaces.md)."""
     by_tier: dict[int, list[tuple[NotebookResult, dict]]] = {}
+    external: list[str] = []       # verdicts {"external": true, "summary": ...} (notebook 07, issue 25)
     for r in results:
         m = run_dir / r.name / "metrics.json"
         try:
@@ -294,6 +295,9 @@ def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
             v = None
         if isinstance(v, dict) and v.get("tier") in TIERS:
             by_tier.setdefault(int(v["tier"]), []).append((r, v))
+        elif isinstance(v, dict) and v.get("external") and v.get("summary"):
+            quick = " [quick mode: subset, quick predictors]" if v.get("quick") else ""
+            external.append(f"- **External validation** ({r.name}, {r.status}){quick}: {v['summary']}")
     not_ok = [r for r in results if r.status in ("FAILED", "INTERRUPTED")]
     lines = ["## Verdict", ""]
     rank = []
@@ -338,6 +342,7 @@ def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
                      + "; ".join(rank))
     else:
         lines.append("- **Ranking** (NeuSight against Roofline, Habitat, Li et al.): not reported in this run")
+    lines += external
     lines.append("- Tolerance: a claim is REPRODUCED within half a unit of the last digit the paper prints "
                  "(\"9.7\" within 0.05, \"about 13\" within 0.5); graded: within tolerance / within 10 % / "
                  "within 2x / worse.")

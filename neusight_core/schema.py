@@ -14,7 +14,9 @@ import numpy as np
 #: does not know (predicted as memory-bound).
 #: CONV (issue 26): 2-D convolutions (forward, gradient of the input, gradient of the weight), with their
 #: implicit-GEMM dims and conv parameters (docs/interfaces.md, "Kernel table").
-OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "CONV", "MEM", "COMM", "UNCLASSIFIED")
+#: ATTN (issue 25): a fused attention kernel (FlashAttention-style prefill or decode, ``sub_op``), measured in
+#: NVIDIA's database (``measured_kernels``); the tracer does not emit it (attention is traced as BMM + softmax).
+OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "CONV", "ATTN", "MEM", "COMM", "UNCLASSIFIED")
 
 #: The columns of a CONV row's parameters (issue 26; NaN on other rows): in- / out-channels, kernel side,
 #: input side, stride, padding, groups (docs/interfaces.md, "Kernel table").
@@ -25,7 +27,8 @@ CONV_COLUMNS = ("conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "co
 PAPER_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM")
 
 #: How the paper's tables name the classes.
-CLASS_LABEL = {"BMM": "BMM", "LINEAR": "FC", "VEC": "EW", "SOFTMAX": "Softmax", "LAYERNORM": "LN", "CONV": "Conv"}
+CLASS_LABEL = {"BMM": "BMM", "LINEAR": "FC", "VEC": "EW", "SOFTMAX": "Softmax", "LAYERNORM": "LN", "CONV": "Conv",
+               "ATTN": "Fused attention"}
 
 #: Precisions a prediction can be made in. fp32 = the paper's setting (FP32 storage, TF32 off); tf32 keeps
 #: FP32 tensors with GEMMs on TF32 tensor cores; fp16 / bf16 store 2-byte elements.

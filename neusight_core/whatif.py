@@ -23,7 +23,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices, latency, memory, parallel
+from neusight_core import devices, latency, memory, parallel, schema
 
 H100 = "NVIDIA_H100_80GB_HBM3"
 SPARSE_FP16_H100 = 1979000.0    # the release's _TP device and the datasheet's "with sparsity" figure
@@ -43,14 +43,16 @@ def fp16mm_kernels(fp16: pd.DataFrame, elem_bytes: float = 2.0, precision: str =
         "comm_kind": "", "comm_bytes": 0.0, "overlap": False, "stage": 0, "precision": [precision] * n})
 
 
-def fp16mm_ours(predictor="neusight", quick: bool = False, peak: str = "dense", fp16: pd.DataFrame | None = None) -> pd.DataFrame:
+def fp16mm_ours(predictor="neusight", quick: bool = False, peak: str = "dense", fp16: pd.DataFrame | None = None,
+                tensor_core: bool = True) -> pd.DataFrame:
     """Figure 10 re-predicted: columns B, M, N, K, label_ms (the release's measurement), pred_ms (ours).
 
     ``peak``: ``dense`` = the H100's dense FP16 tensor-core peak from the catalogue (989.4 TFLOPS),
     2-byte elements; ``sparse`` = the same with the datasheet's "with sparsity" 1,979 TFLOPS, the
     figure the release's ``NVIDIA_H100_80GB_HBM3_TP.json`` uses; ``authors`` = that release device
     itself in FP32 accounting (4-byte elements against doubled bandwidth, L2 and memory, as the
-    authors' code ran it)."""
+    authors' code ran it). ``tensor_core=False``: a predictor with BF16 / FP16 tensor-core networks (``neusight``,
+    issue 25) predicts without them (``predict_extrapolated``: its FP32 networks, as before issue 25)."""
     from neusight_core import evaluation
     if peak not in PEAKS:
         raise ValueError(f"peak must be one of {', '.join(PEAKS)}, got {peak!r}")
@@ -63,7 +65,8 @@ def fp16mm_ours(predictor="neusight", quick: bool = False, peak: str = "dense", 
         if peak == "sparse":
             dev = dataclasses.replace(dev, name=dev.name + "_sparse_fp16", fp16_tensor_gflops=SPARSE_FP16_H100)
     out = fp16[["B", "M", "N", "K", "label_ms"]].copy()
-    out["pred_ms"] = pred.predict(k, dev)
+    fn = pred.predict if tensor_core or not hasattr(pred, "predict_extrapolated") else pred.predict_extrapolated
+    out["pred_ms"] = fn(k, dev)
     return out
 
 
@@ -101,12 +104,17 @@ def scenarios(quick: bool = False) -> list[dict]:
     return out
 
 
-def validation(model: str, gpu, dtype: str, past: int = 0) -> str:
+def validation(model: str, gpu, dtype: str, past: int = 0, tensor_core: bool = False) -> str:
+    """``tensor_core``: the predictor has BF16 tensor-core networks (``neusight``, issue 25): its bf16 / fp16
+    GEMMs were then checked against measured kernels (notebook 07), its other kernels were not."""
     dev = devices.get_device(gpu)
     why = []
     if dev.source.startswith("spec sheet") or "authors' release" not in dev.source:
         why.append("unseen GPU (spec sheet)")
-    if dtype != "fp32":
+    if dtype != "fp32" and tensor_core and dtype in schema.HALF_PRECISIONS:
+        why.append(f"precision {dtype}: GEMMs from networks trained on measured kernels of 4 GPUs (notebook 07), "
+                   "other kernels untested")
+    elif dtype != "fp32":
         why.append(f"precision {dtype} untested")
         if not dev.has_tensor_peak(dtype):
             why.append(f"no {dtype} tensor cores: FP32 peak")
@@ -173,6 +181,7 @@ def run(gpus=None, dtypes=("bf16", "fp32"), quick: bool = False, predictor="neus
     NVLink get no TP latency. Predictions of identical kernels are shared (``predict_unique``)."""
     gpus = list(gpus or catalogue_gpus())
     pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    tensor_core = bool(getattr(getattr(pred, "tc", None), "nets", None))   # BF16 networks (issue 25)
     rows = []
     for sc in scenarios(quick):
         for dt in dtypes:
@@ -204,20 +213,22 @@ def run(gpus=None, dtypes=("bf16", "fp32"), quick: bool = False, predictor="neus
                     verdict = f"does not fit on {max_gpus}: needs {m['total_gib']:.1f} GiB on one GPU, has {dev.mem_gb:g} GiB"
                 if n_used > 1 and dev.link_gbs is None:
                     # no NVLink: PCIe-only GPUs get no tensor-parallel latency (we have no link model for them)
-                    rows.append(_row(sc, dt, dev, n_used, m, None, "no NVLink: TP latency not modelled", quick))
+                    rows.append(_row(sc, dt, dev, n_used, m, None, "no NVLink: TP latency not modelled", quick,
+                                     tensor_core=tensor_core))
                     continue
                 net = None
                 if n_used > 1:
                     from neusight_core import network
                     net = network.NetworkModel(link_gbs=dev.link_gbs, gpus=n_used)
                 agg = latency.aggregate(predict_unique(kn, dev, pred, net))
-                rows.append(_row(sc, dt, dev, n_used, m, agg["e2e_ms"], verdict or "fits", quick, gpu_price_per_hour))
+                rows.append(_row(sc, dt, dev, n_used, m, agg["e2e_ms"], verdict or "fits", quick, gpu_price_per_hour,
+                                 tensor_core=tensor_core))
             if progress:
                 progress(f"{sc['model']} {sc['workload']} b{sc['batch']} {dt}: {time.perf_counter() - t0:.1f} s")
     return pd.DataFrame(rows)
 
 
-def _row(sc, dt, dev, n, m, e2e_ms, fit, quick, price=None) -> dict:
+def _row(sc, dt, dev, n, m, e2e_ms, fit, quick, price=None, tensor_core: bool = False) -> dict:
     tok = tokens(sc)
     tps = tok / (e2e_ms / 1e3) if e2e_ms else np.nan
     cost = (price * n / 3600.0) / tps * 1e6 if (price and e2e_ms) else np.nan
@@ -227,7 +238,7 @@ def _row(sc, dt, dev, n, m, e2e_ms, fit, quick, price=None) -> dict:
             "mem_total_gib": m["total_gib"], "mem_weights_gib": m["weights_gib"], "mem_grads_gib": m["grads_gib"],
             "mem_optimizer_gib": m["optimizer_gib"], "mem_activations_gib": m["activations_gib"],
             "mem_kv_cache_gib": m["kv_cache_gib"], "device_gib": dev.mem_gb, "fit": fit,
-            "validation": validation(sc["model"], dev, dt, sc["past"])}
+            "validation": validation(sc["model"], dev, dt, sc["past"], tensor_core)}
 
 
 # ------------------------------------------------------------------------------ CPU validation table

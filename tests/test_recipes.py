@@ -42,7 +42,9 @@ def test_recipe_files_are_the_configs():
     assert {k for k in set(mine) | set(paper) if mine.get(k) != paper.get(k)} == {
         "extra_training", "lr", "hidden", "ensemble", "ensemble_cut", "epochs", "grad_clip",
         # the CONV network (issue 26): its class and keys; per-class forms of the authors' inputs and batches
-        "classes", "conv_tile", "conv_winograd", "inputs", "normalise", "clip_inputs", "batch"}
+        "classes", "conv_tile", "conv_winograd", "inputs", "normalise", "clip_inputs", "batch",
+        # the BF16 tensor-core networks (issue 25)
+        "tensor_core"}
     # ... which leave the paper's five classes as the authors' recipe has them
     p, q = P.create("neusight"), P.create("neusight-paper")
     for c in common.MODEL_CLASSES:
@@ -188,7 +190,8 @@ def test_ablation_plan_towards_our_recipe():
     assert "CONV" not in P.create("neusight-paper", 0, plan[5][1]).classes()
     assert set(plan[6][1]) == {"extra_training", "lr", "hidden", "ensemble", "ensemble_cut", "epochs", "grad_clip",
                                # the CONV network's keys (issue 26): they change no text-model kernel
-                               "classes", "conv_tile", "conv_winograd", "inputs", "normalise", "clip_inputs", "batch"}
+                               "classes", "conv_tile", "conv_winograd", "inputs", "normalise", "clip_inputs", "batch",
+                               "tensor_core"}
 
 
 def test_ablation_plan_switches_one_difference_at_a_time():

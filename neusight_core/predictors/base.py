@@ -179,8 +179,9 @@ class KernelPredictor:
             sub = kernels[usable]
             out[usable] = self._predict_model(sub, device, {k: v[usable] for k, v in dev.items()})
         other = ~usable & (cls != "COMM")
-        # CONV rows no model of this predictor covers (issue 26): the roofline, not bytes / bandwidth
-        roof = modelled[other] | (cls[other] == "CONV")
+        # CONV (issue 26) and fused attention (ATTN, issue 25) rows no model of this predictor covers: their FLOPs
+        # run on the GEMM / tensor-core units, so the roofline, not bytes / bandwidth
+        roof = modelled[other] | np.isin(cls[other], ("CONV", "ATTN"))
         out[other] = np.where(roof, common.roofline_ms(kernels[other], {k: v[other] for k, v in dev.items()}),
                               common.memory_ms(kernels[other], {k: v[other] for k, v in dev.items()}))
         bad = (cls != "COMM") & ~(np.isfinite(out) & (out > 0))

@@ -11,9 +11,9 @@ import pandas as pd
 from neusight_core import devices, schema
 
 GEMM_CLASSES = ("BMM", "LINEAR")
-# classes that run on the GEMM units and so take the GEMM (tensor-core) peak: CONV (issue 26) is cuDNN's
-# implicit GEMM; a predictor without a conv model predicts CONV rows by the roofline (base.predict)
-PEAK_GEMM_CLASSES = GEMM_CLASSES + ("CONV",)
+# classes that run on the GEMM units and so take the GEMM (tensor-core) peak at tf32 / fp16 / bf16: the GEMMs,
+# CONV (issue 26; cuDNN's implicit GEMM) and fused attention (issue 25; its two GEMMs, QK^T and PV, dominate)
+PEAK_GEMM_CLASSES = GEMM_CLASSES + ("CONV", "ATTN")
 VECTOR_CLASSES = ("VEC", "SOFTMAX", "LAYERNORM")
 MODEL_CLASSES = GEMM_CLASSES + VECTOR_CLASSES
 # convolutions (issue 26): tiles and waves of their implicit GEMM, whose M already includes the batch

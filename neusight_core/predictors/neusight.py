@@ -47,6 +47,7 @@ the authors' recipe (``recipes/neusight-paper.yaml``, documented with file and l
 | ``classes`` | list | op classes trained (default the paper's five: BMM, LINEAR, VEC, SOFTMAX, LAYERNORM); others: roofline |
 | ``conv_tile`` | [tile_m, tile_k] | CONV: the one implicit-GEMM tile of every convolution (default ``CONV_TILE``) |
 | ``conv_winograd`` | float | CONV: FLOPs of a 3 x 3 stride-1 conv's bound divided by this (Winograd; 1 = none) |
+| ``tensor_core`` | {key: value} or absent | BF16 / FP16 GEMM and fused-attention networks trained on NVIDIA's measured kernels of the training GPUs (``tensor_core.TensorCoreNets``, issue 25); absent: such rows go through the FP32 networks at the tensor-core peak (an extrapolation) |
 
 Convolutions (CONV, issue 26) are predicted the same way over their implicit GEMM (``common.geometry``:
 M = batch x output pixels, N = C_in k^2 the reduction, K = C_out for a forward conv). The release measures
@@ -60,7 +61,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 import neusight_core.predictors.common as common
-from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, hparams, split_validation
+from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, hparams, split_validation, without_attrs
+from neusight_core.predictors.tensor_core import TensorCoreNets
 from neusight_core.predictors.tiles import TileLookup
 
 U_MIN = 1e-6
@@ -197,6 +199,11 @@ class NeuSightPredictor(KernelPredictor):
         self.range: dict = {}       # per class: min and max of every MLP input in the training data
         self.u_floor: dict = {}     # authors' output form: per class, the lowest u on its training records
         self.tiles = TileLookup(self.config["tile_lookup"])
+        # BF16 tensor-core networks (recipe key ``tensor_core``): trained after, and seeded apart from, the FP32
+        # classes, so that adding them changes no FP32 weight
+        tc_config = self.config.get("tensor_core")
+        self.tc = TensorCoreNets(tc_config, seed=self.seed) if tc_config else None
+        self.use_tensor_core = True     # False: predict_extrapolated (the FP32 networks on BF16 rows)
 
     def _net(self, cls: str):
         from neusight_core.predictors.nets import MLP
@@ -269,6 +276,9 @@ class NeuSightPredictor(KernelPredictor):
                 bar.set_description(f"train {self.name} {c} (seed {self.seed})")
                 self.info["classes"][c] = self._fit_class(k[k["op_class"] == c].reset_index(drop=True),
                                                           c, epochs[c], bar)
+            if self.tc is not None:
+                bar.set_description(f"train {self.name} BF16 tensor-core networks (seed {self.seed})")
+                self.info["tensor_core"] = self.tc.fit(quick=quick)
         self.info["train_seconds"] = t.seconds
         self.fitted = True
 
@@ -460,12 +470,36 @@ class NeuSightPredictor(KernelPredictor):
             out[rows] = base / self._u(cls, self._scale(cls, X), waves)
         return out
 
+    def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
+        """As ``KernelPredictor.predict``; BF16 / FP16 GEMM (LINEAR, BMM) and fused-attention (ATTN) rows go
+        through the tensor-core networks when the recipe has them (``tensor_core.network_of``)."""
+        out = super().predict(kernels, device)
+        if device is None or self.tc is None or not self.use_tensor_core or not self.tc.nets:
+            return out          # device None: super() predicted each GPU's rows through this method
+        kernels = without_attrs(kernels).reset_index(drop=True)
+        rows = np.flatnonzero(self.tc.handles(kernels))
+        if rows.size:
+            out[rows] = self.tc.predict(kernels.iloc[rows], device)
+        return out
+
+    def predict_extrapolated(self, kernels: pd.DataFrame, device) -> np.ndarray:
+        """The prediction without the tensor-core networks: BF16 rows through the FP32-trained networks at
+        the tensor-core peak, what ``--dtype bf16`` did before issue 25 (its baseline); ATTN rows: roofline."""
+        self.use_tensor_core = False
+        try:
+            return self.predict(kernels, device)
+        finally:
+            self.use_tensor_core = True
+
     # ------------------------------------------------------------ state
     def get_state(self) -> dict:
-        return {"nets": {c: [n.state_dict() for n in nets] for c, nets in self.nets.items()},
-                "norm": {c: {"mu": m, "sd": s} for c, (m, s) in self.norm.items()},
-                "range": {c: {"lo": lo, "hi": hi} for c, (lo, hi) in self.range.items()},
-                "u_floor": dict(self.u_floor), "tiles": self.tiles.state()}
+        out = {"nets": {c: [n.state_dict() for n in nets] for c, nets in self.nets.items()},
+               "norm": {c: {"mu": m, "sd": s} for c, (m, s) in self.norm.items()},
+               "range": {c: {"lo": lo, "hi": hi} for c, (lo, hi) in self.range.items()},
+               "u_floor": dict(self.u_floor), "tiles": self.tiles.state()}
+        if self.tc is not None:
+            out["tensor_core"] = self.tc.get_state()
+        return out
 
     def set_state(self, state: dict) -> None:
         self.nets = {}
@@ -477,6 +511,8 @@ class NeuSightPredictor(KernelPredictor):
         self.range = {c: (np.asarray(v["lo"]), np.asarray(v["hi"])) for c, v in state.get("range", {}).items()}
         self.u_floor = {c: float(v) for c, v in (state.get("u_floor") or {}).items()}
         self.tiles = TileLookup.from_state(state["tiles"])
+        if self.tc is not None and "tensor_core" in state:
+            self.tc.set_state(state["tensor_core"])
 
 
 class NeuSightOursPredictor(NeuSightPredictor):

@@ -1,0 +1,60 @@
+"""The held-out evaluation of issue 25 without training the full FP32 recipe: the BF16 networks exactly as
+the `neusight` recipe trains them (full settings, seeds 0..n-1: the same config, data and seeds as
+``predictors.get("neusight", seed=s)``), placed into the quick-trained `neusight` predictor of the same seed,
+whose FP32 networks then give the `neusight FP32-extrapolated` baseline (quick weights: say so when quoting it).
+Notebook 07 in full mode does the same with the full weights. Writes CSV + Markdown tables to --out.
+
+  python benchmarks/bf16_external.py --seeds 0 1 2 --out results/bf16_external
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main(argv=None):
+    import pandas as pd
+    import torch
+    torch.set_num_threads(1)
+    from neusight_core import external_eval as xe, report
+    from neusight_core import predictors as P
+    from neusight_core.predictors import tensor_core as tc
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--per-gpu", type=int, default=None)
+    ap.add_argument("--out", default="results/bf16_external")
+    a = ap.parse_args(argv)
+    out = report.out_dir(a.out)
+    df = xe.rows(a.per_gpu)
+    report.save_table(xe.provenance(df), out, "provenance")
+    per_seed, times = [], {}
+    for s in a.seeds:
+        p = P.get("neusight", quick=True, seed=s)
+        nets = tc.TensorCoreNets(p.config["tensor_core"], seed=s)
+        t0 = time.perf_counter()
+        nets.fit(quick=False)
+        times[s] = {"train_seconds": nets.info["train_seconds"], "wall": time.perf_counter() - t0,
+                    "networks": nets.info["networks"]}
+        p.tc = nets
+        long = xe.predict_all(df, seed=s, quick=False, neusight=p)
+        per_seed.append(xe.metrics(long))
+        print(f"seed {s}: BF16 networks trained in {nets.info['train_seconds']:.1f} s", flush=True)
+    per_seed = pd.concat(per_seed, ignore_index=True)
+    table = xe.over_seeds(per_seed)
+    report.save_table(per_seed, out, "metrics_per_seed")
+    report.save_table(table, out, "metrics")
+    h = xe.headline(table)
+    (out / "summary.json").write_text(json.dumps({"headline": h, "line": xe.summary_line(h), "train": times},
+                                                 indent=2, default=str))
+    print(report.markdown_table(table, ".1f"))
+    print(xe.summary_line(h))
+
+
+if __name__ == "__main__":
+    main()

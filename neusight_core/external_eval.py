@@ -1,0 +1,145 @@
+"""External validation (issue 25, notebook 07): BF16 GEMM and fused-attention predictions against NVIDIA's
+measured kernels (``measured_kernels``), per GPU x predictor x seed.
+
+Rows: per GPU one GEMM file (``tensor_core.gemm_rows``) and vLLM's attention files (``attention_rows``), of
+the training GPUs (A100 SXM, H100 SXM, H200 SXM, L40S: the networks were trained on them) and of the held-out
+Blackwell GPUs (B200, GB200: never trained, tuned or chosen on). Sealed GPUs are refused by the loader.
+
+Predictors (``PREDICTORS``):
+
+- ``neusight``: ``predictors.get("neusight")``, whose recipe's ``tensor_core`` networks answer the BF16 rows;
+- ``neusight FP32-extrapolated``: the same trained predictor without them (``predict_extrapolated``: the
+  FP32-trained networks at the BF16 tensor-core peak, what ``--dtype bf16`` did before issue 25);
+- ``roofline``: max(FLOPs / dense BF16 peak, bytes / bandwidth);
+- ``shape-only MLP``: the ablation: the recipe's tensor-core networks' size and training loop, trained on the
+  same training GPUs' rows, on log dims, peak and bandwidth alone (no tiles, waves or roofline).
+
+Metrics per (GPU, kind, predictor, seed): MAPE, median APE, 90th-percentile APE and bias (mean signed
+error, %: > 0 = predicted slower than measured); then mean and spread (max - min) over seeds.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from neusight_core import measured_kernels as mk
+from neusight_core.predictors import tensor_core as tc
+
+PREDICTORS = ("neusight", "neusight FP32-extrapolated", "roofline", "shape-only MLP")
+KINDS = {"GEMM": "GEMM", "ATTN_prefill": "attention prefill", "ATTN_decode": "attention decode"}
+
+
+def rows(per_gpu: int | None = None, seed: int = 0) -> pd.DataFrame:
+    """The evaluation rows of the training and held-out GPUs, column ``kind`` (GEMM / ATTN_prefill /
+    ATTN_decode); ``per_gpu``: a random subsample of that many rows per GPU and kind (quick mode)."""
+    gpus = list(mk.TRAINING + mk.HELD_OUT)
+    df = pd.concat([tc.gemm_rows(gpus), tc.attention_rows(gpus)], ignore_index=True)
+    df["kind"] = tc.network_of(df)
+    if per_gpu:
+        rng = np.random.default_rng(seed + 7)
+        keep = [rng.choice(idx, size=min(len(idx), int(per_gpu)), replace=False)
+                for _, idx in sorted(df.groupby(["device", "kind"]).indices.items())]
+        df = df.iloc[np.sort(np.concatenate(keep))].reset_index(drop=True)
+    df["arith_intensity"] = df["flops"] / (df["bytes_read"] + df["bytes_written"])
+    df["tokens"] = np.where(df["kind"] == "GEMM", df["M"], df["B"] * df["seq_q"])
+    return df
+
+
+def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=None) -> pd.DataFrame:
+    """Long frame: one row per (evaluation row, predictor) with ``pred_ms``. ``neusight``: a trained
+    ``neusight`` predictor (default ``predictors.get("neusight", quick, seed)``)."""
+    from neusight_core import predictors
+    p = neusight if neusight is not None else predictors.get("neusight", quick=quick, seed=seed)
+    if p.tc is None or not p.tc.nets:
+        raise ValueError("the neusight recipe has no trained tensor_core networks (recipe key tensor_core)")
+    shape = tc.TensorCoreNets({**p.tc.config, "inputs": "shape"}, seed=seed)
+    shape.fit(quick=quick)
+    preds = {"neusight": p.predict(df, None), "neusight FP32-extrapolated": p.predict_extrapolated(df, None),
+             "roofline": predictors.get("roofline").predict(df, None), "shape-only MLP": shape.predict(df)}
+    keep = ["device", "role", "kind", "framework", "version", "kernel_source", "M", "N", "K", "B", "seq_q",
+            "seq_kv", "heads", "head_dim", "tokens", "arith_intensity", "flops", "latency_ms"]
+    base = df[[c for c in keep if c in df.columns]]
+    # the tensor-core networks' training time: theirs when trained in this process, else the saved meta.json's
+    tc_secs = (p.tc.info or (p.info or {}).get("tensor_core") or {}).get("train_seconds")
+    secs = {"neusight": tc_secs, "shape-only MLP": shape.info.get("train_seconds")}
+    out = []
+    for name, pred in preds.items():
+        t = secs.get(name)
+        out.append(base.assign(predictor=name, seed=seed, pred_ms=pred, train_seconds=np.nan if t is None else float(t)))
+    long = pd.concat(out, ignore_index=True)
+    long["ape"] = np.abs(long["pred_ms"] / long["latency_ms"] - 1) * 100
+    long["err"] = (long["pred_ms"] / long["latency_ms"] - 1) * 100
+    return long
+
+
+def metrics(long: pd.DataFrame) -> pd.DataFrame:
+    """Per (device, role, kind, predictor, seed): rows, MAPE, median APE, P90 APE, bias (%)."""
+    g = long.groupby(["role", "device", "kind", "predictor", "seed"], sort=False)
+    out = g.agg(rows=("ape", "size"), mape=("ape", "mean"), median_ape=("ape", "median"),
+                p90_ape=("ape", lambda a: float(np.percentile(a, 90))), bias=("err", "mean"))
+    return out.reset_index()
+
+
+def over_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Mean over seeds of each metric, and the seed spread (max - min) of the MAPE."""
+    keys = ["role", "device", "kind", "predictor"]
+    g = per_seed.groupby(keys, sort=False)
+    out = g[["rows", "mape", "median_ape", "p90_ape", "bias"]].mean()
+    out["mape_spread"] = g["mape"].max() - g["mape"].min()
+    out["seeds"] = g["seed"].nunique()
+    return out.reset_index()
+
+
+def provenance(df: pd.DataFrame) -> pd.DataFrame:
+    """Which data each number comes from: per GPU and kind, the role, framework, version, kernel sources and rows."""
+    g = df.groupby(["device", "kind"], sort=False)
+    return g.agg(role=("role", "first"), framework=("framework", lambda s: ", ".join(sorted(set(s)))),
+                 version=("version", lambda s: ", ".join(sorted(set(map(str, s))))),
+                 kernel_source=("kernel_source", lambda s: ", ".join(sorted(set(s)))),
+                 rows=("latency_ms", "size")).reset_index()
+
+
+def binned(long: pd.DataFrame, column: str, bins: int = 12) -> pd.DataFrame:
+    """Median APE per predictor and log2 bin of ``column`` (tokens m, arithmetic intensity)."""
+    x = np.log2(np.maximum(long[column].to_numpy(float), 1e-9))
+    edges = np.linspace(np.nanmin(x), np.nanmax(x) + 1e-9, bins + 1)
+    b = np.clip(np.digitize(x, edges) - 1, 0, bins - 1)
+    centre = 2 ** ((edges[:-1] + edges[1:]) / 2)
+    t = long.assign(_bin=centre[b])
+    return t.groupby(["predictor", "_bin"])["ape"].agg(["median", "size"]).reset_index().rename(
+        columns={"_bin": column, "median": "median_ape", "size": "rows"})
+
+
+def headline(table: pd.DataFrame, predictor: str = "neusight") -> dict:
+    """MAPE (mean over seeds) of ``predictor`` on the held-out GPUs: GEMM and attention (prefill and decode
+    rows pooled as the mean of the two kinds), and the per-GPU GEMM numbers."""
+    t = table[(table["role"] == "held_out") & (table["predictor"] == predictor)]
+    gemm = t[t["kind"] == "GEMM"]
+    attn = t[t["kind"].isin([k for k in KINDS if k.startswith("ATTN")] + [v for k, v in KINDS.items()
+                                                                          if k.startswith("ATTN")])]
+    return {"gemm_mape": float(gemm["mape"].mean()) if len(gemm) else None,
+            "attention_mape": float(attn["mape"].mean()) if len(attn) else None,
+            "gemm_per_gpu": {r.device: round(float(r.mape), 2) for r in gemm.itertuples()},
+            "gemm_p90_per_gpu": {r.device: round(float(r.p90_ape), 2) for r in gemm.itertuples()},
+            "attention_per_gpu": {f"{r.device} {r.kind}": round(float(r.mape), 2) for r in attn.itertuples()}}
+
+
+def summary_line(h: dict) -> str:
+    g = "n/a" if h["gemm_mape"] is None else f"{h['gemm_mape']:.1f} %"
+    a = "n/a" if h["attention_mape"] is None else f"{h['attention_mape']:.1f} %"
+    return f"BF16 on unseen Blackwell GPUs, measured by others: GEMM {g}, attention {a}"
+
+
+def frozen_record(log=None) -> dict | None:
+    """The last ``"frozen": true`` record of the BF16 search log (docs/search_bf16.jsonl): the recipe and the
+    attention targets fixed from the training GPUs' leave-one-out error before the held-out GPUs were looked at."""
+    import json
+
+    from neusight_core import paths
+    f = paths.REPO_ROOT / "docs" / "search_bf16.jsonl" if log is None else log
+    try:
+        recs = [json.loads(x) for x in open(f) if x.strip()]
+    except OSError:
+        return None
+    frozen = [r for r in recs if r.get("frozen")]
+    return frozen[-1] if frozen else None

@@ -1,0 +1,328 @@
+"""NeuSight for BF16 tensor-core kernels (issue 25, step 3): GEMM and fused-attention networks trained on
+NVIDIA's measured kernels of the training GPUs (``measured_kernels``: A100 SXM, H100 SXM, H200 SXM, L40S).
+
+The paper's method (SPEC 3.1), at 2-byte elements and the dense BF16 tensor-core peak
+(``Device.gemm_peak_gflops("bf16")``):
+
+    latency = waves x tile FLOPs / (per-SM roofline throughput x u),   u = sig(g) (1 - sig(a) / waves)
+
+computed as ``common.wave_roofline_ms / u`` (never faster than the roofline at the BF16 peak and the memory
+bandwidth); u from an MLP per network on log2 per-SM inputs (``neusight.features``), z-scored. ``u_max``
+(recipe; 1 = the paper's bound) scales u: the database times a kernel by repeated launches on the same
+tensors, so operands that fit in L2 are not re-read from DRAM and some small GEMMs run faster than the DRAM
+roofline (L40S, 96 MB L2: up to 2.7 times, a 16 x 51200 x 128 GEMM); u_max > 1 lets the model reach them.
+
+Networks (``NETWORKS``): ``GEMM`` (op classes LINEAR and BMM: a BMM is B independent GEMMs, its tiles are
+counted over B, so it goes through the same network; the training data holds LINEAR rows only, B = 1),
+``ATTN_prefill`` and ``ATTN_decode`` (op class ATTN, ``sub_op`` prefill / decode).
+
+Tiles and waves.
+
+- GEMM (B, M, N, K; N the reduction): ``common.geometry`` at 2-byte elements for a tile tile_m x tile_k of
+  the output. The measured database names no kernel, so the tile is not known: the recipe lists candidate
+  tiles (``gemm_tiles``) and each kernel gets the one with the lowest per-SM roofline time
+  waves x max(tile FLOPs / (peak / SM), tile bytes / (bandwidth / SM)) (large tiles reuse operands, small
+  tiles fill more SMs: the trade-off a GEMM library's heuristic makes); one candidate = a fixed tile.
+- Fused attention, in the spirit of FlashAttention (Dao et al. 2022/2023: a thread block owns a block of
+  query rows of one (batch, head) and streams K and V through shared memory):
+  prefill: one tile = ``block_q`` query rows of one (batch, query head):
+  tiles = B x heads x ceil(seq_q / block_q); the tile reads its Q block and the K, V of the keys it sees
+  (keys = seq_kv, or min(seq_kv, seq_q - 1 + window) with a sliding window) and writes its O block:
+  tile bytes = 2 (2 q d) + kv_bytes x 2 x keys x d with q = min(block_q, seq_q);
+  decode (one query token): one tile = the query heads of one (batch, KV head) (a GQA group shares its K/V
+  read) over a slice of the keys (split-KV, FlashDecoding: with ``kv_split`` the keys are cut into
+  s = max(1, min(floor(SMs x tiles_per_sm / (B x kv_heads)), ceil(keys / 256))) slices so that small batches
+  fill (at most) one wave): tiles = B x kv_heads x s, tile bytes = kernel bytes / tiles;
+  tile FLOPs = kernel FLOPs / tiles (``measured_kernels.attention_kernels``: 4 b h d pairs). Waves =
+  ceil(tiles / (SMs x ``tiles_per_sm``)). A row without the attention columns (seq_q, seq_kv, heads,
+  kv_heads, head_dim) is not handled here.
+
+The shape-only ablation (``inputs: shape``): the same MLP and training loop predict the latency itself,
+log(latency) = MLP(log m, n, k, peak, bandwidth) (attention: log batch, seq_q, seq_kv, heads, kv_heads,
+head_dim, peak, bandwidth), no tiles, waves or roofline.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+import neusight_core.predictors.common as common
+from neusight_core.predictors.base import NumpyMLP, Timer, split_validation
+
+NETWORKS = ("GEMM", "ATTN_prefill", "ATTN_decode")
+#: precisions whose GEMM / attention rows the networks answer (2-byte tensor-core precisions)
+PRECISIONS = ("bf16", "fp16")
+ATTN_COLUMNS = ("seq_q", "seq_kv", "heads", "kv_heads", "head_dim")
+TILE_INPUTS = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per_sm_l2",
+               "tile_intensity_per_ridge", "waves", "wave_bytes_per_sm_bw")
+
+DEFAULTS = {"gemm_tiles": [[128, 128]], "splits": [1], "u_max": 1.0, "block_q": 128, "tiles_per_sm": 1, "kv_split": True, "inputs": "tiles", "dims_input": False,
+            "hidden": 128, "layers": 4, "lr": 1.0e-3, "batch": 512, "epochs": 40, "loss": "ape",
+            "rows_per_gpu": 8000, "val_fraction": 0.1, "quick_rows_per_gpu": 1000, "quick_epochs": 4,
+            "networks": list(NETWORKS)}
+
+
+def network_of(kernels: pd.DataFrame) -> np.ndarray:
+    """The network of each row ("" = none): GEMM for LINEAR / BMM rows in bf16 / fp16, ATTN_<kind> for ATTN
+    rows with the attention columns."""
+    n = len(kernels)
+    out = np.full(n, "", dtype=object)
+    if "precision" not in kernels.columns or n == 0:
+        return out
+    half = kernels["precision"].isin(PRECISIONS).to_numpy()
+    cls = kernels["op_class"].to_numpy()
+    out[half & np.isin(cls, common.GEMM_CLASSES)
+        & kernels[["B", "M", "N", "K"]].notna().all(axis=1).to_numpy()] = "GEMM"
+    if "sub_op" in kernels.columns and all(c in kernels.columns for c in ATTN_COLUMNS):
+        ok = half & (cls == "ATTN") & kernels[list(ATTN_COLUMNS)].notna().all(axis=1).to_numpy()
+        sub = kernels["sub_op"].astype(str).to_numpy()
+        for kind in ("prefill", "decode"):
+            out[ok & (sub == kind)] = f"ATTN_{kind}"
+    return out
+
+
+# ---------------------------------------------------------------- tiles and waves
+def gemm_geometry(kernels: pd.DataFrame, dev: dict, tiles, splits=(1,), min_slice: int = 256) -> dict:
+    """Tiles and waves of GEMM rows (B, M, N, K; N the reduction) with, per row, the candidate (tile, split)
+    of lowest per-SM roofline time waves x max(tile FLOPs / (peak / SM), tile bytes / (bandwidth / SM)).
+
+    A tile tile_m x tile_k of the output over a slice N / s of the reduction (split-K, s in ``splits``, only
+    while a slice keeps ``min_slice`` elements): tiles = B ceil(M / tile_m) ceil(K / tile_k) s, tile FLOPs =
+    2 tile_m ceil(N / s) tile_k, tile bytes = e (tile_m n_s + n_s tile_k + tile_m tile_k) (e = 2 B at
+    bf16 / fp16); s = 1 is ``common.geometry``. Without split-K a 16 x 51200 x 128 GEMM is one tile on one SM,
+    and the wave roofline is 250 times the measured time on L40S: libraries split such reductions."""
+    peak_sm = common.peak_gflops(kernels, dev) * 1e9 / dev["num_sm"]
+    bw_sm = dev["mem_bw_gbs"] * 1e9 / dev["num_sm"]
+    B = np.maximum(kernels["B"].fillna(1).to_numpy(float), 1.0)
+    M, N, K = (np.maximum(kernels[c].fillna(1).to_numpy(float), 1.0) for c in ("M", "N", "K"))
+    e = common.element_bytes(kernels)
+    best, best_t = None, None
+    for tm, tk in tiles:
+        for s in splits:
+            ns = np.ceil(N / s)
+            ok = (s == 1) | (ns >= min_slice)
+            n_tiles = B * np.ceil(M / tm) * np.ceil(K / tk) * s
+            g = {"tiles": n_tiles, "waves": np.ceil(n_tiles / dev["num_sm"]), "tile_flops": 2.0 * tm * ns * tk,
+                 "tile_bytes": e * (tm * ns + ns * tk + tm * tk)}
+            t = np.where(ok, g["waves"] * np.maximum(g["tile_flops"] / peak_sm, g["tile_bytes"] / bw_sm), np.inf)
+            if best is None:
+                best, best_t = g, t
+                continue
+            take = t < best_t * (1 - 1e-9)          # ties keep the earlier (listed first) candidate
+            best = {k: np.where(take, g[k], best[k]) for k in best}
+            best_t = np.where(take, t, best_t)
+    best["padded_flops"] = best["tiles"] * best["tile_flops"]
+    best["bytes"] = common.total_bytes(kernels)
+    best["flops"] = kernels["flops"].fillna(0).to_numpy(float)
+    return best
+
+
+def attention_geometry(kernels: pd.DataFrame, dev: dict, block_q: int = 128, tiles_per_sm: int = 1,
+                       kv_split: bool = True, min_kv_slice: int = 256) -> dict:
+    """Tiles and waves of fused-attention rows (module docstring), keys as ``common.geometry`` returns them."""
+    b = np.maximum(kernels["B"].fillna(1).to_numpy(float), 1.0)
+    sq, skv, h, hkv, d = (kernels[c].to_numpy(float) for c in ATTN_COLUMNS)
+    w = kernels["window"].fillna(0).to_numpy(float) if "window" in kernels else np.zeros(len(kernels))
+    decode = (kernels["sub_op"].astype(str).to_numpy() == "decode") if "sub_op" in kernels else sq <= 1
+    flops = kernels["flops"].fillna(0).to_numpy(float)
+    byts = common.total_bytes(kernels)
+    keys = np.where(w > 0, np.minimum(skv, sq - 1 + w), skv)
+    q = np.minimum(float(block_q), sq)
+    # decode: split the keys so that the (batch, KV head) pairs fill at most one wave, slices of >= min_kv_slice keys
+    # (FlashDecoding; flash-attn's num_splits heuristic does the same kind of thing)
+    pairs = b * hkv
+    split = np.maximum(1.0, np.minimum(np.floor(dev["num_sm"] * tiles_per_sm / pairs),
+                                       np.ceil(keys / min_kv_slice))) if kv_split else np.ones(len(b))
+    tiles = np.where(decode, pairs * split, b * h * np.ceil(sq / block_q))
+    tiles = np.maximum(tiles, 1.0)
+    e = common.element_bytes(kernels)
+    tile_bytes = np.where(decode, byts / tiles, e * 2 * q * d + e * 2 * keys * d)
+    tile_flops = np.maximum(flops / tiles, 1.0)
+    waves = np.ceil(tiles / (dev["num_sm"] * tiles_per_sm))
+    return {"tiles": tiles, "waves": waves, "tile_flops": tile_flops, "tile_bytes": tile_bytes,
+            "padded_flops": tiles * tile_flops, "bytes": byts, "flops": flops}
+
+
+def shape_inputs(kernels: pd.DataFrame, dev: dict, net: str) -> np.ndarray:
+    """log2 inputs of the shape-only ablation: dims, BF16 peak and bandwidth; no tiles or waves."""
+    peak = common.peak_gflops(kernels, dev)
+    if net == "GEMM":
+        dims = [kernels[c].fillna(1).to_numpy(float) for c in ("B", "M", "N", "K")]
+    else:
+        dims = [kernels["B"].fillna(1).to_numpy(float)] + [kernels[c].to_numpy(float) for c in ATTN_COLUMNS]
+    return np.log2(np.maximum(np.stack(dims + [peak, dev["mem_bw_gbs"]], axis=1), 1e-9))
+
+
+# ---------------------------------------------------------------- the networks
+class TensorCoreNets:
+    """The BF16 networks of a recipe's ``tensor_core:`` section (``DEFAULTS`` for what it leaves out; a
+    training value, ``u_max`` or ``rows_per_gpu`` may be one value or a {network: value} dict)."""
+
+    def __init__(self, config: dict | None = None, seed: int = 0):
+        self.config = {**DEFAULTS, **(config or {})}
+        self.seed = int(seed)
+        self.nets: dict = {}
+        self.norm: dict = {}
+        self.info: dict = {}
+
+    def value(self, key: str, net: str):
+        """A config value: one for every network, or a {network: value} dict."""
+        v = self.config[key]
+        return v[net] if isinstance(v, dict) else v
+
+    @property
+    def shape_only(self) -> bool:
+        return self.config["inputs"] == "shape"
+
+    def _inputs(self, df: pd.DataFrame, dev: dict, net: str):
+        """(X, waves, base): log2 MLP inputs, waves and the wave roofline in ms (shape-only: 1 wave, base 1 ms)."""
+        if self.shape_only:
+            return shape_inputs(df, dev, net), np.ones(len(df)), np.ones(len(df))
+        from neusight_core.predictors.neusight import features
+        if net == "GEMM":
+            geo = gemm_geometry(df, dev, self.config["gemm_tiles"], self.config["splits"])
+        else:
+            geo = attention_geometry(df, dev, int(self.config["block_q"]), int(self.config["tiles_per_sm"]),
+                                     bool(self.config["kv_split"]))
+        X = features(df, dev, geo, TILE_INPUTS)
+        if self.config.get("dims_input"):
+            # the kernel's own dims next to the per-SM ratios (the library picks its kernel by them)
+            X = np.concatenate([X, shape_inputs(df, dev, net)[:, :-2]], axis=1)
+        return X, geo["waves"], common.wave_roofline_ms(df, dev, geo)
+
+    def _ms(self, net: str, Xs: np.ndarray, waves, base) -> np.ndarray:
+        from neusight_core.predictors.neusight import utilisation
+        outs = [m(Xs) for m in self.nets[net]]
+        if self.shape_only:
+            return np.exp(np.mean([o[:, 0] for o in outs], axis=0))
+        return base / (float(self.value("u_max", net)) * np.mean([utilisation(o, waves) for o in outs], axis=0))
+
+    # ------------------------------------------------------------ training
+    def fit(self, kernels: pd.DataFrame | None = None, quick: bool = False, bar=None) -> dict:
+        """Train every network of the config on ``kernels`` (default: the training GPUs' measured kernels,
+        ``training_kernels``); ``quick``: ``quick_rows_per_gpu`` rows and ``quick_epochs``."""
+        import torch
+
+        from neusight_core.predictors.nets import MLP, train_loop
+        from neusight_core.predictors.neusight import utilisation
+        c = self.config
+        if kernels is None:
+            kernels = training_kernels(c["networks"])
+        self.info = {"quick": quick, "networks": {}}
+        with Timer() as t:
+            for net in c["networks"]:
+                u_max = float(self.value("u_max", net))
+                rows = int(self.value("quick_rows_per_gpu" if quick else "rows_per_gpu", net))
+                epochs = int(self.value("quick_epochs" if quick else "epochs", net))
+                df = subsample(kernels[network_of(kernels) == net], rows, self.seed)
+                if df.empty:
+                    continue
+                dev = common.device_arrays(df)
+                X, waves, base = self._inputs(df, dev, net)
+                y = df["latency_ms"].to_numpy(float)
+                mu, sd = X.mean(0), X.std(0) + 1e-6
+                self.norm[net] = (mu, sd)
+                Xt = torch.tensor((X - mu) / sd, dtype=torch.float32)
+                wt = torch.tensor(waves, dtype=torch.float32)
+                by = torch.tensor(base / y, dtype=torch.float32)
+                val = split_validation(len(df), float(c["val_fraction"]), self.seed)
+                # its own seed per network: adding or dropping a network moves no other network's RNG
+                net_seed = self.seed * 1000 + 500 + NETWORKS.index(net)
+                torch.manual_seed(net_seed)
+                model = MLP(X.shape[1], 1 if self.shape_only else 2, int(self.value("hidden", net)),
+                            int(self.value("layers", net)))
+                if self.shape_only:
+                    def ratio(idx, model=model):
+                        return torch.exp(model(Xt[idx])[:, 0]) * by[idx]
+                else:
+                    def ratio(idx, model=model):
+                        return by[idx] / (u_max * utilisation(model(Xt[idx]), wt[idx]))
+                with Timer() as tn:
+                    r = train_loop(model, ratio, len(df), val, epochs, int(self.value("batch", net)),
+                                   float(self.value("lr", net)), self.value("loss", net),
+                                   net_seed, bar)
+                self.nets[net] = [NumpyMLP(model.state_dict())]
+                self.info["networks"][net] = {"rows": int(len(df)), "epochs": epochs, "val_mape": r["val_mape"],
+                                              "best_epoch": r["best_epoch"], "seconds": tn.seconds,
+                                              "devices": sorted(df["device"].unique())}
+        self.info["train_seconds"] = t.seconds
+        return self.info
+
+    # ------------------------------------------------------------ prediction
+    def handles(self, kernels: pd.DataFrame) -> np.ndarray:
+        """Rows these networks answer (their network is trained)."""
+        nets = network_of(kernels)
+        return np.isin(nets, list(self.nets))
+
+    def predict(self, kernels: pd.DataFrame, device=None) -> np.ndarray:
+        """ms per row of the handled rows (NaN elsewhere); ``device`` None: the table's ``device`` column."""
+        kernels = kernels.reset_index(drop=True)
+        out = np.full(len(kernels), np.nan)
+        nets = network_of(kernels)
+        dev = common.device_arrays(kernels, device)
+        for net in self.nets:
+            rows = np.flatnonzero(nets == net)
+            if rows.size == 0:
+                continue
+            d = {k: v[rows] for k, v in dev.items()}
+            X, waves, base = self._inputs(kernels.iloc[rows], d, net)
+            mu, sd = self.norm[net]
+            out[rows] = self._ms(net, (X - mu) / sd, waves, base)
+        return out
+
+    # ------------------------------------------------------------ state
+    def get_state(self) -> dict:
+        return {"nets": {n: [m.state_dict() for m in ms] for n, ms in self.nets.items()},
+                "norm": {n: {"mu": m, "sd": s} for n, (m, s) in self.norm.items()}}
+
+    def set_state(self, state: dict) -> None:
+        self.nets = {n: [NumpyMLP(sd) for sd in sds] for n, sds in state["nets"].items()}
+        self.norm = {n: (np.asarray(v["mu"]), np.asarray(v["sd"])) for n, v in state["norm"].items()}
+
+
+# ---------------------------------------------------------------- data
+def subsample(df: pd.DataFrame, per_gpu: int, seed: int) -> pd.DataFrame:
+    """At most ``per_gpu`` random rows of each device (fixed by ``seed``), in their original order."""
+    rng = np.random.default_rng(seed + 2025)
+    keep = [rng.choice(idx, size=min(len(idx), per_gpu), replace=False)
+            for _, idx in sorted(df.groupby("device").indices.items())]
+    if not keep:
+        return df
+    return df.iloc[np.sort(np.concatenate(keep))].reset_index(drop=True)
+
+
+#: which of the package's files a GPU's rows come from: GEMM, per GPU the framework with the most BF16
+#: rows (ties: this order): torch's cuBLAS linear in vLLM 0.24 on H100/H200/L40S/B200/GB200, SGLang 0.5.10 on
+#: A100 SXM (its vLLM 0.14 file has 9,240 shapes, SGLang's 35,742); attention: vLLM's FlashAttention
+#: (FA2 on A100 SXM and L40S, FA3 / FA4 on H100 and H200; FlashInfer / TRT-LLM kernels on B200 / GB200)
+GEMM_FRAMEWORKS = ("vllm", "sglang", "trtllm")
+ATTN_FRAMEWORKS = ("vllm",)
+
+
+def gemm_rows(gpus) -> pd.DataFrame:
+    """Measured BF16 GEMMs of ``gpus`` (``measured_kernels`` names or "training" / "held_out"), one file per GPU."""
+    from neusight_core import measured_kernels as mk
+    parts = []
+    for s in mk._systems(gpus, False):
+        df = mk.load_gemm(s, frameworks=GEMM_FRAMEWORKS)
+        counts = df.groupby("framework").size()
+        best = max(GEMM_FRAMEWORKS, key=lambda f: (counts.get(f, 0), -GEMM_FRAMEWORKS.index(f)))
+        parts.append(df[df["framework"] == best])
+    return pd.concat(parts, ignore_index=True)
+
+
+def attention_rows(gpus, kinds=("prefill", "decode")) -> pd.DataFrame:
+    from neusight_core import measured_kernels as mk
+    return mk.load_attention(gpus, kinds=kinds, frameworks=ATTN_FRAMEWORKS)
+
+
+def training_kernels(networks=NETWORKS) -> pd.DataFrame:
+    """The training GPUs' measured BF16 kernels of ``networks`` (issue 25's split: never a held-out or
+    sealed GPU)."""
+    parts = []
+    if "GEMM" in networks:
+        parts.append(gemm_rows("training"))
+    kinds = [n.split("_")[1] for n in networks if n.startswith("ATTN_")]
+    if kinds:
+        parts.append(attention_rows("training", tuple(kinds)))
+    return pd.concat(parts, ignore_index=True)

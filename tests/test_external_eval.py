@@ -1,0 +1,222 @@
+"""Issue 25 steps 3-5: the BF16 tensor-core networks (predictors/tensor_core.py), their split, their tiles and
+waves by hand, a user device, FP32 rows unchanged, the external evaluation and notebook 07 in quick mode."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("aiconfigurator_core")
+
+from neusight_core import devices, measured_kernels as mk  # noqa: E402
+from neusight_core import predictors as P  # noqa: E402
+from neusight_core.predictors import common, tensor_core as tc  # noqa: E402
+
+H100 = "NVIDIA_H100_80GB_HBM3"
+
+
+def _attn_row(kind, B, seq_q, seq_kv, heads, kv_heads, d, window=0):
+    raw = pd.DataFrame([{"kernel_source": "x", "batch_size": B, "isl": seq_q, "num_heads": heads,
+                         "num_key_value_heads": kv_heads, "head_dim": d, "attn_dtype": "bfloat16",
+                         "kv_cache_dtype": "bfloat16", "step": seq_kv - seq_q, "latency": 1.0, "window_size": window}])
+    return mk.attention_kernels(raw, kind, "h100_sxm")
+
+
+# ---------------------------------------------------------------- the split
+def test_training_frame_holds_only_training_gpus(release_root):
+    k = tc.training_kernels()
+    assert set(k["device"]) == set(mk.split()["training"])
+    assert set(k["role"]) == {"training"}
+    assert not set(k["device"]) & set(mk.split()["held_out"])
+    assert not k["system"].isin(mk.SEALED).any()
+    # each network gets rows of all four training GPUs, and only those
+    nets = tc.network_of(k)
+    for n in tc.NETWORKS:
+        assert set(k.loc[nets == n, "device"]) == set(mk.split()["training"]), n
+
+
+def test_fit_records_only_training_gpus(release_root):
+    m = tc.TensorCoreNets({"quick_rows_per_gpu": 200, "quick_epochs": 1}, seed=0)
+    info = m.fit(quick=True)
+    for n in tc.NETWORKS:
+        assert info["networks"][n]["devices"] == sorted(mk.split()["training"]), n
+    with pytest.raises(mk.SealedGPUError):
+        tc.gemm_rows(["b300_sxm"])
+
+
+# ---------------------------------------------------------------- tiles and waves by hand
+def test_attention_tiles_and_waves_by_hand(release_root):
+    dev = common.device_arrays(pd.DataFrame({"op_class": ["ATTN"]}), H100)      # 132 SMs
+    assert dev["num_sm"][0] == 132
+    # prefill, batch 2, 1000 tokens, 8 heads (GQA 2 KV heads), head 128
+    r = _attn_row("prefill", 2, 1000, 1000, 8, 2, 128)
+    g = tc.attention_geometry(r, dev, block_q=128)
+    assert g["tiles"][0] == 2 * 8 * 8                       # ceil(1000 / 128) = 8 query blocks
+    assert g["waves"][0] == 1                               # 128 tiles <= 132 SMs
+    pairs = 1000 * 1001 / 2
+    assert g["tile_flops"][0] == pytest.approx(4 * 2 * 8 * 128 * pairs / 128)
+    # Q block and O block (128 x 128, 2 B), K and V of the 1000 keys (2 B)
+    assert g["tile_bytes"][0] == pytest.approx(2 * 2 * 128 * 128 + 2 * 2 * 1000 * 128)
+    # 300 tiles: 3 waves on 132 SMs, 2 with two tiles per SM
+    r3 = _attn_row("prefill", 3, 1280, 1280, 10, 10, 64)
+    assert tc.attention_geometry(r3, dev, 128)["tiles"][0] == 300
+    assert tc.attention_geometry(r3, dev, 128)["waves"][0] == 3
+    assert tc.attention_geometry(r3, dev, 128, tiles_per_sm=2)["waves"][0] == 2
+    # decode: 4 x 8 (batch, KV head) pairs, keys split in floor(132 / 32) = 4 slices (4,096 / 256 = 16 allowed):
+    # 128 tiles, one wave, the kernel's bytes shared out
+    d = _attn_row("decode", 4, 1, 4096, 32, 8, 128)
+    gd = tc.attention_geometry(d, dev)
+    assert gd["tiles"][0] == 128 and gd["waves"][0] == 1
+    assert gd["tile_bytes"][0] == pytest.approx((d["bytes_read"] + d["bytes_written"]).iloc[0] / 128)
+    # a short context limits the split (512 keys: 2 slices); without kv_split one tile per pair
+    assert tc.attention_geometry(_attn_row("decode", 4, 1, 512, 32, 8, 128), dev)["tiles"][0] == 64
+    assert tc.attention_geometry(d, dev, kv_split=False)["tiles"][0] == 32
+
+
+def test_gemm_split_k_by_hand(release_root):
+    raw = pd.DataFrame({"kernel_source": ["x"], "gemm_dtype": ["bfloat16"], "m": [16], "n": [128], "k": [51200],
+                        "latency": [0.01]})
+    g = mk.gemm_kernels(raw, "h100_sxm")                   # M = 16, N = 51200 (reduction), K = 128
+    dev = common.device_arrays(g, H100)
+    one = tc.gemm_geometry(g, dev, [[128, 128]], [1])
+    assert one["tiles"][0] == 1 and one["tile_flops"][0] == 2 * 128 * 51200 * 128
+    # split-K: every split fits in one wave, so the deepest split allowed (32: 1,600-long slices) is fastest
+    sk = tc.gemm_geometry(g, dev, [[128, 128]], [1, 2, 4, 8, 16, 32])
+    assert sk["tiles"][0] == 32 and sk["waves"][0] == 1
+    assert sk["tile_flops"][0] == 2 * 128 * 1600 * 128
+    assert sk["tile_bytes"][0] == 2 * (128 * 1600 + 1600 * 128 + 128 * 128)
+    # a 4,096-long reduction cannot be split below 256: at most 16 slices
+    raw2 = raw.assign(k=[4096])
+    assert tc.gemm_geometry(mk.gemm_kernels(raw2, "h100_sxm"), dev, [[128, 128]], [1, 32])["tiles"][0] == 1
+    assert tc.gemm_geometry(mk.gemm_kernels(raw2, "h100_sxm"), dev, [[128, 128]], [1, 16])["tiles"][0] == 16
+
+
+# ---------------------------------------------------------------- predictions
+@pytest.fixture(scope="module")
+def small_nets(release_root):
+    m = tc.TensorCoreNets({**P.create("neusight").config["tensor_core"], "quick_rows_per_gpu": 300,
+                           "quick_epochs": 2}, seed=0)
+    m.fit(quick=True)
+    return m
+
+
+def test_user_device_bf16_prediction(small_nets, tmp_path, monkeypatch, fresh_catalogue):
+    f = tmp_path / "newgpu.yaml"
+    f.write_text("My_Blackwell_X:\n  display_name: My Blackwell X\n  mem_gb: 96\n  mem_bw_gbs: 6000\n"
+                 "  num_sm: 120\n  fp32_gflops: 60000\n  l2_mb: 64\n"
+                 "  tensor_gflops: {bf16: 1500000}\n  tensor_source: my datasheet\n")
+    monkeypatch.setenv(devices.ENV_USER_DEVICES, str(f))
+    devices.reload()
+    raw = pd.DataFrame({"kernel_source": "x", "gemm_dtype": "bfloat16", "m": [1, 2048, 8192], "n": [4096] * 3,
+                        "k": [4096, 4096, 14336], "latency": [1.0] * 3})
+    rows = mk.gemm_kernels(raw, "user")
+    rows = pd.concat([rows, _attn_row("prefill", 1, 2048, 2048, 32, 8, 128),
+                      _attn_row("decode", 8, 1, 4096, 32, 8, 128)], ignore_index=True)
+    ms = small_nets.predict(rows, "My Blackwell X")
+    assert np.isfinite(ms).all() and (ms > 0).all()
+    # never faster than the roofline at the user's BF16 peak and bandwidth, allowing u up to u_max
+    roof = common.roofline_ms(rows, common.device_arrays(rows, "My Blackwell X"))
+    u_max = np.array([small_nets.value("u_max", n) for n in tc.network_of(rows)], float)
+    assert list(tc.network_of(rows)) == ["GEMM"] * 3 + ["ATTN_prefill", "ATTN_decode"]
+    assert (ms >= roof / u_max * (1 - 1e-9)).all()
+    # and the user's peak is used: a GPU with twice the BF16 peak predicts a large GEMM faster
+    f.write_text(f.read_text().replace("bf16: 1500000", "bf16: 3000000"))
+    devices.reload()
+    assert small_nets.predict(rows.iloc[[2]], "My Blackwell X")[0] < ms[2]
+
+
+def test_network_of_routes_only_half_precision_rows():
+    rows = pd.DataFrame({"op_class": ["LINEAR", "LINEAR", "BMM", "VEC", "ATTN", "ATTN"],
+                         "precision": ["bf16", "fp32", "fp16", "bf16", "bf16", "fp32"],
+                         "sub_op": ["", "", "", "", "decode", "prefill"], "B": 1.0, "M": 2.0, "N": 2.0, "K": 2.0,
+                         "seq_q": 1.0, "seq_kv": 2.0, "heads": 1.0, "kv_heads": 1.0, "head_dim": 64.0})
+    assert list(tc.network_of(rows)) == ["GEMM", "", "GEMM", "", "ATTN_decode", ""]
+
+
+@pytest.fixture(scope="module")
+def neusight_quick(release_root):
+    return P.get("neusight", quick=True), P.get("neusight", quick=True, config={"tensor_core": None})
+
+
+def test_fp32_rows_unchanged_by_tensor_core_networks(neusight_quick):
+    from neusight_core import dataset
+    with_tc, without = neusight_quick
+    assert with_tc.tc is not None and set(with_tc.tc.nets) == set(tc.NETWORKS) and without.tc is None
+    k = dataset.training_data(quick=True).kernels.sample(2000, random_state=1)
+    a, b = with_tc.predict(k, None), without.predict(k, None)
+    np.testing.assert_allclose(a, b, rtol=1e-9)
+    # a BF16 GEMM goes through the new network, and predict_extrapolated gives the old answer
+    g = tc.gemm_rows("h100_sxm").iloc[:50]
+    new, old = with_tc.predict(g, None), with_tc.predict_extrapolated(g, None)
+    np.testing.assert_allclose(new, with_tc.tc.predict(g), rtol=1e-12)
+    np.testing.assert_allclose(old, without.predict(g, None), rtol=1e-9)
+    assert not np.allclose(new, old)
+
+
+def test_external_eval_metrics_by_hand():
+    from neusight_core import external_eval as xe
+    long = pd.DataFrame({"role": "held_out", "device": "G", "kind": "GEMM", "predictor": "p", "seed": [0, 0, 1, 1],
+                         "ape": [10.0, 30.0, 20.0, 20.0], "err": [-10.0, 30.0, 20.0, -20.0]})
+    m = xe.metrics(long)
+    assert list(m["mape"]) == [20.0, 20.0] and list(m["bias"]) == [10.0, 0.0]
+    s = xe.over_seeds(m)
+    assert s["mape"].iloc[0] == 20.0 and s["mape_spread"].iloc[0] == 0.0 and s["seeds"].iloc[0] == 2
+    h = xe.headline(s.assign(p90_ape=28.0, predictor="neusight"))
+    assert h["gemm_mape"] == 20.0 and h["attention_mape"] is None
+    assert xe.summary_line(h) == "BF16 on unseen Blackwell GPUs, measured by others: GEMM 20.0 %, attention n/a"
+    # attention: the mean of the kinds' MAPEs, under the raw or the labelled kind names
+    both = pd.concat([s.assign(kind="GEMM"), s.assign(kind="ATTN_prefill", mape=30.0),
+                      s.assign(kind="attention decode", mape=40.0)]).assign(p90_ape=1.0, predictor="neusight")
+    assert xe.headline(both)["attention_mape"] == 35.0
+
+
+def test_notebook_07_quick(run_notebook, neusight_quick):
+    out, metrics = run_notebook("07_external_validation")
+    assert metrics["status"] == "OK"
+    assert metrics["summary_line"].startswith("BF16 on unseen Blackwell GPUs, measured by others: GEMM ")
+    t = pd.read_csv(out / "tables" / "metrics.csv")
+    assert set(t["predictor"]) == {"neusight", "neusight FP32-extrapolated", "roofline", "shape-only MLP"}
+    assert set(t["device"]) == set(mk.split()["training"] + mk.split()["held_out"])
+    assert not t["device"].str.contains("B300|GB300|RTX|B60").any()
+    assert math.isfinite(metrics["headline"]["gemm_mape"]) and math.isfinite(metrics["headline"]["attention_mape"])
+    assert "attention n/a" not in metrics["summary_line"]
+    prov = pd.read_csv(out / "tables" / "provenance.csv")
+    assert set(prov["role"]) == {"training", "held_out"}
+    assert (out / "figures" / "predicted_vs_measured.png").is_file()
+    assert (out / "summary.md").read_text().count("BF16 on unseen Blackwell GPUs") == 1
+
+
+def test_runner_puts_the_external_line_in_the_verdict_block(tmp_path):
+    import json
+
+    from neusight_core import runner
+    d = tmp_path / "07_external_validation"
+    d.mkdir()
+    line = "BF16 on unseen Blackwell GPUs, measured by others: GEMM 20.2 %, attention 32.0 %"
+    (d / "metrics.json").write_text(json.dumps({"status": "OK", "verdicts": {"external": True, "quick": False,
+                                                                             "summary": line}}))
+    lines = runner.verdict_block(tmp_path, [runner.NotebookResult("07_external_validation", "OK", 1.0)])
+    assert [x for x in lines if "External validation" in x] == [
+        f"- **External validation** (07_external_validation, OK): {line}"]
+
+
+def test_roofline_of_fused_attention_uses_the_bf16_tensor_peak(release_root):
+    r = _attn_row("prefill", 4, 4096, 4096, 32, 8, 128)
+    d = devices.get_device(H100)
+    want = max(r["flops"].iloc[0] / (d.gemm_peak_gflops("bf16") * 1e9),
+               (r["bytes_read"] + r["bytes_written"]).iloc[0] / (d.mem_bw_gbs * 1e9)) * 1e3
+    assert r["flops"].iloc[0] / (d.gemm_peak_gflops("bf16") * 1e9) * 1e3 == pytest.approx(want)   # compute-bound
+    roof = P.create("roofline")
+    roof.fit()
+    assert roof.predict(r, H100)[0] == pytest.approx(want, rel=1e-12)
+
+
+def test_whatif_label_says_which_bf16_kernels_were_checked(release_root):
+    from neusight_core import whatif
+    with_tc = whatif.validation("llama2_7b", H100, "bf16", 0, tensor_core=True)
+    assert "GEMMs from networks trained on measured kernels" in with_tc and "other kernels untested" in with_tc
+    assert "precision bf16 untested" in whatif.validation("llama2_7b", H100, "bf16", 0)
+    assert "precision" not in whatif.validation("llama2_7b", H100, "fp32", 0, tensor_core=True)
