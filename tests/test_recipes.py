@@ -16,7 +16,8 @@ from neusight_core import predictors as P
 from neusight_core.predictors import common
 from neusight_core.predictors.base import STATE_FILE, hparams, read_state, write_state
 from neusight_core.predictors.nets import relative_loss
-from neusight_core.predictors.neusight import AUTHORS_UNITS, FEATURE_NAMES, features, per_class, utilisation
+from neusight_core.predictors.features import AUTHORS_UNITS, FEATURE_NAMES, features, utilisation
+from neusight_core.predictors.neusight import per_class
 
 
 def test_paper_filter_counts_on_the_real_release(release_root):

@@ -7,7 +7,7 @@ The paper's method (SPEC 3.1), at 2-byte elements and the dense BF16 tensor-core
     latency = waves x tile FLOPs / (per-SM roofline throughput x u),   u = sig(g) (1 - sig(a) / waves)
 
 computed as ``common.wave_roofline_ms / u`` (never faster than the roofline at the BF16 peak and the memory
-bandwidth); u from an MLP per network on log2 per-SM inputs (``neusight.features``), z-scored. ``u_max``
+bandwidth); u from an MLP per network on log2 per-SM inputs (``features.features``), z-scored. ``u_max``
 (recipe; 1 = the paper's bound) scales u: the database times a kernel by repeated launches on the same
 tensors, so operands that fit in L2 are not re-read from DRAM and some small GEMMs run faster than the DRAM
 roofline (L40S, 96 MB L2: up to 2.7 times, a 16 x 51200 x 128 GEMM); u_max > 1 lets the model reach them.
@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 import neusight_core.predictors.common as common
+from neusight_core.predictors.features import features, utilisation
 from neusight_core.predictors.base import NumpyMLP, Timer, split_validation
 
 NETWORKS = ("GEMM", "ATTN_prefill", "ATTN_decode")
@@ -178,7 +179,6 @@ class TensorCoreNets:
         """(X, waves, base): log2 MLP inputs, waves and the wave roofline in ms (shape-only: 1 wave, base 1 ms)."""
         if self.shape_only:
             return shape_inputs(df, dev, net), np.ones(len(df)), np.ones(len(df))
-        from neusight_core.predictors.neusight import features
         if net == "GEMM":
             geo = gemm_geometry(df, dev, self.config["gemm_tiles"], self.config["splits"])
         else:
@@ -191,7 +191,6 @@ class TensorCoreNets:
         return X, geo["waves"], common.wave_roofline_ms(df, dev, geo)
 
     def _ms(self, net: str, Xs: np.ndarray, waves, base) -> np.ndarray:
-        from neusight_core.predictors.neusight import utilisation
         outs = [m(Xs) for m in self.nets[net]]
         if self.shape_only:
             return np.exp(np.mean([o[:, 0] for o in outs], axis=0))
@@ -204,7 +203,6 @@ class TensorCoreNets:
         import torch
 
         from neusight_core.predictors.nets import MLP, train_loop
-        from neusight_core.predictors.neusight import utilisation
         c = self.config
         if kernels is None:
             kernels = training_kernels(c["networks"])
