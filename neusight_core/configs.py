@@ -79,6 +79,12 @@ def load_config(name_or_path):
         return copy.deepcopy(name_or_path)
     if isinstance(name_or_path, dict):
         return _config_from_dict(dict(name_or_path), "dict", name_or_path.get("name", ""))
+    p, d = _read_named(name_or_path)
+    return _config_from_dict(d, str(p), p.stem)
+
+
+def _read_named(name_or_path) -> tuple[Path, dict]:
+    """(file, its JSON) of a config name (ours or the release's) or a path to a JSON file; one-line errors."""
     p = Path(str(name_or_path))
     if not (p.suffix == ".json" and p.is_file()):
         known = available_configs()
@@ -87,10 +93,9 @@ def load_config(name_or_path):
                              "(or give a path to a JSON file)")
         p = known[str(name_or_path)]
     try:
-        d = json.loads(p.read_text())
+        return p, json.loads(p.read_text())
     except json.JSONDecodeError as e:
         raise TraceError(f"model config {p} is not valid JSON: {e}") from None
-    return _config_from_dict(d, str(p), p.stem)
 
 
 def _config_from_dict(d: dict, where: str, name: str):
@@ -131,17 +136,7 @@ def config_content(model) -> dict:
     if isinstance(model, dict):
         return dict(model)
     if isinstance(model, (str, Path)):
-        p = Path(str(model))
-        if not (p.suffix == ".json" and p.is_file()):
-            known = available_configs()
-            if str(model) not in known:
-                raise TraceError(f"unknown model config {model!r}; known: {', '.join(sorted(known)) or 'none'} "
-                                       "(or give a path to a JSON file)")
-            p = known[str(model)]
-        try:
-            d = json.loads(p.read_text())
-        except json.JSONDecodeError as e:
-            raise TraceError(f"model config {p} is not valid JSON: {e}") from None
+        p, d = _read_named(model)
         return {**d, "name": d.get("name", p.stem)}
     to_dict = getattr(model, "to_dict", None)       # a transformers PretrainedConfig
     if to_dict is None:

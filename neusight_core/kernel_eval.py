@@ -321,20 +321,9 @@ def conv_logo(names=CONV_PREDICTORS, seeds=(0, 1, 2), quick: bool = False, folds
 def _parallel(fn, jobs, workers: int) -> None:
     """``fn(job)`` for every job in ``workers`` spawned processes (no progress bars, this trained_dir)."""
     import multiprocessing as mp
-    import os
     from concurrent.futures import ProcessPoolExecutor
-    env = {"TQDM_DISABLE": "1", "NEUSIGHT_TRAINED": str(paths.trained_dir())}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
-            list(pool.map(fn, jobs))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with P.worker_environment(), ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
+        list(pool.map(fn, jobs))
 
 
 def conv_logo_table(per: pd.DataFrame, value: str = "mape") -> pd.DataFrame:

@@ -406,13 +406,17 @@ class _Recorder(TorchDispatchMode):
         # traffic of intermediates. Views share their base's storage, hence the storage key (a
         # serial number, so a freed storage's key is never reused; no reference is held, so
         # AccumulateGrad still steals gradients and lifetimes stay those of eager PyTorch).
-        reads = tuple((self._key(t), _nbytes(t)) for t in read_t)
-        writes = tuple((self._key(t), _nbytes(t)) for t in outs)
-        self.rows.append((phase, full, op_class, sub_op, Bd, M, N, K, H, flops,
-                          sum(b for _, b in reads), sum(b for _, b in writes),
-                          str(outs[0].dtype).replace("torch.", ""), module, layer_of(module),
-                          reads, writes) + _NO_CONV)
+        self._append(phase, module, full, op_class, sub_op, (Bd, M, N, K, H), flops, read_t, outs, _NO_CONV)
         return out
+
+    def _append(self, phase, module, full, op_class, sub_op, dims, flops, read_t, write_t, extra) -> None:
+        """One kernel row; its dtype is that of its first output."""
+        reads = tuple((self._key(t), _nbytes(t)) for t in read_t)
+        writes = tuple((self._key(t), _nbytes(t)) for t in write_t)
+        self.rows.append((phase, full, op_class, sub_op, *dims, flops,
+                          sum(b for _, b in reads), sum(b for _, b in writes),
+                          str(write_t[0].dtype).replace("torch.", ""), module, layer_of(module),
+                          reads, writes) + extra)
 
     def _where(self) -> tuple[str, str]:
         """(phase, module) of the op being dispatched (backward: from the autograd node)."""
@@ -429,12 +433,7 @@ class _Recorder(TorchDispatchMode):
         """One row per CONV kernel of ``conv_rows`` (a backward launch gives its dgrad and wgrad rows)."""
         phase, module = self._where()
         for sub_op, cls, Bd, M, N, K, H, flops, read_t, write_t, params in conv:
-            reads = tuple((self._key(t), _nbytes(t)) for t in read_t)
-            writes = tuple((self._key(t), _nbytes(t)) for t in write_t)
-            self.rows.append((phase, full, cls, sub_op, Bd, M, N, K, H, flops,
-                              sum(b for _, b in reads), sum(b for _, b in writes),
-                              str(write_t[0].dtype).replace("torch.", ""), module, layer_of(module),
-                              reads, writes) + params)
+            self._append(phase, module, full, cls, sub_op, (Bd, M, N, K, H), flops, read_t, write_t, params)
 
 
 def _cuda_dropout(input, p=0.5, training=True, inplace=False):

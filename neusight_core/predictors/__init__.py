@@ -12,6 +12,7 @@ loaded (a truncated or damaged ``state.npz``) give one warning line naming the f
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from pathlib import Path
@@ -103,24 +104,30 @@ def train_parallel(jobs, workers: int | None = None, progress: bool = True) -> l
                 done.append((j, time.perf_counter() - t0))
                 bar.update(1)
             return done
-        # the spawned workers inherit this environment: no progress bars of their own (this bar counts
-        # their jobs), and they save where this process loads from
-        env = {"TQDM_DISABLE": "1", "NEUSIGHT_TRAINED": str(paths.trained_dir())}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-                for job, secs in pool.map(_train_job, todo):
-                    done.append((job, secs))
-                    bar.update(1)
-                    bar.set_postfix_str(f"{job[0]} seed {job[2]}: {secs / 60:.1f} min")
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        with worker_environment(), ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            for job, secs in pool.map(_train_job, todo):
+                done.append((job, secs))
+                bar.update(1)
+                bar.set_postfix_str(f"{job[0]} seed {job[2]}: {secs / 60:.1f} min")
     return done
+
+
+@contextlib.contextmanager
+def worker_environment():
+    """The environment spawned training workers inherit: no progress bars of their own (the parent's bar
+    counts their jobs), and they save where this process loads from (``NEUSIGHT_TRAINED``)."""
+    import os
+    env = {"TQDM_DISABLE": "1", "NEUSIGHT_TRAINED": str(paths.trained_dir())}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 # records per op class that the full NeuSight recipes train on (the authors' filter applied): only for
@@ -235,6 +242,6 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
     return p
 
 
-__all__ = ["NAMES", "REGISTRY", "WEIGHTS", "get", "create", "folder", "is_trained", "train_parallel", "choose_quick",
+__all__ = ["NAMES", "REGISTRY", "WEIGHTS", "get", "create", "folder", "is_trained", "train_parallel", "worker_environment", "choose_quick",
            "describe", "KernelPredictor", "PredictorInputError",
            "PredictorLoadError", "UnknownPredictorError"]
