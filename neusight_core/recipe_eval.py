@@ -97,10 +97,11 @@ def predict_seeded(configs: pd.DataFrame, trained: dict, progress: bool = True) 
     """Predict every configuration with every trained ``{(name, seed): predictor}`` in one sweep (one
     predictor call per entry over all configurations' distinct kernels); errors are recorded per row."""
     from neusight_core import reproduce
-    jobs = [(f"{name}\x00{seed}", p) for (name, seed), p in trained.items()]
-    out = reproduce.sweep_configs(configs, jobs, progress=progress)
-    label = out["predictor"].str.split("\x00", n=1)
-    out["predictor"], out["seed"] = label.str[0], label.str[1].astype(int)
+    # (label, predictor) jobs: the sweep names the rows by the label and takes the seed from the predictor
+    bad = [(name, seed) for (name, seed), p in trained.items() if int(getattr(p, "seed", 0)) != int(seed)]
+    if bad:
+        raise ValueError(f"trained predictors keyed by a seed they were not trained with: {bad}")
+    out = reproduce.sweep_configs(configs, [(name, p) for (name, _), p in trained.items()], progress=progress)
     return _tidy(configs, out)
 
 

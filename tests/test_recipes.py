@@ -560,3 +560,22 @@ def test_ensemble_cut_drops_a_member_that_failed_to_train(release_root, monkeypa
             assert np.array_equal(net.state_dict()["net.0.weight"], seen[i])
     assert P.create("neusight", 0).config["ensemble_cut"] == 1.5
     assert P.create("neusight-paper", 0).config.get("ensemble_cut") is None
+
+
+def test_predict_seeded_names_rows_by_label_and_the_predictors_seed(release_root):
+    """The ablation's variants reach the sweep as (label, predictor) pairs: each row is named by its label and
+    carries the predictor's own seed; a predictor keyed by another seed than its own is refused."""
+    from neusight_core import evaluation as ev
+    idx = ev.build_index()
+    cfg = idx[(idx.gpu == "NVIDIA_H100_80GB_HBM3") & (idx.config == "bert_large-inf-512-8")]
+
+    def seeded(s):
+        p = _PerFlop()
+        p.seed = s
+        return p
+    out = R.predict_seeded(cfg, {("variant a", 0): seeded(0), ("variant a", 1): seeded(1), ("b", 0): seeded(0)},
+                           progress=False)
+    assert sorted(zip(out.predictor, out.seed)) == [("b", 0), ("variant a", 0), ("variant a", 1)]
+    assert out.pred_ms.nunique() == 1                      # the same stand-in: the same number under each label
+    with pytest.raises(ValueError, match="not trained with"):
+        R.predict_seeded(cfg, {("x", 2): seeded(0)}, progress=False)
