@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import measured_kernels as mk
+from neusight_core import report
 from neusight_core.predictors import tensor_core as tc
 
 PREDICTORS = ("neusight", "neusight FP32-extrapolated", "roofline", "shape-only MLP")
@@ -67,7 +68,7 @@ def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=N
         t = secs.get(name)
         out.append(base.assign(predictor=name, seed=seed, pred_ms=pred, train_seconds=np.nan if t is None else float(t)))
     long = pd.concat(out, ignore_index=True)
-    long["ape"] = np.abs(long["pred_ms"] / long["latency_ms"] - 1) * 100
+    long["ape"] = report.ape(long["latency_ms"], long["pred_ms"])
     long["err"] = (long["pred_ms"] / long["latency_ms"] - 1) * 100
     return long
 

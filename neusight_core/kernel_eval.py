@@ -311,7 +311,7 @@ def conv_logo(names=CONV_PREDICTORS, seeds=(0, 1, 2), quick: bool = False, folds
                 secs = p.info.get("train_seconds", time.perf_counter() - t0)
                 pred = p.predict(val.drop(columns=["tile_m", "tile_k", "tile"]), held)
                 y = val["latency_ms"].to_numpy(float)
-                ape = np.abs(pred / y - 1) * 100
+                ape = report.ape(y, pred)
                 rows.append({"predictor": name, "seed": int(seed), "held_out": held, "rows": len(val),
                              "mape": float(ape.mean()), "wmape": float((ape * y).sum() / y.sum()),
                              "bias": float(np.mean(pred / y - 1) * 100), "train_s": float(secs)})

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from neusight_core import latency
+from neusight_core import latency, report
 
 PUBLISHED_FILE = Path(__file__).with_name("published.yaml")
 LABEL = "third-party measurement"
@@ -44,6 +44,6 @@ def compare(predictor="neusight", quick: bool = False, table: pd.DataFrame | Non
             pred.append(float("nan")), err.append(msg), note.append("")
     t["predictor"] = predictor if isinstance(predictor, str) else predictor.name
     t["predicted_ms"] = pred
-    t["ape"] = (t["predicted_ms"] - t["latency_ms"]).abs() / t["latency_ms"] * 100
+    t["ape"] = report.ape(t["latency_ms"], t["predicted_ms"])
     t["error"], t["extrapolation"], t["label"] = err, note, LABEL
     return t
