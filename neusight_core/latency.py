@@ -186,19 +186,30 @@ def conv_note(kernels: pd.DataFrame, predictor="neusight", quick: bool = False) 
         share = float(pred_ms[rows].sum() / max(pred_ms.sum(), 1e-30))
         return "under 1%" if share < 0.01 else f"{share:.0%}"
     if not conv_by_roofline(predictor, quick):
-        name = predictor if isinstance(predictor, str) else getattr(predictor, "name", "")
-        # a trained conv model (issue 26, predictor side) learnt forward 3 x 3 stride-1 FP32 convolutions only
-        # (the release's records): any other convolution is an extrapolation of it
-        measured = (conv & kernels.get("sub_op", pd.Series("", index=kernels.index)).eq("fwd").to_numpy()
-                    & kernels.get("conv_k", pd.Series(np.nan, index=kernels.index)).eq(3).to_numpy()
-                    & kernels.get("conv_stride", pd.Series(np.nan, index=kernels.index)).eq(1).to_numpy()
-                    & kernels.get("precision", pd.Series("fp32", index=kernels.index)).isin(["fp32"]).to_numpy())
-        outside = conv & ~measured
-        if name == "roofline" or not outside.any():
+        pred = loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
+        if getattr(pred, "name", "") == "roofline":
             return ""
-        return (f"convolutions unlike the measured ones this predictor's conv model learnt (forward 3 x 3 stride-1 "
-                f"FP32; backward, other kernel sizes, strides or precisions) take {pct(outside)} of the predicted "
-                "time: extrapolations, no measured latency of an image model validates them")
+        col = lambda c, fill: kernels.get(c, pd.Series(fill, index=kernels.index))  # noqa: E731
+        # a trained conv model (issue 26, predictor side) learnt forward 3 x 3 stride-1 FP32 convolutions only
+        # (the release's records): any other convolution is an extrapolation of it, except the 1 x 1 ones a
+        # recipe predicts as GEMMs (``as_gemm``: its LINEAR network, trained on GEMMs, not on convolutions)
+        measured = (conv & col("sub_op", "").eq("fwd").to_numpy() & col("conv_k", np.nan).eq(3).to_numpy()
+                    & col("conv_stride", np.nan).eq(1).to_numpy()
+                    & col("precision", "fp32").isin(["fp32"]).to_numpy())
+        as_gemm = getattr(pred, "as_gemm", None)
+        gemm = (conv & (as_gemm(kernels)["op_class"] != "CONV").to_numpy()) if as_gemm else np.zeros_like(conv)
+        outside = conv & ~measured & ~gemm
+        parts = []
+        if outside.any():
+            parts.append(f"convolutions unlike the measured ones this predictor's conv model learnt (forward 3 x 3 "
+                         f"stride-1 FP32; backward, other kernel sizes, strides or precisions) take {pct(outside)} "
+                         "of the predicted time")
+        if gemm.any():
+            parts.append(f"1 x 1 convolutions, predicted as the GEMMs they are by the network trained on GEMMs, "
+                         f"take {pct(gemm)}")
+        if not parts:
+            return ""
+        return "; ".join(parts) + ": extrapolations, no measured latency of an image model validates them"
     return (f"convolutions ({pct(conv)} of the predicted time) are predicted by the roofline: this predictor "
             "has no trained convolution model (issue 26); an extrapolation, no measured latency of an image "
             "model validates it")

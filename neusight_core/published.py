@@ -1,7 +1,8 @@
 """Whole-model measurements published by others (``published.yaml``), beside our predictions (issue 26).
 
 ``load()`` -> one row per measurement (``set``, ``model``, ``gpu``, ``measured_on``, ``mode``, ``precision``,
-``batch``, ``latency_ms``, ``source``, ``settings``). ``compare(predictor, quick)`` adds ``predicted_ms``,
+``batch``, ``latency_ms``, ``throughput_img_s`` (NaN where the source gives a latency), ``source``, ``settings``).
+A row published as a throughput gets ``latency_ms`` = batch / throughput (one iteration). ``compare(predictor, quick)`` adds ``predicted_ms``,
 ``ape`` (% against the measurement), ``error`` ('' when predicted) and ``label``: every row is a third-party
 measurement, and an image model's prediction is an extrapolation wherever its convolutions lie outside the
 release's conv records (``latency.conv_note``). Small batches are where a whole-model measurement includes host
@@ -25,9 +26,14 @@ def load(path: Path = PUBLISHED_FILE) -> pd.DataFrame:
     rows = []
     for name, s in data.items():
         for r in s["rows"]:
+            if "latency_ms" not in r:       # published as images per second: one iteration of the batch
+                r = {**r, "latency_ms": 1000.0 * float(r["batch"]) / float(r["throughput_img_s"])}
             rows.append({"set": name, "model": s["model"], **r, "source": " ".join(s["source"].split()),
                          "settings": " ".join(s["settings"].split())})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if "throughput_img_s" not in out:
+        out["throughput_img_s"] = float("nan")
+    return out
 
 
 def compare(predictor="neusight", quick: bool = False, table: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -47,3 +53,19 @@ def compare(predictor="neusight", quick: bool = False, table: pd.DataFrame | Non
     t["ape"] = report.ape(t["latency_ms"], t["predicted_ms"])
     t["error"], t["extrapolation"], t["label"] = err, note, LABEL
     return t
+
+
+def panels(t: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The comparison by (GPU, mode, precision), one figure panel each: (title, rows)."""
+    return [(f"ResNet-50 {prec.upper()} {'inference' if mode == 'inf' else 'training'}, {gpu}", g)
+            for (gpu, mode, prec), g in t.groupby(["gpu", "mode", "precision"], sort=True)]
+
+
+def summary(t: pd.DataFrame, within_pct: float = 20.0) -> pd.DataFrame:
+    """Per predictor, GPU, mode and precision: rows, MAPE, the largest APE and how many rows are within
+    ``within_pct`` % of the measurement (issue 26's bar where the settings match)."""
+    ok = t[t["error"] == ""]
+    g = ok.groupby(["predictor", "gpu", "mode", "precision"], sort=False)["ape"]
+    out = g.agg(rows="size", mape="mean", max_ape="max").reset_index()
+    out[f"within_{within_pct:g}pct"] = g.apply(lambda a: int((a <= within_pct).sum())).to_numpy()
+    return out

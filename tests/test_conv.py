@@ -12,7 +12,8 @@ from neusight_core import predictors as P
 from neusight_core.predictors import common
 from neusight_core.predictors.li import LiPredictor
 
-CONV_TINY = {"classes": ["CONV"], "extra_training": None, "quick_epochs": 2}
+# the CONV network alone (the 1 x 1 rows too: no LINEAR network here to take them)
+CONV_TINY = {"classes": ["CONV"], "extra_training": None, "quick_epochs": 2, "conv_1x1_network": None}
 
 
 def raw_record(B=2, cin=3, cout=8, k=3, size=5, stride=1, pad=1, device="Tesla P4", latency=0.1):
@@ -166,6 +167,38 @@ def test_recipes_without_conv_predict_it_by_the_roofline(conv_trained):
     p.nets, p.fitted = {}, True
     dev = common.device_arrays(k, "Tesla_T4")
     assert np.allclose(p.predict(k, "Tesla_T4"), common.roofline_ms(k, dev))
+
+
+def gemm_of(conv: pd.DataFrame) -> pd.DataFrame:
+    """The LINEAR row of a 1 x 1 stride-1 conv's implicit GEMM, built by hand from trace.conv_rows' dims."""
+    out = conv.copy()
+    out["op_class"], out["B"] = "LINEAR", 1.0
+    out[["conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups"]] = np.nan
+    return out
+
+
+def test_1x1_convolutions_predicted_by_the_linear_network(release_root):
+    """Our recipe predicts a 1 x 1, stride-1, unpadded conv (forward, dgrad, wgrad) exactly as the GEMM it is
+    (``conv_1x1_network: LINEAR``); a 3 x 3, a strided or a padded 1 x 1 one stays with the CONV network."""
+    p = P.get("neusight", quick=True)
+    assert p.config["conv_1x1_network"] == "LINEAR" and {"LINEAR", "CONV"} <= set(p.nets)
+    one = pd.concat([conv_row(s, B=8, cin=64, cout=256, k=1, size=56, stride=1, pad=0) for s in dataset.CONV_SUB_OPS],
+                    ignore_index=True).drop(columns=["device", "latency_ms"])
+    for gpu in ("Tesla_T4", "NVIDIA_H100_80GB_HBM3"):
+        np.testing.assert_allclose(p.predict(one, gpu), p.predict(gemm_of(one), gpu), rtol=1e-12)
+        assert np.isfinite(p.utilisation(one, gpu)).all()
+    others = pd.concat([conv_row(B=8, cin=64, cout=64, k=3, size=56, stride=1, pad=1),
+                        conv_row(B=8, cin=256, cout=512, k=1, size=56, stride=2, pad=0),
+                        conv_row(B=8, cin=64, cout=64, k=1, size=56, stride=1, pad=1)],
+                       ignore_index=True).drop(columns=["device", "latency_ms"])
+    assert (p.as_gemm(others)["op_class"] == "CONV").all()
+    off = P.create("neusight", 0, {"conv_1x1_network": None})
+    off.set_state(p.get_state())
+    off.fitted = True
+    assert (off.as_gemm(one)["op_class"] == "CONV").all()
+    assert not np.allclose(off.predict(one, "Tesla_T4"), p.predict(one, "Tesla_T4"))
+    # prediction only: the key does not change which weights are loaded
+    assert P.config_hash("neusight", {**p.config}) == P.config_hash("neusight", {**off.config})
 
 
 # ---------------------------------------------------------------- the other classes as they were

@@ -107,7 +107,13 @@ def read_state(folder: Path) -> dict:
         raise PredictorLoadError(f"{f}: cannot read ({type(e).__name__}{': ' + msg if msg else ''})") from None
 
 
+#: recipe keys that change how trained networks are used, not what they learn: left out of the weights' key, so
+#: that adding or changing one does not retrain (neusight.py ``as_gemm``)
+PREDICTION_ONLY_KEYS = ("conv_1x1_network",)
+
+
 def config_hash(name: str, config: dict) -> str:
+    config = {k: v for k, v in config.items() if k not in PREDICTION_ONLY_KEYS}
     body = json.dumps({"name": name, "version": VERSION, "config": config}, sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()
 

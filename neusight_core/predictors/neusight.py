@@ -47,6 +47,7 @@ the authors' recipe (``recipes/neusight-paper.yaml``, documented with file and l
 | ``classes`` | list | op classes trained (default the paper's five: BMM, LINEAR, VEC, SOFTMAX, LAYERNORM); others: roofline |
 | ``conv_tile`` | [tile_m, tile_k] | CONV: the one implicit-GEMM tile of every convolution (default ``CONV_TILE``) |
 | ``conv_winograd`` | float | CONV: FLOPs of a 3 x 3 stride-1 conv's bound divided by this (Winograd; 1 = none) |
+| ``conv_1x1_network`` | a class or absent | CONV rows of a 1 x 1, stride-1, unpadded, ungrouped convolution (forward and backward): predicted by this class's network as the plain GEMMs they are (prediction only: not part of the weights' key) |
 | ``tensor_core`` | {key: value} or absent | BF16 / FP16 GEMM and fused-attention networks trained on NVIDIA's measured kernels of the training GPUs (``tensor_core.TensorCoreNets``, issue 25); absent: such rows go through the FP32 networks at the tensor-core peak (an extrapolation) |
 
 Convolutions (CONV, issue 26) are predicted the same way over their implicit GEMM (``common.geometry``:
@@ -336,7 +337,7 @@ class NeuSightPredictor(KernelPredictor):
     def utilisation(self, kernels: pd.DataFrame, device) -> np.ndarray:
         """Predicted u per row of the modelled classes (NaN elsewhere): for tests and plots."""
         out = np.full(len(kernels), np.nan)
-        kernels = kernels.reset_index(drop=True)
+        kernels = self.as_gemm(kernels.reset_index(drop=True))
         dev = common.device_arrays(kernels, device)
         tm, tk, t = self.tiles.lookup(kernels, device)
         for cls in self.nets:
@@ -347,6 +348,26 @@ class NeuSightPredictor(KernelPredictor):
             X, waves, _ = self._inputs(kernels.iloc[rows], d, tm[rows], tk[rows], t[rows])
             X = self._clip(cls, X)
             out[rows] = self._u(cls, self._scale(cls, X), waves)
+        return out
+
+    def as_gemm(self, kernels: pd.DataFrame) -> pd.DataFrame:
+        """``kernels`` with the 1 x 1 convolutions relabelled to the class of ``conv_1x1_network`` (LINEAR).
+        Such a convolution, stride 1, no padding, one group, is a plain GEMM in the trace's convention
+        (forward [B o^2 x Cin] @ [Cin x Cout]; dgrad and wgrad likewise, ``trace.conv_rows``), with no
+        im2col and no halo. The release measures only 3 x 3 stride-1 convolutions (collect/conv), so the
+        CONV network has never seen a 1 x 1 one, while the LINEAR network was trained on GEMMs. Their B
+        becomes 1: the implicit GEMM's M already counts the batch."""
+        cls = self.config.get("conv_1x1_network")
+        if not cls or "conv_k" not in kernels or "op_class" not in kernels:
+            return kernels
+        f = {c: kernels[c].to_numpy(float) for c in ("conv_k", "conv_stride", "conv_pad", "conv_groups")}
+        rows = ((kernels["op_class"].to_numpy() == "CONV") & (f["conv_k"] == 1) & (f["conv_stride"] == 1)
+                & (f["conv_pad"] == 0) & (f["conv_groups"] == 1))
+        if not rows.any():
+            return kernels
+        out = kernels.copy()
+        out.loc[rows, "op_class"] = cls
+        out.loc[rows, "B"] = 1.0
         return out
 
     def _predict_model(self, kernels: pd.DataFrame, device, dev: dict) -> np.ndarray:
@@ -368,7 +389,9 @@ class NeuSightPredictor(KernelPredictor):
 
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         """As ``KernelPredictor.predict``; BF16 / FP16 GEMM (LINEAR, BMM) and fused-attention (ATTN) rows go
-        through the tensor-core networks when the recipe has them (``tensor_core.network_of``)."""
+        through the tensor-core networks when the recipe has them (``tensor_core.network_of``); 1 x 1
+        convolutions as GEMMs when the recipe says so (``as_gemm``)."""
+        kernels = self.as_gemm(without_attrs(kernels))
         out = super().predict(kernels, device)
         if device is None or self.tc is None or not self.use_tensor_core or not self.tc.nets:
             return out          # device None: super() predicted each GPU's rows through this method
