@@ -11,11 +11,15 @@ Predictors (``PREDICTORS``):
 - ``neusight FP32-extrapolated``: the same trained predictor without them (``predict_extrapolated``: the
   FP32-trained networks at the BF16 tensor-core peak, what ``--dtype bf16`` did before issue 25);
 - ``roofline``: max(FLOPs / dense BF16 peak, bytes / bandwidth);
-- ``shape-only MLP``: the ablation: the recipe's tensor-core networks' size and training loop, trained on the
-  same training GPUs' rows, on log dims, peak and bandwidth alone (no tiles, waves or roofline).
+- ``shape-only tree``: the ablation (``tensor_core.ShapeTree``): a gradient-boosted tree on log2 dims, dense
+  BF16 peak and bandwidth alone (no tiles or waves; its target is the ratio to the plain roofline), trained on the same training-GPU rows and seed
+  as the tensor-core networks; issue 25's reference regression. (It replaced a shape-only MLP of the networks'
+  size, which was a much weaker regression: 62-66 % held-out GEMM MAPE, and flattered the tiles and waves.)
 
 Metrics per (GPU, kind, predictor, seed): MAPE, median APE, 90th-percentile APE and bias (mean signed
 error, %: > 0 = predicted slower than measured); then mean and spread (max - min) over seeds.
+``miss_breakdown``: where a predictor's GEMM error comes from (by m, arithmetic intensity, chosen tile,
+split-K and waves, per GPU).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from neusight_core import measured_kernels as mk
 from neusight_core import report
 from neusight_core.predictors import tensor_core as tc
 
-PREDICTORS = ("neusight", "neusight FP32-extrapolated", "roofline", "shape-only MLP")
+PREDICTORS = ("neusight", "neusight FP32-extrapolated", "roofline", "shape-only tree")
 KINDS = {"GEMM": "GEMM", "ATTN_prefill": "attention prefill", "ATTN_decode": "attention decode"}
 
 
@@ -53,16 +57,18 @@ def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=N
     p = neusight if neusight is not None else predictors.get("neusight", quick=quick, seed=seed)
     if p.tc is None or not p.tc.nets:
         raise ValueError("the neusight recipe has no trained tensor_core networks (recipe key tensor_core)")
-    shape = tc.TensorCoreNets({**p.tc.config, "inputs": "shape"}, seed=seed)
+    shape = tc.ShapeTree(p.tc.config, seed=seed)
     shape.fit(quick=quick)
     preds = {"neusight": p.predict(df, None), "neusight FP32-extrapolated": p.predict_extrapolated(df, None),
-             "roofline": predictors.get("roofline").predict(df, None), "shape-only MLP": shape.predict(df)}
+             "roofline": predictors.get("roofline").predict(df, None), "shape-only tree": shape.predict(df)}
     keep = ["device", "role", "kind", "framework", "version", "kernel_source", "M", "N", "K", "B", "seq_q",
             "seq_kv", "heads", "head_dim", "tokens", "arith_intensity", "flops", "latency_ms"]
-    base = df[[c for c in keep if c in df.columns]]
+    # the GEMM tile, split-K and waves neusight's networks chose per row (miss_breakdown groups by them)
+    base = pd.concat([df[[c for c in keep if c in df.columns]].reset_index(drop=True),
+                      p.tc.gemm_choice(df)], axis=1)
     # the tensor-core networks' training time: theirs when trained in this process, else the saved meta.json's
     tc_secs = (p.tc.info or (p.info or {}).get("tensor_core") or {}).get("train_seconds")
-    secs = {"neusight": tc_secs, "shape-only MLP": shape.info.get("train_seconds")}
+    secs = {"neusight": tc_secs, "shape-only tree": shape.info.get("train_seconds")}
     out = []
     for name, pred in preds.items():
         t = secs.get(name)
@@ -109,6 +115,78 @@ def binned(long: pd.DataFrame, column: str, bins: int = 12) -> pd.DataFrame:
     t = long.assign(_bin=centre[b])
     return t.groupby(["predictor", "_bin"])["ape"].agg(["median", "size"]).reset_index().rename(
         columns={"_bin": column, "median": "median_ape", "size": "rows"})
+
+
+#: buckets of ``miss_breakdown`` (upper edges, inclusive; the last bucket is open): GEMM m (tokens), FLOPs per
+#: byte (B200's BF16 ridge is about 280, H100's 295: the first three buckets are memory-bound on every GPU
+#: here) and waves of the chosen tile
+MISS_BUCKETS = {"m (tokens)": ("M", (16, 128, 1024, 8192)),
+                "FLOPs / byte": ("arith_intensity", (16, 64, 256, 1024)),
+                "waves": ("waves", (1, 4, 16, 64))}
+
+
+def _bucket_labels(x: np.ndarray, edges) -> np.ndarray:
+    """'<= e0', 'e0-e1', ..., '> e_last' (edges inclusive on the right)."""
+    names = [f"<= {edges[0]:g}"] + [f"{a:g}-{b:g}" for a, b in zip(edges[:-1], edges[1:])] + [f"> {edges[-1]:g}"]
+    return np.asarray(names, dtype=object)[np.searchsorted(np.asarray(edges, float), x, side="left")]
+
+
+def miss_breakdown(long: pd.DataFrame, predictor: str = "neusight", against: str = "shape-only tree",
+                   role: str = "held_out") -> pd.DataFrame:
+    """Where ``predictor``'s GEMM error on the ``role`` GPUs comes from: per device and per bucket of m,
+    arithmetic intensity (``MISS_BUCKETS``), chosen tile (tile_m x tile_k), split-K and waves (the columns
+    ``predict_all`` records): rows, share of the rows (%), MAPE, median and P90 APE, bias, ``error_share`` (%
+    of the device's summed APE: where the MAPE comes from) and ``against``'s MAPE on the same rows.
+    Rows of several seeds are pooled (the same shapes each seed)."""
+    t = long[(long["kind"] == "GEMM") & (long["role"] == role)]
+    if t.empty:
+        raise ValueError(f"miss_breakdown: no GEMM rows of role {role!r}")
+    for need in ("tile_m", "tile_k", "split", "waves"):
+        if need not in t.columns:
+            raise ValueError(f"miss_breakdown: column {need!r} missing (rows of predict_all record it)")
+    mine = t[t["predictor"] == predictor].reset_index(drop=True)
+    other = t[t["predictor"] == against].reset_index(drop=True)
+    if mine.empty:
+        raise ValueError(f"miss_breakdown: no rows of predictor {predictor!r}")
+    keys = ["device", "seed", "M", "N", "K"]
+    if len(other):
+        mine = mine.merge(other[keys + ["ape"]].rename(columns={"ape": "_against"}), on=keys, how="left",
+                          validate="one_to_one")
+    else:
+        mine["_against"] = np.nan
+    dims = {name: _bucket_labels(mine[col].to_numpy(float), edges) for name, (col, edges) in MISS_BUCKETS.items()}
+    dims["tile (m x k)"] = (mine["tile_m"].astype(int).astype(str) + " x " + mine["tile_k"].astype(int).astype(str)).to_numpy()
+    dims["split-K"] = mine["split"].astype(int).astype(str).to_numpy()
+    total = mine.groupby("device")["ape"].sum()
+    n_dev = mine.groupby("device").size()
+    out = []
+    for name, labels in dims.items():
+        g = mine.assign(_bucket=labels).groupby(["device", "_bucket"], sort=False)
+        a = g.agg(rows=("ape", "size"), mape=("ape", "mean"), median_ape=("ape", "median"),
+                  p90_ape=("ape", lambda x: float(np.percentile(x, 90))), bias=("err", "mean"),
+                  _sum=("ape", "sum"), against_mape=("_against", "mean")).reset_index()
+        a["share_rows"] = 100 * a["rows"] / a["device"].map(n_dev)
+        a["error_share"] = 100 * a["_sum"] / a["device"].map(total)
+        out.append(a.drop(columns="_sum").rename(columns={"_bucket": "bucket"}).assign(dimension=name))
+    res = pd.concat(out, ignore_index=True)
+    # buckets in their natural order: by the smallest value each holds
+    order = {b: i for i, b in enumerate(_bucket_order(res))}
+    res["_o"] = res["bucket"].map(order)
+    res = res.sort_values(["device", "dimension", "_o"], kind="stable").drop(columns="_o")
+    res = res.rename(columns={"against_mape": f"{against} mape"})
+    return res[["device", "dimension", "bucket", "rows", "share_rows", "mape", "median_ape", "p90_ape", "bias",
+                "error_share", f"{against} mape"]].reset_index(drop=True)
+
+
+def _bucket_order(res: pd.DataFrame) -> list:
+    """Bucket labels sorted by the first number in them ('<= 16' before '16-128' before '> 8192')."""
+    import re
+
+    def key(b):
+        nums = re.findall(r"[\d.]+", str(b))
+        first = float(nums[0]) if nums else 0.0
+        return (first + (0.5 if str(b).startswith(">") else 0.0) - (0.5 if str(b).startswith("<") else 0.0), str(b))
+    return sorted(res["bucket"].unique(), key=key)
 
 
 def headline(table: pd.DataFrame, predictor: str = "neusight") -> dict:

@@ -178,7 +178,7 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     assert metrics["status"] == "OK"
     assert metrics["summary_line"].startswith("BF16 on unseen Blackwell GPUs, measured by others: GEMM ")
     t = pd.read_csv(out / "tables" / "metrics.csv")
-    assert set(t["predictor"]) == {"neusight", "neusight FP32-extrapolated", "roofline", "shape-only MLP"}
+    assert set(t["predictor"]) == {"neusight", "neusight FP32-extrapolated", "roofline", "shape-only tree"}
     assert set(t["device"]) == set(mk.split()["training"] + mk.split()["held_out"])
     assert not t["device"].str.contains("B300|GB300|RTX|B60").any()
     assert math.isfinite(metrics["headline"]["gemm_mape"]) and math.isfinite(metrics["headline"]["attention_mape"])
@@ -186,6 +186,10 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     prov = pd.read_csv(out / "tables" / "provenance.csv")
     assert set(prov["role"]) == {"training", "held_out"}
     assert (out / "figures" / "predicted_vs_measured.png").is_file()
+    assert (out / "figures" / "gemm_miss_breakdown.png").is_file()
+    miss = pd.read_csv(out / "tables" / "gemm_miss_breakdown.csv")
+    assert set(miss["device"]) == set(mk.split()["held_out"])
+    assert set(miss["dimension"]) == {"m (tokens)", "FLOPs / byte", "tile (m x k)", "split-K", "waves"}
     assert (out / "summary.md").read_text().count("BF16 on unseen Blackwell GPUs") == 1
 
 
@@ -220,3 +224,68 @@ def test_whatif_label_says_which_bf16_kernels_were_checked(release_root):
     assert "GEMMs from networks trained on measured kernels" in with_tc and "other kernels untested" in with_tc
     assert "precision bf16 untested" in whatif.validation("llama2_7b", H100, "bf16", 0)
     assert "precision" not in whatif.validation("llama2_7b", H100, "fp32", 0, tensor_core=True)
+
+
+# ---------------------------------------------------------------- the shape-only tree and the miss analysis
+def test_shape_tree_trains_on_training_gpus_and_scales_with_the_peak(small_nets, tmp_path, monkeypatch,
+                                                                    fresh_catalogue):
+    tree = tc.ShapeTree(small_nets.config, seed=0)
+    info = tree.fit(quick=True)
+    for n in tc.NETWORKS:
+        assert info["networks"][n]["devices"] == sorted(mk.split()["training"]), n
+        assert info["networks"][n]["rows"] == 4 * small_nets.config["quick_rows_per_gpu"], n
+    # a GPU twice as fast as any training GPU (peak and bandwidth): a tree of the latency itself could predict
+    # nothing below the training GPUs' times; the roofline-ratio target (TREE) scales with the datasheet
+    f = tmp_path / "fast.yaml"
+    f.write_text("Twice_H100:\n  display_name: Twice H100\n  mem_gb: 80\n  mem_bw_gbs: 6700\n  num_sm: 132\n"
+                 "  fp32_gflops: 134000\n  l2_mb: 50\n  tensor_gflops: {bf16: 1979000}\n  tensor_source: test\n")
+    monkeypatch.setenv(devices.ENV_USER_DEVICES, str(f))
+    devices.reload()
+    g = tc.gemm_rows("h100_sxm")
+    g = g[g["M"] >= 4096].iloc[:20]
+    fast, h100 = tree.predict(g, "Twice H100"), tree.predict(g, H100)
+    assert np.isfinite(fast).all() and (fast < 0.75 * h100).all()
+    with pytest.raises(ValueError, match="target 'x' is not"):
+        tc.ShapeTree(small_nets.config, tree={"target": "x"}).fit(tc.gemm_rows("h100_sxm").iloc[:50], quick=True)
+
+
+def test_gemm_choice_names_the_tile_and_split(release_root):
+    raw = pd.DataFrame({"kernel_source": ["x", "x"], "gemm_dtype": ["bfloat16"] * 2, "m": [16, 8192], "n": [128, 8192],
+                        "k": [51200, 8192], "latency": [0.01, 1.0]})
+    g = mk.gemm_kernels(raw, "h100_sxm")
+    nets = tc.TensorCoreNets({"gemm_tiles": [[128, 128], [64, 64]], "splits": [1, 2, 4, 8, 16, 32]})
+    ch = nets.gemm_choice(pd.concat([g, _attn_row("prefill", 1, 128, 128, 8, 8, 64)], ignore_index=True), H100)
+    # 16 x 128 output, reduction 51,200: the 64 x 64 tile (2 tiles) split 32 ways = 64 tiles in one wave; the
+    # 128 x 128 tile split 32 ways is 32 tiles of twice the FLOPs, also one wave, so slower
+    assert ch.loc[0, ["tile_m", "tile_k", "split", "tiles", "waves"]].tolist() == [64, 64, 32, 64, 1]
+    # 8192^3: a 128 x 128 tile reads 2 (2 x 128 x 8192 + 128^2) B = 4.2 MB, 166 us at 3.35 TB/s / 132 SMs, its
+    # 268 MFLOP take 36 us at 989 TFLOPS / 132: memory-bound per tile. No split: 4,096 tiles, 32 waves (31.03
+    # rounded up), 5.32 ms; split 2: 8,192 tiles of half the bytes, 63 waves (62.06), 5.28 ms: wave quantisation
+    # picks split 2; 64 x 64 tiles read as much per tile for a quarter of the work (10.3 ms)
+    assert ch.loc[1, ["tile_m", "tile_k", "split", "tiles", "waves"]].tolist() == [128, 128, 2, 8192, 63]
+    assert ch.loc[2].isna().all()                            # attention rows: no GEMM choice
+
+
+def test_miss_breakdown_by_hand():
+    from neusight_core import external_eval as xe
+    base = pd.DataFrame({"role": "held_out", "device": "G", "kind": "GEMM", "seed": 0,
+                         "M": [1.0, 8.0, 2048.0, 20000.0], "N": 4096.0, "K": 4096.0,
+                         "arith_intensity": [1.0, 8.0, 500.0, 2000.0], "tile_m": [64.0, 64.0, 128.0, 128.0],
+                         "tile_k": [64.0, 64.0, 256.0, 256.0], "split": [8.0, 8.0, 1.0, 1.0],
+                         "waves": [1.0, 1.0, 3.0, 100.0]})
+    long = pd.concat([base.assign(predictor="neusight", ape=[40.0, 20.0, 10.0, 10.0], err=[-40.0, -20.0, 10.0, -10.0]),
+                      base.assign(predictor="shape-only tree", ape=[5.0, 5.0, 50.0, 70.0], err=0.0),
+                      base.assign(role="training", predictor="neusight", ape=99.0, err=99.0)], ignore_index=True)
+    m = xe.miss_breakdown(long).set_index(["dimension", "bucket"])
+    small = m.loc[("m (tokens)", "<= 16")]
+    assert small["rows"] == 2 and small["mape"] == 30.0 and small["bias"] == -30.0
+    assert small["share_rows"] == 50.0 and small["error_share"] == 75.0       # 60 of the 80 summed APE points
+    assert small["shape-only tree mape"] == 5.0
+    assert m.loc[("m (tokens)", "> 8192"), "mape"] == 10.0
+    assert m.loc[("FLOPs / byte", "<= 16"), "rows"] == 2 and m.loc[("FLOPs / byte", "256-1024"), "rows"] == 1
+    assert m.loc[("tile (m x k)", "64 x 64"), "mape"] == 30.0 and m.loc[("split-K", "1"), "mape"] == 10.0
+    assert m.loc[("waves", "<= 1"), "rows"] == 2 and m.loc[("waves", "> 64"), "rows"] == 1
+    # buckets in order of their values, per dimension
+    assert list(xe.miss_breakdown(long).query("dimension == 'm (tokens)'")["bucket"]) == ["<= 16", "1024-8192", "> 8192"]
+    with pytest.raises(ValueError, match="no GEMM rows of role 'nope'"):
+        xe.miss_breakdown(long, role="nope")
