@@ -39,15 +39,99 @@ def rows(per_gpu: int | None = None, seed: int = 0) -> pd.DataFrame:
     ATTN_decode); ``per_gpu``: a random subsample of that many rows per GPU and kind (quick mode)."""
     gpus = list(mk.TRAINING + mk.HELD_OUT)
     df = pd.concat([tc.gemm_rows(gpus), tc.attention_rows(gpus)], ignore_index=True)
-    df["kind"] = tc.network_of(df)
+    df["kind"] = tc.network_of(df)        # the subsample below draws per kind
     if per_gpu:
         rng = np.random.default_rng(seed + 7)
         keep = [rng.choice(idx, size=min(len(idx), int(per_gpu)), replace=False)
                 for _, idx in sorted(df.groupby(["device", "kind"]).indices.items())]
         df = df.iloc[np.sort(np.concatenate(keep))].reset_index(drop=True)
+    return _annotate(df)
+
+
+def _annotate(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df["kind"] = tc.network_of(df)
     df["arith_intensity"] = df["flops"] / (df["bytes_read"] + df["bytes_written"])
-    df["tokens"] = np.where(df["kind"] == "GEMM", df["M"], df["B"] * df["seq_q"])
+    seq_q = df["seq_q"] if "seq_q" in df else np.nan
+    df["tokens"] = np.where(df["kind"] == "GEMM", df["M"], df["B"] * seq_q)
     return df
+
+
+# ---------------------------------------------------------------- the local GPU as one more held-out row
+LOCAL_ROLE = "local GPU"
+LOCAL_FILE = "local_gpu_bf16_gemm"        # notebook 05's table of the measured rows (tables/<name>.csv)
+
+
+def local_gemm_shapes(n: int = 200, seed: int = 0, max_bytes: float = 4e9) -> pd.DataFrame:
+    """``n`` BF16 GEMM shapes of the database (H100 SXM's file: every GPU's file holds the same vLLM shape
+    grid), drawn by ``seed``, as raw rows (m, n, k: y[m, n] = x[m, k] W[n, k]^T) without latency; shapes whose
+    operands exceed ``max_bytes`` are left out so that a 16-24 GB GPU holds every one."""
+    g = tc.gemm_rows(["h100_sxm"])
+    g = g[(g["bytes_read"] + g["bytes_written"]) <= max_bytes]
+    rng = np.random.default_rng(seed + 11)
+    g = g.iloc[np.sort(rng.choice(len(g), size=min(int(n), len(g)), replace=False))]
+    return pd.DataFrame({"kernel_source": "torch.nn.functional.linear", "gemm_dtype": "bfloat16",
+                         "m": g["M"].to_numpy(int), "n": g["K"].to_numpy(int), "k": g["N"].to_numpy(int)})
+
+
+def measure_local_gemms(shapes: pd.DataFrame, device_name: str, timer=None, budget=None,
+                        device: str = "cuda") -> pd.DataFrame:
+    """The ``shapes`` (``local_gemm_shapes``) timed on the local GPU with notebook 05's protocol
+    (``live.measure``: warm-up, 25 runs, mean of the 5 fastest; ``F.linear`` in BF16 without bias, as the
+    database), as evaluation rows of ``device_name`` with role ``LOCAL_ROLE``; ``timer``: a fake for tests.
+    Rows that ran out of memory or time keep latency NaN and say why in ``status``."""
+    import torch
+
+    from neusight_core import live
+    rows = mk.gemm_kernels(shapes.assign(latency=np.nan), device_name, framework=f"local torch {torch.__version__}")
+    rows["role"] = LOCAL_ROLE
+    cfg = live.HarnessConfig(precision="bf16")
+    lat, status = [], []
+    for _, r in rows.iterrows():
+        try:
+            m = live.measure(live.kernel_callable(r, device, torch.bfloat16, bias=False), timer, cfg, budget)
+        except Exception as e:  # noqa: BLE001 - an OOM while allocating is recorded, anything else raised
+            if not live._is_oom(e):
+                raise
+            m = live.Measurement("OOM", reason=str(e).splitlines()[0][:200])
+        lat.append(m.mean_ms if m.status == "OK" else np.nan)
+        status.append(m.status if m.status == "OK" else f"{m.status}: {m.reason}")
+    rows["latency_ms"] = lat
+    rows["status"] = status
+    return _annotate(rows)
+
+
+def local_skip_reason(head: dict) -> str | None:
+    """Why notebook 05 cannot measure the BF16 GEMMs here (``live.run_live``'s ``head``), or None."""
+    if head.get("skipped_reason"):
+        return head["skipped_reason"]
+    d = head.get("device") or {}
+    if not d.get("known"):
+        return f"the local GPU {d.get('display_name')!r} is not in the catalogue (no dense BF16 peak to predict with)"
+    return None
+
+
+def local_gpu_check(device_name: str, n: int = 200, seed: int = 0, quick: bool = False, timer=None, budget=None,
+                    device: str = "cuda", neusight=None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Notebook 05's part of issue 25: ``n`` of the database's BF16 GEMM shapes measured here
+    (``measure_local_gemms``) and every predictor of ``PREDICTORS`` on them (``predict_all``, ``seed``): (rows,
+    per-predictor metrics with role ``LOCAL_ROLE``; None when nothing could be measured)."""
+    rows = measure_local_gemms(local_gemm_shapes(n, seed), device_name, timer, budget, device)
+    ok = rows[np.isfinite(rows["latency_ms"].to_numpy(float))].reset_index(drop=True)
+    if ok.empty:
+        return rows, None
+    return rows, over_seeds(metrics(predict_all(ok, seed=seed, quick=quick, neusight=neusight)))
+
+
+def local_rows_from(folder) -> pd.DataFrame | None:
+    """The local GPU's measured rows notebook 05 wrote under ``folder`` (its output folder), or None."""
+    from pathlib import Path
+    f = Path(folder) / "tables" / f"{LOCAL_FILE}.csv"
+    if not f.is_file():
+        return None
+    df = pd.read_csv(f)
+    df = df[np.isfinite(df["latency_ms"])] if "latency_ms" in df else df.iloc[:0]
+    return _annotate(df) if len(df) else None
 
 
 def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=None) -> pd.DataFrame:
@@ -209,16 +293,27 @@ def summary_line(h: dict) -> str:
     return f"BF16 on unseen Blackwell GPUs, measured by others: GEMM {g}, attention {a}"
 
 
-def frozen_record(log=None) -> dict | None:
-    """The last ``"frozen": true`` record of the BF16 search log (docs/search_bf16.jsonl): the recipe and the
-    attention targets fixed from the training GPUs' leave-one-out error before the held-out GPUs were looked at."""
+def _records(log=None) -> list:
     import json
 
     from neusight_core import paths
     f = paths.REPO_ROOT / "docs" / "search_bf16.jsonl" if log is None else log
     try:
-        recs = [json.loads(x) for x in open(f) if x.strip()]
+        return [json.loads(x) for x in open(f) if x.strip()]
     except OSError:
-        return None
-    frozen = [r for r in recs if r.get("frozen")]
+        return []
+
+
+def held_out_record(log=None) -> dict | None:
+    """The last ``held-out-evaluated`` record of the BF16 search log (docs/search_bf16.jsonl): ``neusight``'s
+    held-out MAPE (mean over seeds) per GPU and kind as benchmarks/bf16_external.py measured it; the one source
+    notebook 06 quotes the validated BF16 kernels from."""
+    recs = [r for r in _records(log) if r.get("tag") == "held-out-evaluated"]
+    return recs[-1] if recs else None
+
+
+def frozen_record(log=None) -> dict | None:
+    """The last ``"frozen": true`` record of the BF16 search log (docs/search_bf16.jsonl): the recipe and the
+    attention targets fixed from the training GPUs' leave-one-out error before the held-out GPUs were looked at."""
+    frozen = [r for r in _records(log) if r.get("frozen")]
     return frozen[-1] if frozen else None

@@ -289,3 +289,102 @@ def test_miss_breakdown_by_hand():
     assert list(xe.miss_breakdown(long).query("dimension == 'm (tokens)'")["bucket"]) == ["<= 16", "1024-8192", "> 8192"]
     with pytest.raises(ValueError, match="no GEMM rows of role 'nope'"):
         xe.miss_breakdown(long, role="nope")
+
+
+# ---------------------------------------------------------------- notebook 06's BF16 rows (issue 25 step 6)
+def test_physical_floors_by_hand(release_root):
+    from neusight_core import whatif
+    k = pd.DataFrame({"op_class": ["LINEAR", "BMM", "VEC", "ATTN"], "precision": ["bf16"] * 4,
+                      "flops": [1e12, 2e11, 5e12, 3e11], "count": [3, 1, 1, np.nan]})
+    f = whatif.floors(k, H100, weight_bytes=13.5e9)
+    d = devices.get_device(H100)
+    want = (3e12 + 2e11 + 3e11) / (d.gemm_peak_gflops("bf16") * 1e9) * 1e3        # the VEC row is no GEMM
+    assert f["gemm_flops"] == 3.5e12 and f["flops_floor_ms"] == pytest.approx(want)
+    assert f["peak_tflops"] == pytest.approx(d.bf16_tensor_gflops / 1e3)            # dense, not the FP32 peak
+    assert f["bytes_floor_ms"] == pytest.approx(13.5e9 / (d.mem_bw_gbs * 1e9) * 1e3)
+    assert whatif.floors(k.assign(precision="fp32"), H100, 0)["peak_tflops"] == pytest.approx(d.fp32_gflops / 1e3)
+
+
+def test_llama_floors_table_with_the_roofline(release_root):
+    from neusight_core import whatif
+    t = whatif.floors_table("llama2_7b", H100, "bf16", seq=256, predictor="roofline", quick=True).set_index("workload")
+    # Llama-2-7B: 6.74e9 parameters, 2 bytes each
+    assert t.loc["prefill", "weights_gb"] == pytest.approx(6.74e9 * 2 / 1e9, rel=0.01)
+    # a GEMM does about 2 x parameters FLOPs per token (plus attention's BMMs)
+    assert 2 * 6.5e9 * 256 / 1e12 < t.loc["prefill", "gemm_tflop"] < 2 * 6.74e9 * 256 * 1.2 / 1e12
+    assert t.loc["decode", "floor_ms"] == t.loc["decode", "bytes_floor_ms"]          # decode is weight-bound
+    # the roofline predicts every kernel at its own floor or slower, so the step never beats its floors
+    assert (t["predicted_ms"] >= t["floor_ms"] * (1 - 1e-9)).all()
+    assert (t["predicted_ms"] - t["predicted_gemm_ms"] - t["predicted_other_ms"]).abs().max() < 1e-6
+
+
+def test_bf16_validation_reads_the_logged_held_out_numbers(tmp_path, release_root):
+    import json
+
+    from neusight_core import whatif
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps({"tag": "frozen", "frozen": True}) + "\n" + json.dumps({
+        "tag": "held-out-evaluated", "neusight_held_out_mape_mean_over_seeds": {
+            "gemm_per_gpu": {"NVIDIA_B200": 12.34, "NVIDIA_GB200": 23.45}, "gemm_p90_per_gpu": {"NVIDIA_B200": 40.0},
+            "attention_per_gpu": {"NVIDIA_B200 ATTN_prefill": 31.0, "NVIDIA_B200 ATTN_decode": 41.0}}}) + "\n")
+    t = whatif.bf16_validation(log=log).set_index("kernels")
+    assert t.loc["GEMM", "held-out MAPE"] == "B200 12.3 %; GB200 23.4 % (P90 B200 40 %)"
+    assert "prefill: B200 31.0 %" in t.loc["fused attention", "held-out MAPE"]
+    assert "decode: B200 41.0 %" in t.loc["fused attention", "held-out MAPE"]
+    assert t.loc["element-wise, softmax, layernorm", "status"].startswith("extrapolation")
+    assert "H100" in t.loc["GEMM", "trained on"] and "B200" not in t.loc["GEMM", "trained on"]
+    assert whatif.bf16_validation(tensor_core=False, log=log)["status"].str.startswith("extrapolation").all()
+    assert "not evaluated" in whatif.bf16_validation(log=tmp_path / "none.jsonl").set_index("kernels").loc["GEMM", "held-out MAPE"]
+
+
+def test_heatmap_labels_are_compact():
+    from neusight_core.plots import compact_number
+    assert [compact_number(x) for x in (0.0421, 3.14, 57.2, 840, 999.6, 2570, 25700, 1.3e6, float("nan"))] == \
+        ["0.042", "3.1", "57", "840", "1k", "2.6k", "26k", "1.3M", ""]
+
+
+# ---------------------------------------------------------------- notebook 05: the local GPU as a held-out row
+def test_local_gpu_gemms_with_a_fake_timer(neusight_quick, tmp_path):
+    from neusight_core import external_eval as xe, live
+    shapes = xe.local_gemm_shapes(n=400, seed=0)
+    assert len(shapes) == 400 and set(shapes.columns) >= {"m", "n", "k"}
+    db = tc.gemm_rows(["h100_sxm"])
+    assert set(zip(shapes.m, shapes.k, shapes.n)) <= set(zip(db.M, db.N, db.K))     # the database's own shapes
+    small = pd.DataFrame({"kernel_source": "x", "gemm_dtype": "bfloat16", "m": [1, 64, 256], "n": [128, 256, 64],
+                          "k": [64, 128, 512]})
+    calls = []
+
+    def timer(fn):                        # a fake clock: runs the BF16 linear on the CPU, time by output size
+        y = fn()
+        calls.append(tuple(y.shape))
+        return 0.01 + 1e-6 * y.shape[0] * y.shape[1]
+    rows = xe.measure_local_gemms(small, H100, timer=timer, device="cpu")
+    per = live.WARMUP + live.RUNS
+    assert calls[:per] == [(1, 128)] * per and len(calls) == 3 * per    # y[m, n], F.linear without bias
+    assert list(rows["role"]) == [xe.LOCAL_ROLE] * 3 and (rows["status"] == "OK").all()
+    assert list(rows["M"]) == [1, 64, 256] and list(rows["N"]) == [64, 128, 512] and list(rows["K"]) == [128, 256, 64]
+    assert list(rows["kind"]) == ["GEMM"] * 3
+    # a budget spent before the first call: NaN latency and the reason, nothing raised
+    spent = live.TimeBudget(0.0)
+    assert xe.measure_local_gemms(small.iloc[:1], H100, timer=timer, budget=spent, device="cpu")["status"].iloc[0].startswith("BUDGET")
+    # the check: every predictor on the measured rows, one metrics row each, role "local GPU"
+    with_tc, _ = neusight_quick
+    import unittest.mock as um
+    with um.patch.object(xe, "local_gemm_shapes", lambda n, seed: small):
+        got, table = xe.local_gpu_check(H100, n=3, quick=True, timer=timer, device="cpu", neusight=with_tc)
+    assert set(table["predictor"]) == set(xe.PREDICTORS) and set(table["role"]) == {xe.LOCAL_ROLE}
+    assert (table["rows"] == 3).all() and table["mape"].notna().all()
+    # notebook 07 reads notebook 05's table back
+    (tmp_path / "tables").mkdir()
+    got.to_csv(tmp_path / "tables" / f"{xe.LOCAL_FILE}.csv", index=False)
+    back = xe.local_rows_from(tmp_path)
+    assert len(back) == 3 and list(back["kind"]) == ["GEMM"] * 3 and set(back["role"]) == {xe.LOCAL_ROLE}
+    assert xe.local_rows_from(tmp_path / "nothing") is None
+
+
+def test_local_skip_reasons():
+    from neusight_core import external_eval as xe
+    assert xe.local_skip_reason({"skipped_reason": "no CUDA GPU: x", "device": None}) == "no CUDA GPU: x"
+    assert "not in the catalogue" in xe.local_skip_reason({"skipped_reason": None,
+                                                          "device": {"known": False, "display_name": "Foo"}})
+    assert xe.local_skip_reason({"skipped_reason": None, "device": {"known": True, "name": H100}}) is None
