@@ -149,12 +149,16 @@ def attention_geometry(kernels: pd.DataFrame, dev: dict, block_q: int = 128, til
 
 
 def shape_inputs(kernels: pd.DataFrame, dev: dict, net: str) -> np.ndarray:
-    """log2 inputs of the shape-only ablation: dims, BF16 peak and bandwidth; no tiles or waves."""
+    """log2 inputs of the shape-only ablation: dims, BF16 peak and bandwidth; no tiles or waves. Attention's
+    dims include the sliding window (as 1 + window: 0 = none): 46 % of the training GPUs' decode rows are
+    windowed variants of the same shapes, and a tree that cannot tell them apart is 120-140 % off in sample."""
     peak = common.peak_gflops(kernels, dev)
     if net == "GEMM":
         dims = [kernels[c].fillna(1).to_numpy(float) for c in ("B", "M", "N", "K")]
     else:
-        dims = [kernels["B"].fillna(1).to_numpy(float)] + [kernels[c].to_numpy(float) for c in ATTN_COLUMNS]
+        window = kernels["window"].fillna(0).to_numpy(float) if "window" in kernels else np.zeros(len(kernels))
+        dims = ([kernels["B"].fillna(1).to_numpy(float)] + [kernels[c].to_numpy(float) for c in ATTN_COLUMNS]
+                + [1.0 + window])
     return np.log2(np.maximum(np.stack(dims + [peak, dev["mem_bw_gbs"]], axis=1), 1e-9))
 
 
