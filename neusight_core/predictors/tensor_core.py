@@ -320,11 +320,14 @@ class ShapeTree:
 
     def fit(self, kernels: pd.DataFrame | None = None, quick: bool = False) -> dict:
         from sklearn.ensemble import HistGradientBoostingRegressor
+        from threadpoolctl import threadpool_limits
         c = self.config
         if kernels is None:
             kernels = training_kernels(c["networks"])
         self.info = {"quick": quick, "tree": dict(self.tree), "networks": {}}
-        with Timer() as t:
+        # one OpenMP thread: on this 2-core machine shared with other jobs sklearn's default (all cores) spins
+        # and took 50 s for what one thread fits in 3 s (same trees either way)
+        with Timer() as t, threadpool_limits(1):
             for net in c["networks"]:
                 v = c["quick_rows_per_gpu" if quick else "rows_per_gpu"]
                 df = subsample(kernels[network_of(kernels) == net], int(v[net] if isinstance(v, dict) else v),
@@ -347,12 +350,14 @@ class ShapeTree:
         out = np.full(len(kernels), np.nan)
         nets = network_of(kernels)
         dev = common.device_arrays(kernels, device)
+        from threadpoolctl import threadpool_limits
         for net, m in self.models.items():
             rows = np.flatnonzero(nets == net)
             if rows.size:
                 d = {k: v[rows] for k, v in dev.items()}
                 k = kernels.iloc[rows]
-                out[rows] = np.exp(m.predict(shape_inputs(k, d, net))) * self._unit(k, d)
+                with threadpool_limits(1):
+                    out[rows] = np.exp(m.predict(shape_inputs(k, d, net))) * self._unit(k, d)
         return out
 
     def _unit(self, df: pd.DataFrame, dev: dict) -> np.ndarray:
