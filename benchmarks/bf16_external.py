@@ -33,7 +33,7 @@ def main(argv=None):
     out = report.out_dir(a.out)
     df = xe.rows(a.per_gpu)
     report.save_table(xe.provenance(df), out, "provenance")
-    per_seed, times = [], {}
+    per_seed, times, held = [], {}, []
     for s in a.seeds:
         p = P.get("neusight", quick=True, seed=s)
         nets = tc.TensorCoreNets(p.config["tensor_core"], seed=s)
@@ -44,11 +44,13 @@ def main(argv=None):
         p.tc = nets
         long = xe.predict_all(df, seed=s, quick=False, neusight=p)
         per_seed.append(xe.metrics(long))
+        held.append(long[(long["role"] == "held_out") & (long["kind"] == "GEMM")])
         print(f"seed {s}: BF16 networks trained in {nets.info['train_seconds']:.1f} s", flush=True)
     per_seed = pd.concat(per_seed, ignore_index=True)
     table = xe.over_seeds(per_seed)
     report.save_table(per_seed, out, "metrics_per_seed")
     report.save_table(table, out, "metrics")
+    report.save_table(xe.miss_breakdown(pd.concat(held, ignore_index=True)), out, "gemm_miss_breakdown")
     h = xe.headline(table)
     (out / "summary.json").write_text(json.dumps({"headline": h, "line": xe.summary_line(h), "train": times},
                                                  indent=2, default=str))

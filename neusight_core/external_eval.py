@@ -11,11 +11,15 @@ Predictors (``PREDICTORS``):
 - ``neusight FP32-extrapolated``: the same trained predictor without them (``predict_extrapolated``: the
   FP32-trained networks at the BF16 tensor-core peak, what ``--dtype bf16`` did before issue 25);
 - ``roofline``: max(FLOPs / dense BF16 peak, bytes / bandwidth);
-- ``shape-only MLP``: the ablation: the recipe's tensor-core networks' size and training loop, trained on the
-  same training GPUs' rows, on log dims, peak and bandwidth alone (no tiles, waves or roofline).
+- ``shape-only tree``: the ablation (``tensor_core.ShapeTree``): a gradient-boosted tree on log2 dims, dense
+  BF16 peak and bandwidth alone (no tiles or waves; its target is the ratio to the plain roofline), trained on the same training-GPU rows and seed
+  as the tensor-core networks; issue 25's reference regression. (It replaced a shape-only MLP of the networks'
+  size, which was a much weaker regression: 62-66 % held-out GEMM MAPE, and flattered the tiles and waves.)
 
 Metrics per (GPU, kind, predictor, seed): MAPE, median APE, 90th-percentile APE and bias (mean signed
 error, %: > 0 = predicted slower than measured); then mean and spread (max - min) over seeds.
+``miss_breakdown``: where a predictor's GEMM error comes from (by m, arithmetic intensity, chosen tile,
+split-K and waves, per GPU).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from neusight_core import measured_kernels as mk
 from neusight_core import report
 from neusight_core.predictors import tensor_core as tc
 
-PREDICTORS = ("neusight", "neusight FP32-extrapolated", "roofline", "shape-only MLP")
+PREDICTORS = ("neusight", "neusight FP32-extrapolated", "roofline", "shape-only tree")
 KINDS = {"GEMM": "GEMM", "ATTN_prefill": "attention prefill", "ATTN_decode": "attention decode"}
 
 
@@ -35,15 +39,99 @@ def rows(per_gpu: int | None = None, seed: int = 0) -> pd.DataFrame:
     ATTN_decode); ``per_gpu``: a random subsample of that many rows per GPU and kind (quick mode)."""
     gpus = list(mk.TRAINING + mk.HELD_OUT)
     df = pd.concat([tc.gemm_rows(gpus), tc.attention_rows(gpus)], ignore_index=True)
-    df["kind"] = tc.network_of(df)
+    df["kind"] = tc.network_of(df)        # the subsample below draws per kind
     if per_gpu:
         rng = np.random.default_rng(seed + 7)
         keep = [rng.choice(idx, size=min(len(idx), int(per_gpu)), replace=False)
                 for _, idx in sorted(df.groupby(["device", "kind"]).indices.items())]
         df = df.iloc[np.sort(np.concatenate(keep))].reset_index(drop=True)
+    return _annotate(df)
+
+
+def _annotate(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df["kind"] = tc.network_of(df)
     df["arith_intensity"] = df["flops"] / (df["bytes_read"] + df["bytes_written"])
-    df["tokens"] = np.where(df["kind"] == "GEMM", df["M"], df["B"] * df["seq_q"])
+    seq_q = df["seq_q"] if "seq_q" in df else np.nan
+    df["tokens"] = np.where(df["kind"] == "GEMM", df["M"], df["B"] * seq_q)
     return df
+
+
+# ---------------------------------------------------------------- the local GPU as one more held-out row
+LOCAL_ROLE = "local GPU"
+LOCAL_FILE = "local_gpu_bf16_gemm"        # notebook 05's table of the measured rows (tables/<name>.csv)
+
+
+def local_gemm_shapes(n: int = 200, seed: int = 0, max_bytes: float = 4e9) -> pd.DataFrame:
+    """``n`` BF16 GEMM shapes of the database (H100 SXM's file: every GPU's file holds the same vLLM shape
+    grid), drawn by ``seed``, as raw rows (m, n, k: y[m, n] = x[m, k] W[n, k]^T) without latency; shapes whose
+    operands exceed ``max_bytes`` are left out so that a 16-24 GB GPU holds every one."""
+    g = tc.gemm_rows(["h100_sxm"])
+    g = g[(g["bytes_read"] + g["bytes_written"]) <= max_bytes]
+    rng = np.random.default_rng(seed + 11)
+    g = g.iloc[np.sort(rng.choice(len(g), size=min(int(n), len(g)), replace=False))]
+    return pd.DataFrame({"kernel_source": "torch.nn.functional.linear", "gemm_dtype": "bfloat16",
+                         "m": g["M"].to_numpy(int), "n": g["K"].to_numpy(int), "k": g["N"].to_numpy(int)})
+
+
+def measure_local_gemms(shapes: pd.DataFrame, device_name: str, timer=None, budget=None,
+                        device: str = "cuda") -> pd.DataFrame:
+    """The ``shapes`` (``local_gemm_shapes``) timed on the local GPU with notebook 05's protocol
+    (``live.measure``: warm-up, 25 runs, mean of the 5 fastest; ``F.linear`` in BF16 without bias, as the
+    database), as evaluation rows of ``device_name`` with role ``LOCAL_ROLE``; ``timer``: a fake for tests.
+    Rows that ran out of memory or time keep latency NaN and say why in ``status``."""
+    import torch
+
+    from neusight_core import live
+    rows = mk.gemm_kernels(shapes.assign(latency=np.nan), device_name, framework=f"local torch {torch.__version__}")
+    rows["role"] = LOCAL_ROLE
+    cfg = live.HarnessConfig(precision="bf16")
+    lat, status = [], []
+    for _, r in rows.iterrows():
+        try:
+            m = live.measure(live.kernel_callable(r, device, torch.bfloat16, bias=False), timer, cfg, budget)
+        except Exception as e:  # noqa: BLE001 - an OOM while allocating is recorded, anything else raised
+            if not live._is_oom(e):
+                raise
+            m = live.Measurement("OOM", reason=str(e).splitlines()[0][:200])
+        lat.append(m.mean_ms if m.status == "OK" else np.nan)
+        status.append(m.status if m.status == "OK" else f"{m.status}: {m.reason}")
+    rows["latency_ms"] = lat
+    rows["status"] = status
+    return _annotate(rows)
+
+
+def local_skip_reason(head: dict) -> str | None:
+    """Why notebook 05 cannot measure the BF16 GEMMs here (``live.run_live``'s ``head``), or None."""
+    if head.get("skipped_reason"):
+        return head["skipped_reason"]
+    d = head.get("device") or {}
+    if not d.get("known"):
+        return f"the local GPU {d.get('display_name')!r} is not in the catalogue (no dense BF16 peak to predict with)"
+    return None
+
+
+def local_gpu_check(device_name: str, n: int = 200, seed: int = 0, quick: bool = False, timer=None, budget=None,
+                    device: str = "cuda", neusight=None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Notebook 05's part of issue 25: ``n`` of the database's BF16 GEMM shapes measured here
+    (``measure_local_gemms``) and every predictor of ``PREDICTORS`` on them (``predict_all``, ``seed``): (rows,
+    per-predictor metrics with role ``LOCAL_ROLE``; None when nothing could be measured)."""
+    rows = measure_local_gemms(local_gemm_shapes(n, seed), device_name, timer, budget, device)
+    ok = rows[np.isfinite(rows["latency_ms"].to_numpy(float))].reset_index(drop=True)
+    if ok.empty:
+        return rows, None
+    return rows, over_seeds(metrics(predict_all(ok, seed=seed, quick=quick, neusight=neusight)))
+
+
+def local_rows_from(folder) -> pd.DataFrame | None:
+    """The local GPU's measured rows notebook 05 wrote under ``folder`` (its output folder), or None."""
+    from pathlib import Path
+    f = Path(folder) / "tables" / f"{LOCAL_FILE}.csv"
+    if not f.is_file():
+        return None
+    df = pd.read_csv(f)
+    df = df[np.isfinite(df["latency_ms"])] if "latency_ms" in df else df.iloc[:0]
+    return _annotate(df) if len(df) else None
 
 
 def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=None) -> pd.DataFrame:
@@ -53,16 +141,18 @@ def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=N
     p = neusight if neusight is not None else predictors.get("neusight", quick=quick, seed=seed)
     if p.tc is None or not p.tc.nets:
         raise ValueError("the neusight recipe has no trained tensor_core networks (recipe key tensor_core)")
-    shape = tc.TensorCoreNets({**p.tc.config, "inputs": "shape"}, seed=seed)
+    shape = tc.ShapeTree(p.tc.config, seed=seed)
     shape.fit(quick=quick)
     preds = {"neusight": p.predict(df, None), "neusight FP32-extrapolated": p.predict_extrapolated(df, None),
-             "roofline": predictors.get("roofline").predict(df, None), "shape-only MLP": shape.predict(df)}
+             "roofline": predictors.get("roofline").predict(df, None), "shape-only tree": shape.predict(df)}
     keep = ["device", "role", "kind", "framework", "version", "kernel_source", "M", "N", "K", "B", "seq_q",
             "seq_kv", "heads", "head_dim", "tokens", "arith_intensity", "flops", "latency_ms"]
-    base = df[[c for c in keep if c in df.columns]]
+    # the GEMM tile, split-K and waves neusight's networks chose per row (miss_breakdown groups by them)
+    base = pd.concat([df[[c for c in keep if c in df.columns]].reset_index(drop=True),
+                      p.tc.gemm_choice(df)], axis=1)
     # the tensor-core networks' training time: theirs when trained in this process, else the saved meta.json's
     tc_secs = (p.tc.info or (p.info or {}).get("tensor_core") or {}).get("train_seconds")
-    secs = {"neusight": tc_secs, "shape-only MLP": shape.info.get("train_seconds")}
+    secs = {"neusight": tc_secs, "shape-only tree": shape.info.get("train_seconds")}
     out = []
     for name, pred in preds.items():
         t = secs.get(name)
@@ -111,6 +201,78 @@ def binned(long: pd.DataFrame, column: str, bins: int = 12) -> pd.DataFrame:
         columns={"_bin": column, "median": "median_ape", "size": "rows"})
 
 
+#: buckets of ``miss_breakdown`` (upper edges, inclusive; the last bucket is open): GEMM m (tokens), FLOPs per
+#: byte (B200's BF16 ridge is about 280, H100's 295: the first three buckets are memory-bound on every GPU
+#: here) and waves of the chosen tile
+MISS_BUCKETS = {"m (tokens)": ("M", (16, 128, 1024, 8192)),
+                "FLOPs / byte": ("arith_intensity", (16, 64, 256, 1024)),
+                "waves": ("waves", (1, 4, 16, 64))}
+
+
+def _bucket_labels(x: np.ndarray, edges) -> np.ndarray:
+    """'<= e0', 'e0-e1', ..., '> e_last' (edges inclusive on the right)."""
+    names = [f"<= {edges[0]:g}"] + [f"{a:g}-{b:g}" for a, b in zip(edges[:-1], edges[1:])] + [f"> {edges[-1]:g}"]
+    return np.asarray(names, dtype=object)[np.searchsorted(np.asarray(edges, float), x, side="left")]
+
+
+def miss_breakdown(long: pd.DataFrame, predictor: str = "neusight", against: str = "shape-only tree",
+                   role: str = "held_out") -> pd.DataFrame:
+    """Where ``predictor``'s GEMM error on the ``role`` GPUs comes from: per device and per bucket of m,
+    arithmetic intensity (``MISS_BUCKETS``), chosen tile (tile_m x tile_k), split-K and waves (the columns
+    ``predict_all`` records): rows, share of the rows (%), MAPE, median and P90 APE, bias, ``error_share`` (%
+    of the device's summed APE: where the MAPE comes from) and ``against``'s MAPE on the same rows.
+    Rows of several seeds are pooled (the same shapes each seed)."""
+    t = long[(long["kind"] == "GEMM") & (long["role"] == role)]
+    if t.empty:
+        raise ValueError(f"miss_breakdown: no GEMM rows of role {role!r}")
+    for need in ("tile_m", "tile_k", "split", "waves"):
+        if need not in t.columns:
+            raise ValueError(f"miss_breakdown: column {need!r} missing (rows of predict_all record it)")
+    mine = t[t["predictor"] == predictor].reset_index(drop=True)
+    other = t[t["predictor"] == against].reset_index(drop=True)
+    if mine.empty:
+        raise ValueError(f"miss_breakdown: no rows of predictor {predictor!r}")
+    keys = ["device", "seed", "M", "N", "K"]
+    if len(other):
+        mine = mine.merge(other[keys + ["ape"]].rename(columns={"ape": "_against"}), on=keys, how="left",
+                          validate="one_to_one")
+    else:
+        mine["_against"] = np.nan
+    dims = {name: _bucket_labels(mine[col].to_numpy(float), edges) for name, (col, edges) in MISS_BUCKETS.items()}
+    dims["tile (m x k)"] = (mine["tile_m"].astype(int).astype(str) + " x " + mine["tile_k"].astype(int).astype(str)).to_numpy()
+    dims["split-K"] = mine["split"].astype(int).astype(str).to_numpy()
+    total = mine.groupby("device")["ape"].sum()
+    n_dev = mine.groupby("device").size()
+    out = []
+    for name, labels in dims.items():
+        g = mine.assign(_bucket=labels).groupby(["device", "_bucket"], sort=False)
+        a = g.agg(rows=("ape", "size"), mape=("ape", "mean"), median_ape=("ape", "median"),
+                  p90_ape=("ape", lambda x: float(np.percentile(x, 90))), bias=("err", "mean"),
+                  _sum=("ape", "sum"), against_mape=("_against", "mean")).reset_index()
+        a["share_rows"] = 100 * a["rows"] / a["device"].map(n_dev)
+        a["error_share"] = 100 * a["_sum"] / a["device"].map(total)
+        out.append(a.drop(columns="_sum").rename(columns={"_bucket": "bucket"}).assign(dimension=name))
+    res = pd.concat(out, ignore_index=True)
+    # buckets in their natural order: by the smallest value each holds
+    order = {b: i for i, b in enumerate(_bucket_order(res))}
+    res["_o"] = res["bucket"].map(order)
+    res = res.sort_values(["device", "dimension", "_o"], kind="stable").drop(columns="_o")
+    res = res.rename(columns={"against_mape": f"{against} mape"})
+    return res[["device", "dimension", "bucket", "rows", "share_rows", "mape", "median_ape", "p90_ape", "bias",
+                "error_share", f"{against} mape"]].reset_index(drop=True)
+
+
+def _bucket_order(res: pd.DataFrame) -> list:
+    """Bucket labels sorted by the first number in them ('<= 16' before '16-128' before '> 8192')."""
+    import re
+
+    def key(b):
+        nums = re.findall(r"[\d.]+", str(b))
+        first = float(nums[0]) if nums else 0.0
+        return (first + (0.5 if str(b).startswith(">") else 0.0) - (0.5 if str(b).startswith("<") else 0.0), str(b))
+    return sorted(res["bucket"].unique(), key=key)
+
+
 def headline(table: pd.DataFrame, predictor: str = "neusight") -> dict:
     """MAPE (mean over seeds) of ``predictor`` on the held-out GPUs: GEMM and attention (prefill and decode
     rows pooled as the mean of the two kinds), and the per-GPU GEMM numbers."""
@@ -131,16 +293,27 @@ def summary_line(h: dict) -> str:
     return f"BF16 on unseen Blackwell GPUs, measured by others: GEMM {g}, attention {a}"
 
 
-def frozen_record(log=None) -> dict | None:
-    """The last ``"frozen": true`` record of the BF16 search log (docs/search_bf16.jsonl): the recipe and the
-    attention targets fixed from the training GPUs' leave-one-out error before the held-out GPUs were looked at."""
+def _records(log=None) -> list:
     import json
 
     from neusight_core import paths
     f = paths.REPO_ROOT / "docs" / "search_bf16.jsonl" if log is None else log
     try:
-        recs = [json.loads(x) for x in open(f) if x.strip()]
+        return [json.loads(x) for x in open(f) if x.strip()]
     except OSError:
-        return None
-    frozen = [r for r in recs if r.get("frozen")]
+        return []
+
+
+def held_out_record(log=None) -> dict | None:
+    """The last ``held-out-evaluated`` record of the BF16 search log (docs/search_bf16.jsonl): ``neusight``'s
+    held-out MAPE (mean over seeds) per GPU and kind as benchmarks/bf16_external.py measured it; the one source
+    notebook 06 quotes the validated BF16 kernels from."""
+    recs = [r for r in _records(log) if r.get("tag") == "held-out-evaluated"]
+    return recs[-1] if recs else None
+
+
+def frozen_record(log=None) -> dict | None:
+    """The last ``"frozen": true`` record of the BF16 search log (docs/search_bf16.jsonl): the recipe and the
+    attention targets fixed from the training GPUs' leave-one-out error before the held-out GPUs were looked at."""
+    frozen = [r for r in _records(log) if r.get("frozen")]
     return frozen[-1] if frozen else None

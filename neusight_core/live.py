@@ -228,15 +228,16 @@ def kernel_sweep(quick: bool = False) -> pd.DataFrame:
     return df
 
 
-def kernel_callable(row, device: str = "cuda", dtype=None) -> Callable[[], object]:
-    """Allocate the row's tensors on ``device`` and return a zero-argument call of the kernel."""
+def kernel_callable(row, device: str = "cuda", dtype=None, bias: bool = True) -> Callable[[], object]:
+    """Allocate the row's tensors on ``device`` and return a zero-argument call of the kernel (``bias``: a
+    LINEAR row adds one; the measured BF16 database times ``F.linear`` without)."""
     import torch
     import torch.nn.functional as F
     dt = dtype or torch.float32
     mk = lambda *s: torch.randn(*[int(x) for x in s], device=device, dtype=dt)  # noqa: E731
     c = row["op_class"]
     if c == "LINEAR":
-        x, w, b = mk(row["M"], row["N"]), mk(row["K"], row["N"]), mk(row["K"])
+        x, w, b = mk(row["M"], row["N"]), mk(row["K"], row["N"]), (mk(row["K"]) if bias else None)
         return lambda: F.linear(x, w, b)
     if c == "BMM":
         a, b = mk(row["B"], row["M"], row["N"]), mk(row["B"], row["N"], row["K"])

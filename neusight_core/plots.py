@@ -207,3 +207,53 @@ def plot_fp16mm(table, title: str = "Figure 10: FP16 tensor-core BMM on H100") -
         t["panel"] = "M=N=K=" + t["M"].astype(str)
         prepared[k] = t
     return _latency_bars(_latency_long(prepared, ["panel", "shape"]), "panel", "shape", title, 3)
+
+
+def compact_number(v: float) -> str:
+    """A cell label that stays short at 6 pt: 0.42, 3.1, 57, 840, 2.6k, 26k, 1.3M ('' for NaN)."""
+    if v is None or not np.isfinite(v):
+        return ""
+    a = abs(v)
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if a >= div * 0.9995:                    # 999.6 reads 1k, not 1000
+            x = v / div
+            return f"{x:.2g}{suffix}" if abs(x) < 10 else f"{x:.0f}{suffix}"
+    return f"{v:.0f}" if a >= 10 else f"{v:.2g}"
+
+
+def plot_latency_heatmap(rows: pd.DataFrame, title: str, note: str, ncols: int = 3) -> matplotlib.figure.Figure:
+    """Predicted latency (ms) per GPU (``gpu_short``) x batch, one panel per (model, workload) of ``rows``
+    (columns latency_ms, gpus): colour on a log scale, a compact number in each cell (``compact_number``;
+    ``(tpN)`` when split over N GPUs), blank cells grey and labelled n/a (``note`` says why), no grid lines."""
+    panels = list(rows.groupby(["model", "workload"], sort=False).groups)
+    nrow = int(np.ceil(len(panels) / ncols))
+    fig, axes = plt.subplots(nrow, ncols, figsize=(5.2 * ncols, 4.8 * nrow + 0.4), squeeze=False)
+    for ax, (m, w) in zip(axes.flat, panels):
+        sel = rows[(rows.model == m) & (rows.workload == w)]
+        t = sel.pivot_table(index="gpu_short", columns="batch", values="latency_ms", dropna=False)
+        plans = sel.pivot_table(index="gpu_short", columns="batch", values="gpus", dropna=False).reindex(
+            index=t.index, columns=t.columns)
+        z = np.log10(t.to_numpy(float))
+        cmap = matplotlib.colormaps["viridis_r"].copy()
+        cmap.set_bad("0.92")
+        im = ax.imshow(np.ma.masked_invalid(z), aspect="auto", cmap=cmap)
+        ax.grid(False)                           # the global whitegrid style would draw lines through the cells
+        ax.set_xticks(range(len(t.columns)), [f"b{b}" for b in t.columns])
+        ax.set_yticks(range(len(t.index)), t.index, fontsize=7)
+        lo, hi = (np.nanmin(z), np.nanmax(z)) if np.isfinite(z).any() else (0, 1)
+        for i in range(t.shape[0]):
+            for j in range(t.shape[1]):
+                v, n = t.iat[i, j], plans.iat[i, j]
+                dark = np.isfinite(v) and (np.log10(v) - lo) / max(hi - lo, 1e-9) > 0.5   # viridis_r: high = dark
+                text = "n/a" if not np.isfinite(v) else compact_number(v) + (f"\n(tp{int(n)})" if n > 1 else "")
+                ax.text(j, i, text, ha="center", va="center", fontsize=6, color="w" if dark else "k")
+        cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+        cb.set_label("log10 ms", fontsize=7)
+        cb.ax.tick_params(labelsize=6)
+        ax.set_title(f"{m} {w} (ms)", fontsize=9)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    fig.text(0.5, 0.005, note, ha="center", fontsize=8)
+    fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+    return fig

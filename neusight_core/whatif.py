@@ -125,6 +125,104 @@ def validation(model: str, gpu, dtype: str, past: int = 0, tensor_core: bool = F
     return "paper setting" if not why else "extrapolation: " + ", ".join(why)
 
 
+# ------------------------------------------------------------------------------ what BF16 rests on
+def bf16_validation(tensor_core: bool = True, log=None) -> pd.DataFrame:
+    """Which kernels of a bf16 / fp16 prediction were checked against measurements, and at what held-out error:
+    one row per kernel family (status, GPUs, held-out MAPE), the numbers read from the BF16 log's
+    ``held-out-evaluated`` record (``external_eval.held_out_record``), never typed in. ``tensor_core``: the
+    predictor has the BF16 networks (``neusight``); without them every family is an extrapolation."""
+    from neusight_core import external_eval, measured_kernels
+    rec = external_eval.held_out_record(log) or {}
+    h = rec.get("neusight_held_out_mape_mean_over_seeds") or {}
+    split = measured_kernels.split()
+    def name(d):
+        return devices.get_device(d).display_name.replace("NVIDIA ", "")
+    train = ", ".join(name(d) for d in split["training"])
+
+    def held(per_gpu: dict, kind: str = "") -> str:
+        got = [f"{name(d.split(' ')[0])} {v:.1f} %" for d, v in per_gpu.items() if not kind or d.endswith(kind)]
+        return "; ".join(got) if got else "not evaluated (no held-out-evaluated record)"
+    if not tensor_core:
+        why = "extrapolation: this predictor has no BF16 networks (FP32-trained networks at the BF16 peak)"
+        return pd.DataFrame([{"kernels": k, "op classes": c, "status": why, "trained on": "", "held-out MAPE": ""}
+                             for k, c in (("GEMM", "LINEAR, BMM"), ("fused attention", "ATTN"),
+                                          ("element-wise, softmax, layernorm", "VEC, SOFTMAX, LAYERNORM"))])
+    gemm = held(h.get("gemm_per_gpu", {}))
+    p90 = h.get("gemm_p90_per_gpu", {})
+    if p90:
+        gemm += " (P90 " + "; ".join(f"{name(d)} {v:.0f} %" for d, v in p90.items()) + ")"
+    rows = [
+        {"kernels": "GEMM", "op classes": "LINEAR, BMM", "status": "validated on measured BF16 kernels (notebook 07)",
+         "trained on": train, "held-out MAPE": gemm},
+        {"kernels": "fused attention", "op classes": "ATTN (prefill, decode)",
+         "status": "validated on measured BF16 kernels (notebook 07); the traced models here run eager attention "
+                   "(BMM + softmax), so these networks are not used below",
+         "trained on": train, "held-out MAPE": "prefill: " + held(h.get("attention_per_gpu", {}), "ATTN_prefill")
+         + " | decode: " + held(h.get("attention_per_gpu", {}), "ATTN_decode")},
+        {"kernels": "element-wise, softmax, layernorm", "op classes": "VEC, SOFTMAX, LAYERNORM",
+         "status": "extrapolation: FP32-trained networks at 2-byte elements, never checked at bf16",
+         "trained on": "FP32 kernels of the release's GPUs", "held-out MAPE": "none"}]
+    return pd.DataFrame(rows)
+
+
+def floors(kernels: pd.DataFrame, gpu, weight_bytes: float) -> dict:
+    """Physical floors of one step: its GEMM FLOPs (LINEAR, BMM, fused attention; times ``count``) at the GPU's
+    dense tensor-core peak of the kernels' precision, and ``weight_bytes`` read once at the memory bandwidth;
+    no kernel can beat either (sparsity and caches aside), so a step can beat neither."""
+    from neusight_core.predictors import common
+    dev = devices.get_device(gpu)
+    gemm = kernels["op_class"].isin(common.PEAK_GEMM_CLASSES).to_numpy()
+    prec = kernels["precision"].dropna().unique() if "precision" in kernels else []
+    half = [p for p in prec if p in schema.HALF_PRECISIONS]
+    peak = dev.gemm_peak_gflops(half[0] if half else "fp32") * 1e9
+    flops = float((kernels["flops"].fillna(0) * kernels["count"].fillna(1)).to_numpy(float)[gemm].sum())
+    return {"gemm_flops": flops, "peak_tflops": peak / 1e12, "flops_floor_ms": flops / peak * 1e3,
+            "weight_bytes": float(weight_bytes), "bandwidth_tbs": dev.mem_bw_gbs / 1e3,
+            "bytes_floor_ms": float(weight_bytes) / (dev.mem_bw_gbs * 1e9) * 1e3}
+
+
+def floors_table(model: str = "llama2_7b", gpu=H100, dtype: str = "bf16", seq: int = 2048, predictor="neusight",
+                 quick: bool = False) -> pd.DataFrame:
+    """One request (batch 1) of ``model``: prefill of ``seq`` tokens and one decode step on a ``seq - 1`` KV cache,
+    predicted on one GPU, beside its ``floors`` and the predicted time per kernel family (GEMM = LINEAR + BMM)."""
+    from neusight_core.predictors import common
+    pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    rows = []
+    for work, s, past in (("prefill", seq, 0), ("decode", 1, seq - 1)):
+        k = latency.trace(model, 1, s, "inf", past, dtype)
+        w = memory.footprint(k)["weights_gib"] * 2**30
+        pk = predict_unique(k, gpu, pred)
+        f = floors(k, gpu, w)
+        total = latency.aggregate(pk)["e2e_ms"]
+        gemm = pk["op_class"].isin(common.PEAK_GEMM_CLASSES)
+        # the floor of the GEMMs alone: the larger of their FLOPs at the peak and the weights at the bandwidth
+        rows.append({"workload": work, "tokens": s, "kv_cache": past, "predicted_ms": total,
+                     "predicted_gemm_ms": float(pk.loc[gemm, "pred_ms"].sum()),
+                     "predicted_other_ms": float(pk.loc[~gemm, "pred_ms"].sum()),
+                     "flops_floor_ms": f["flops_floor_ms"], "bytes_floor_ms": f["bytes_floor_ms"],
+                     "floor_ms": max(f["flops_floor_ms"], f["bytes_floor_ms"]),
+                     "predicted / floor": total / max(f["flops_floor_ms"], f["bytes_floor_ms"]),
+                     "gemm / floor": float(pk.loc[gemm, "pred_ms"].sum()) / max(f["flops_floor_ms"], f["bytes_floor_ms"]),
+                     "gemm_tflop": f["gemm_flops"] / 1e12, "peak_tflops": f["peak_tflops"],
+                     "weights_gb": f["weight_bytes"] / 1e9, "bandwidth_tbs": f["bandwidth_tbs"],
+                     **{f"{c} ms": float(v) for c, v in pk.groupby("op_class")["pred_ms"].sum().items()}})
+    return pd.DataFrame(rows)
+
+
+def floors_sentence(t: pd.DataFrame) -> str:
+    """Where ``floors_table``'s predictions land against the floors, and which kernels make the gap."""
+    out = []
+    for r in t.to_dict("records"):
+        bound = "GEMM FLOPs at the dense peak" if r["flops_floor_ms"] >= r["bytes_floor_ms"] else "weights at the bandwidth"
+        other = {k[:-3]: v for k, v in r.items() if k.endswith(" ms") and k[:-3] not in ("LINEAR", "BMM", "ATTN")}
+        top = max(other, key=other.get) if other else None
+        out.append(f"{r['workload']} ({r['tokens']} token(s), KV cache {r['kv_cache']}): predicted {r['predicted_ms']:.1f} ms, "
+                   f"{r['predicted / floor']:.1f}x its floor of {r['floor_ms']:.1f} ms ({bound}); the GEMMs alone "
+                   f"{r['predicted_gemm_ms']:.1f} ms ({r['gemm / floor']:.2f}x the floor; the validated kernels), the rest "
+                   f"{r['predicted_other_ms']:.1f} ms" + (f", most of it {top} ({other[top]:.1f} ms, an extrapolation)" if top else ""))
+    return "; ".join(out) + "."
+
+
 def tokens(sc: dict) -> int:
     """Tokens one step processes (prefill/training: batch x seq; decode: one per sequence)."""
     return sc["batch"] * (1 if sc["workload"] == "decode" else sc["seq"])

@@ -178,7 +178,7 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     assert metrics["status"] == "OK"
     assert metrics["summary_line"].startswith("BF16 on unseen Blackwell GPUs, measured by others: GEMM ")
     t = pd.read_csv(out / "tables" / "metrics.csv")
-    assert set(t["predictor"]) == {"neusight", "neusight FP32-extrapolated", "roofline", "shape-only MLP"}
+    assert set(t["predictor"]) == {"neusight", "neusight FP32-extrapolated", "roofline", "shape-only tree"}
     assert set(t["device"]) == set(mk.split()["training"] + mk.split()["held_out"])
     assert not t["device"].str.contains("B300|GB300|RTX|B60").any()
     assert math.isfinite(metrics["headline"]["gemm_mape"]) and math.isfinite(metrics["headline"]["attention_mape"])
@@ -186,6 +186,10 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     prov = pd.read_csv(out / "tables" / "provenance.csv")
     assert set(prov["role"]) == {"training", "held_out"}
     assert (out / "figures" / "predicted_vs_measured.png").is_file()
+    assert (out / "figures" / "gemm_miss_breakdown.png").is_file()
+    miss = pd.read_csv(out / "tables" / "gemm_miss_breakdown.csv")
+    assert set(miss["device"]) == set(mk.split()["held_out"])
+    assert set(miss["dimension"]) == {"m (tokens)", "FLOPs / byte", "tile (m x k)", "split-K", "waves"}
     assert (out / "summary.md").read_text().count("BF16 on unseen Blackwell GPUs") == 1
 
 
@@ -220,3 +224,167 @@ def test_whatif_label_says_which_bf16_kernels_were_checked(release_root):
     assert "GEMMs from networks trained on measured kernels" in with_tc and "other kernels untested" in with_tc
     assert "precision bf16 untested" in whatif.validation("llama2_7b", H100, "bf16", 0)
     assert "precision" not in whatif.validation("llama2_7b", H100, "fp32", 0, tensor_core=True)
+
+
+# ---------------------------------------------------------------- the shape-only tree and the miss analysis
+def test_shape_tree_trains_on_training_gpus_and_scales_with_the_peak(small_nets, tmp_path, monkeypatch,
+                                                                    fresh_catalogue):
+    tree = tc.ShapeTree(small_nets.config, seed=0)
+    info = tree.fit(quick=True)
+    for n in tc.NETWORKS:
+        assert info["networks"][n]["devices"] == sorted(mk.split()["training"]), n
+        assert info["networks"][n]["rows"] == 4 * small_nets.config["quick_rows_per_gpu"], n
+    # a GPU twice as fast as any training GPU (peak and bandwidth): a tree of the latency itself could predict
+    # nothing below the training GPUs' times; the roofline-ratio target (TREE) scales with the datasheet
+    f = tmp_path / "fast.yaml"
+    f.write_text("Twice_H100:\n  display_name: Twice H100\n  mem_gb: 80\n  mem_bw_gbs: 6700\n  num_sm: 132\n"
+                 "  fp32_gflops: 134000\n  l2_mb: 50\n  tensor_gflops: {bf16: 1979000}\n  tensor_source: test\n")
+    monkeypatch.setenv(devices.ENV_USER_DEVICES, str(f))
+    devices.reload()
+    g = tc.gemm_rows("h100_sxm")
+    g = g[g["M"] >= 4096].iloc[:20]
+    fast, h100 = tree.predict(g, "Twice H100"), tree.predict(g, H100)
+    assert np.isfinite(fast).all() and (fast < 0.75 * h100).all()
+    with pytest.raises(ValueError, match="target 'x' is not"):
+        tc.ShapeTree(small_nets.config, tree={"target": "x"}).fit(tc.gemm_rows("h100_sxm").iloc[:50], quick=True)
+
+
+def test_gemm_choice_names_the_tile_and_split(release_root):
+    raw = pd.DataFrame({"kernel_source": ["x", "x"], "gemm_dtype": ["bfloat16"] * 2, "m": [16, 8192], "n": [128, 8192],
+                        "k": [51200, 8192], "latency": [0.01, 1.0]})
+    g = mk.gemm_kernels(raw, "h100_sxm")
+    nets = tc.TensorCoreNets({"gemm_tiles": [[128, 128], [64, 64]], "splits": [1, 2, 4, 8, 16, 32]})
+    ch = nets.gemm_choice(pd.concat([g, _attn_row("prefill", 1, 128, 128, 8, 8, 64)], ignore_index=True), H100)
+    # 16 x 128 output, reduction 51,200: the 64 x 64 tile (2 tiles) split 32 ways = 64 tiles in one wave; the
+    # 128 x 128 tile split 32 ways is 32 tiles of twice the FLOPs, also one wave, so slower
+    assert ch.loc[0, ["tile_m", "tile_k", "split", "tiles", "waves"]].tolist() == [64, 64, 32, 64, 1]
+    # 8192^3: a 128 x 128 tile reads 2 (2 x 128 x 8192 + 128^2) B = 4.2 MB, 166 us at 3.35 TB/s / 132 SMs, its
+    # 268 MFLOP take 36 us at 989 TFLOPS / 132: memory-bound per tile. No split: 4,096 tiles, 32 waves (31.03
+    # rounded up), 5.32 ms; split 2: 8,192 tiles of half the bytes, 63 waves (62.06), 5.28 ms: wave quantisation
+    # picks split 2; 64 x 64 tiles read as much per tile for a quarter of the work (10.3 ms)
+    assert ch.loc[1, ["tile_m", "tile_k", "split", "tiles", "waves"]].tolist() == [128, 128, 2, 8192, 63]
+    assert ch.loc[2].isna().all()                            # attention rows: no GEMM choice
+
+
+def test_miss_breakdown_by_hand():
+    from neusight_core import external_eval as xe
+    base = pd.DataFrame({"role": "held_out", "device": "G", "kind": "GEMM", "seed": 0,
+                         "M": [1.0, 8.0, 2048.0, 20000.0], "N": 4096.0, "K": 4096.0,
+                         "arith_intensity": [1.0, 8.0, 500.0, 2000.0], "tile_m": [64.0, 64.0, 128.0, 128.0],
+                         "tile_k": [64.0, 64.0, 256.0, 256.0], "split": [8.0, 8.0, 1.0, 1.0],
+                         "waves": [1.0, 1.0, 3.0, 100.0]})
+    long = pd.concat([base.assign(predictor="neusight", ape=[40.0, 20.0, 10.0, 10.0], err=[-40.0, -20.0, 10.0, -10.0]),
+                      base.assign(predictor="shape-only tree", ape=[5.0, 5.0, 50.0, 70.0], err=0.0),
+                      base.assign(role="training", predictor="neusight", ape=99.0, err=99.0)], ignore_index=True)
+    m = xe.miss_breakdown(long).set_index(["dimension", "bucket"])
+    small = m.loc[("m (tokens)", "<= 16")]
+    assert small["rows"] == 2 and small["mape"] == 30.0 and small["bias"] == -30.0
+    assert small["share_rows"] == 50.0 and small["error_share"] == 75.0       # 60 of the 80 summed APE points
+    assert small["shape-only tree mape"] == 5.0
+    assert m.loc[("m (tokens)", "> 8192"), "mape"] == 10.0
+    assert m.loc[("FLOPs / byte", "<= 16"), "rows"] == 2 and m.loc[("FLOPs / byte", "256-1024"), "rows"] == 1
+    assert m.loc[("tile (m x k)", "64 x 64"), "mape"] == 30.0 and m.loc[("split-K", "1"), "mape"] == 10.0
+    assert m.loc[("waves", "<= 1"), "rows"] == 2 and m.loc[("waves", "> 64"), "rows"] == 1
+    # buckets in order of their values, per dimension
+    assert list(xe.miss_breakdown(long).query("dimension == 'm (tokens)'")["bucket"]) == ["<= 16", "1024-8192", "> 8192"]
+    with pytest.raises(ValueError, match="no GEMM rows of role 'nope'"):
+        xe.miss_breakdown(long, role="nope")
+
+
+# ---------------------------------------------------------------- notebook 06's BF16 rows (issue 25 step 6)
+def test_physical_floors_by_hand(release_root):
+    from neusight_core import whatif
+    k = pd.DataFrame({"op_class": ["LINEAR", "BMM", "VEC", "ATTN"], "precision": ["bf16"] * 4,
+                      "flops": [1e12, 2e11, 5e12, 3e11], "count": [3, 1, 1, np.nan]})
+    f = whatif.floors(k, H100, weight_bytes=13.5e9)
+    d = devices.get_device(H100)
+    want = (3e12 + 2e11 + 3e11) / (d.gemm_peak_gflops("bf16") * 1e9) * 1e3        # the VEC row is no GEMM
+    assert f["gemm_flops"] == 3.5e12 and f["flops_floor_ms"] == pytest.approx(want)
+    assert f["peak_tflops"] == pytest.approx(d.bf16_tensor_gflops / 1e3)            # dense, not the FP32 peak
+    assert f["bytes_floor_ms"] == pytest.approx(13.5e9 / (d.mem_bw_gbs * 1e9) * 1e3)
+    assert whatif.floors(k.assign(precision="fp32"), H100, 0)["peak_tflops"] == pytest.approx(d.fp32_gflops / 1e3)
+
+
+def test_llama_floors_table_with_the_roofline(release_root):
+    from neusight_core import whatif
+    t = whatif.floors_table("llama2_7b", H100, "bf16", seq=256, predictor="roofline", quick=True).set_index("workload")
+    # Llama-2-7B: 6.74e9 parameters, 2 bytes each
+    assert t.loc["prefill", "weights_gb"] == pytest.approx(6.74e9 * 2 / 1e9, rel=0.01)
+    # a GEMM does about 2 x parameters FLOPs per token (plus attention's BMMs)
+    assert 2 * 6.5e9 * 256 / 1e12 < t.loc["prefill", "gemm_tflop"] < 2 * 6.74e9 * 256 * 1.2 / 1e12
+    assert t.loc["decode", "floor_ms"] == t.loc["decode", "bytes_floor_ms"]          # decode is weight-bound
+    # the roofline predicts every kernel at its own floor or slower, so the step never beats its floors
+    assert (t["predicted_ms"] >= t["floor_ms"] * (1 - 1e-9)).all()
+    assert (t["predicted_ms"] - t["predicted_gemm_ms"] - t["predicted_other_ms"]).abs().max() < 1e-6
+
+
+def test_bf16_validation_reads_the_logged_held_out_numbers(tmp_path, release_root):
+    import json
+
+    from neusight_core import whatif
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps({"tag": "frozen", "frozen": True}) + "\n" + json.dumps({
+        "tag": "held-out-evaluated", "neusight_held_out_mape_mean_over_seeds": {
+            "gemm_per_gpu": {"NVIDIA_B200": 12.34, "NVIDIA_GB200": 23.45}, "gemm_p90_per_gpu": {"NVIDIA_B200": 40.0},
+            "attention_per_gpu": {"NVIDIA_B200 ATTN_prefill": 31.0, "NVIDIA_B200 ATTN_decode": 41.0}}}) + "\n")
+    t = whatif.bf16_validation(log=log).set_index("kernels")
+    assert t.loc["GEMM", "held-out MAPE"] == "B200 12.3 %; GB200 23.4 % (P90 B200 40 %)"
+    assert "prefill: B200 31.0 %" in t.loc["fused attention", "held-out MAPE"]
+    assert "decode: B200 41.0 %" in t.loc["fused attention", "held-out MAPE"]
+    assert t.loc["element-wise, softmax, layernorm", "status"].startswith("extrapolation")
+    assert "H100" in t.loc["GEMM", "trained on"] and "B200" not in t.loc["GEMM", "trained on"]
+    assert whatif.bf16_validation(tensor_core=False, log=log)["status"].str.startswith("extrapolation").all()
+    assert "not evaluated" in whatif.bf16_validation(log=tmp_path / "none.jsonl").set_index("kernels").loc["GEMM", "held-out MAPE"]
+
+
+def test_heatmap_labels_are_compact():
+    from neusight_core.plots import compact_number
+    assert [compact_number(x) for x in (0.0421, 3.14, 57.2, 840, 999.6, 2570, 25700, 1.3e6, float("nan"))] == \
+        ["0.042", "3.1", "57", "840", "1k", "2.6k", "26k", "1.3M", ""]
+
+
+# ---------------------------------------------------------------- notebook 05: the local GPU as a held-out row
+def test_local_gpu_gemms_with_a_fake_timer(neusight_quick, tmp_path):
+    from neusight_core import external_eval as xe, live
+    shapes = xe.local_gemm_shapes(n=400, seed=0)
+    assert len(shapes) == 400 and set(shapes.columns) >= {"m", "n", "k"}
+    db = tc.gemm_rows(["h100_sxm"])
+    assert set(zip(shapes.m, shapes.k, shapes.n)) <= set(zip(db.M, db.N, db.K))     # the database's own shapes
+    small = pd.DataFrame({"kernel_source": "x", "gemm_dtype": "bfloat16", "m": [1, 64, 256], "n": [128, 256, 64],
+                          "k": [64, 128, 512]})
+    calls = []
+
+    def timer(fn):                        # a fake clock: runs the BF16 linear on the CPU, time by output size
+        y = fn()
+        calls.append(tuple(y.shape))
+        return 0.01 + 1e-6 * y.shape[0] * y.shape[1]
+    rows = xe.measure_local_gemms(small, H100, timer=timer, device="cpu")
+    per = live.WARMUP + live.RUNS
+    assert calls[:per] == [(1, 128)] * per and len(calls) == 3 * per    # y[m, n], F.linear without bias
+    assert list(rows["role"]) == [xe.LOCAL_ROLE] * 3 and (rows["status"] == "OK").all()
+    assert list(rows["M"]) == [1, 64, 256] and list(rows["N"]) == [64, 128, 512] and list(rows["K"]) == [128, 256, 64]
+    assert list(rows["kind"]) == ["GEMM"] * 3
+    # a budget spent before the first call: NaN latency and the reason, nothing raised
+    spent = live.TimeBudget(0.0)
+    assert xe.measure_local_gemms(small.iloc[:1], H100, timer=timer, budget=spent, device="cpu")["status"].iloc[0].startswith("BUDGET")
+    # the check: every predictor on the measured rows, one metrics row each, role "local GPU"
+    with_tc, _ = neusight_quick
+    import unittest.mock as um
+    with um.patch.object(xe, "local_gemm_shapes", lambda n, seed: small):
+        got, table = xe.local_gpu_check(H100, n=3, quick=True, timer=timer, device="cpu", neusight=with_tc)
+    assert set(table["predictor"]) == set(xe.PREDICTORS) and set(table["role"]) == {xe.LOCAL_ROLE}
+    assert (table["rows"] == 3).all() and table["mape"].notna().all()
+    # notebook 07 reads notebook 05's table back
+    (tmp_path / "tables").mkdir()
+    got.to_csv(tmp_path / "tables" / f"{xe.LOCAL_FILE}.csv", index=False)
+    back = xe.local_rows_from(tmp_path)
+    assert len(back) == 3 and list(back["kind"]) == ["GEMM"] * 3 and set(back["role"]) == {xe.LOCAL_ROLE}
+    assert xe.local_rows_from(tmp_path / "nothing") is None
+
+
+def test_local_skip_reasons():
+    from neusight_core import external_eval as xe
+    assert xe.local_skip_reason({"skipped_reason": "no CUDA GPU: x", "device": None}) == "no CUDA GPU: x"
+    assert "not in the catalogue" in xe.local_skip_reason({"skipped_reason": None,
+                                                          "device": {"known": False, "display_name": "Foo"}})
+    assert xe.local_skip_reason({"skipped_reason": None, "device": {"known": True, "name": H100}}) is None
