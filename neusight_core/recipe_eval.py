@@ -106,15 +106,24 @@ def predict_seeded(configs: pd.DataFrame, trained: dict, progress: bool = True) 
 
 
 def sweep_seeded(configs: pd.DataFrame, names=RECIPES + BASELINES, seeds=(0, 1, 2), quick: bool = False,
-                 progress: bool = True) -> pd.DataFrame:
+                 progress: bool = True, reuse: pd.DataFrame | None = None) -> pd.DataFrame:
     """``predict_seeded``'s frame computed as sweeps (``reproduce.sweep_configs``: one predictor call per
-    predictor x seed over all configurations' distinct kernels); seedless predictors run once (seed 0)."""
+    predictor x seed over all configurations' distinct kernels); seedless predictors run once (seed 0).
+    ``reuse``: a ``sweep_configs`` frame of the same ``configs`` (notebook 04's seed-0 sweep) whose
+    (predictor, seed) rows are taken as they are instead of predicted again."""
     from neusight_core import reproduce
-    parts = []
-    for group, sd in (([n for n in names if n in SEEDED], list(seeds)), ([n for n in names if n not in SEEDED], [0])):
-        if group:
-            parts.append(reproduce.sweep_configs(configs, group, quick=quick, progress=progress, seeds=sd))
-    return _tidy(configs, pd.concat(parts, ignore_index=True))
+    have = {} if reuse is None else {k: g for k, g in reuse.groupby(["predictor", "seed"], sort=False)}
+    order = [(n, int(s)) for n in names if n in SEEDED for s in seeds] + [(n, 0) for n in names if n not in SEEDED]
+    # the (predictor, seed) pairs to predict, one sweep per set of seeds: names missing the same seeds together
+    missing: dict[tuple, list] = {}
+    for n in dict.fromkeys(n for n, _ in order):
+        left = tuple(s for m, s in order if m == n and (m, s) not in have)
+        if left:
+            missing.setdefault(left, []).append(n)
+    for sd, group in missing.items():
+        done = reproduce.sweep_configs(configs, group, quick=quick, progress=progress, seeds=list(sd))
+        have.update({k: g for k, g in done.groupby(["predictor", "seed"], sort=False)})
+    return _tidy(configs, pd.concat([have[k] for k in order], ignore_index=True))
 
 
 def _tidy(configs: pd.DataFrame, out: pd.DataFrame) -> pd.DataFrame:
