@@ -8,7 +8,7 @@ habitat, li; with ``--full`` also the full ones of neusight seeds 0-1 and neusig
 entry point answers for a fixed list of scenarios:
 
 * ``reproduce.predict_configs`` / ``recipe_eval.sweep_seeded`` / ``recipe_eval.predict_seeded`` over all labelled
-  configurations of two GPUs (H100: every option; L4: fusion), ``recipe_eval.predict_tables`` (authors' graph and
+  configurations of two GPUs (H100: every option; L4: fusion), ``recipe_studies.predict_tables`` (authors' graph and
   no-mask variants) on their figure cells;
 * ``latency.predict_model`` for single scenarios (TP / PP / DP, fusion, bf16, decode, training, ResNet-50, ViT-B/16),
   its phases, per-class sums, memory and the kernel table's ``pred_ms``;
@@ -88,7 +88,7 @@ def _numbers(d: dict, prefix: str = "") -> dict:
 
 def compute(full: bool) -> dict:
     from neusight_core import evaluation as ev
-    from neusight_core import latency, recipe_eval as R, reproduce, sweep, whatif
+    from neusight_core import latency, recipe_eval as R, recipe_studies as S, reproduce, sweep, whatif
     res, times = {}, {}
     index = ev.build_index()
     configs = index[index["gpu"].isin(GPUS)].reset_index(drop=True)
@@ -107,9 +107,9 @@ def compute(full: bool) -> dict:
     times["recipe_eval.predict_seeded"] = time.perf_counter() - t
     fig_cells = configs[R.figure_mask(configs, "nvidia_inf") | R.figure_mask(configs, "nvidia_train")]
     recipe_trained = {k: v for k, v in trained.items() if k[0] in ("neusight", "neusight-paper")}
-    for v, fn in R.GRAPH_TABLES.items():
+    for v, fn in S.GRAPH_TABLES.items():
         t = time.perf_counter()
-        res[f"recipe_eval.predict_tables.{v}"] = R.predict_tables(fig_cells, recipe_trained, fn, progress=False)
+        res[f"recipe_eval.predict_tables.{v}"] = S.predict_tables(fig_cells, recipe_trained, fn, progress=False)
         times[f"recipe_eval.predict_tables.{v}"] = time.perf_counter() - t
     if full:
         from neusight_core import predictors as P
