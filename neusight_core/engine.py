@@ -256,7 +256,7 @@ def _requests(scenarios) -> tuple[list[dict], list[dict | None], list[str]]:
 def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False, *, progress: bool = False,
             use_derivation: bool = True, memory_columns: bool = True, optimizer: str = "adamw",
             master_weights: bool = True, efficiency: float = network.DEFAULT_EFFICIENCY,
-            keep_kernels: bool = False, raise_errors: bool = False) -> pd.DataFrame:
+            keep_kernels: bool = False, raise_errors: bool = False, table_of=None) -> pd.DataFrame:
     """Predict every scenario with every predictor (and seed): one row per scenario x predictor x seed, in that
     order (predictor-major: all scenarios of the first predictor and seed, then the next), columns ``COLUMNS``.
 
@@ -267,22 +267,26 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     ``master_weights``: the training state it counts). ``keep_kernels``: trace every table (no derivation) and
     put each row's kernel table with ``pred_ms`` in ``attrs["kernels"]`` (a list, one per row; None for a
     failed row) and each row's full ``memory.footprint`` dict in ``attrs["memory"]``. ``raise_errors``: raise a
-    failure (table, predictor, memory) instead of recording it (``latency.predict_model``). Wall times are in ``attrs`` (``tables_s``, ``predict_s``, ``total_s``)."""
+    failure (table, predictor, memory) instead of recording it (``latency.predict_model``). ``table_of``: a function
+    of a request's validated fields returning its kernel table instead of the trace (``recipe_studies``' graph
+    variants: the authors' graph, our trace without the mask ops); such tables are never derived. Wall times are in ``attrs`` (``tables_s``, ``predict_s``, ``total_s``)."""
     from tqdm.auto import tqdm
     t_start = time.perf_counter()
     predictors = [predictors] if isinstance(predictors, str) or hasattr(predictors, "predict") else list(predictors)
     seeds = [int(seeds)] if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
     given, norm, err = _requests(scenarios)
     n = len(given)
-    use_derivation = use_derivation and not keep_kernels
+    use_derivation = use_derivation and not keep_kernels and table_of is None
 
     # ---- kernel tables: one per table key
     tab_of = np.full(n, -1)
     keys: dict[tuple, int] = {}
+    fields: dict[tuple, dict] = {}        # the validated fields of each table's first request (table_of)
     image_keys = set()        # tables of image models: always traced (derive.py's families are in seq)
     for i, r in enumerate(norm):
         if r is not None:
             tab_of[i] = keys.setdefault(table_key(r), len(keys))
+            fields.setdefault(table_key(r), r)
             if r["image_size"] is not None:
                 image_keys.add(table_key(r))
     tab_err: dict[int, str] = {}
@@ -329,8 +333,9 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     for t, key in real:
         model, b, s, mode, past, fusion, plan, g, mb, dt = key
         try:
-            k = kernel_table(model, b, s, mode, past=past, fusion=fusion, parallel=plan, gpus=g, micro_batches=mb,
-                             dtype=dt)
+            k = (table_of(fields[key]) if table_of is not None else
+                 kernel_table(model, b, s, mode, past=past, fusion=fusion, parallel=plan, gpus=g, micro_batches=mb,
+                              dtype=dt))
             parts.append(compact_table(k).assign(_tab=t))
             tab_derived[t] = False
             if memory_columns or keep_kernels:

@@ -37,35 +37,27 @@ def _no_mask_table(config: str) -> pd.DataFrame:
 GRAPH_TABLES = {"authors": _authors_table, "no_mask": _no_mask_table}
 
 
-def predict_tables(configs: pd.DataFrame, trained: dict, table_of, progress: bool = True,
-                   desc: str = "kernel tables") -> pd.DataFrame:
-    """``predict_seeded``'s frame (without ``<CLASS>_ms``) with each configuration's kernel table from
-    ``table_of(config name)``; e2e = sum of per-launch time x ``count`` (single GPU). Prediction only: the same
-    trained networks. A table that cannot be built gives its reason in ``error``."""
-    from tqdm.auto import tqdm
-
-    from neusight_core import sweep
+def predict_tables(configs: pd.DataFrame, trained: dict, table_of, progress: bool = True) -> pd.DataFrame:
+    """``predict_seeded``'s frame (without the phase and ``<CLASS>_ms`` columns) with each configuration's kernel
+    table from ``table_of(config name)``: ``engine.predict`` of the configurations with that table instead of the
+    trace; e2e = the phases' sum of per-launch time x ``count`` (single GPU). Prediction only: the same trained
+    networks. A table that cannot be built gives its reason in ``error``."""
+    from neusight_core import engine, reproduce
     cfg = configs.reset_index(drop=True)
-    tables, errs = {}, {}
-    for name in tqdm(cfg["config"].unique(), desc=desc, disable=not progress, leave=False):
-        try:
-            tables[name] = sweep.compact_table(table_of(name))
-        except ValueError as e:     # OpGraphError, TraceError, ... (one line)
-            errs[name] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-    parts = [tables[c].assign(device=g, _row=i) for i, (g, c) in enumerate(zip(cfg["gpu"], cfg["config"]))
-             if c in tables]
-    req = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    out = []
-    for (name, seed), p in tqdm(trained.items(), desc="predicting", disable=not progress, leave=False):
-        e2e = np.full(len(cfg), np.nan)
-        err = [errs.get(c, "") for c in cfg["config"]]
-        if len(req):
-            ms = np.asarray(p.predict(req.drop(columns=["_row"]), None), float) * req["count"].to_numpy(float)
-            tot = pd.Series(ms).groupby(req["_row"].to_numpy()).sum()
-            e2e[tot.index.to_numpy()] = tot.to_numpy()
-        out.append(cfg[["gpu", "config", "option", "label_e2e_ms"]].assign(predictor=name, seed=int(seed),
-                                                                          e2e_ms=e2e, error=err))
-    return R.tidy(cfg, pd.concat(out, ignore_index=True))
+    requests = [dict(model=r.model, device=r.gpu, batch=int(r.batch), seq=int(r.seq), mode=r.mode,
+                     **reproduce.option_kwargs(r.option)) for r in cfg.itertuples(index=False)]
+
+    def key(f):   # what tells the configurations' tables apart
+        return (str(f["model"]), int(f["batch"]), int(f["seq"]), f["mode"], bool(f.get("fusion")),
+                f.get("parallel") or None, int(f.get("gpus") or 1))
+    name_of = {key(f): c for f, c in zip(requests, cfg["config"])}
+    out = engine.predict(requests, [(name, p) for (name, _), p in trained.items()],
+                         table_of=lambda f: table_of(name_of[key(f)]), memory_columns=False, progress=progress)
+    reps = len(out) // max(len(cfg), 1)
+    base = pd.concat([cfg[["gpu", "config", "option", "label_e2e_ms"]]] * reps, ignore_index=True)
+    long = base.assign(predictor=out["predictor"].to_numpy(), seed=out["seed"].to_numpy(),
+                       e2e_ms=out["e2e_ms"].to_numpy(), error=out["error"].to_numpy())
+    return R.tidy(cfg, long)
 
 
 def graph_names(recipe: str, variants=("authors",)) -> tuple[str, ...]:
