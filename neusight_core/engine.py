@@ -6,7 +6,8 @@
 
 Every entry point that predicts a model's latency is a client of :func:`predict`: ``latency.predict_model`` (one
 scenario, its kernel table kept), ``sweep.run`` (a configuration frame), ``reproduce`` / ``recipe_eval`` (the
-labelled configurations, trained predictor objects), the CLI. The stages:
+labelled configurations, trained predictor objects), ``recipe_studies.predict_tables`` (other kernel tables of the
+same configurations), the CLI. The stages:
 
 1. **check**: each scenario is a :class:`scenario.Scenario` (validated when built) or a row / dict of the request's
    fields, validated here by ``scenario.scenario``; a request that fails gets its one-line error in ``error`` and the
@@ -272,7 +273,9 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     variants: the authors' graph, our trace without the mask ops); such tables are never derived. Wall times are in ``attrs`` (``tables_s``, ``predict_s``, ``total_s``)."""
     from tqdm.auto import tqdm
     t_start = time.perf_counter()
-    predictors = [predictors] if isinstance(predictors, str) or hasattr(predictors, "predict") else list(predictors)
+    one = (isinstance(predictors, str) or hasattr(predictors, "predict")
+           or (isinstance(predictors, tuple) and len(predictors) == 2 and hasattr(predictors[1], "predict")))
+    predictors = [predictors] if one else list(predictors)     # one name, object or (label, object) pair
     seeds = [int(seeds)] if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
     given, norm, err = _requests(scenarios)
     n = len(given)

@@ -70,3 +70,12 @@ def test_keep_kernels_gives_each_row_its_kernel_table():
     for i, k in enumerate(out.attrs["kernels"]):
         assert k["pred_ms"].sum() == pytest.approx(out["e2e_ms"].iloc[i], rel=1e-9)
         assert k["count"].sum() == out["kernels"].iloc[i]
+
+
+def test_one_predictor_object_or_pair_is_one_predictor():
+    roof = predictors.get("roofline", quick=True)
+    by_name = engine.predict(SCENARIOS[:1], "roofline", quick=True)
+    for arg, label in ((roof, "roofline"), (("rf", roof), "rf")):
+        out = engine.predict(SCENARIOS[:1], arg, quick=True)
+        assert len(out) == 1 and out["predictor"].iloc[0] == label and out["error"].iloc[0] == ""
+        assert out["e2e_ms"].iloc[0] == by_name["e2e_ms"].iloc[0]
