@@ -50,12 +50,17 @@ def predict_tables(configs: pd.DataFrame, trained: dict, table_of, progress: boo
     def key(f):   # what tells the configurations' tables apart
         return (str(f["model"]), int(f["batch"]), int(f["seq"]), f["mode"], bool(f.get("fusion")),
                 f.get("parallel") or None, int(f.get("gpus") or 1))
-    name_of = {key(f): c for f, c in zip(requests, cfg["config"])}
+    name_of = {}
+    for f, c in zip(requests, cfg["config"]):
+        if name_of.setdefault(key(f), c) != c:
+            raise ValueError(f"configurations {name_of[key(f)]!r} and {c!r} have the same model, batch, sequence, "
+                             "mode and option: one kernel table cannot be both")
     out = engine.predict(requests, [(name, p) for (name, _), p in trained.items()],
                          table_of=lambda f: table_of(name_of[key(f)]), memory_columns=False, progress=progress)
     reps = len(out) // max(len(cfg), 1)
     base = pd.concat([cfg[["gpu", "config", "option", "label_e2e_ms"]]] * reps, ignore_index=True)
-    long = base.assign(predictor=out["predictor"].to_numpy(), seed=out["seed"].to_numpy(),
+    # the seed each row is reported under is its key's (predict_seeded checks that the two agree)
+    long = base.assign(predictor=out["predictor"].to_numpy(), seed=np.repeat([int(s) for _, s in trained], len(cfg)),
                        e2e_ms=out["e2e_ms"].to_numpy(), error=out["error"].to_numpy())
     return R.tidy(cfg, long)
 

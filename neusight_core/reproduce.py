@@ -85,7 +85,8 @@ def sweep_configs(index: pd.DataFrame, predictors=PREDICTORS, quick: bool = Fals
     long, bad = _sweep(index, predictors, seeds, quick, progress)
     idx = index.reset_index(drop=True)
     reps = len(long) // max(len(idx), 1)
-    extra = pd.concat([idx[["gpu", "config", "option", "label_e2e_ms"]]] * reps, ignore_index=True)
+    keep = [c for c in ("gpu", "config", "option", "label_e2e_ms") if c in idx]   # an index may lack a name
+    extra = pd.concat([idx[keep]] * reps, ignore_index=True)
     out = pd.concat([extra, long.drop(columns=[]).reset_index(drop=True)], axis=1)
     out["error"] = [b or e for b, e in zip(bad * reps, out["error"])]
     out["ape"] = ape(out["label_e2e_ms"], out["e2e_ms"].where(out["error"] == ""))

@@ -480,7 +480,7 @@ def test_predicting_on_the_authors_graph(release_root):
     from neusight_core import evaluation as ev, opgraph
     idx = ev.build_index()
     cfg = idx[(idx.gpu == "NVIDIA_H100_80GB_HBM3") & idx.config.isin(["bert_large-inf-512-8", "gpt2_large-train-1024-1"])]
-    cfg = pd.concat([cfg, cfg.iloc[:1].assign(config="bert_large-inf-512-3")], ignore_index=True)
+    cfg = pd.concat([cfg, cfg.iloc[:1].assign(config="bert_large-inf-512-3", batch=3)], ignore_index=True)
     long = S.predict_tables(cfg, {("neusight", 0): _PerFlop(), ("neusight", 1): _PerFlop()}, S.GRAPH_TABLES["authors"],
                             progress=False)
     assert len(long) == 2 * len(cfg) and set(long.seed) == {0, 1}
