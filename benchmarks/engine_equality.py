@@ -201,6 +201,11 @@ def main(argv=None) -> int:
             diffs.append((np.inf, f"{k}: missing now"))
             continue
         _compare(res[k], before[k], k, diffs)
+    per_entry: dict[str, float] = {}
+    for d, w in diffs:      # the entry point: the result's name without its scenario index / predictor
+        entry = ".".join(p for p in w.split("[")[0].split(".")[:3] if not p.isdigit())
+        per_entry[entry] = max(per_entry.get(entry, 0.0), d)
+    print("max relative difference per entry point: " + ", ".join(f"{k} {v:.2g}" for k, v in sorted(per_entry.items())))
     worst = sorted(diffs, key=lambda d: -d[0])
     n_bad = sum(d > 1e-9 for d, _ in diffs)
     print(f"{len(diffs)} number groups compared; max relative difference {worst[0][0]:.3g} ({worst[0][1]})")

@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import network
-# the engine's pieces and the request's error, named here too: their callers (whatif, live, the CLI, the tests)
+# the tables' pieces and the request's error, named here too: their callers (whatif, live, the CLI, the tests)
 # read them as latency.*
-from neusight_core.engine import aggregate, loaded_predictor, predict_kernels, trace, trace_cached
+from neusight_core.tables import aggregate, loaded_predictor, predict_kernels, trace, trace_cached
 from neusight_core.scenario import LatencyInputError, device_of, is_image, scenario
 
 __all__ = ["LatencyInputError", "aggregate", "conv_by_roofline", "conv_note", "loaded_predictor", "predict_kernels",

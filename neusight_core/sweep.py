@@ -17,7 +17,7 @@ How a sweep runs
 3. Distinct kernels of all tables are pooled; every predictor (and seed) is called once over the
    pool x the devices that need them (the predictor splits the call by device and op class).
 4. Per-configuration sums by phase and op class are vectorised; tables with communication rows or
-   pipeline stages go through ``engine.aggregate`` (same arithmetic as ``latency.predict_model``).
+   pipeline stages go through ``tables.aggregate`` (same arithmetic as ``latency.predict_model``).
 Steps 1-4 are ``engine.predict``'s (this module builds the grid and keeps the sweep's columns).
 """
 from __future__ import annotations
@@ -28,7 +28,8 @@ import pandas as pd
 
 from neusight_core import engine
 # the engine's names for a configuration frame; compact_table / kernel_table: the tables it predicts from
-from neusight_core.engine import INPUTS, RESULTS, SweepInputError, compact_table, kernel_table
+from neusight_core.engine import INPUTS, RESULTS, SweepInputError
+from neusight_core.tables import compact_table, kernel_table
 
 __all__ = ["INPUTS", "RESULTS", "SweepInputError", "chunks", "compact_table", "grid", "kernel_table", "run", "sweep"]
 
