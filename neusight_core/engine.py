@@ -72,6 +72,8 @@ def _given(v):
 
 
 def _row_of(sc: Scenario, r: dict | None = None) -> dict:
+    """A validated scenario as the frame's fields (over the request ``r`` as given): ``seq`` / ``image_size`` split
+    by the model's kind again."""
     out = dict(r or {})
     out.update(sc.as_dict())
     del out["image"]
@@ -126,7 +128,8 @@ def _requests(scenarios) -> tuple[list[dict], list[dict | None], list[str]]:
                 g["_unknown"] = sorted(set(s) - set(INPUTS))
     norm: list[dict | None] = [None] * len(given)
     err = [""] * len(given)
-    for i, (r, s) in enumerate(zip(given, scenarios if not isinstance(scenarios, pd.DataFrame) else given)):
+    items = given if isinstance(scenarios, pd.DataFrame) else scenarios   # a Scenario is taken as validated
+    for i, (r, s) in enumerate(zip(given, items)):
         try:
             if "_unknown" in r:
                 raise LatencyInputError(f"unknown scenario field(s) {', '.join(r.pop('_unknown'))}; "
