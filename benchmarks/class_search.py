@@ -2,7 +2,7 @@
 
 The search behind our recipe's per-class settings (docs/recipes.md, search log in docs/search_log_logo.yaml):
 for each candidate, train the class on the recipe's training records with 30 % of the distinct
-transformer-derived test shapes held out (as ``recipe_eval.shape_holdout_check`` does for whole recipes),
+transformer-derived test shapes held out (as ``recipe_studies.shape_holdout_check`` does for whole recipes),
 and print one JSON line: best validation MAPE on the random split (training GPUs), the epoch, the
 held-out shapes' MAPE and time-weighted MAPE (mean over the five training GPUs), and the training time.
 No end-to-end label and no unseen GPU is read.

@@ -17,7 +17,7 @@ import argparse
 import json
 
 from neusight_core import predictors as P
-from neusight_core import recipe_eval as R
+from neusight_core import recipe_eval as R, recipe_studies as S
 from neusight_core.predictors.base import hparams
 
 
@@ -27,14 +27,14 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=100, help="the uncut run (the authors' 100)")
     ap.add_argument("--e2e", action="store_true", help="also the end-to-end MAPE of the uncut run and the cut")
     a = ap.parse_args()
-    folder = R.uncut_paper_folder(a.seed, a.epochs)
+    folder = S.uncut_paper_folder(a.seed, a.epochs)
     over = None if folder == P.folder("neusight-paper", False, a.seed) else {"epochs": a.epochs}
     p = P.get("neusight-paper", seed=a.seed, config=over)
     meta = json.loads((folder / "meta.json").read_text())
-    t = R.epoch_cut_table(meta, cuts=(10, 20, 30, 40, 50, 60, 70, 80))
+    t = S.epoch_cut_table(meta, cuts=(10, 20, 30, 40, 50, 60, 70, 80))
     print(f"neusight-paper, seed {a.seed}, {a.epochs} epochs, trained in {p.info.get('train_seconds', 0) / 60:.1f} min")
     print(t.round(2).to_markdown(index=False))
-    print(f"smallest E within 1 point of the uncut run, per class: {R.smallest_cut_per_class(meta, 1.0)}")
+    print(f"smallest E within 1 point of the uncut run, per class: {S.smallest_cut_per_class(meta, 1.0)}")
     print(f"the recipe trains: {hparams('neusight-paper')['epochs']}")
     if a.e2e:
         end_to_end(a.seed, a.epochs, p)

@@ -47,22 +47,22 @@ def main(argv=None) -> int:
     import pandas as pd
 
     from neusight_core import predictors as P
-    from neusight_core import recipe_eval as R
+    from neusight_core import recipe_studies as S
     pd.set_option("display.width", 200)
     seeds = [int(s) for s in a.seeds.split(",")]
     cands = [candidates()[c] for c in a.candidates.split(",")]
-    jobs = [(recipe, a.quick, s, R.holdout_overrides(recipe, over, a.holdout, a.drop_gpu), None)
+    jobs = [(recipe, a.quick, s, S.holdout_overrides(recipe, over, a.holdout, a.drop_gpu), None)
             for _, recipe, over in cands for s in seeds]
     P.train_parallel(jobs)
-    per = R.shape_holdout_check(cands, seeds, a.holdout, a.quick, a.drop_gpu)
+    per = S.shape_holdout_check(cands, seeds, a.holdout, a.quick, a.drop_gpu)
     if a.csv:
         per.to_csv(a.csv, index=False)
     print(f"held-out shapes ({a.holdout:.0%} of the distinct test shapes; training GPUs"
           f"{'' if not a.drop_gpu else ', ' + a.drop_gpu + ' left out of training'}), seeds {seeds}")
     print("\ntime-weighted MAPE (%), mean over GPUs; mean (min-max) over seeds")
-    print(R.shape_holdout_summary(per, "wmape").to_string())
+    print(S.shape_holdout_summary(per, "wmape").to_string())
     print("\nMAPE (%)")
-    print(R.shape_holdout_summary(per, "mape").to_string())
+    print(S.shape_holdout_summary(per, "mape").to_string())
     print("\nper GPU, time-weighted MAPE (%), mean over seeds")
     print(per.pivot_table(index=["op_class", "device"], columns="candidate", values="wmape").round(1).to_string())
     return 0

@@ -447,7 +447,7 @@ def seen_test_kernels(holdout: float = 0.0, holdout_seed: int = 0, part: str = "
     """The training GPUs' rows of the kernel test sets (transformer-derived, aligned shapes) as a kernel
     table: extra training data of our recipe (``extra_training: seen_test``). With ``holdout`` > 0 a fixed
     share of the distinct shapes is held out (on every GPU): ``part="train"`` gives the rest, ``"held_out"``
-    those shapes (the validation of recipes.md, ``recipe_eval.shape_holdout_check``). Never the unseen GPUs."""
+    those shapes (the validation of recipes.md, ``recipe_studies.shape_holdout_check``). Never the unseen GPUs."""
     k = test_kernels()
     k = k[k["seen"]].reset_index(drop=True)
     if holdout > 0:

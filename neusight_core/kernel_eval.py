@@ -44,7 +44,7 @@ def predict_all(preds: dict, test: pd.DataFrame | None = None) -> pd.DataFrame:
 
     ``in_training``: the row was training data of that predictor (our recipe trains on the training GPUs'
     test rows): its APE is left empty, so in-distribution cells of such a predictor are blank rather than
-    in-sample; ``recipe_eval.shape_holdout_check`` measures it on shapes it never saw."""
+    in-sample; ``recipe_studies.shape_holdout_check`` measures it on shapes it never saw."""
     test = dataset.test_kernels() if test is None else test
     parts = []
     for name, p in preds.items():
@@ -93,11 +93,11 @@ def per_gpu_table(long: pd.DataFrame) -> pd.DataFrame:
 
 def paper_perop() -> pd.DataFrame | None:
     """The authors' per-op table from the release (``summary/perop.csv``), same layout, or None.
-    Parsed by ``evaluation.read_authors_table`` (the one reader of the authors' summary tables)."""
+    Parsed by ``authors_tables.read_authors_table`` (the one reader of the authors' summary tables)."""
     if not (paths.summary_dir() / "perop.csv").is_file():
         return None
-    from neusight_core import evaluation
-    t = evaluation.read_authors_table("perop")
+    from neusight_core import authors_tables
+    t = authors_tables.read_authors_table("perop")
     t.index.name = None
     t.columns.names = [None, None]
     return t.astype(float)

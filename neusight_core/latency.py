@@ -20,80 +20,17 @@ any number can be traced back to the kernels that make it up.
 """
 from __future__ import annotations
 
-import functools
-import time
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from neusight_core import memory, network
-from neusight_core.scenario import LatencyInputError, device_of, is_image, scenario  # noqa: F401 (LatencyInputError: callers catch it here)
+from neusight_core import network
+# the tables' pieces and the request's error, named here too: their callers (whatif, live, the CLI, the tests)
+# read them as latency.*
+from neusight_core.tables import aggregate, loaded_predictor, predict_kernels, trace, trace_cached
+from neusight_core.scenario import LatencyInputError, device_of, is_image, scenario
 
-@functools.lru_cache(maxsize=64)
-def trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
-    # on disk across processes (trace_cache: keyed by config content, arguments and versions; a hit
-    # does not import transformers), and in memory within the process
-    from neusight_core import trace_cache
-    return trace_cache.trace(model, batch, seq, mode, past=past, dtype=dtype)
-
-
-def trace(model, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
-    """Kernel table of a model; traces of named models are cached on disk and per process."""
-    if isinstance(model, (str, Path)):
-        return trace_cached(str(model), int(batch), int(seq), mode, int(past), dtype).copy()
-    from neusight_core import trace as _trace
-    return _trace.trace_model(model, batch, seq, mode, past=past, dtype=dtype)
-
-
-@functools.lru_cache(maxsize=32)
-def loaded_predictor(name: str, quick: bool, seed: int = 0):
-    """Trained predictors by name, once per process (the sweep uses the same ones)."""
-    from neusight_core import predictors
-    return predictors.get(name, quick=quick, seed=seed)
-
-
-def aggregate(kernels: pd.DataFrame, micro_batches: int = 1) -> dict:
-    """Sum a kernel table that already has ``pred_ms`` (per row, times ``count``) into phase totals."""
-    k = kernels
-    comm = (k["op_class"] == "COMM").to_numpy()
-    phase = k["phase"].to_numpy()
-    pred = k["pred_ms"].to_numpy(float)
-    fw = float(pred[(phase == "fw") & ~comm].sum())
-    bw = float(pred[(phase == "bw") & ~comm].sum())
-    acc = float(pred[(phase == "acc") & ~comm].sum())
-    overlap = comm & k.get("overlap", pd.Series(False, index=k.index)).fillna(False).astype(bool).to_numpy()
-    comm_total = float(pred[comm].sum())
-    comm_overlap = float(pred[overlap].sum())
-    exposed = max(0.0, comm_overlap - (bw + acc)) + (comm_total - comm_overlap)
-    stages = k["stage"].fillna(0).astype(int) if "stage" in k else pd.Series(0, index=k.index)
-    if stages.nunique() > 1:
-        per_stage = k.assign(_s=stages.to_numpy()).groupby("_s")["pred_ms"].sum()
-        e2e = float(per_stage.sum() + (micro_batches - 1) * per_stage.max())
-    else:
-        per_stage = None
-        e2e = fw + bw + acc + exposed
-    breakdown = (k.groupby("op_class")["pred_ms"].sum().sort_values(ascending=False))
-    out = {"e2e_ms": e2e, "fw_ms": fw, "bw_ms": bw, "acc_ms": acc, "comm_ms": comm_total,
-           "comm_exposed_ms": exposed, "breakdown": {c: float(v) for c, v in breakdown.items()}}
-    if per_stage is not None:
-        out["stage_ms"] = {int(s): float(v) for s, v in per_stage.items()}
-    return out
-
-
-def predict_kernels(kernels: pd.DataFrame, device, predictor="neusight", quick: bool = False,
-                    net: network.NetworkModel | None = None) -> pd.DataFrame:
-    """Return ``kernels`` with ``pred_ms`` = predicted per-launch time x ``count`` (COMM by ``net``)."""
-    dev = device_of(device)
-    pred = loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
-    per_launch = np.asarray(pred.predict(kernels, dev), dtype=float)
-    comm = (kernels["op_class"] == "COMM").to_numpy()
-    if comm.any():
-        if net is None:
-            raise LatencyInputError("the kernel table has communication rows but no network model was given")
-        per_launch = np.where(comm, net.time_ms(kernels), per_launch)
-    count = kernels["count"].fillna(1).to_numpy(float) if "count" in kernels else 1.0
-    return kernels.assign(pred_ms=per_launch * count)
+__all__ = ["LatencyInputError", "aggregate", "conv_by_roofline", "conv_note", "loaded_predictor", "predict_kernels",
+           "predict_model", "predict_scenario", "trace", "trace_cached"]
 
 
 def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neusight",
@@ -129,25 +66,16 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
 def predict_scenario(sc, predictor="neusight", quick: bool = False, efficiency: float = network.DEFAULT_EFFICIENCY,
                      optimizer: str = "adamw", master_weights: bool = True) -> dict:
     """``predict_model`` of a validated :class:`scenario.Scenario` (the CLI builds one, so a request is
-    checked once); same result."""
+    checked once); same result. One scenario through ``engine.predict`` with its kernel table kept."""
+    from neusight_core import engine
     dev = device_of(sc.device)
-    t0 = time.perf_counter()
-    kernels = trace(sc.model, sc.batch, sc.seq, sc.mode, sc.past, sc.dtype)
-    if sc.fusion:
-        from neusight_core import fusion as _fusion
-        kernels = _fusion.fuse(kernels)
-    net = None
-    if sc.parallel is not None:
-        from neusight_core import parallel as _parallel
-        net = network.NetworkModel(link_gbs=sc.link_gbs or 1.0, gpus=sc.gpus, efficiency=efficiency)
-        kernels = _parallel.apply_plan(kernels, sc.parallel, sc.gpus, micro_batches=sc.micro_batches)
-    t1 = time.perf_counter()
-    kernels = predict_kernels(kernels, dev, predictor, quick=quick, net=net)
+    frame = engine.predict([sc], [predictor], seeds=(0,), quick=quick, efficiency=efficiency, optimizer=optimizer,
+                           master_weights=master_weights, keep_kernels=True, raise_errors=True)
+    kernels = frame.attrs["kernels"][0]
     out = aggregate(kernels, sc.micro_batches if sc.parallel == "pp" else 1)
-    mem = memory.footprint(kernels, dev, optimizer=optimizer, master_weights=master_weights)
-    out.update(trace_s=t1 - t0, predict_s=time.perf_counter() - t1, kernels=kernels,
+    out.update(trace_s=frame.attrs["tables_s"], predict_s=frame.attrs["predict_s"], kernels=kernels,
                device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name,
-               dtype=sc.dtype, dtype_note=dev.precision_note(sc.dtype), memory=mem,
+               dtype=sc.dtype, dtype_note=dev.precision_note(sc.dtype), memory=frame.attrs["memory"][0],
                conv_note=conv_note(kernels, predictor, quick))
     return out
 

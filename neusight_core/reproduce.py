@@ -66,8 +66,15 @@ def predict_configs(index: pd.DataFrame, predictors=PREDICTORS,
     every seed. ``ours_wall_s`` is the sweep's wall time divided by the number of configurations.
     ``sweep_configs`` gives the tidy sweep frame itself.
     """
-    long, bad, wall = _sweep(index, predictors, seeds, quick, progress)
-    return _spread(index, long, bad, wall, predictors, seeds)
+    return spread(index, sweep_configs(index, predictors, quick=quick, progress=progress, seeds=seeds),
+                  predictors, seeds)
+
+
+def spread(index: pd.DataFrame, long: pd.DataFrame, predictors=PREDICTORS, seeds=(0,)) -> pd.DataFrame:
+    """``predict_configs``' frame from ``sweep_configs``' tidy frame of the same ``index`` (notebook 04 sweeps
+    once and reuses the frame for the seed tables)."""
+    wall = long.attrs.get("total_s", np.nan) / max(len(index), 1)
+    return _spread(index, long, [""] * len(index), wall, predictors, seeds)
 
 
 def sweep_configs(index: pd.DataFrame, predictors=PREDICTORS, quick: bool = False, progress: bool = True,
@@ -75,10 +82,11 @@ def sweep_configs(index: pd.DataFrame, predictors=PREDICTORS, quick: bool = Fals
     """The tidy sweep frame of the labelled configurations (``sweep.run`` columns, one row per
     configuration x predictor x seed) with the index's ``gpu``, ``config``, ``option`` and
     ``label_e2e_ms`` beside it and ``ape`` (ours against the label)."""
-    long, bad, _ = _sweep(index, predictors, seeds, quick, progress)
+    long, bad = _sweep(index, predictors, seeds, quick, progress)
     idx = index.reset_index(drop=True)
     reps = len(long) // max(len(idx), 1)
-    extra = pd.concat([idx[["gpu", "config", "option", "label_e2e_ms"]]] * reps, ignore_index=True)
+    keep = [c for c in ("gpu", "config", "option", "label_e2e_ms") if c in idx]   # an index may lack a name
+    extra = pd.concat([idx[keep]] * reps, ignore_index=True)
     out = pd.concat([extra, long.drop(columns=[]).reset_index(drop=True)], axis=1)
     out["error"] = [b or e for b, e in zip(bad * reps, out["error"])]
     out["ape"] = ape(out["label_e2e_ms"], out["e2e_ms"].where(out["error"] == ""))
@@ -98,9 +106,8 @@ def _sweep(index, predictors, seeds, quick, progress):
             bad[i] = str(e)
             row["batch"] = None            # the sweep records the row as an error; ours_error says why
         rows.append(row)
-    t0 = time.perf_counter()
     long = sweep.run(pd.DataFrame(rows), _names(predictors), _seeds(seeds), quick=quick, progress=progress)
-    return long, bad, (time.perf_counter() - t0) / max(n, 1)
+    return long, bad
 
 
 def _names(predictors):

@@ -12,7 +12,7 @@ A notebook is OK when it ran and its metrics.json says OK, SKIPPED when metrics.
 failure never stops the run; the exit code is 1 when any notebook failed.
 
 SUMMARY.md opens with a verdict block built from the ``verdicts`` key of each notebook's
-metrics.json (contract in docs/interfaces.md, producer ``claims.verdict_block``).
+metrics.json (``run_summary``; contract in docs/interfaces.md, producer ``claims.verdict_block``).
 
 Usage errors (unknown option, ``--only`` naming no notebook, an ``--out`` that is a file, is not
 writable, or already holds files) end with one line and exit code 2 before anything runs; run_all.sh
@@ -34,27 +34,20 @@ import sys
 import tarfile
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 
 from . import paths  # stdlib only: run_all.sh checks the arguments with any python3 before set-up
+from .run_summary import NotebookResult, verdict_block, write_atomic, write_summary
 
+__all__ = ["NotebookResult", "claim", "discover", "main", "run_notebook", "verdict_block", "write_atomic",
+           "write_record", "write_summary"]   # the summary's names are run_summary's, named here for the run
 NOTEBOOKS_DIR = paths.REPO_ROOT / "notebooks"
-TIERS = {0: "Tier 0, the authors' shipped predictions", 1: "Tier 1, our re-implementation",
-         2: "Tier 2, live on the local GPU"}
 
 
 class UsageError(Exception):
     """Bad command line; one line, exit code 2."""
-
-
-@dataclass
-class NotebookResult:
-    name: str
-    status: str          # OK | SKIPPED | FAILED | INTERRUPTED
-    seconds: float
-    reason: str = ""
 
 
 def discover(folder: Path, only: list[str] | None = None) -> list[Path]:
@@ -112,21 +105,6 @@ def _strip_progress(ipynb: Path) -> None:
             nbformat.write(nb, ipynb)
     except Exception as e:  # cosmetic: never turns a notebook into a failure
         print(f"    (could not strip progress bars from {ipynb.name}: {e})", flush=True)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` aside and rename it over ``path``: a full disk or a kill never leaves a half-written
-    file under the finished name (the partial one is removed and the error raised)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -260,126 +238,6 @@ def environment() -> dict:
         "release": rel, "gpu": gpu_info(),
         "packages": {n: v for n, v in pkgs},
     }
-
-
-# ----------------------------------------------------------------------------- summary
-def _counts(c: dict) -> str:
-    main = ", ".join(f"{v} {c.get(v, 0)}" for v in ("REPRODUCED", "DEVIATES", "NOT COMPUTABLE"))
-    g = c.get("graded") or {}
-    graded = ", ".join(f"{k} {n}" for k, n in g.items())
-    return main + (f" (graded: {graded})" if graded else "")
-
-
-def _ranking_text(r: dict, key: str) -> str:
-    mape = r.get("mape") or {}
-    from neusight_core import registry
-    # the ranking compares the release's predictors: the paper's names, NeuSight for the recipe being judged
-    vals = ", ".join(f"{'NeuSight' if k in (key, 'neusight') else registry.label(k)} "
-                     + ("n/a" if v is None else f"{v:.1f}") for k, v in mape.items())
-    holds = r.get("holds")
-    word = "cannot be judged" if holds is None else ("yes" if holds else "NO")
-    return f"{word} ({vals} %; {r.get('configurations', '?')} configurations)"
-
-
-def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
-    """The lines that open SUMMARY.md: one per tier (and recipe), then the ranking question.
-
-    Reads ``<run>/<notebook>/metrics.json["verdicts"]`` (contract in docs/interfaces.md)."""
-    by_tier: dict[int, list[tuple[NotebookResult, dict]]] = {}
-    external: list[str] = []       # verdicts {"external": true, "summary": ...} (notebook 07, issue 25)
-    for r in results:
-        m = run_dir / r.name / "metrics.json"
-        try:
-            v = json.loads(m.read_text()).get("verdicts") if m.is_file() else None
-        except (json.JSONDecodeError, OSError):
-            v = None
-        if isinstance(v, dict) and v.get("tier") in TIERS:
-            by_tier.setdefault(int(v["tier"]), []).append((r, v))
-        elif isinstance(v, dict) and v.get("external") and v.get("summary"):
-            quick = " [quick mode: subset, quick predictors]" if v.get("quick") else ""
-            external.append(f"- **External validation** ({r.name}, {r.status}){quick}: {v['summary']}")
-    not_ok = [r for r in results if r.status in ("FAILED", "INTERRUPTED")]
-    lines = ["## Verdict", ""]
-    rank = []
-    for tier, title in TIERS.items():
-        entries = by_tier.get(tier, [])
-        if not entries:
-            why = ("; ".join(f"{r.name} {r.status}" + (f" ({r.reason})" if r.reason else "") for r in not_ok)
-                   if not_ok else "no notebook of this run reports it")
-            lines.append(f"- **{title}**: not reported ({why})")
-            continue
-        for r, v in entries:
-            quick = " [quick mode: subset, quick predictors]" if v.get("quick") else ""
-            head = f"- **{title}** ({r.name}, {r.status}){quick}:"
-            summary = str(v.get("summary") or "").strip()
-            if r.status == "SKIPPED":
-                summary = summary or f"SKIPPED: {r.reason}"
-            if r.status == "FAILED":
-                summary = f"FAILED: {r.reason}" + (f"; {summary}" if summary else "")
-            claims = v.get("claims") or {}
-            if not claims:
-                lines.append(f"{head} {summary}")
-            else:
-                if summary:
-                    lines.append(f"{head} {summary}")
-                    head = "  -"
-                for key, c in claims.items():
-                    who = f"recipe `{key}`" if tier else str(v.get("label") or key)
-                    corr = (v.get("correlation") or {}).get(key) or {}
-                    extra = ""
-                    if corr.get("pearson") is not None:
-                        extra = (f"; predicted vs measured latency over {corr.get('n')} NVIDIA configurations: "
-                                 f"MAPE {corr['mape']:.1f} %, Pearson {corr['pearson']:.3f}, "
-                                 f"Spearman {corr['spearman']:.3f}")
-                    lines.append(f"{head} claims with {who}: {_counts(c)}{extra}")
-                    head = "  -"
-            for key, rk in (v.get("ranking") or {}).items():
-                who = "authors' predictions" if tier == 0 else f"ours, recipe `{key}`"
-                rank.append(f"{who}: {_ranking_text(rk, key)}")
-    if rank:
-        lines.append("- **Ranking** (does NeuSight have a lower pooled MAPE than Roofline, Habitat and "
-                     "Li et al. over the labelled single-GPU NVIDIA configurations of Figures 7 and 8?): "
-                     + "; ".join(rank))
-    else:
-        lines.append("- **Ranking** (NeuSight against Roofline, Habitat, Li et al.): not reported in this run")
-    lines += external
-    lines.append("- Tolerance: a claim is REPRODUCED within half a unit of the last digit the paper prints "
-                 "(\"9.7\" within 0.05, \"about 13\" within 0.5); graded: within tolerance / within 10 % / "
-                 "within 2x / worse.")
-    return lines
-
-
-def write_summary(run_dir: Path, results: list[NotebookResult], env: dict, quick: bool, total: float,
-                  interrupted: str | None = None, tarball: str | None = None) -> Path:
-    icon = {"OK": "OK", "SKIPPED": "SKIPPED", "FAILED": "**FAILED**", "INTERRUPTED": "**INTERRUPTED**"}
-    lines = [f"# NeuSight artifact run {run_dir.name}", ""]
-    if interrupted:
-        done = [r.name for r in results if r.status != "INTERRUPTED"]
-        lines += [f"**INTERRUPTED** by {interrupted} after {total / 60:.1f} min: "
-                  f"{len(done)} notebook(s) finished ({', '.join(done) or 'none'}); the rest did not run. "
-                  "No tarball was made; this folder is incomplete evidence.", ""]
-    lines += verdict_block(run_dir, results) + [""]
-    lines += ["## Run", "",
-              f"- mode: {'quick' if quick else 'full'}; total wall time {total / 60:.1f} min",
-              f"- artifact commit {env.get('artifact_commit', '')[:12] or '?'}"
-              f"{' (uncommitted changes)' if env.get('artifact_dirty') else ''}; "
-              f"release commit {env.get('release', {}).get('commit', '?')[:7]}; "
-              f"checksums: {env.get('release', {}).get('checksums', '?')}",
-              f"- Python {env.get('python', '?')} on {env.get('platform', '?')}; GPU: "
-              + (", ".join(env['gpu']['names']) if env.get('gpu', {}).get('available')
-                 else f"none ({env.get('gpu', {}).get('reason', '')})"),
-              *([f"- tarball: {tarball}"] if tarball else []),
-              "", "| notebook | status | wall time (s) | reason |", "|---|---|---:|---|"]
-    for r in results:
-        reason = r.reason.replace("|", "/").replace("\n", " ")
-        lines.append(f"| {r.name} | {icon.get(r.status, r.status)} | {r.seconds:.1f} | {reason} |")
-    for r in results:
-        part = run_dir / r.name / "summary.md"
-        if part.is_file():
-            lines += ["", f"## {r.name}", "", part.read_text().strip()]
-    p = run_dir / "SUMMARY.md"
-    write_atomic(p, "\n".join(lines) + "\n")  # never half-written: written aside, then renamed
-    return p
 
 
 def make_tarball(run_dir: Path) -> Path:

@@ -35,13 +35,13 @@ class Tier1Run:
     versus: pd.DataFrame           # recipe_eval.versus_table
     gemm_vs_alone: pd.DataFrame    # kernel_eval.in_model_vs_alone_summary
     recipe_claims: pd.DataFrame    # recipe_eval.claims_over_seeds, every recipe
-    graph_tab: pd.DataFrame        # recipe_eval.graph_table
+    graph_tab: pd.DataFrame        # recipe_studies.graph_table
     headline: pd.DataFrame         # reproduce.paper_comparison
     claims_both: pd.DataFrame      # claim, verdict (ours), ...
     timing: pd.DataFrame           # reproduce.prediction_time rows (cold_s, warm_s, load_s)
     train_times: pd.DataFrame      # recipe_eval.train_seeded's (predictor, seed, train_s)
     verdicts: dict                 # claims.verdict_block(ours_index, predictors, tier=1, quick)
-    abl_tab: pd.DataFrame | None = None   # recipe_eval.ablation_table (None when the ablation is off)
+    abl_tab: pd.DataFrame | None = None   # recipe_studies.ablation_table (None when the ablation is off)
 
 
 def _fmt(x) -> str:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from neusight_core import authors_tables as at
 from neusight_core import evaluation as ev
 from neusight_core import paths, report
 
@@ -68,7 +69,7 @@ def test_index_ape_columns(index):
                                   "distributed", "fp16mm"])
 def test_rebuilt_table_equals_authors(index, name):
     tables = ev.build_tables(index, ev.load_fp16mm())
-    diff = ev.compare_table(name, tables[name], ev.read_authors_table(name))
+    diff = at.compare_table(name, tables[name], at.read_authors_table(name))
     expected_cells = {"nvidia_inf": 216, "nvidia_train": 104, "amd_inf": 28, "amd_train": 15,
                       "fusion_inf": 72, "distributed": 33, "fp16mm": 9}[name]
     assert len(diff) == expected_cells
@@ -78,26 +79,26 @@ def test_rebuilt_table_equals_authors(index, name):
 def test_perop_differences_are_the_missing_switch_labels(index):
     """Table 6 differs only because the release lacks 10 per-node label CSVs; filling exactly
     those from the authors' summary.csv makes every cell equal."""
-    diff = ev.compare_table("perop", ev.table_perop(index), ev.read_authors_table("perop"))
+    diff = at.compare_table("perop", ev.table_perop(index), at.read_authors_table("perop"))
     assert len(diff) == 40 and (~diff["equal"]).sum() > 0
     filled = ev.fill_per_op_from_authors_summary(index)
     assert (filled["per_op_source"] == "authors_summary").sum() == 10
     assert set(filled.loc[filled["per_op_source"] == "authors_summary", "model"]) == {"switchxl4"}
-    assert ev.compare_table("perop", ev.table_perop(filled), ev.read_authors_table("perop"))["equal"].all()
-    exc = ev.explain_exceptions(diff, index)
+    assert at.compare_table("perop", ev.table_perop(filled), at.read_authors_table("perop"))["equal"].all()
+    exc = at.explain_exceptions(diff, index)
     assert len(exc) == (~diff["equal"]).sum() and exc["reason"].str.contains("ABSENT.txt").all()
 
 
 def test_compare_table_detects_a_changed_cell(index):
     ours = ev.table_nvidia_inf(index)
-    theirs = ev.read_authors_table("nvidia_inf")
+    theirs = at.read_authors_table("nvidia_inf")
     cell = (("NVIDIA_H100_80GB_HBM3", "NeuSight"), ("BERT-Large", 8))
     ours.loc[cell] = theirs.loc[cell] + 0.2
-    diff = ev.compare_table("nvidia_inf", ours, theirs)
+    diff = at.compare_table("nvidia_inf", ours, theirs)
     bad = diff[~diff["equal"]]
     assert len(bad) == 1 and bad.iloc[0]["row"] == "NVIDIA_H100_80GB_HBM3 / NeuSight"
     ours.loc[cell] = theirs.loc[cell] + 0.01  # same at printed precision
-    assert ev.compare_table("nvidia_inf", ours, theirs)["equal"].all()
+    assert at.compare_table("nvidia_inf", ours, theirs)["equal"].all()
 
 
 def test_with_predictions_substitutes_ours(index):

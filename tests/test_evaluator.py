@@ -12,7 +12,7 @@ import time
 import pytest
 
 from neusight_core import __main__ as cli
-from neusight_core import devices, paths, runner
+from neusight_core import devices, paths, run_summary, runner
 
 FIXTURES = paths.REPO_ROOT / "tests" / "fixtures" / "notebooks"
 SLOW_FIXTURES = paths.REPO_ROOT / "tests" / "fixtures" / "slow_notebooks"
@@ -193,11 +193,11 @@ def test_summary_opens_with_the_verdict_block(tmp_path):
              claims={"neusight": counts(1, 15, 2), "neusight-paper": counts(3, 13, 2)},
              ranking={"neusight": rank(14.5, True), "neusight-paper": rank(40.0, False)})
     _metrics(tmp_path, "05_live_gpu", status="SKIPPED", tier=2, summary="SKIPPED: no CUDA GPU here")
-    results = [runner.NotebookResult("01_validate_shipped_pairs", "OK", 1.0),
-               runner.NotebookResult("02_trace_models", "OK", 1.0),
-               runner.NotebookResult("04_reproduce_paper", "OK", 1.0),
-               runner.NotebookResult("05_live_gpu", "SKIPPED", 1.0, "no CUDA GPU here")]
-    p = runner.write_summary(tmp_path, results, {"python": "3.11"}, quick=True, total=60.0)
+    results = [run_summary.NotebookResult("01_validate_shipped_pairs", "OK", 1.0),
+               run_summary.NotebookResult("02_trace_models", "OK", 1.0),
+               run_summary.NotebookResult("04_reproduce_paper", "OK", 1.0),
+               run_summary.NotebookResult("05_live_gpu", "SKIPPED", 1.0, "no CUDA GPU here")]
+    p = run_summary.write_summary(tmp_path, results, {"python": "3.11"}, quick=True, total=60.0)
     text = p.read_text()
     head = text.split("## Run")[0]
     assert head.index("## Verdict") < 60  # the verdict opens the file
@@ -214,8 +214,8 @@ def test_summary_opens_with_the_verdict_block(tmp_path):
 
 
 def test_verdict_block_names_what_is_missing(tmp_path):
-    results = [runner.NotebookResult("04_reproduce_paper", "FAILED", 1.0, "ValueError: boom")]
-    lines = "\n".join(runner.verdict_block(tmp_path, results))
+    results = [run_summary.NotebookResult("04_reproduce_paper", "FAILED", 1.0, "ValueError: boom")]
+    lines = "\n".join(run_summary.verdict_block(tmp_path, results))
     assert "Tier 1, our re-implementation**: not reported (04_reproduce_paper FAILED (ValueError: boom))" in lines
 
 

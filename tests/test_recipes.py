@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from neusight_core import dataset, devices, paths, recipe_eval as R
+from neusight_core import dataset, devices, paths, recipe_eval as R, recipe_studies as S
 from neusight_core import predictors as P
 from neusight_core.predictors import common
 from neusight_core.predictors.base import STATE_FILE, hparams, read_state, write_state
@@ -175,7 +175,7 @@ def test_claims_over_seeds_reports_every_seed_and_mixed(release_root):
 
 
 def test_ablation_plan_towards_our_recipe():
-    plan = R.ablation_plan(epochs=3)
+    plan = S.ablation_plan(epochs=3)
     assert [n for n, _ in plan] == ["neusight-paper (base)", "+ the training GPUs' transformer-shaped kernels",
                                     "learning rates (LINEAR 1e-3, softmax and layernorm 1e-4)",
                                     "LINEAR: five 8 x 256 networks, u averaged (a failed one dropped)",
@@ -196,7 +196,7 @@ def test_ablation_plan_towards_our_recipe():
 
 
 def test_ablation_plan_switches_one_difference_at_a_time():
-    plan = R.ablation_plan(epochs=3, plan="ablation-logo")
+    plan = S.ablation_plan(epochs=3, plan="ablation-logo")
     names = [n for n, _ in plan]
     assert names[0].endswith("(base)") and names[-1] == "all = neusight-logo"
     assert plan[0][1] == {"epochs": 3}
@@ -215,7 +215,7 @@ def test_ablation_table_shape():
         for s in (0, 1):
             for g in R.HEADLINE_GROUPS[:3]:
                 rows.append({"group": g, "predictor": r, "seed": s, "mape": v + s, "n": 3, "n_group": 3})
-    t = R.ablation_table(pd.DataFrame(rows), plan)
+    t = S.ablation_table(pd.DataFrame(rows), plan)
     assert list(t["row"]) == ["base", "x", "y"]
     assert t.shape == (3, 1 + 3 * len(R.HEADLINE_GROUPS[:3]))
     g = R.HEADLINE_GROUPS[0]
@@ -229,9 +229,9 @@ def test_train_ablation_on_a_training_subset(release_root, tmp_path, monkeypatch
     shutil.copytree(paths.trained_dir() / "datasets", tmp_path / "datasets")
     monkeypatch.setattr(paths, "trained_dir", lambda: tmp_path)
     t0 = time.perf_counter()
-    trained, times = R.train_ablation(seeds=(0,), epochs=1, rows=200, plan="ablation-logo")
+    trained, times = S.train_ablation(seeds=(0,), epochs=1, rows=200, plan="ablation-logo")
     print(f"train_ablation: {time.perf_counter() - t0:.1f} s")
-    plan = R.ablation_plan(1, "ablation-logo")
+    plan = S.ablation_plan(1, "ablation-logo")
     assert [k[0] for k in trained] == [n for n, _ in plan] and len(times) == len(plan)
     base, lookup = trained[(plan[0][0], 0)], trained[("tile lookup", 0)]
     assert lookup.tiles.method == "scaled" and base.tiles.method == "authors"
@@ -439,11 +439,11 @@ def test_smallest_cut_per_class_reads_each_class_history():
         "VEC": {"val_history": [2.0, 1.5, 1.4, 1.3]},                      # best 1.3: 2.0 is within 1 at E=1
         "LINEAR": {"val_history": [float("nan"), 30.0, 12.0]},             # a diverged first epoch is skipped
         "SOFTMAX": {"val_history": []}}}}
-    cut = R.smallest_cut_per_class(meta, points=1.0)
+    cut = S.smallest_cut_per_class(meta, points=1.0)
     assert cut == {"BMM": 5, "VEC": 1, "LINEAR": 3, "SOFTMAX": None}
-    assert R.smallest_cut_per_class(meta, points=1.6)["BMM"] == 4          # 11.5 - 10.0 <= 1.6 < 12.0 - 10.0
+    assert S.smallest_cut_per_class(meta, points=1.6)["BMM"] == 4          # 11.5 - 10.0 <= 1.6 < 12.0 - 10.0
     # the whole-run table agrees with the per-class cut at the cuts it lists
-    t = R.epoch_cut_table(meta, cuts=(1, 3, 4, 5))
+    t = S.epoch_cut_table(meta, cuts=(1, 3, 4, 5))
     b = t.set_index("op_class").loc["BMM"]
     assert b["best_first_4"] - b["best_all"] > 1.0 >= b["best_first_5"] - b["best_all"]
 
@@ -452,10 +452,10 @@ def test_uncut_paper_folder_is_the_recipe_itself_when_it_trains_100_epochs(monke
     from neusight_core.predictors import base
     real = base.hparams
     monkeypatch.setattr(base, "hparams", lambda n: {**real(n), "epochs": 100} if n == "neusight-paper" else real(n))
-    assert R.uncut_paper_folder(0) == P.folder("neusight-paper", False, 0)
+    assert S.uncut_paper_folder(0) == P.folder("neusight-paper", False, 0)
     monkeypatch.setattr(base, "hparams", lambda n: {**real(n), "epochs": {"BMM": 40, "VEC": 100}}
                         if n == "neusight-paper" else real(n))
-    assert R.uncut_paper_folder(1) == P.folder("neusight-paper", False, 1, {"epochs": 100})
+    assert S.uncut_paper_folder(1) == P.folder("neusight-paper", False, 1, {"epochs": 100})
 
 
 def test_training_jobs_start_longest_first():
@@ -480,8 +480,8 @@ def test_predicting_on_the_authors_graph(release_root):
     from neusight_core import evaluation as ev, opgraph
     idx = ev.build_index()
     cfg = idx[(idx.gpu == "NVIDIA_H100_80GB_HBM3") & idx.config.isin(["bert_large-inf-512-8", "gpt2_large-train-1024-1"])]
-    cfg = pd.concat([cfg, cfg.iloc[:1].assign(config="bert_large-inf-512-3")], ignore_index=True)
-    long = R.predict_tables(cfg, {("neusight", 0): _PerFlop(), ("neusight", 1): _PerFlop()}, R.GRAPH_TABLES["authors"],
+    cfg = pd.concat([cfg, cfg.iloc[:1].assign(config="bert_large-inf-512-3", batch=3)], ignore_index=True)
+    long = S.predict_tables(cfg, {("neusight", 0): _PerFlop(), ("neusight", 1): _PerFlop()}, S.GRAPH_TABLES["authors"],
                             progress=False)
     assert len(long) == 2 * len(cfg) and set(long.seed) == {0, 1}
     k = opgraph.kernel_table("bert_large-inf-512-8")
@@ -492,7 +492,7 @@ def test_predicting_on_the_authors_graph(release_root):
     assert miss.pred_ms.isna().all() and miss.error.str.contains("not found").all()
     trace_long = long.assign(pred_ms=long.pred_ms * 2, ape=lambda d: 100 * (d.pred_ms - d.label_ms).abs() / d.label_ms)
     groups = {"all": np.ones(len(cfg), bool)}
-    t = R.graph_table(trace_long, {"authors": long}, cfg, groups, recipes=("neusight",))
+    t = S.graph_table(trace_long, {"authors": long}, cfg, groups, recipes=("neusight",))
     assert list(t["row"]) == ["neusight: our aten trace", "neusight: authors' graph"]
     assert list(t.columns) == ["row", "all mean", "all min-max", "all vs our trace"]
     ok = long[long.error == ""]
@@ -510,7 +510,7 @@ def test_attention_mask_ops_are_the_adds_on_the_scores():
     assert masks["count"].sum() == soft["count"].sum() == trace.num_layers(trace.load_config("gpt2_large"))
     assert (masks.sub_op == "add").all() and set(zip(masks.B, masks.H)) == set(zip(soft.B, soft.H))
     assert not trace.attention_mask_ops(trace.trace_model("bert_large", 2, 64, "inf")).any()
-    k2 = R.GRAPH_TABLES["no_mask"]("gpt2_large-inf-64-2")
+    k2 = S.GRAPH_TABLES["no_mask"]("gpt2_large-inf-64-2")
     assert len(k2) == len(k) - int(sel.sum())
 
 
@@ -520,7 +520,7 @@ def test_table_rows_time_a_maskless_model_as_the_sweep_does(release_root):
     from neusight_core import evaluation as ev
     idx = ev.build_index()
     cfg = idx[(idx.gpu == "NVIDIA_H100_80GB_HBM3") & (idx.config == "bert_large-inf-512-8")]
-    a = R.predict_tables(cfg, {("x", 0): _PerFlop()}, R.GRAPH_TABLES["no_mask"], progress=False)
+    a = S.predict_tables(cfg, {("x", 0): _PerFlop()}, S.GRAPH_TABLES["no_mask"], progress=False)
     b = R.predict_seeded(cfg, {("x", 0): _PerFlop()}, progress=False)
     assert a.error.iloc[0] == "" and np.isclose(a.pred_ms.iloc[0], b.pred_ms.iloc[0], rtol=1e-9)
 

@@ -136,9 +136,9 @@ def test_notebook_04_quick(run_notebook):
     abl = pd.read_csv(out / "tables" / "ablation.csv")
     assert abl["row"].iloc[0] == "neusight-paper (base)" and abl["row"].iloc[-1] == "all = neusight"
     # the graph row: both recipes' trained seeds on our trace and on the authors' graph
-    from neusight_core import recipe_eval as R
+    from neusight_core import recipe_eval as R, recipe_studies as S
     graph = pd.read_csv(out / "tables" / "ablation_graph.csv")
-    assert list(graph["row"]) == [n for r in R.RECIPES for n in R.graph_names(r, ("authors", "no_mask"))]
+    assert list(graph["row"]) == [n for r in R.RECIPES for n in S.graph_names(r, ("authors", "no_mask"))]
     assert graph.filter(like=" mean").notna().all().all() and len(metrics["ablation_graph"]) == 6
     assert (out / "figures" / "ablation_graph.png").exists() and (out / "tables" / "ablation_graph_per_gpu.md").exists()
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import configs, derive, latency, paths, sweep, trace, trace_cache
+from neusight_core import configs, derive, engine, latency, paths, sweep, trace, trace_cache
 from neusight_core.__main__ import main as cli
 
 
@@ -188,7 +188,7 @@ def test_a_question_answered_from_the_cache_imports_neither_torch_nor_transforme
 
 # ------------------------------------------------------------------ sweeps
 def test_sweep_equals_predict_model_and_keeps_going_on_bad_cells(cache_dir, monkeypatch):
-    monkeypatch.setattr(sweep, "MIN_FAMILY", 1)      # derive even single tables here
+    monkeypatch.setattr(engine, "MIN_FAMILY", 1)     # derive even single tables here
     configs = pd.DataFrame([
         dict(model="gpt2_large", device="H100", batch=2, seq=128, mode="inf"),
         dict(model="gpt2_large", device="V100", batch=1, seq=256, mode="train"),

@@ -1,0 +1,467 @@
+"""The prediction engine: scenarios x predictors x seeds -> one tidy frame (docs/interfaces.md, "engine").
+
+    from neusight_core import engine, scenario
+    sc = scenario.scenario("gpt2_large", "H100", batch=4, seq=512)
+    df = engine.predict([sc, dict(model="bert_large", device="L4", batch=8, seq=128)], ["neusight", "roofline"])
+
+Every entry point that predicts a model's latency is a client of :func:`predict`: ``latency.predict_model`` (one
+scenario, its kernel table kept), ``sweep.run`` (a configuration frame), ``reproduce`` / ``recipe_eval`` (the
+labelled configurations, trained predictor objects), ``recipe_studies.predict_tables`` (other kernel tables of the
+same configurations), the CLI. The stages:
+
+1. **check**: each scenario is a :class:`scenario.Scenario` (validated when built) or a row / dict of the request's
+   fields, validated here by ``scenario.scenario``; a request that fails gets its one-line error in ``error`` and the
+   others go on.
+2. **tables**: one kernel table per (model, batch, size, mode, past, fusion, plan, GPUs, micro-batches, dtype),
+   not per device. Plain tables of a derivable family (``derive.py``, several tables of one model) are evaluated
+   for all their points at once; the rest are traced through the trace cache (fusion and plans applied, cached
+   on disk too). Each table is reduced to its distinct kernels with launch counts (``compact_table``).
+3. **one predictor call per predictor x seed** over the distinct kernels of all tables x the devices that need
+   them (the predictor splits the call by device and op class); COMM rows are timed by ``network.NetworkModel``.
+4. **aggregate**: sums by phase and op class, vectorised; tables with communication rows or pipeline stages go
+   through :func:`aggregate` (exposed communication, the GPipe schedule).
+5. **memory**: ``memory.footprint`` of every traced table on its device (derived tables have no trace to read
+   the parameters and buffers from: their memory columns are empty).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pandas as pd
+
+from neusight_core import derive, memory, network, schema
+from neusight_core.scenario import LatencyInputError, Scenario
+from neusight_core.scenario import scenario as make_scenario
+from neusight_core.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
+
+INPUTS = ["model", "device", "batch", "seq", "image_size", "mode", "fusion", "parallel", "gpus", "micro_batches",
+          "link_gbs", "past", "dtype"]
+PHASES = ["e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"]
+CLASS_MS = [f"{c}_ms" for c in schema.OP_CLASSES]
+RESULTS = ["predictor", "seed"] + PHASES + CLASS_MS + ["kernels", "derived", "error"]
+MEMORY = ["memory_weights_gib", "memory_grads_gib", "memory_optimizer_gib", "memory_activations_gib",
+          "memory_kv_cache_gib", "memory_total_gib", "memory_fits", "memory_verdict"]
+COLUMNS = INPUTS + RESULTS[:-1] + MEMORY + ["error"]
+PLACEMENT = ("_tab", "count", "phase", "stage", "overlap")   # not part of a kernel's identity
+MIN_FAMILY = 2       # tables of one model / mode / batch class before shape derivation is tried
+MIN_BUCKET = 4       # tables in one seq bucket before a per-bucket family is built
+
+
+class SweepInputError(ValueError):
+    """A cell of a configuration frame that is not a value of its field (a non-integer batch, ...)."""
+
+
+# ------------------------------------------------------------------------------ checking
+def _int(v, what, minimum=1):
+    if isinstance(v, bool) or v is None or (isinstance(v, float) and (math.isnan(v) or v != int(v))):
+        raise SweepInputError(f"{what} must be an integer >= {minimum}, got {v!r}")
+    try:
+        iv = int(v)
+    except (TypeError, ValueError):
+        raise SweepInputError(f"{what} must be an integer >= {minimum}, got {v!r}") from None
+    if iv < minimum:
+        raise SweepInputError(f"{what} must be an integer >= {minimum}, got {v!r}")
+    return iv
+
+
+def _given(v):
+    """None for a missing value of a configuration frame (None, NaN, pandas' NA), else the value."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA else v
+
+
+def _row_of(sc: Scenario, r: dict | None = None) -> dict:
+    """A validated scenario as the frame's fields (over the request ``r`` as given): ``seq`` / ``image_size`` split
+    by the model's kind again."""
+    out = dict(r or {})
+    out.update(sc.as_dict())
+    del out["image"]
+    out["seq"], out["image_size"] = sc.seq_len, sc.image_size
+    return out
+
+
+def normalise(r: dict) -> dict:
+    """One request (a configuration row or a dict of ``INPUTS`` fields; NaN = not given, integers from floats)
+    -> its validated fields, checked by ``scenario.scenario`` exactly as ``predict`` checks a request."""
+    def opt_int(key, what, minimum=1):
+        v = _given(r.get(key))
+        return None if v is None else _int(v, what, minimum)
+
+    plan = _given(r.get("parallel"))
+    plan = None if plan in ("", "none") else plan
+    dt = _given(r.get("dtype"))
+    fusion = _given(r.get("fusion"))
+    link = _given(r.get("link_gbs"))
+    sc = make_scenario(
+        r.get("model"), str(r.get("device")), _int(r.get("batch"), "batch"), opt_int("seq", "seq"),
+        _given(r.get("mode")) or "inf", image_size=opt_int("image_size", "image_size"),
+        past=opt_int("past", "past", 0) or 0, dtype=dt if dt not in (None, "") else "fp32", fusion=bool(fusion),
+        parallel=plan, gpus=opt_int("gpus", "gpus"), micro_batches=opt_int("micro_batches", "micro_batches") or 1,
+        link_gbs=None if link is None else float(link))
+    return _row_of(sc, r)
+
+
+def message(e: BaseException) -> str:
+    """The one-line error of a request that could not be predicted."""
+    s = str(e).strip()
+    return f"{type(e).__name__}: {s.splitlines()[0] if s else ''}"[:300]
+
+
+def table_key(r: dict) -> tuple:
+    # the tracer's size argument: the sequence length, or an image model's side
+    size = r["seq"] if r.get("image_size") is None else r["image_size"]
+    return (str(r["model"]), r["batch"], size, r["mode"], r["past"], r["fusion"], r["parallel"],
+            r["gpus"] if r["parallel"] else 1, r["micro_batches"] if r["parallel"] == "pp" else 1, r["dtype"])
+
+
+def _requests(scenarios) -> tuple[list[dict], list[dict | None], list[str]]:
+    """(the requests as given, their validated fields or None, the error of each or '')."""
+    if isinstance(scenarios, pd.DataFrame):
+        cfg = scenarios.reset_index(drop=True)
+        given = [{c: (r.get(c) if c in cfg else None) for c in INPUTS} for r in cfg.to_dict("records")]
+    else:
+        scenarios = [scenarios] if isinstance(scenarios, (Scenario, dict)) else list(scenarios)
+        given = [_row_of(s) if isinstance(s, Scenario) else {c: s.get(c) for c in INPUTS} for s in scenarios]
+        for g, s in zip(given, scenarios):
+            if isinstance(s, dict) and set(s) - set(INPUTS):
+                g["_unknown"] = sorted(set(s) - set(INPUTS))
+    norm: list[dict | None] = [None] * len(given)
+    err = [""] * len(given)
+    items = given if isinstance(scenarios, pd.DataFrame) else scenarios   # a Scenario is taken as validated
+    for i, (r, s) in enumerate(zip(given, items)):
+        try:
+            if "_unknown" in r:
+                raise LatencyInputError(f"unknown scenario field(s) {', '.join(r.pop('_unknown'))}; "
+                                        f"the fields are {', '.join(INPUTS)}")
+            norm[i] = _row_of(s) if isinstance(s, Scenario) else normalise(r)
+        except Exception as e:  # noqa: BLE001 - recorded in the row
+            err[i] = message(e)
+    return given, norm, err
+
+
+# ------------------------------------------------------------------------------ the engine
+def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False, *, progress: bool = False,
+            use_derivation: bool = True, memory_columns: bool = True, optimizer: str = "adamw",
+            master_weights: bool = True, efficiency: float = network.DEFAULT_EFFICIENCY,
+            keep_kernels: bool = False, raise_errors: bool = False, table_of=None) -> pd.DataFrame:
+    """Predict every scenario with every predictor (and seed): one row per scenario x predictor x seed, in that
+    order (predictor-major: all scenarios of the first predictor and seed, then the next), columns ``COLUMNS``.
+
+    ``scenarios``: :class:`scenario.Scenario` objects, dicts of ``INPUTS`` fields, or a configuration frame with
+    ``INPUTS`` columns (missing ones take defaults). ``predictors``: names (trained weights by name x seed from
+    ``seeds``, ``quick`` or full), trained predictor objects, or (label, predictor) pairs; an object runs once
+    with its own ``seed``. ``memory_columns``: the footprint of every traced table (``optimizer``,
+    ``master_weights``: the training state it counts). ``keep_kernels``: trace every table (no derivation) and
+    put each row's kernel table with ``pred_ms`` in ``attrs["kernels"]`` (a list, one per row; None for a
+    failed row) and each row's full ``memory.footprint`` dict in ``attrs["memory"]``. ``raise_errors``: raise a
+    failure (table, predictor, memory) instead of recording it (``latency.predict_model``). ``table_of``: a function
+    of a request's validated fields returning its kernel table instead of the trace (``recipe_studies``' graph
+    variants: the authors' graph, our trace without the mask ops); such tables are never derived. Wall times are in ``attrs`` (``tables_s``, ``predict_s``, ``total_s``)."""
+    from tqdm.auto import tqdm
+    t_start = time.perf_counter()
+    one = (isinstance(predictors, str) or hasattr(predictors, "predict")
+           or (isinstance(predictors, tuple) and len(predictors) == 2 and hasattr(predictors[1], "predict")))
+    predictors = [predictors] if one else list(predictors)     # one name, object or (label, object) pair
+    seeds = [int(seeds)] if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
+    given, norm, err = _requests(scenarios)
+    n = len(given)
+    use_derivation = use_derivation and not keep_kernels and table_of is None
+
+    # ---- kernel tables: one per table key
+    tab_of = np.full(n, -1)
+    keys: dict[tuple, int] = {}
+    fields: dict[tuple, dict] = {}        # the validated fields of each table's first request (table_of)
+    image_keys = set()        # tables of image models: always traced (derive.py's families are in seq)
+    for i, r in enumerate(norm):
+        if r is not None:
+            tab_of[i] = keys.setdefault(table_key(r), len(keys))
+            fields.setdefault(table_key(r), r)
+            if r["image_size"] is not None:
+                image_keys.add(table_key(r))
+    tab_err: dict[int, str] = {}
+    tab_derived: dict[int, bool] = {}
+    full: dict[int, pd.DataFrame] = {}     # traced tables (memory, keep_kernels)
+    parts: list[pd.DataFrame] = []
+    fam_points: dict[int, tuple] = {}     # id(family) -> (family, [(tab, b, s)])
+    real: list[tuple[int, tuple]] = []
+    t0 = time.perf_counter()
+    bar = tqdm(total=len(keys), desc="kernel tables", disable=not progress, leave=False)
+    # derivation pays when a family covers several tables (building one costs ~7 traces of a
+    # reduced model): at least MIN_FAMILY tables, MIN_BUCKET within a seq bucket
+    group, bucket, same_seq = {}, {}, {}
+    for key in keys:
+        model, b, s, mode, past = key[:5]
+        g0 = (model, mode, past, b == 1, key[-1])
+        group[g0] = group.get(g0, 0) + 1
+        g1 = g0 + (int(s).bit_length(),)
+        bucket[g1] = bucket.get(g1, 0) + 1
+        same_seq[g0 + (s,)] = same_seq.get(g0 + (s,), 0) + 1
+    # batch >= 2 first: a failed check there spares the batch-1 family of the same model (derive.family_for)
+    for key, t in sorted(keys.items(), key=lambda kv: kv[0][1] == 1):
+        model, b, s, mode, past, fusion, plan, g, mb, dt = key
+        fam = None
+        g0 = (model, mode, past, b == 1, dt)
+        if use_derivation and not fusion and plan is None and group[g0] >= MIN_FAMILY and key not in image_keys:
+            try:
+                fam = derive.family_for(model, b, s, mode, past=past, dtype=dt,
+                                        allow_bucket=bucket[g0 + (int(s).bit_length(),)] >= MIN_BUCKET,
+                                        allow_fixed=same_seq[g0 + (s,)] >= MIN_FAMILY)
+            except Exception:  # noqa: BLE001 - derivation is an optimisation: trace instead
+                fam = None
+        if fam is not None:
+            fam_points.setdefault(id(fam), (fam, []))[1].append((t, b, s))
+        else:
+            real.append((t, key))
+    for fam, pts in fam_points.values():
+        c = fam.compact([(b, s) for _, b, s in pts])
+        c["_tab"] = np.asarray([t for t, _, _ in pts])[c.pop("_point").to_numpy()]
+        parts.append(c)
+        for t, _, _ in pts:
+            tab_derived[t] = True
+        bar.update(len(pts))
+    for t, key in real:
+        model, b, s, mode, past, fusion, plan, g, mb, dt = key
+        try:
+            k = (table_of(fields[key]) if table_of is not None else
+                 kernel_table(model, b, s, mode, past=past, fusion=fusion, parallel=plan, gpus=g, micro_batches=mb,
+                              dtype=dt))
+            parts.append(compact_table(k).assign(_tab=t))
+            tab_derived[t] = False
+            if memory_columns or keep_kernels:
+                full[t] = k
+        except Exception as e:  # noqa: BLE001 - recorded in the rows of this table
+            if raise_errors:
+                raise
+            tab_err[t] = message(e)
+        bar.update()
+    bar.close()
+    tables_s = time.perf_counter() - t0
+    for i in range(n):
+        if tab_of[i] >= 0 and tab_of[i] in tab_err:
+            err[i] = tab_err[tab_of[i]]
+    ok = np.array([e == "" for e in err], dtype=bool)
+
+    # ---- pool of distinct kernels
+    t0 = time.perf_counter()
+    rows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["_tab", "count"])
+    rows = rows.sort_values("_tab", kind="stable").reset_index(drop=True)
+    # conv columns NaN throughout (no image model among the scenarios) tell no kernels apart: not grouped on
+    rows = rows.drop(columns=[c for c in schema.CONV_COLUMNS if c in rows and rows[c].isna().all()])
+    ident = [c for c in rows.columns if c not in PLACEMENT]
+    kid = rows.groupby(ident, dropna=False, sort=False, observed=True).ngroup().to_numpy() if len(rows) else np.zeros(0, int)
+    n_kid = int(kid.max()) + 1 if len(kid) else 0
+    first_row = np.full(n_kid, -1)
+    first_row[kid[::-1]] = np.arange(len(kid))[::-1]
+    pool = rows.iloc[first_row][ident].reset_index(drop=True) if n_kid else rows[ident]
+    tab_col = rows["_tab"].to_numpy()
+    n_tab = len(keys)
+    starts = np.searchsorted(tab_col, np.arange(n_tab + 1))
+
+    dev_names = sorted({norm[i]["device"] for i in range(n) if ok[i]})
+    dev_idx = {d: j for j, d in enumerate(dev_names)}
+    cfg_dev = np.array([dev_idx[norm[i]["device"]] if ok[i] else -1 for i in range(n)], dtype=int)
+    # which kernels each device needs
+    need = np.zeros((n_kid, len(dev_names)), dtype=bool)
+    for i in np.flatnonzero(ok):
+        t = tab_of[i]
+        need[kid[starts[t]:starts[t + 1]], cfg_dev[i]] = True
+    req_k, req_d = np.nonzero(need)
+    request = pool.iloc[req_k].reset_index(drop=True)
+    request["device"] = np.asarray(dev_names, dtype=object)[req_d] if len(req_d) else pd.Series(dtype=object)
+    mem = _memory(full, norm, ok, tab_of, optimizer, master_weights, raise_errors) if memory_columns else {}
+
+    # ---- one predictor call per predictor x seed over the pool
+    # a predictor is a name (trained weights by name x seed), an object or a (label, object) pair (the
+    # ablation's variants), which runs once with its own seed
+    jobs = []
+    for p in predictors:
+        if isinstance(p, str):
+            jobs += [(p, seed, None) for seed in seeds]
+        elif isinstance(p, tuple):
+            jobs.append((p[0], int(getattr(p[1], "seed", 0)), p[1]))
+        else:
+            jobs.append((p.name, int(getattr(p, "seed", 0)), p))
+    out_frames, kept = [], []
+    ctx = _Pool(rows, kid, starts, tab_of, cfg_dev, norm, ok, efficiency, raise_errors)
+    pbar = tqdm(total=len(jobs), desc="predicting", disable=not progress, leave=False)
+    for p, seed, obj in jobs:
+        per_launch, p_err = _per_launch(p, seed, obj, quick, request, req_k, req_d, n_kid, dev_names, raise_errors)
+        frame, comm = _aggregate(ctx, given, err, per_launch, p_err, p, seed, tab_derived, mem)
+        out_frames.append(frame)
+        if keep_kernels:
+            kept += [_kernels_of(ctx, full, i, per_launch, comm, frame["error"].iloc[i]) for i in range(n)]
+        pbar.update()
+    pbar.close()
+    out = pd.concat(out_frames, ignore_index=True) if out_frames else pd.DataFrame(columns=COLUMNS)
+    out.attrs.update(tables_s=tables_s, predict_s=time.perf_counter() - t0,
+                     total_s=time.perf_counter() - t_start, tables=n_tab, distinct_kernels=n_kid,
+                     derived_tables=int(sum(tab_derived.values())))
+    if keep_kernels:
+        out.attrs["kernels"] = kept
+        # the full footprint (notes, PP stages) of each row: latency.predict_model returns it
+        out.attrs["memory"] = [mem.get((ctx.tab_of[i % n], ctx.cfg_dev[i % n]), {}).get("footprint") for i in range(len(out))]
+    return out
+
+
+class _Pool:
+    """What the aggregation of every predictor shares: the compact rows of all tables (``rows``, grouped by
+    table from ``starts``), their distinct-kernel ids (``kid``) and each scenario's table and device."""
+
+    def __init__(self, rows, kid, starts, tab_of, cfg_dev, norm, ok, efficiency, raise_errors):
+        self.rows, self.kid, self.starts, self.tab_of, self.cfg_dev = rows, kid, starts, tab_of, cfg_dev
+        self.norm, self.ok, self.efficiency, self.raise_errors = norm, ok, efficiency, raise_errors
+        self.phase = rows["phase"].to_numpy() if "phase" in rows else np.full(len(rows), "fw")
+        # no scenario produced a table (every one failed): an empty table with the kernel columns
+        self.cls = rows["op_class"].to_numpy() if "op_class" in rows else np.full(len(rows), "", dtype=object)
+        self.count = rows["count"].to_numpy(float)
+        comm_row = self.cls == "COMM"
+        stage = rows["stage"].fillna(0).to_numpy() if "stage" in rows else np.zeros(len(rows))
+        # tables that need the full aggregation (communication or pipeline stages)
+        self.slow_tab = {t for t in range(len(starts) - 1)
+                         if comm_row[starts[t]:starts[t + 1]].any() or len(np.unique(stage[starts[t]:starts[t + 1]])) > 1}
+
+
+def _per_launch(p, seed, obj, quick, request, req_k, req_d, n_kid, dev_names, raise_errors=False):
+    """Per-launch times of every distinct kernel x device (NaN where not needed) and one error per device."""
+    per_launch = np.full((n_kid, len(dev_names)), np.nan)
+    p_err = [""] * len(dev_names)
+    try:
+        pred = obj if obj is not None else loaded_predictor(p, bool(quick), int(seed))
+        if len(request):
+            per_launch[req_k, req_d] = np.asarray(pred.predict(request, None), dtype=float)
+    except Exception as e:  # noqa: BLE001 - isolate the failing device(s)
+        if raise_errors:
+            raise
+        msg = message(e)
+        pred = None
+        try:
+            pred = obj if obj is not None else loaded_predictor(p, bool(quick), int(seed))
+        except Exception:  # noqa: BLE001
+            p_err = [f"{p}: {msg}"] * len(dev_names)
+        if pred is not None:
+            for j in range(len(dev_names)):
+                sel = req_d == j
+                try:
+                    per_launch[req_k[sel], j] = pred.predict(request[sel], None)
+                except Exception as e2:  # noqa: BLE001
+                    p_err[j] = f"{p}: {message(e2)}"
+    return per_launch, p_err
+
+
+def _comm_per_launch(ctx: _Pool, i: int, per: np.ndarray) -> np.ndarray:
+    """``per`` (scenario ``i``'s compact rows) with its COMM rows timed by the network model."""
+    t = ctx.tab_of[i]
+    sub = ctx.rows.iloc[ctx.starts[t]:ctx.starts[t + 1]]
+    c = (sub["op_class"] == "COMM").to_numpy()
+    if not c.any():
+        return per
+    r = ctx.norm[i]
+    net = network.NetworkModel(link_gbs=r["link_gbs"] or 1.0, gpus=r["gpus"], efficiency=ctx.efficiency)
+    return np.where(c, net.time_ms(sub), per)
+
+
+def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, mem) -> tuple[pd.DataFrame, dict]:
+    """One predictor's rows; also the per-launch times (COMM included) of the scenarios aggregated in full."""
+    n = len(given)
+    rows, kid, starts, tab_of, cfg_dev, norm, ok = (ctx.rows, ctx.kid, ctx.starts, ctx.tab_of, ctx.cfg_dev,
+                                                    ctx.norm, ctx.ok)
+    phase, cls, count = ctx.phase, ctx.cls, ctx.count
+    res = {c: np.full(n, np.nan) for c in PHASES + CLASS_MS}
+    kernels = np.full(n, np.nan)
+    errors = list(err)
+    for i in range(n):
+        if ok[i] and p_err[cfg_dev[i]]:
+            errors[i] = p_err[cfg_dev[i]]
+    good = np.array([ok[i] and not p_err[cfg_dev[i]] for i in range(n)], dtype=bool)
+    fast = [i for i in np.flatnonzero(good) if tab_of[i] not in ctx.slow_tab]
+    if fast:
+        fast = np.asarray(fast)
+        lens = starts[tab_of[fast] + 1] - starts[tab_of[fast]]
+        cfg_of_row = np.repeat(np.arange(len(fast)), lens)
+        offs = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens)
+        r = np.repeat(starts[tab_of[fast]], lens) + offs
+        val = per_launch[kid[r], cfg_dev[fast][cfg_of_row]] * count[r]
+        m = len(fast)
+        for ph, col in (("fw", "fw_ms"), ("bw", "bw_ms"), ("acc", "acc_ms")):
+            res[col][fast] = np.bincount(cfg_of_row, weights=np.where(phase[r] == ph, val, 0.0), minlength=m)
+        for c in schema.OP_CLASSES:
+            res[f"{c}_ms"][fast] = np.bincount(cfg_of_row, weights=np.where(cls[r] == c, val, 0.0), minlength=m)
+        res["comm_ms"][fast] = 0.0
+        res["comm_exposed_ms"][fast] = 0.0
+        res["e2e_ms"][fast] = res["fw_ms"][fast] + res["bw_ms"][fast] + res["acc_ms"][fast]
+        kernels[fast] = np.bincount(cfg_of_row, weights=count[r], minlength=m)
+    comm = {}
+    for i in np.flatnonzero(good):
+        t = tab_of[i]
+        if t not in ctx.slow_tab:
+            continue
+        r = norm[i]
+        sub = rows.iloc[starts[t]:starts[t + 1]]
+        try:
+            per = _comm_per_launch(ctx, i, per_launch[kid[starts[t]:starts[t + 1]], cfg_dev[i]].copy())
+            comm[i] = per
+            agg = aggregate(sub.assign(pred_ms=per * sub["count"].to_numpy(float)),
+                            r["micro_batches"] if r["parallel"] == "pp" else 1)
+        except Exception as e:  # noqa: BLE001
+            if ctx.raise_errors:
+                raise
+            errors[i] = message(e)
+            continue
+        for k in PHASES:
+            res[k][i] = agg[k]
+        for cl in schema.OP_CLASSES:
+            res[f"{cl}_ms"][i] = agg["breakdown"].get(cl, 0.0)
+        kernels[i] = float(sub["count"].sum())
+    out = pd.DataFrame({c: [r[c] if r is not None else g.get(c) for r, g in zip(norm, given)] for c in INPUTS})
+    for c in ("batch", "seq", "image_size", "gpus", "micro_batches", "past"):
+        try:
+            out[c] = out[c].astype("Int64")
+        except (TypeError, ValueError):
+            pass                       # a bad input kept as given (its row has the error)
+    out["parallel"] = out["parallel"].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else v)
+    out["predictor"] = p
+    out["seed"] = int(seed)
+    for c in PHASES + CLASS_MS:
+        out[c] = res[c]
+    out["kernels"] = kernels
+    out["derived"] = [bool(tab_derived.get(tab_of[i], False)) if tab_of[i] >= 0 else False for i in range(n)]
+    for c in MEMORY:
+        col = [mem.get((tab_of[i], cfg_dev[i]), {}).get(c) if good[i] else None for i in range(n)]
+        out[c] = pd.Series(col, dtype=object if c in ("memory_fits", "memory_verdict") else float)
+    out["memory_verdict"] = out["memory_verdict"].fillna("")
+    out["error"] = errors
+    return out[COLUMNS], comm
+
+
+def _memory(full, norm, ok, tab_of, optimizer, master_weights, raise_errors=False) -> dict:
+    """(table, device index) -> memory columns, for the traced tables; a footprint that cannot be computed (a
+    table without the trace's attrs) leaves them empty."""
+    devs = sorted({norm[i]["device"] for i in range(len(norm)) if ok[i]})
+    out = {}
+    for i in np.flatnonzero(ok):
+        t, d = tab_of[i], devs.index(norm[i]["device"])
+        if t not in full or (t, d) in out:
+            continue
+        try:
+            m = memory.footprint(full[t], norm[i]["device"], optimizer=optimizer, master_weights=master_weights)
+        except memory.MemoryInputError:
+            if raise_errors:
+                raise
+            continue
+        out[(t, d)] = {f"memory_{k}_gib": m[f"{k}_gib"]
+                       for k in ("weights", "grads", "optimizer", "activations", "kv_cache", "total")}
+        out[(t, d)].update(memory_fits=m["fits"], memory_verdict=m["verdict"], footprint=m)
+    return out
+
+
+def _kernels_of(ctx: _Pool, full, i, per_launch, comm, error) -> pd.DataFrame | None:
+    """Scenario ``i``'s full kernel table with ``pred_ms`` (per-launch time of its distinct kernel x ``count``)."""
+    t = ctx.tab_of[i]
+    if error or t < 0 or t not in full:
+        return None
+    k = full[t]
+    a, b = ctx.starts[t], ctx.starts[t + 1]
+    per = comm[i] if i in comm else per_launch[ctx.kid[a:b], ctx.cfg_dev[i]]
+    count = k["count"].fillna(1).to_numpy(float) if "count" in k else 1.0
+    return k.assign(pred_ms=per[compact_codes(k)] * count)

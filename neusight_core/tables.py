@@ -1,0 +1,130 @@
+"""A request's kernel table and its times: the trace (cached on disk and per process) with fusion and the parallel
+plan applied, its reduction to distinct kernels, the per-launch prediction of a table, and the sum into phases
+(docs/interfaces.md, "The engine"). ``engine.predict`` runs these for many scenarios at once; ``latency`` names
+them for its callers.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from neusight_core import network, trace_cache
+from neusight_core.scenario import LatencyInputError, device_of
+
+BOOKKEEPING = ("module", "layer", "reads", "writes")   # not read by any predictor: dropped when compacting
+
+
+@functools.lru_cache(maxsize=64)
+def trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
+    # on disk across processes (trace_cache: keyed by config content, arguments and versions; a hit
+    # does not import transformers), and in memory within the process
+    return trace_cache.trace(model, batch, seq, mode, past=past, dtype=dtype)
+
+
+def trace(model, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
+    """Kernel table of a model; traces of named models are cached on disk and per process."""
+    if isinstance(model, (str, Path)):
+        return trace_cached(str(model), int(batch), int(seq), mode, int(past), dtype).copy()
+    from neusight_core import trace as _trace
+    return _trace.trace_model(model, batch, seq, mode, past=past, dtype=dtype)
+
+
+@functools.lru_cache(maxsize=32)
+def loaded_predictor(name: str, quick: bool, seed: int = 0):
+    """Trained predictors by name, once per process."""
+    from neusight_core import predictors
+    return predictors.get(name, quick=quick, seed=seed)
+
+
+def kernel_table(model, batch: int, seq: int, mode: str, past: int = 0, fusion: bool = False,
+                 parallel: str | None = None, gpus: int = 1, micro_batches: int = 1,
+                 dtype: str = "fp32") -> pd.DataFrame:
+    """A full kernel table (trace -> fusion -> plan), a real trace: plain tables from :func:`trace`, fused and
+    planned ones cached on disk as well (a plan costs seconds on a large model)."""
+    if not fusion and parallel is None:
+        return trace(model, batch, seq, mode, past=past, dtype=dtype)
+    args = trace_cache.trace_kwargs(batch, seq, mode, past=past, dtype=dtype)
+    # "writes" is kept: memory.footprint scales each buffer by the bytes its kernel writes after a TP split
+    key = trace_cache.make_key("table-w", model, **args, fusion=bool(fusion), parallel=parallel,
+                               gpus=int(gpus), micro_batches=int(micro_batches))
+
+    def build():
+        k = trace(model, batch, seq, mode, past=past, dtype=dtype)
+        if fusion:
+            from neusight_core import fusion as _fusion
+            k = _fusion.fuse(k)
+        if parallel is not None:
+            from neusight_core import parallel as _parallel
+            k = _parallel.apply_plan(k, parallel, gpus, micro_batches=micro_batches)
+        attrs = dict(k.attrs)
+        k = k.drop(columns=[c for c in ("reads",) if c in k.columns])   # only fuse() needs them
+        k.attrs.update(attrs)
+        return k
+
+    return trace_cache.cached(key, build)
+
+
+def compact_table(k: pd.DataFrame) -> pd.DataFrame:
+    """A kernel table reduced to distinct kernels with summed launch counts (order and module dropped)."""
+    cols = [c for c in k.columns if c not in BOOKKEEPING and c != "count"]
+    if len(k) == 0:
+        return k[cols].assign(count=pd.Series(dtype=float))
+    cnt = k["count"].fillna(1).astype(float) if "count" in k else pd.Series(1.0, index=k.index)
+    return (k[cols].assign(count=cnt.to_numpy()).groupby(cols, dropna=False, sort=False, observed=True)["count"]
+            .sum().reset_index())
+
+
+def compact_codes(k: pd.DataFrame) -> np.ndarray:
+    """Row of ``compact_table(k)`` each row of ``k`` was summed into (same grouping, first-appearance order)."""
+    cols = [c for c in k.columns if c not in BOOKKEEPING and c != "count"]
+    if len(k) == 0:
+        return np.zeros(0, int)
+    return k[cols].groupby(cols, dropna=False, sort=False, observed=True).ngroup().to_numpy()
+
+
+def predict_kernels(kernels: pd.DataFrame, device, predictor="neusight", quick: bool = False,
+                    net: network.NetworkModel | None = None) -> pd.DataFrame:
+    """Return ``kernels`` with ``pred_ms`` = predicted per-launch time x ``count`` (COMM by ``net``)."""
+    dev = device_of(device)
+    pred = loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    per_launch = np.asarray(pred.predict(kernels, dev), dtype=float)
+    comm = (kernels["op_class"] == "COMM").to_numpy()
+    if comm.any():
+        if net is None:
+            raise LatencyInputError("the kernel table has communication rows but no network model was given")
+        per_launch = np.where(comm, net.time_ms(kernels), per_launch)
+    count = kernels["count"].fillna(1).to_numpy(float) if "count" in kernels else 1.0
+    return kernels.assign(pred_ms=per_launch * count)
+
+
+# ------------------------------------------------------------------------------ aggregation
+def aggregate(kernels: pd.DataFrame, micro_batches: int = 1) -> dict:
+    """Sum a kernel table that already has ``pred_ms`` (per row, times ``count``) into phase totals
+    (the rules: ``latency``'s module docstring)."""
+    k = kernels
+    comm = (k["op_class"] == "COMM").to_numpy()
+    phase = k["phase"].to_numpy()
+    pred = k["pred_ms"].to_numpy(float)
+    fw = float(pred[(phase == "fw") & ~comm].sum())
+    bw = float(pred[(phase == "bw") & ~comm].sum())
+    acc = float(pred[(phase == "acc") & ~comm].sum())
+    overlap = comm & k.get("overlap", pd.Series(False, index=k.index)).fillna(False).astype(bool).to_numpy()
+    comm_total = float(pred[comm].sum())
+    comm_overlap = float(pred[overlap].sum())
+    exposed = max(0.0, comm_overlap - (bw + acc)) + (comm_total - comm_overlap)
+    stages = k["stage"].fillna(0).astype(int) if "stage" in k else pd.Series(0, index=k.index)
+    if stages.nunique() > 1:
+        per_stage = k.assign(_s=stages.to_numpy()).groupby("_s")["pred_ms"].sum()
+        e2e = float(per_stage.sum() + (micro_batches - 1) * per_stage.max())
+    else:
+        per_stage = None
+        e2e = fw + bw + acc + exposed
+    breakdown = (k.groupby("op_class")["pred_ms"].sum().sort_values(ascending=False))
+    out = {"e2e_ms": e2e, "fw_ms": fw, "bw_ms": bw, "acc_ms": acc, "comm_ms": comm_total,
+           "comm_exposed_ms": exposed, "breakdown": {c: float(v) for c, v in breakdown.items()}}
+    if per_stage is not None:
+        out["stage_ms"] = {int(s): float(v) for s, v in per_stage.items()}
+    return out
