@@ -23,7 +23,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices, latency, memory, parallel, schema
+from neusight_core import devices, latency, memory, parallel, schema, tables
 
 H100 = "NVIDIA_H100_80GB_HBM3"
 SPARSE_FP16_H100 = 1979000.0    # the release's _TP device and the datasheet's "with sparsity" figure
@@ -228,17 +228,12 @@ def tokens(sc: dict) -> int:
     return sc["batch"] * (1 if sc["workload"] == "decode" else sc["seq"])
 
 
-KEY = ["op_class", "sub_op", "B", "M", "N", "K", "H", "flops", "bytes_read", "bytes_written", "precision",
-       "comm_kind", "comm_bytes"]
-
-
 def predict_unique(kernels: pd.DataFrame, dev, pred, net=None) -> pd.DataFrame:
     """``latency.predict_kernels`` on the distinct kernels only (a predictor's answer depends on the row
     alone, and the layers of a model repeat: 80 identical blocks in Llama-2-70B), broadcast back.
-    Same numbers, tens of times faster over 17 GPUs."""
+    Same numbers, tens of times faster over 17 GPUs. Distinct = the engine's compaction (``tables.compact_codes``)."""
     k = kernels.reset_index(drop=True)
-    cols = [c for c in KEY if c in k.columns]
-    codes = k.groupby([k[c] for c in cols], sort=False, dropna=False).ngroup().to_numpy().astype(int)
+    codes = tables.compact_codes(k).astype(int)
     first = pd.Series(np.arange(len(k))).groupby(codes).first().to_numpy()
     uniq = k.iloc[first].copy()
     uniq.attrs = {}   # pandas deep-copies attrs (config, params, memory timeline) on every operation

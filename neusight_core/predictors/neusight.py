@@ -128,7 +128,7 @@ class NeuSightPredictor(KernelPredictor):
         (transformer-derived shapes; ``extra_holdout`` holds a share of their shapes out, for validation).
         Never a row of an unseen GPU. The quick subset adds a quarter of its size per class (CI time)."""
         k = train.kernels
-        drop = self.config.get("drop_gpu")      # validation only (recipe_eval.shape_holdout_check)
+        drop = self.config.get("drop_gpu")      # validation only (recipe_studies.shape_holdout_check)
         if drop:
             k = k[k["device"] != drop]
         if self.config.get("extra_training") != "seen_test":
