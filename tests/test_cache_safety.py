@@ -229,3 +229,35 @@ def test_truncated_or_crafted_weights_warn_once_and_retrain(tdir, tmp_path, monk
     _, msgs = cache_warnings(P.get, "li", quick=True)
     assert msgs == []
     assert json.loads((f.parent / "meta.json").read_text())["name"] == "li"
+
+
+def test_two_callers_needing_the_same_weights_train_them_once(tmp_path, monkeypatch):
+    """predictors.get holds a lock on the weights folder while training (test workers, two terminals): the second
+    caller waits, then loads what the first saved, instead of training the same weights again."""
+    import threading
+    import time as _time
+
+    from neusight_core import dataset
+    from neusight_core import predictors as P
+    from neusight_core.predictors.roofline import RooflinePredictor
+
+    monkeypatch.setenv("NEUSIGHT_TRAINED", str(tmp_path / "trained"))
+    monkeypatch.setattr(dataset, "training_checksum", lambda **kw: "sum")
+    monkeypatch.setattr(dataset, "training_data", lambda **kw: type("T", (), {"checksum": "sum"})())
+    fits = []
+    real_fit = RooflinePredictor.fit
+
+    def slow_fit(self, train=None, quick=False):
+        fits.append(threading.get_ident())
+        _time.sleep(0.5)            # long enough for the other caller to arrive while this one trains
+        real_fit(self, train, quick)
+    monkeypatch.setattr(RooflinePredictor, "fit", slow_fit)
+    got = []
+    callers = [threading.Thread(target=lambda: got.append(P.get("roofline", quick=True, seed=3))) for _ in range(2)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join(30)
+    assert len(got) == 2 and all(p.fitted for p in got)
+    assert len(fits) == 1                                   # trained once, loaded once
+    assert (tmp_path / "trained" / ".roofline-quick-seed3.lock").exists()

@@ -236,12 +236,38 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
             msg = msg if isinstance(e, PredictorLoadError) else f"{f}: {type(e).__name__}: {msg}"
             warnings.warn(f"predictors: ignoring damaged weights of {name!r} ({msg}); retraining", CacheWarning,
                           stacklevel=2)
-    train = dataset.training_data(**subset)
-    p.fit(train, quick=quick)
-    p.save(f)
+    with training_lock(f):
+        # another process (a test worker, a second terminal) may have trained these weights while this one waited
+        if not retrain and is_trained(name, quick, seed, config, rows):
+            try:
+                return REGISTRY[name].load(f)
+            except (PredictorLoadError, json.JSONDecodeError, KeyError):
+                pass                # damaged again: said above; retrain
+        train = dataset.training_data(**subset)
+        p.fit(train, quick=quick)
+        p.save(f)
     return p
 
 
-__all__ = ["NAMES", "REGISTRY", "WEIGHTS", "get", "create", "folder", "is_trained", "train_parallel", "worker_environment", "choose_quick",
+@contextlib.contextmanager
+def training_lock(f: Path):
+    """Hold an exclusive lock on the weights folder ``f`` while training it, so that two processes that need the
+    same weights train them once: the second waits, then loads what the first saved. The lock file sits beside
+    the folder (``.<name>.lock``); the kernel releases it when its holder exits, however it exits."""
+    try:
+        import fcntl
+    except ImportError:         # no flock (Windows): train without it, as before
+        yield
+        return
+    f.parent.mkdir(parents=True, exist_ok=True)
+    with open(f.parent / f".{f.name}.lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+__all__ = ["NAMES", "REGISTRY", "WEIGHTS", "get", "create", "folder", "is_trained", "train_parallel", "training_lock", "worker_environment", "choose_quick",
            "describe", "KernelPredictor", "PredictorInputError",
            "PredictorLoadError", "UnknownPredictorError"]
