@@ -24,6 +24,6 @@ cd "$ROOT"
 # says "KeyboardInterrupt caught in kernel"; neither says anything about the run, so both are
 # dropped from the console (everything else on stderr passes through). The filter ignores
 # SIGINT/SIGTERM so that the runner's own last lines still get through after Ctrl-C.
-exec "$ROOT/.venv/bin/python" -m neusight_core.runner "$@" \
+exec "$NEUSIGHT_PY" -m neusight_core.runner "$@" \
   2> >(trap '' INT TERM; grep --line-buffered -v -e "Kernel is running over TCP without encryption" \
                                               -e "KeyboardInterrupt caught in kernel" >&2)

@@ -12,4 +12,4 @@ workers=(-n auto)
 for a in "$@"; do
     case "$a" in -n|-n*|--numprocesses|--numprocesses=*) workers=() ;; esac
 done
-exec "$ROOT/.venv/bin/python" -m pytest "${workers[@]}" "$@"
+exec "$NEUSIGHT_PY" -m pytest "${workers[@]}" "$@"

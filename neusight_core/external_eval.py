@@ -105,6 +105,10 @@ def local_skip_reason(head: dict) -> str | None:
     """Why notebook 05 cannot measure the BF16 GEMMs here (``live.run_live``'s ``head``), or None."""
     if head.get("skipped_reason"):
         return head["skipped_reason"]
+    try:
+        mk.data_root()          # the measured-kernel database (aiconfigurator-core); a Python without it skips
+    except mk.MeasuredDataError as e:
+        return str(e)
     d = head.get("device") or {}
     if not d.get("known"):
         return f"the local GPU {d.get('display_name')!r} is not in the catalogue (no dense BF16 peak to predict with)"

@@ -318,11 +318,16 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
                 setattr(cfg, key, int(num_layers))
     cfg.use_cache = False
     cfg._attn_implementation = "eager"
-    try:
-        m = AutoModelForCausalLM.from_config(cfg)
-    except ValueError:
-        m = AutoModel.from_config(cfg)
-    m = m.to(device=device, dtype=dtype or torch.float32)
+    # Built on the device in its dtype: a 13B model initialised on the host in FP32 took minutes and 52 GB
+    # of host memory before it reached the GPU, and a BF16 model cast there after an FP32 build needs 1.5x
+    # its memory on the GPU. The weights are random either way (the latency does not depend on them).
+    dt = dtype or torch.float32
+    with torch.device(device):
+        try:
+            m = AutoModelForCausalLM.from_config(cfg, dtype=dt)
+        except ValueError:
+            m = AutoModel.from_config(cfg, dtype=dt)
+    m = m.to(device=device, dtype=dt)
     ids = torch.randint(0, int(cfg.vocab_size), (batch, seq), device=device)
     run = torch.compile(m) if compile else m
     if mode == "inf":
@@ -350,6 +355,9 @@ def measure_model(model, batch: int, seq: int, mode: str, timer=None, cfg: Harne
     On CUDA the peak memory of the whole run (weights + step) is noted in ``last_peak_memory_gib``."""
     global last_peak_memory_gib
     last_peak_memory_gib = None
+    # building a large model (and compiling it) takes seconds to minutes: none is started once the budget is spent
+    if budget is not None and budget.remaining() <= 0:
+        return Measurement("BUDGET", reason="time budget exhausted before this model was built")
     if device == "cuda":
         import torch
         if torch.cuda.is_available():

@@ -64,6 +64,45 @@ def discover(folder: Path, only: list[str] | None = None) -> list[Path]:
     return found
 
 
+def notebook_parameters(nb: Path) -> list[str]:
+    """Names assigned in the notebook's cell tagged ``parameters`` (stdlib only: read as JSON)."""
+    cells = json.loads(nb.read_text()).get("cells", [])
+    for c in cells:
+        if "parameters" in c.get("metadata", {}).get("tags", []):
+            src = "".join(c.get("source", []))
+            return re.findall(r"^([A-Za-z_]\w*)\s*=", src, flags=re.M)
+    return []
+
+
+RUNNER_PARAMETERS = ("output_dir", "quick")    # set by the runner itself (--out, --quick)
+
+
+def parse_params(items: list[str] | None, notebooks: list[Path]) -> dict[str, dict]:
+    """``--param KEY=VALUE`` items -> {notebook stem: {key: value}} for the selected notebooks that have the
+    parameter. VALUE is read as JSON (numbers, true/false, null, lists in brackets), else kept as text."""
+    out: dict[str, dict] = {nb.stem: {} for nb in notebooks}
+    have = {nb.stem: notebook_parameters(nb) for nb in notebooks}
+    for item in items or []:
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq or not key.isidentifier():
+            raise UsageError(f"--param {item!r}: give KEY=VALUE, e.g. --param time_budget_s=600")
+        if key in RUNNER_PARAMETERS:
+            raise UsageError(f"--param {key}: set by the runner (use --out / --quick)")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        takers = [stem for stem, names in have.items() if key in names]
+        if not takers:
+            known = "; ".join(f"{stem}: {', '.join(n for n in names if n not in RUNNER_PARAMETERS) or '-'}"
+                              for stem, names in have.items())
+            raise UsageError(f"--param {key}: no selected notebook has this parameter ({known})")
+        for stem in takers:
+            out[stem][key] = value
+    return out
+
+
 def _export_html(ipynb: Path) -> None:
     try:
         from nbconvert import HTMLExporter
@@ -269,6 +308,9 @@ def parser() -> argparse.ArgumentParser:
                     help="run only this notebook (e.g. 05_live_gpu or 05); repeatable")
     ap.add_argument("--out", metavar="DIR",
                     help="run folder (default results/<timestamp>); must not exist yet or be empty")
+    ap.add_argument("--param", action="append", metavar="KEY=VALUE",
+                    help="set a parameter of the selected notebooks (their parameters cell), e.g. "
+                         "--only 05 --param time_budget_s=600 --param 'models=[\"gpt2_large\"]'; repeatable")
     ap.add_argument("--lab", nargs="?", const="", metavar="RESULTS_DIR",
                     help="open JupyterLab on notebooks/ (and on RESULTS_DIR, e.g. a finished run) instead of running")
     ap.add_argument("--notebooks-dir", metavar="DIR", default=str(NOTEBOOKS_DIR), help=argparse.SUPPRESS)
@@ -299,6 +341,7 @@ def check_args(argv: list[str] | None = None):
     notebooks = discover(nb_dir, a.only)
     if not notebooks:
         raise UsageError(f"no notebooks NN_*.ipynb in {nb_dir}")
+    a.params = parse_params(a.param, notebooks)
     if a.out is not None and not a.out.strip():
         raise UsageError("--out: empty folder name (give a folder, or leave --out out for results/<timestamp>)")
     if a.out:
@@ -409,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
 
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     print(f"NeuSight artifact: {len(notebooks)} notebook(s), {'quick' if a.quick else 'full'} mode -> {run_dir}", flush=True)
+    for stem, given in a.params.items():
+        if given:
+            print(f"  {stem} parameters: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in given.items()), flush=True)
     t_start = time.time()
     results: list[NotebookResult] = []
     interrupted: _Interrupted | None = None
@@ -417,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i}/{len(notebooks)}] {nb.stem} ... (started at +{time.time() - t_start:.0f} s)", flush=True)
             t_nb = time.time()
             try:
-                r = run_notebook(nb, run_dir, a.quick)
+                r = run_notebook(nb, run_dir, a.quick, a.params.get(nb.stem))
             except _Interrupted:
                 results.append(NotebookResult(nb.stem, "INTERRUPTED", time.time() - t_nb, "interrupted while running"))
                 raise

@@ -1,11 +1,42 @@
 #!/usr/bin/env bash
 # Sourced by run_all.sh and run_tests.sh. Makes .venv from the pinned requirements.txt when it is
-# missing or stale, then provisions (unpacks and verifies) the authors' release.
+# missing or stale, then provisions (unpacks and verifies) the authors' release. Sets NEUSIGHT_PY, the
+# interpreter the caller runs.
 # Honours: PYTHON (interpreter to build the venv with, default python3.11), NEUSIGHT_RELEASE
-# (path to the release folder, archive or upstream clone).
+# (path to the release folder, archive or upstream clone), NEUSIGHT_PYTHON (use this interpreter as it is,
+# no venv: a GPU machine whose Python already holds a CUDA build of torch, e.g. a container image).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
+if [ -n "${NEUSIGHT_PYTHON:-}" ]; then
+  NEUSIGHT_PY="$(command -v "$NEUSIGHT_PYTHON" || true)"
+  if [ -z "$NEUSIGHT_PY" ]; then echo "error: NEUSIGHT_PYTHON=$NEUSIGHT_PYTHON: no such interpreter" >&2; exit 2; fi
+  # modules the notebooks and the runner import (module names, not package names); optional ones only warn
+  missing="$("$NEUSIGHT_PY" - <<'PYEOF'
+import importlib.util, sys
+if sys.version_info[:2] < (3, 11):
+    print(f"Python 3.11 or newer (this is {sys.version.split()[0]})"); sys.exit()
+need = ["torch", "transformers", "numpy", "pandas", "yaml", "matplotlib", "sklearn", "threadpoolctl", "scipy",
+        "tqdm", "tabulate", "papermill", "nbformat", "nbclient", "ipykernel", "jupyter_client"]
+print(" ".join(n for n in need if importlib.util.find_spec(n) is None))
+PYEOF
+)"
+  if [ -n "$missing" ]; then
+    echo "error: NEUSIGHT_PYTHON=$NEUSIGHT_PYTHON lacks: $missing (install them there, or unset NEUSIGHT_PYTHON to use the pinned .venv)" >&2
+    exit 2
+  fi
+  echo "[setup] using $NEUSIGHT_PY as it is (NEUSIGHT_PYTHON): $("$NEUSIGHT_PY" - <<'PYEOF'
+import importlib.util, sys
+import torch
+opt = [n for n in ("aiconfigurator_core", "nbconvert", "pytest") if importlib.util.find_spec(n) is None]
+cuda = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU build"
+print(f"Python {sys.version.split()[0]}, torch {torch.__version__} ({cuda}); requirements.txt's pins are not applied"
+      " (environment.json records every version)" + (f"; without {', '.join(opt)}" if opt else ""))
+PYEOF
+)"
+  # the checkout is not installed into that Python: put it first on the path of every process it starts
+  export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+else
 PY="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)'; then
   echo "error: Python 3.11 is required (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
@@ -48,5 +79,7 @@ if [ ! -L "$VENV" ]; then
     echo "$want_e" > "$VENV/.editable-install"
   fi
 fi
+NEUSIGHT_PY="$VENV/bin/python"
+fi
 echo "[setup] provisioning the authors' release"
-(cd "$ROOT" && "$VENV/bin/python" -m neusight_core.release ${NEUSIGHT_RELEASE:+--source "$NEUSIGHT_RELEASE"})
+(cd "$ROOT" && "$NEUSIGHT_PY" -m neusight_core.release ${NEUSIGHT_RELEASE:+--source "$NEUSIGHT_RELEASE"})

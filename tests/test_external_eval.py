@@ -388,3 +388,15 @@ def test_local_skip_reasons():
     assert "not in the catalogue" in xe.local_skip_reason({"skipped_reason": None,
                                                           "device": {"known": False, "display_name": "Foo"}})
     assert xe.local_skip_reason({"skipped_reason": None, "device": {"known": True, "name": H100}}) is None
+
+
+def test_local_check_skips_where_the_database_is_not_installed(monkeypatch):
+    """A Python used as it is (NEUSIGHT_PYTHON) may lack aiconfigurator-core: notebook 05 says so, never fails."""
+    from neusight_core import external_eval as xe
+    from neusight_core import measured_kernels as mk
+
+    def gone(root=None):
+        raise mk.MeasuredDataError("aiconfigurator-core is not installed: pip install -r requirements.txt")
+    monkeypatch.setattr(mk, "data_root", gone)
+    why = xe.local_skip_reason({"skipped_reason": None, "device": {"known": True, "name": H100}})
+    assert why.startswith("aiconfigurator-core is not installed")

@@ -176,6 +176,24 @@ def test_measure_model_tiny_on_cpu_inf_and_train():
     fn()
 
 
+def test_model_built_in_its_dtype_and_not_built_once_budget_is_spent():
+    import torch
+    from transformers import GPT2Config
+    cfg = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64)
+    out = live.model_callable(cfg, 1, 8, "inf", device="cpu", dtype=torch.bfloat16)()
+    assert out.logits.dtype == torch.bfloat16
+    # a spent budget: no model is built (building one can take minutes), status BUDGET with the reason
+    spent = live.TimeBudget(1.0, clock=iter([0.0, 5.0, 5.0]).__next__)
+    built = []
+    orig = live.model_callable
+    live.model_callable = lambda *a, **k: built.append(1) or orig(*a, **k)
+    try:
+        m = live.measure_model(cfg, 1, 8, "inf", timer=FakeTimer([1.0] * 40), budget=spent, device="cpu")
+    finally:
+        live.model_callable = orig
+    assert m.status == "BUDGET" and "before this model was built" in m.reason and not built
+
+
 def test_label_gap_flag():
     assert live.label_gap(120.0, 100.0)["flag_stack_differs"] is True
     assert live.label_gap(110.0, 100.0)["flag_stack_differs"] is False

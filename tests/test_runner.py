@@ -158,3 +158,34 @@ def test_a_second_run_started_on_the_same_folder_stops_at_once(tmp_path):
         first.communicate(timeout=120)
     assert first.returncode == 128 + signal.SIGTERM
     assert "INTERRUPTED" in (out / "SUMMARY.md").read_text()   # the first run's record, not the second's
+
+
+# ----------------------------------------------------------------------------- --param
+def test_param_reaches_the_notebook_that_has_it(tmp_path):
+    out = tmp_path / "p"
+    proc = subprocess.run([str(paths.REPO_ROOT / "run_all.sh"), "--quick", "--only", "01", "--out", str(out),
+                           "--param", "answer=7", "--notebooks-dir", str(FIXTURES)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((out / "01_ok" / "metrics.json").read_text())["answer"] == 7
+    assert "01_ok parameters: answer=7" in proc.stdout
+
+
+@pytest.mark.parametrize("item, message", [
+    ("nope=1", "--param nope: no selected notebook has this parameter (05_live_gpu: models, batches"),
+    ("quick=true", "--param quick: set by the runner"),
+    ("time_budget_s", "give KEY=VALUE"),
+    ("=3", "give KEY=VALUE"),
+])
+def test_bad_param_is_a_one_line_usage_error(item, message):
+    nbs = runner.discover(runner.NOTEBOOKS_DIR, ["05"])
+    with pytest.raises(runner.UsageError, match=None) as e:
+        runner.parse_params([item], nbs)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_param_values_are_read_as_json_else_text():
+    nbs = runner.discover(runner.NOTEBOOKS_DIR, ["05", "06"])
+    got = runner.parse_params(["time_budget_s=600", 'models=["gpt2_large"]', "target_gpu=NVIDIA_L4"], nbs)
+    assert got["05_live_gpu"] == {"time_budget_s": 600, "models": ["gpt2_large"], "target_gpu": "NVIDIA_L4"}
+    assert "time_budget_s" not in got["06_what_if"]      # only the notebooks that have the parameter get it
