@@ -185,6 +185,11 @@ def measure(fn: Callable[[], object], timer: Callable | None = None, cfg: Harnes
     return Measurement("OK", float(np.mean(fastest)), times)
 
 
+def _one_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[-1][:300] if lines else ''}"
+
+
 def _free_cuda() -> None:
     try:
         import torch
@@ -368,9 +373,12 @@ def measure_model(model, batch: int, seq: int, mode: str, timer=None, cfg: Harne
         if _is_oom(e):
             _free_cuda()
             return Measurement("OOM", reason="out of memory building the model")
-        raise
+        return Measurement("ERROR", reason=f"building the model failed: {_one_line(e)}")
     try:
         return measure(fn, timer, cfg, budget)
+    except Exception as e:  # noqa: BLE001 - e.g. torch.compile without a working compiler on this machine:
+        # recorded on this configuration (the tables show it), and the other configurations are still measured
+        return Measurement("ERROR", reason=_one_line(e))
     finally:
         del fn
         if device == "cuda":
@@ -674,7 +682,9 @@ def tier2_verdicts(r: dict, status: str, reason: str, quick: bool = False) -> di
         apes = [report.ape(x["measured_ms"], x["predicted"]["e2e_ms"]) for x in measured if x.get("predicted")]
         flags = [x for x in measured if x.get("flag_stack_differs")]
         with_label = [x for x in measured if x.get("label_gap_pct") is not None]
+        errors = [x for x in rows if str(x.get("skipped_reason") or "").startswith("ERROR")]
         text = (f"measured {len(measured)} scenarios on {r['head']['device'].get('display_name', '?')}; our prediction vs "
                 f"our measurement MAPE {np.mean(apes):.1f} % over {len(apes)}; our measurement vs the authors' label: "
-                f"{len(flags)} of {len(with_label)} more than 15 % apart")
+                f"{len(flags)} of {len(with_label)} more than 15 % apart"
+                + (f"; {len(errors)} measurement(s) failed (ERROR, reason in the tables)" if errors else ""))
     return {"tier": 2, "label": "live GPU", "quick": bool(quick), "summary": text}

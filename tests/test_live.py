@@ -258,3 +258,13 @@ def test_notebook_05_with_a_malformed_device_file_is_failed(run_notebook, tmp_pa
     assert "broken.yaml" in metrics["reason"]
     assert metrics["verdicts"]["tier"] == 2 and metrics["verdicts"]["summary"] == metrics["reason"]
     assert "**05_live_gpu FAILED**" in (out / "summary.md").read_text()
+
+
+def test_a_model_that_fails_to_run_is_recorded_as_error_and_the_run_goes_on():
+    from transformers import GPT2Config
+    cfg = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64)
+
+    def broken(fn):
+        raise RuntimeError("backend compiler failed\nInductorError: no C compiler")
+    m = live.measure_model(cfg, 1, 8, "inf", timer=broken, device="cpu")
+    assert m.status == "ERROR" and m.reason == "RuntimeError: InductorError: no C compiler"
