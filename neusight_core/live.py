@@ -680,8 +680,9 @@ def tier2_verdicts(r: dict, status: str, reason: str, quick: bool = False) -> di
                 f"({len(predicted)} of {len(rows)} scenarios predicted)")
     else:
         apes = [report.ape(x["measured_ms"], x["predicted"]["e2e_ms"]) for x in measured if x.get("predicted")]
-        flags = [x for x in measured if x.get("flag_stack_differs")]
-        with_label = [x for x in measured if x.get("label_gap_pct") is not None]
+        # rows come back from frames: a missing label is NaN there, not None
+        with_label = [x for x in measured if pd.notna(x.get("label_gap_pct"))]
+        flags = [x for x in with_label if x.get("flag_stack_differs") is True]
         errors = [x for x in rows if str(x.get("skipped_reason") or "").startswith("ERROR")]
         text = (f"measured {len(measured)} scenarios on {r['head']['device'].get('display_name', '?')}; our prediction vs "
                 f"our measurement MAPE {np.mean(apes):.1f} % over {len(apes)}; our measurement vs the authors' label: "

@@ -268,3 +268,14 @@ def test_a_model_that_fails_to_run_is_recorded_as_error_and_the_run_goes_on():
         raise RuntimeError("backend compiler failed\nInductorError: no C compiler")
     m = live.measure_model(cfg, 1, 8, "inf", timer=broken, device="cpu")
     assert m.status == "ERROR" and m.reason == "RuntimeError: InductorError: no C compiler"
+
+
+def test_tier2_verdict_counts_only_rows_that_have_a_label():
+    """The first H100 run said '0 of 9' for 6 labelled rows: rows without a label are NaN in the frame."""
+    rows = [{"name": "a", "measured_ms": 100.0, "predicted": {"e2e_ms": 110.0}, **live.label_gap(100.0, 102.0)},
+            {"name": "b", "measured_ms": 100.0, "predicted": {"e2e_ms": 90.0}, **live.label_gap(100.0, 130.0)},
+            {"name": "c", "measured_ms": 50.0, "predicted": {"e2e_ms": 50.0}, **live.label_gap(50.0, None)}]
+    r = {**_live_result(paper=pd.DataFrame(rows)), "skip": None, "head": {"predicted_for": "T", "device": {"display_name": "G"}}}
+    text = live.tier2_verdicts(r, "OK", "")["summary"]
+    assert "measured 3 scenarios on G" in text and "MAPE 6.7 % over 3" in text
+    assert "1 of 2 more than 15 % apart" in text
