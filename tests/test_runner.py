@@ -189,3 +189,33 @@ def test_param_values_are_read_as_json_else_text():
     got = runner.parse_params(["time_budget_s=600", 'models=["gpt2_large"]', "target_gpu=NVIDIA_L4"], nbs)
     assert got["05_live_gpu"] == {"time_budget_s": 600, "models": ["gpt2_large"], "target_gpu": "NVIDIA_L4"}
     assert "time_budget_s" not in got["06_what_if"]      # only the notebooks that have the parameter get it
+
+
+# ----------------------------------------------------------------------------- NEUSIGHT_PYTHON
+def _run_all_with(python: str, out, *extra):
+    env = {**os.environ, "NEUSIGHT_PYTHON": python}
+    return subprocess.run([str(paths.REPO_ROOT / "run_all.sh"), "--quick", "--only", "01", "--out", str(out),
+                           "--notebooks-dir", str(FIXTURES), *extra], capture_output=True, text=True, timeout=600,
+                          env=env)
+
+
+def test_neusight_python_runs_with_that_interpreter_as_it_is(tmp_path):
+    """A GPU container's Python (here: this venv's, given by path) is used without a venv or pip."""
+    proc = _run_all_with(str(paths.REPO_ROOT / ".venv" / "bin" / "python"), tmp_path / "r")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "as it is (NEUSIGHT_PYTHON)" in proc.stdout and "pins are not applied" in proc.stdout
+    assert "creating virtualenv" not in proc.stdout
+    assert json.loads((tmp_path / "r" / "01_ok" / "metrics.json").read_text())["answer"] == 42
+
+
+def test_neusight_python_without_the_modules_is_a_one_line_error(tmp_path):
+    import sys
+    bare = tmp_path / "bare"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    proc = _run_all_with(str(bare / "bin" / "python"), tmp_path / "r")
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and len(err.splitlines()) == 1, proc.stdout + proc.stderr
+    assert "lacks: torch transformers numpy pandas" in err and "papermill" in err
+    proc = _run_all_with(str(tmp_path / "no-such-python"), tmp_path / "r2")
+    assert proc.returncode == 2 and "no such interpreter" in proc.stderr
+    assert not (tmp_path / "r").exists() and not (tmp_path / "r2").exists()
