@@ -201,6 +201,40 @@ def test_1x1_convolutions_predicted_by_the_linear_network(release_root):
     assert P.config_hash("neusight", {**p.config}) == P.config_hash("neusight", {**off.config})
 
 
+def test_wgrad_reduction_split_across_the_sms(release_root):
+    """``conv_wgrad_split_k``: ResNet-50's stem wgrad at batch 112 (M = C_out 64, reduction N = 112 x 112^2,
+    K = 3 x 7^2) makes 1 x 3 tiles of 128 x 64; on a V100 (80 SMs) its reduction is cut into floor(80 / 3) = 26
+    parts, by hand: 78 tiles, one wave, each tile 1/26 of the work. Forward rows are untouched; the key is
+    prediction only (same weights)."""
+    from neusight_core import devices
+    from neusight_core.predictors import common
+    from neusight_core.predictors.neusight import split_k_wgrad
+    stem = pd.concat([conv_row(s, B=112, cin=3, cout=64, k=7, size=224, stride=2, pad=3) for s in ("fwd", "wgrad")],
+                     ignore_index=True).drop(columns=["device", "latency_ms"])
+    w = stem.iloc[1]
+    assert (w.M, w.N, w.K) == (64, 112 * 112 ** 2, 3 * 49)
+    dev = common.device_arrays(stem, "Tesla_V100-PCIE-32GB")
+    tm, tk = np.full(2, 128.0), np.full(2, 64.0)
+    geo = common.geometry(stem, dev, tm, tk, np.full(2, np.nan))
+    assert geo["tiles"][1] == 3 and geo["waves"][1] == 1
+    sk = split_k_wgrad(stem, dev, geo, tm, tk)
+    assert devices.get_device("Tesla_V100-PCIE-32GB").num_sm == 80
+    assert sk["tiles"][1] == 78 and sk["waves"][1] == 1
+    assert sk["tile_flops"][1] == pytest.approx(geo["tile_flops"][1] / 26)
+    n = w.N / 26
+    assert sk["tile_bytes"][1] == pytest.approx(4 * (128 * n + n * 64 + 128 * 64))
+    for k in ("tiles", "waves", "tile_flops", "tile_bytes"):
+        assert sk[k][0] == geo[k][0]                       # the forward row as it was
+    p = P.get("neusight", quick=True)
+    assert p.config["conv_wgrad_split_k"] is True
+    off = P.create("neusight", 0, {"conv_wgrad_split_k": False})
+    off.set_state(p.get_state())
+    off.fitted = True
+    on_ms, off_ms = p.predict(stem, "Tesla_V100-PCIE-32GB"), off.predict(stem, "Tesla_V100-PCIE-32GB")
+    assert on_ms[0] == off_ms[0] and on_ms[1] < off_ms[1] / 5
+    assert P.config_hash("neusight", {**p.config}) == P.config_hash("neusight", {**off.config})
+
+
 # ---------------------------------------------------------------- the other classes as they were
 def test_quick_subset_of_the_other_classes_unchanged(release_root):
     """The quick subset is drawn per op class from one stream; CONV draws from its own, after them."""

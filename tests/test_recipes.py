@@ -43,7 +43,7 @@ def test_recipe_files_are_the_configs():
     assert {k for k in set(mine) | set(paper) if mine.get(k) != paper.get(k)} == {
         "extra_training", "lr", "hidden", "ensemble", "ensemble_cut", "epochs", "grad_clip",
         # the CONV network (issue 26): its class and keys; per-class forms of the authors' inputs and batches
-        "classes", "conv_tile", "conv_winograd", "inputs", "normalise", "clip_inputs", "batch", "conv_1x1_network",
+        "classes", "conv_tile", "conv_winograd", "inputs", "normalise", "clip_inputs", "batch", "conv_1x1_network", "conv_wgrad_split_k",
         # the BF16 tensor-core networks (issue 25)
         "tensor_core"}
     # ... which leave the paper's five classes as the authors' recipe has them
@@ -192,7 +192,7 @@ def test_ablation_plan_towards_our_recipe():
     assert set(plan[6][1]) == {"extra_training", "lr", "hidden", "ensemble", "ensemble_cut", "epochs", "grad_clip",
                                # the CONV network's keys (issue 26): they change no text-model kernel
                                "classes", "conv_tile", "conv_winograd", "inputs", "normalise", "clip_inputs", "batch",
-                               "conv_1x1_network", "tensor_core"}
+                               "conv_1x1_network", "conv_wgrad_split_k", "tensor_core"}
 
 
 def test_ablation_plan_switches_one_difference_at_a_time():

@@ -47,6 +47,7 @@ the authors' recipe (``recipes/neusight-paper.yaml``, documented with file and l
 | ``classes`` | list | op classes trained (default the paper's five: BMM, LINEAR, VEC, SOFTMAX, LAYERNORM); others: roofline |
 | ``conv_tile`` | [tile_m, tile_k] | CONV: the one implicit-GEMM tile of every convolution (default ``CONV_TILE``) |
 | ``conv_winograd`` | float | CONV: FLOPs of a 3 x 3 stride-1 conv's bound divided by this (Winograd; 1 = none) |
+| ``conv_wgrad_split_k`` | bool | CONV weight-gradient rows: the long reduction split across the SMs (``split_k_wgrad``; prediction only) |
 | ``conv_1x1_network`` | a class or absent | CONV rows of a 1 x 1, stride-1, unpadded, ungrouped convolution (forward and backward): predicted by this class's network as the plain GEMMs they are (prediction only: not part of the weights' key) |
 | ``tensor_core`` | {key: value} or absent | BF16 / FP16 GEMM and fused-attention networks trained on NVIDIA's measured kernels of the training GPUs (``tensor_core.TensorCoreNets``, issue 25); absent: such rows go through the FP32 networks at the tensor-core peak (an extrapolation) |
 
@@ -78,6 +79,34 @@ def per_class(value, cls: str, default=_REQUIRED):
         return value
     return value[cls] if default is _REQUIRED else value.get(cls, default)
 
+
+
+def split_k_wgrad(df: pd.DataFrame, dev: dict, geo: dict, tile_m, tile_k) -> dict:
+    """A weight-gradient convolution's implicit GEMM (``trace.conv_rows``: M = C_out, N = batch x output
+    pixels the reduction, K = C_in k^2) has a small output and a long reduction: the stem of ResNet-50 at
+    batch 112 makes 3 tiles of 128 x 64, each reducing over 1.4 M elements. With one tile per SM, 3 of a
+    V100's 80 SMs would work, and the wave bound counted exactly that (652 ms of a 1,431 ms predicted training
+    step). cuDNN and cuBLAS split such a reduction across thread blocks (split-K) and sum the parts. Here a
+    wgrad row's reduction is cut into s = min(floor(num_SM / tiles), ceil(N / tile_k)) parts (at least 1):
+    s x tiles tiles of N / s each, waves and per-tile work recomputed; the sum of the parts (s x M x K
+    partial results) is not counted. A structural rule with no fitted number; forward and dgrad rows, and
+    every training record (the release measures forward convolutions only), are unchanged."""
+    if "sub_op" not in df:
+        return geo
+    wg = df["sub_op"].to_numpy() == "wgrad"
+    if not wg.any():
+        return geo
+    tiles = geo["tiles"]
+    N = np.maximum(df["N"].fillna(1).to_numpy(float), 1.0)
+    tile_m, tile_k = np.asarray(tile_m, float), np.asarray(tile_k, float)
+    s = np.where(wg, np.maximum(1.0, np.minimum(np.floor(dev["num_sm"] / tiles), np.ceil(N / tile_k))), 1.0)
+    n_part = N / s
+    eb = common.element_bytes(df)
+    tile_flops = np.where(wg, geo["tile_flops"] / s, geo["tile_flops"])      # keeps ``_winograd``'s factor
+    tile_bytes = np.where(wg, eb * (tile_m * n_part + n_part * tile_k + tile_m * tile_k), geo["tile_bytes"])
+    tiles = tiles * s
+    return {**geo, "tiles": tiles, "waves": np.ceil(tiles / dev["num_sm"]), "tile_flops": tile_flops,
+            "tile_bytes": tile_bytes, "padded_flops": tiles * tile_flops}
 
 class NeuSightPredictor(KernelPredictor):
     """Runs a recipe config; registered as ``neusight-logo``: our leave-one-GPU-out recipe
@@ -188,6 +217,8 @@ class NeuSightPredictor(KernelPredictor):
         geo = common.geometry(df, dev, tile_m, tile_k, tile)
         if cls in common.CONV_CLASSES:
             geo = self._winograd(df, geo)
+            if self.config.get("conv_wgrad_split_k"):
+                geo = split_k_wgrad(df, dev, geo, tile_m, tile_k)
         if self.config.get("bandwidth_gib", False):
             # the authors' roofline: bytes in GiB over GB/s (mlp_wave_mm.py 20, mlp_wave_vec.py 16)
             base = common.wave_roofline_ms(df, {**dev, "mem_bw_gbs": dev["mem_bw_gbs"] * 2**30 / 1e9}, geo)
