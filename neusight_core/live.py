@@ -522,8 +522,8 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     ``precision`` is that of the paper's models (fp32 = the paper's protocol); ``llama_precision`` that
     of the Llama-2 scenarios (bf16 by default, as people run them; "fp32" = the paper's protocol),
     predicted with ``dtype=llama_precision`` and measured in it. Every model scenario carries the
-    predicted memory (``predicted_mem_*``) and, on a GPU, ``measured_peak_gib``
-    (``torch.cuda.max_memory_allocated`` of the run: weights + one step).
+    predicted memory (``predicted_mem_*``, without optimizer state: the measured step has no optimizer step)
+    and, on a GPU, ``measured_peak_gib`` (``torch.cuda.max_memory_allocated`` of the run: weights + one step).
 
     Without a GPU every measured field is null with ``skipped_reason``; predictions are made for
     ``target_gpu`` and labelled prediction-only. Writes live_*.json, fusion_*.json, parallel_*.json.
@@ -562,9 +562,11 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
         rows = []
         mcfg = cfg if prec == precision else HarnessConfig(precision=prec)
         for s in scen:
+            # optimizer "none": the measured training step has no optimizer step (the paper's protocol), so its
+            # peak memory holds no optimizer state; the predicted memory is that of the same step
             p, why = predict_model(s.model, dev_arg if not s.gpu else s.gpu, s.batch, s.seq, s.mode, quick=quick,
                                    **({"parallel": s.parallel, "gpus": s.gpus} if s.parallel else {}),
-                                   **({"past": s.past} if s.past else {}), dtype=prec)
+                                   **({"past": s.past} if s.past else {}), dtype=prec, optimizer="none")
             mskip = skip or (multi_gpu_skip_reason(s.gpus) if s.gpus > 1 else None)
             if not mskip and s.past:
                 mskip = "decode-step measurement (KV cache) not implemented in this version: predicted only"

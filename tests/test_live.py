@@ -279,3 +279,14 @@ def test_tier2_verdict_counts_only_rows_that_have_a_label():
     text = live.tier2_verdicts(r, "OK", "")["summary"]
     assert "measured 3 scenarios on G" in text and "MAPE 6.7 % over 3" in text
     assert "1 of 2 more than 15 % apart" in text
+
+
+def test_live_model_predictions_count_no_optimizer_state(monkeypatch, tmp_path):
+    """The measured training step has no optimizer step, so the predicted memory beside its measured peak holds no
+    optimizer state (the first H100 run compared a peak without it to a prediction with AdamW's 8 B per weight)."""
+    seen = []
+    monkeypatch.setattr(live, "predict_model", lambda *a, **k: seen.append(k) or (None, live.NOT_POSSIBLE + "fake"))
+    monkeypatch.setattr(live, "predict_kernels", lambda *a, **k: (None, "fake"))
+    live.run_live(tmp_path, quick=True, time_budget_s=1)
+    model_calls = [k for k in seen if "dtype" in k]
+    assert model_calls and all(k["optimizer"] == "none" for k in model_calls)
