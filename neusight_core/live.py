@@ -113,6 +113,25 @@ class TimeBudget:
     def allows(self, cost_s: float) -> bool:
         return cost_s <= self.remaining()
 
+    def share(self, weight: float, weights_left: float) -> "TimeBudget":
+        """A section's budget: ``weight / weights_left`` of what is left now (``weights_left``: the weights of
+        this section and of every section still to come), so that time a section does not use goes to the ones
+        after it. Never more than what is left."""
+        frac = weight / weights_left if weights_left > 0 else 1.0
+        return TimeBudget(max(0.0, self.remaining()) * min(1.0, frac), self.clock)
+
+
+# Notebook 05's measured sections share the time budget by these weights, in this order: the first GPU runs
+# spent the whole budget on the paper's models and measured one torch.compile pair of six.
+SECTION_WEIGHTS = {"kernels": 1.0, "paper": 4.0, "llama": 2.0, "fusion": 3.0}
+
+
+def section_budget(total: "TimeBudget", section: str) -> "TimeBudget":
+    """``total.share`` for ``section`` of ``SECTION_WEIGHTS`` (this one and the sections after it)."""
+    names = list(SECTION_WEIGHTS)
+    left = sum(SECTION_WEIGHTS[n] for n in names[names.index(section):])
+    return total.share(SECTION_WEIGHTS[section], left)
+
 
 class CudaEventTimer:
     """Times one call of ``fn`` in ms with CUDA events (the paper's tool)."""
@@ -550,7 +569,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
 
     # kernels
     k = kernel_sweep(quick)
-    k = skipped_measurements(k, skip) if skip else measure_kernels(k, timer, cfg, budget)
+    k = skipped_measurements(k, skip) if skip else measure_kernels(k, timer, cfg, section_budget(budget, "kernels"))
     pred, why = predict_kernels(k, dev_arg, quick=quick)
     k["pred_ms"] = pred if pred is not None else None
     k["pred_reason"] = why
@@ -558,8 +577,9 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
         k["ape"] = [report.ape(m, p) if m is not None and not pd.isna(m) else None for m, p in zip(k["measured_ms"], pred)]
     write_json(output_dir, "live_kernels", {**head, "rows": k.to_dict(orient="records")})
 
-    def _models(scen, name, prec=precision):
+    def _models(scen, name, prec=precision, section=None):
         rows = []
+        sbudget = section_budget(budget, section) if section else budget
         mcfg = cfg if prec == precision else HarnessConfig(precision=prec)
         for s in scen:
             # optimizer "none": the measured training step has no optimizer step (the paper's protocol), so its
@@ -577,7 +597,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
                 layers = 8 if s.model == "llama2_70b" else None
                 if prec != precision:
                     set_precision(prec)
-                mm = measure_model(s.model, s.batch, s.seq, s.mode, timer, mcfg, budget, num_layers=layers)
+                mm = measure_model(s.model, s.batch, s.seq, s.mode, timer, mcfg, sbudget, num_layers=layers)
                 peak = None if layers else last_peak_memory_gib   # a cut 70B model's memory is not the model's
                 if prec != precision:
                     set_precision(precision)
@@ -590,9 +610,10 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
         write_json(output_dir, name, {**head, "rows": rows})
         return rows
 
-    paper = _models(paper_scenarios(models, batches, quick), "live_models")
-    llama = _models(llama_scenarios(quick), "live_llama", llama_precision)
+    paper = _models(paper_scenarios(models, batches, quick), "live_models", section="paper")
+    llama = _models(llama_scenarios(quick), "live_llama", llama_precision, section="llama")
     fus = []
+    fbudget = section_budget(budget, "fusion")
     for s in paper_scenarios(models, batches, quick):
         if s.mode != "inf":
             continue
@@ -600,8 +621,8 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
         pf, w2 = predict_model(s.model, dev_arg, s.batch, s.seq, s.mode, fusion=True, quick=quick)
         me = mc = None
         if not skip:
-            me = measure_model(s.model, s.batch, s.seq, s.mode, timer, cfg, budget)
-            mc = measure_model(s.model, s.batch, s.seq, s.mode, timer, cfg, budget, compile=True)
+            me = measure_model(s.model, s.batch, s.seq, s.mode, timer, cfg, fbudget)
+            mc = measure_model(s.model, s.batch, s.seq, s.mode, timer, cfg, fbudget, compile=True)
         fus.append({**asdict(s), "pred_eager": pe, "pred_fused": pf, "predicted_reason": w1 or w2,
                     "measured_eager_ms": me.mean_ms if me else None, "measured_compile_ms": mc.mean_ms if mc else None,
                     "skipped_reason": skip or "; ".join(f"{x.status}: {x.reason}" for x in (me, mc) if x.status != "OK") or None,

@@ -290,3 +290,18 @@ def test_live_model_predictions_count_no_optimizer_state(monkeypatch, tmp_path):
     live.run_live(tmp_path, quick=True, time_budget_s=1)
     model_calls = [k for k in seen if "dtype" in k]
     assert model_calls and all(k["optimizer"] == "none" for k in model_calls)
+
+
+def test_sections_share_the_budget_and_pass_on_what_they_leave():
+    """Kernels 1 : paper models 4 : Llama 2 : fusion 3 of the time left when each section starts."""
+    now = [0.0]
+    total = live.TimeBudget(100.0, clock=lambda: now[0])
+    assert live.section_budget(total, "kernels").seconds == pytest.approx(10.0)
+    now[0] = 2.0                                   # the kernels took 2 s of their 10: 98 s left for 4 + 2 + 3
+    assert live.section_budget(total, "paper").seconds == pytest.approx(98.0 * 4 / 9)
+    now[0] = 90.0                                  # the models overran: 10 s left for 2 + 3
+    assert live.section_budget(total, "llama").seconds == pytest.approx(4.0)
+    now[0] = 95.0
+    assert live.section_budget(total, "fusion").seconds == pytest.approx(5.0)   # the last takes all that is left
+    now[0] = 120.0
+    assert live.section_budget(total, "fusion").seconds == 0.0
