@@ -326,11 +326,13 @@ def load_model_config(model):
 
 
 def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda", compile: bool = False,
-                   num_layers: int | None = None, dtype=None) -> Callable[[], object]:
+                   num_layers: int | None = None, dtype=None, past: int = 0) -> Callable[[], object]:
     """Random-weight HF model (eager attention, no KV cache) -> zero-arg inference or fwd+bwd call.
 
     ``num_layers`` cuts the block count (Llama-2-70B: measure fewer layers, scale to the full model).
     ``compile`` wraps the model in torch.compile (the fused case of the paper's -fusion labels).
+    ``past`` > 0 (inference): one decode step of ``seq`` new tokens on a KV cache of ``past`` tokens, filled
+    once by a prefill here; each call appends to the cache and crops it back, so every call sees ``past``.
     """
     import copy
     import torch
@@ -340,7 +342,7 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
         for key in ("num_hidden_layers", "n_layer", "num_layers"):
             if hasattr(cfg, key):
                 setattr(cfg, key, int(num_layers))
-    cfg.use_cache = False
+    cfg.use_cache = bool(past)
     cfg._attn_implementation = "eager"
     # Built on the device in its dtype: a 13B model initialised on the host in FP32 took minutes and 52 GB
     # of host memory before it reached the GPU, and a BF16 model cast there after an FP32 build needs 1.5x
@@ -354,6 +356,22 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
     m = m.to(device=device, dtype=dt)
     ids = torch.randint(0, int(cfg.vocab_size), (batch, seq), device=device)
     run = torch.compile(m) if compile else m
+    if past:
+        if mode != "inf":
+            raise ValueError("a decode step (past > 0) is inference only")
+        m.eval()
+        with torch.no_grad():
+            cache = m(input_ids=torch.randint(0, int(cfg.vocab_size), (batch, int(past)), device=device),
+                      use_cache=True).past_key_values
+
+        def decode():
+            with torch.no_grad():
+                out = run(input_ids=ids, past_key_values=cache, use_cache=True)
+            # back to the prompt, so that the next call decodes the same step (a negative crop drops that many
+            # tokens: transformers 5.23 refuses a positive one, 4.x and 5.x take this form)
+            cache.crop(-int(seq))
+            return out
+        return decode
     if mode == "inf":
         m.eval()
 
@@ -374,7 +392,7 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
 
 def measure_model(model, batch: int, seq: int, mode: str, timer=None, cfg: HarnessConfig | None = None,
                   budget: TimeBudget | None = None, device: str = "cuda", compile: bool = False,
-                  num_layers: int | None = None) -> Measurement:
+                  num_layers: int | None = None, past: int = 0) -> Measurement:
     """Build + measure one model configuration; OOM while building is recorded like OOM while running.
     On CUDA the peak memory of the whole run (weights + step) is noted in ``last_peak_memory_gib``."""
     global last_peak_memory_gib
@@ -387,7 +405,7 @@ def measure_model(model, batch: int, seq: int, mode: str, timer=None, cfg: Harne
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
     try:
-        fn = model_callable(model, batch, seq, mode, device, compile, num_layers, dtype=_dtype(cfg))
+        fn = model_callable(model, batch, seq, mode, device, compile, num_layers, dtype=_dtype(cfg), past=past)
     except Exception as e:  # noqa: BLE001
         if _is_oom(e):
             _free_cuda()
@@ -455,7 +473,7 @@ class Scenario:
     gpu: str = ""                  # catalogue GPU the scenario is stated for ("" = local/target)
     extension: bool = False
     note: str = ""
-    past: int = 0                  # KV-cache length for a decode step (extension; predicted only)
+    past: int = 0                  # KV-cache length for a decode step (extension)
 
 
 # sequence length of each paper model in the release's label names
@@ -482,7 +500,8 @@ def llama_scenarios(quick: bool = False) -> list[Scenario]:
                        "(transformer blocks are identical; embedding/head counted once, a small error)")]
     # one decode step after a 2048-token prompt: 1 new token attending to 2048 cached ones
     s += [Scenario(f"{m}-decode-after-2048", m, 1, 1, "inf", extension=True, past=2048,
-                   note="one decode step on a KV cache of 2048 tokens; predicted only (no decode measurement yet)")
+                   note="one decode step on a KV cache of 2048 tokens (measured with the cache filled by a prefill, "
+                        "cropped back after each step)")
           for m in ("llama2_7b", "llama2_13b", "llama2_70b")]
     return [s[0], s[3]] if quick else s
 
@@ -588,8 +607,6 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
                                    **({"parallel": s.parallel, "gpus": s.gpus} if s.parallel else {}),
                                    **({"past": s.past} if s.past else {}), dtype=prec, optimizer="none")
             mskip = skip or (multi_gpu_skip_reason(s.gpus) if s.gpus > 1 else None)
-            if not mskip and s.past:
-                mskip = "decode-step measurement (KV cache) not implemented in this version: predicted only"
             if not mskip and s.gpus > 1:
                 mskip = "multi-GPU measurement (torch.distributed, one process per GPU) not implemented in this version"
             meas, layers, peak = None, None, None
@@ -597,7 +614,8 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
                 layers = 8 if s.model == "llama2_70b" else None
                 if prec != precision:
                     set_precision(prec)
-                mm = measure_model(s.model, s.batch, s.seq, s.mode, timer, mcfg, sbudget, num_layers=layers)
+                mm = measure_model(s.model, s.batch, s.seq, s.mode, timer, mcfg, sbudget, num_layers=layers,
+                                   past=s.past)
                 peak = None if layers else last_peak_memory_gib   # a cut 70B model's memory is not the model's
                 if prec != precision:
                     set_precision(precision)

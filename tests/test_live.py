@@ -305,3 +305,23 @@ def test_sections_share_the_budget_and_pass_on_what_they_leave():
     assert live.section_budget(total, "fusion").seconds == pytest.approx(5.0)   # the last takes all that is left
     now[0] = 120.0
     assert live.section_budget(total, "fusion").seconds == 0.0
+
+
+def test_decode_step_on_a_kv_cache_keeps_its_length_from_call_to_call():
+    """One decode step after ``past`` cached tokens (the Llama-2 decode scenarios): every timed call sees the
+    same cache length, because the step's new entry is cropped off again."""
+    import torch
+    from transformers import LlamaConfig
+    cfg = LlamaConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=100, max_position_embeddings=64)
+    step = live.model_callable(cfg, 2, 1, "inf", device="cpu", past=16)
+    for _ in range(3):
+        out = step()
+        assert out.logits.shape == (2, 1, 100)
+        assert out.past_key_values.get_seq_length() == 16
+    # the same step by hand: a fresh prefill of 16 random tokens, then one token, gives a cache of 17 before cropping
+    with pytest.raises(ValueError, match="inference only"):
+        live.model_callable(cfg, 1, 1, "train", device="cpu", past=16)
+    m = live.measure_model(cfg, 1, 1, "inf", timer=FakeTimer([2.0] * 40), device="cpu", past=8)
+    assert m.status == "OK" and m.mean_ms == pytest.approx(2.0)
+    assert torch.is_grad_enabled()
