@@ -1,7 +1,5 @@
 """End to end (issue 5): model latency through the real tracer and predictors, the CLI, notebook 04."""
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd

@@ -1,9 +1,7 @@
 """Issue 26, trace side: image models (ResNet, ViT) traced with pixel_values, the CONV rows' dims / FLOPs /
 bytes against the conv formulas, the --image-size / --seq errors, memory and the sweep."""
-import math
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from neusight_core import latency, memory, schema, sweep, trace
