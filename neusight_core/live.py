@@ -662,6 +662,9 @@ def flat_table(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+RECORDED_RUNS = "docs/tier2.md (H100 and H200, 2026-11-26)"
+
+
 def summary_markdown(r: dict, quick: bool = False) -> str:
     """The notebook's summary.md: status line and one row per model/parallel scenario with the prediction,
     the measurement (or why there is none) and the authors' label for the same GPU where the release has one."""
@@ -670,7 +673,9 @@ def summary_markdown(r: dict, quick: bool = False) -> str:
     lines = [f"**05_live_gpu {status}** — " + (f"{reason}. " if status == "FAILED" else "")
              + (f"{r['skip']}. Predictions only, for {head['predicted_for']}." if r["skip"]
                 else f"measured on {head['device']['display_name']} ({head['precision_label']}).")
-             + (" QUICK mode: subset of scenarios, predictors trained on a data subset." if quick else ""),
+             + (" QUICK mode: subset of scenarios, predictors trained on a data subset." if quick else "")
+             # no number from another machine here: only where recorded runs are, so that nobody takes them for this one's
+             + (f" Runs of this notebook recorded on other machines (not this run): {RECORDED_RUNS}." if r["skip"] else ""),
              "", "| scenario | GPU | predicted e2e (ms) | measured (ms) | authors' label (ms) |", "|---|---|---:|---:|---:|"]
     for sec in ("paper", "llama", "parallel"):
         for s in r[sec].to_dict(orient="records"):

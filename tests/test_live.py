@@ -7,7 +7,7 @@ import pandas as pd
 
 import pytest
 
-from neusight_core import live
+from neusight_core import live, paths
 
 GiB = 2**30
 
@@ -219,6 +219,8 @@ def test_scenario_tables_show_predictions_and_summary_rows():
          "llama": df.iloc[:0], "parallel": df.iloc[:0]}
     md = live.summary_markdown(r)
     assert "SKIPPED" in md and "| a | G | 12.5 | SKIPPED | — |" in md and "| b (extension) | T | — | 3.0 | 2.0 |" in md
+    # a run without a GPU points to the recorded GPU runs, which exist, and quotes none of their numbers
+    assert "docs/tier2.md" in md and (paths.REPO_ROOT / "docs" / "tier2.md").is_file()
 
 
 def _live_result(**rows):
