@@ -651,6 +651,38 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
             "fusion": pd.DataFrame(fus), "parallel": pd.DataFrame(par), "skip": skip}
 
 
+def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "neusight",
+                         quick: bool = False) -> pd.DataFrame:
+    """A recorded run of this notebook (``docs/tier2/<run>``: ``live_paper.csv`` in its precision, FP32, and
+    ``live_llama.csv`` in BF16) predicted again here for ``gpu`` with every seed of ``predictor``: one row per
+    measured scenario and seed with ``measured_ms``, ``recorded_pred_ms`` (what the run predicted, seed 0),
+    ``pred_ms``, ``ape`` and ``err`` (signed, %). The run's notebook predicted with seed 0 only."""
+    from pathlib import Path
+
+    from neusight_core import latency, predictors, report
+    rows = []
+    preds = {s: predictors.get(predictor, quick=quick, seed=s) for s in seeds}
+    for table, default_dtype in (("live_paper", "fp32"), ("live_llama", "bf16")):
+        f = Path(folder) / f"{table}.csv"
+        if not f.is_file():
+            continue
+        d = pd.read_csv(f).dropna(subset=["measured_ms"])
+        for r in d.to_dict(orient="records"):
+            dtype = str(r.get("precision") or default_dtype)
+            past = int(r["past"]) if pd.notna(r.get("past")) and r.get("past") else 0
+            for s, p in preds.items():
+                out = latency.predict_model(str(r["model"]), gpu, int(r["batch"]), int(r["seq"]), str(r["mode"]),
+                                            predictor=p, dtype=dtype, **({"past": past} if past else {}))
+                rows.append({"table": table, "name": r["name"], "precision": dtype, "seed": s,
+                             "measured_ms": float(r["measured_ms"]),
+                             "recorded_pred_ms": float(r.get("predicted_e2e_ms", np.nan)), "pred_ms": out["e2e_ms"]})
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["ape"] = report.ape(out["measured_ms"], out["pred_ms"])
+        out["err"] = (out["pred_ms"] / out["measured_ms"] - 1) * 100
+    return out
+
+
 def flat_table(df: pd.DataFrame) -> pd.DataFrame:
     """A scenario frame of run_live with its dict columns spread out: ``predicted`` -> ``predicted_e2e_ms``,
     ``predicted_fw_ms``, ...; ``pred_eager``/``pred_fused`` likewise (so the tables show the numbers)."""

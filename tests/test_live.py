@@ -327,3 +327,19 @@ def test_decode_step_on_a_kv_cache_keeps_its_length_from_call_to_call():
     m = live.measure_model(cfg, 1, 1, "inf", timer=FakeTimer([2.0] * 40), device="cpu", past=8)
     assert m.status == "OK" and m.mean_ms == pytest.approx(2.0)
     assert torch.is_grad_enabled()
+
+
+def test_recorded_run_predicted_again_with_every_seed(tmp_path):
+    """benchmarks/tier2_seeds.py: a recorded table (here one made up row per table) predicted per seed; the
+    APE is against the recorded measurement, FP32 for the paper table and BF16 for the Llama-2 one."""
+    pd.DataFrame([{"name": "gpt2_large-inf-128-1", "model": "gpt2_large", "batch": 1, "seq": 128, "mode": "inf",
+                   "past": 0, "precision": "fp32", "measured_ms": 10.0, "predicted_e2e_ms": 11.0}]
+                 ).to_csv(tmp_path / "live_paper.csv", index=False)
+    pd.DataFrame([{"name": "x", "model": "gpt2_large", "batch": 1, "seq": 128, "mode": "inf", "past": 0,
+                   "precision": "bf16", "measured_ms": None, "predicted_e2e_ms": 3.0}]
+                 ).to_csv(tmp_path / "live_llama.csv", index=False)      # nothing measured: no row
+    t = live.recorded_predictions(tmp_path, "NVIDIA_H100_80GB_HBM3", seeds=(0, 1), quick=True)
+    assert list(t["seed"]) == [0, 1] and set(t["table"]) == {"live_paper"} and set(t["precision"]) == {"fp32"}
+    assert (t["measured_ms"] == 10.0).all() and t["pred_ms"].gt(0).all()
+    assert t["ape"].to_numpy() == pytest.approx((t["pred_ms"] - 10.0).abs().to_numpy() * 10)
+    assert t["pred_ms"].iloc[0] != t["pred_ms"].iloc[1]           # two seeds, two networks
