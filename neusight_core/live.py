@@ -327,7 +327,8 @@ def load_model_config(model):
 
 def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda", compile: bool = False,
                    num_layers: int | None = None, dtype=None, past: int = 0) -> Callable[[], object]:
-    """Random-weight HF model (eager attention, no KV cache) -> zero-arg inference or fwd+bwd call.
+    """Random-weight HF model (eager attention; no KV cache unless ``past``) -> zero-arg inference, decode or
+    fwd+bwd call.
 
     ``num_layers`` cuts the block count (Llama-2-70B: measure fewer layers, scale to the full model).
     ``compile`` wraps the model in torch.compile (the fused case of the paper's -fusion labels).

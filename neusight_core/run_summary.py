@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 TIERS = {0: "Tier 0, the authors' shipped predictions", 1: "Tier 1, our re-implementation",
@@ -19,6 +19,7 @@ class NotebookResult:
     status: str          # OK | SKIPPED | FAILED | INTERRUPTED
     seconds: float
     reason: str = ""
+    parameters: dict = field(default_factory=dict)   # what ``--param`` set for this notebook
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -142,6 +143,8 @@ def write_summary(run_dir: Path, results: list[NotebookResult], env: dict, quick
               + (", ".join(env['gpu']['names']) if env.get('gpu', {}).get('available')
                  else f"none ({env.get('gpu', {}).get('reason', '')})"),
               *([f"- tarball: {tarball}"] if tarball else []),
+              *[f"- {r.name} ran with --param " + ", ".join(f"{k}={json.dumps(v)}" for k, v in r.parameters.items())
+                for r in results if r.parameters],
               "", "| notebook | status | wall time (s) | reason |", "|---|---|---:|---|"]
     for r in results:
         reason = r.reason.replace("|", "/").replace("\n", " ")

@@ -462,10 +462,12 @@ def main(argv: list[str] | None = None) -> int:
         for i, nb in enumerate(notebooks, 1):
             print(f"[{i}/{len(notebooks)}] {nb.stem} ... (started at +{time.time() - t_start:.0f} s)", flush=True)
             t_nb = time.time()
+            given = dict(a.params.get(nb.stem) or {})
             try:
-                r = run_notebook(nb, run_dir, a.quick, a.params.get(nb.stem))
+                r = run_notebook(nb, run_dir, a.quick, given)
             except _Interrupted:
-                results.append(NotebookResult(nb.stem, "INTERRUPTED", time.time() - t_nb, "interrupted while running"))
+                results.append(NotebookResult(nb.stem, "INTERRUPTED", time.time() - t_nb, "interrupted while running",
+                                              given))
                 raise
             except Exception as e:  # the runner itself must survive anything a notebook does
                 full = _disk_full_cause(e)
@@ -473,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
                     traceback.print_exc()
                 r = NotebookResult(nb.stem, "FAILED", time.time() - t_nb,
                                    disk_full_reason(full, run_dir) if full else f"runner error: {e}")
+            r.parameters = given
             results.append(r)
             extra = f": {r.reason}" if r.reason else ""
             print(f"[{i}/{len(notebooks)}] {nb.stem} {r.status} in {r.seconds:.1f} s "

@@ -169,6 +169,9 @@ def test_param_reaches_the_notebook_that_has_it(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads((out / "01_ok" / "metrics.json").read_text())["answer"] == 7
     assert "01_ok parameters: answer=7" in proc.stdout
+    # the run's record says what was changed: run.json per notebook and a line of SUMMARY.md
+    assert json.loads((out / "run.json").read_text())["notebooks"][0]["parameters"] == {"answer": 7}
+    assert "- 01_ok ran with --param answer=7" in (out / "SUMMARY.md").read_text()
 
 
 @pytest.mark.parametrize("item, message", [
