@@ -22,6 +22,11 @@ class NotebookResult:
     parameters: dict = field(default_factory=dict)   # what ``--param`` set for this notebook
 
 
+def format_params(params: dict) -> str:
+    """``--param`` values as the console and SUMMARY.md show them: ``key=<JSON>, ...``."""
+    return ", ".join(f"{k}={json.dumps(v)}" for k, v in params.items())
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` aside and rename it over ``path``: a full disk or a kill never leaves a half-written
     file under the finished name (the partial one is removed and the error raised)."""
@@ -143,8 +148,7 @@ def write_summary(run_dir: Path, results: list[NotebookResult], env: dict, quick
               + (", ".join(env['gpu']['names']) if env.get('gpu', {}).get('available')
                  else f"none ({env.get('gpu', {}).get('reason', '')})"),
               *([f"- tarball: {tarball}"] if tarball else []),
-              *[f"- {r.name} ran with --param " + ", ".join(f"{k}={json.dumps(v)}" for k, v in r.parameters.items())
-                for r in results if r.parameters],
+              *[f"- {r.name} ran with --param {format_params(r.parameters)}" for r in results if r.parameters],
               "", "| notebook | status | wall time (s) | reason |", "|---|---|---:|---|"]
     for r in results:
         reason = r.reason.replace("|", "/").replace("\n", " ")

@@ -39,7 +39,7 @@ from importlib import metadata
 from pathlib import Path
 
 from . import paths  # stdlib only: run_all.sh checks the arguments with any python3 before set-up
-from .run_summary import NotebookResult, verdict_block, write_atomic, write_summary
+from .run_summary import NotebookResult, format_params, verdict_block, write_atomic, write_summary
 
 __all__ = ["NotebookResult", "claim", "discover", "main", "run_notebook", "verdict_block", "write_atomic",
            "write_record", "write_summary"]   # the summary's names are run_summary's, named here for the run
@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"NeuSight artifact: {len(notebooks)} notebook(s), {'quick' if a.quick else 'full'} mode -> {run_dir}", flush=True)
     for stem, given in a.params.items():
         if given:
-            print(f"  {stem} parameters: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in given.items()), flush=True)
+            print(f"  {stem} parameters: {format_params(given)}", flush=True)
     t_start = time.time()
     results: list[NotebookResult] = []
     interrupted: _Interrupted | None = None
