@@ -294,3 +294,30 @@ def test_conv_logo_never_trains_on_the_held_out_gpu(release_root, monkeypatch):
     assert list(table.index) == ["Roofline", "Li et al."] and "mean of GPUs" in table.columns
     with pytest.raises(ValueError, match="no convolution records of GPU 'NVIDIA_L4'"):
         kernel_eval.conv_training_data(quick=True, drop_gpu="NVIDIA_L4")
+
+
+def test_within_gpu_floor_small_for_a_law_and_large_for_noise():
+    """The within-GPU floor scores shapes the tree never saw on the same GPU: a latency that is a smooth law of the
+    shape (a roofline with a launch floor) is fitted to within a few per cent, the same law with 30 % noise per
+    record is not (the floor is then the noise)."""
+    rng = np.random.default_rng(0)
+    n = 3000
+    shape = {"B": 2 ** rng.uniform(0, 6, n), "conv_cin": 2 ** rng.uniform(2, 11, n),
+             "conv_cout": 2 ** rng.uniform(2, 11, n), "conv_in": 2 ** rng.uniform(2, 8, n)}
+    flops = 2 * 9 * shape["B"] * shape["conv_cin"] * shape["conv_cout"] * shape["conv_in"] ** 2
+    nbytes = 4 * (shape["B"] * (shape["conv_cin"] + shape["conv_cout"]) * shape["conv_in"] ** 2
+                  + 9 * shape["conv_cin"] * shape["conv_cout"])
+    law = np.maximum(flops / 14e9, nbytes / 900e6) + 0.005
+    clean = pd.DataFrame({**shape, "flops": flops, "bytes_read": nbytes, "bytes_written": 0.0, "device": "A",
+                          "latency_ms": law})
+    noisy = clean.assign(device="B", latency_ms=law * rng.lognormal(0, 0.3, n))
+    floor = kernel_eval.conv_within_gpu_floor(kernels=pd.concat([clean, noisy])).set_index("device")
+    assert list(floor.index) == ["A", "B"] and (floor["rows"] == n).all()
+    assert floor.loc["A", "mape"] < 5
+    assert floor.loc["B", "mape"] > 20 and floor.loc["B", "mape"] > floor.loc["B", "train_mape"]
+
+
+def test_within_gpu_floor_of_the_release_covers_the_five_conv_gpus(release_root):
+    floor = kernel_eval.conv_within_gpu_floor(quick=True)
+    assert set(floor["device"]) == set(dataset.load_conv()["device"]) and len(floor) == 5
+    assert (floor["mape"] > 0).all() and (floor["median_ape"] <= floor["mape"]).all()

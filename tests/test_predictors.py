@@ -309,6 +309,9 @@ def test_notebook_03_quick(release_root, run_notebook):
     assert set(conv) == {"Roofline", "Habitat", "Li et al.", "NeuSight (ours)"}
     assert all(len(v) == 5 and all(x > 0 for x in v.values()) for v in conv.values())
     assert (out / "tables" / "conv_logo_mape.csv").is_file() and (out / "figures" / "conv_logo.png").is_file()
+    # beside it, the within-GPU floor of the same five GPUs
+    assert set(metrics["conv_within_gpu_floor_mape"]) == set(next(iter(conv.values())))
+    assert (out / "tables" / "conv_within_gpu_floor.csv").is_file()
 
 
 def test_rebuild_contains_the_shipped_processed_sets(release_root):
