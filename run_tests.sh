@@ -12,4 +12,11 @@ workers=(-n auto)
 for a in "$@"; do
     case "$a" in -n|-n*|--numprocesses|--numprocesses=*) workers=() ;; esac
 done
+# With -n auto the workers already fill the cores, and each notebook or training worker they start is another
+# process; torch's and OpenMP's own thread pools (one thread per core each) on top of them oversubscribe the
+# cores, and their idle threads spin. One thread per process, unless the caller chose: a fresh clone's suite on
+# this 2-core machine took 5.1 min wall / 8.9 min CPU with it, 6.1-7.0 / 11.0-12.1 without (2026-11-26).
+if [ ${#workers[@]} -gt 0 ]; then
+    export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
+fi
 exec "$NEUSIGHT_PY" -m pytest "${workers[@]}" "$@"
