@@ -123,7 +123,7 @@ class TimeBudget:
 
 # Notebook 05's measured sections share the time budget by these weights, in this order: the first GPU runs
 # spent the whole budget on the paper's models and measured one torch.compile pair of six.
-SECTION_WEIGHTS = {"kernels": 1.0, "paper": 4.0, "llama": 2.0, "fusion": 3.0}
+SECTION_WEIGHTS = {"kernels": 1.0, "paper": 4.0, "llama": 2.0, "vision": 2.0, "fusion": 3.0}
 
 
 def section_budget(total: "TimeBudget", section: str) -> "TimeBudget":
@@ -266,6 +266,8 @@ def kernel_callable(row, device: str = "cuda", dtype=None, bias: bool = True) ->
     if c == "BMM":
         a, b = mk(row["B"], row["M"], row["N"]), mk(row["B"], row["N"], row["K"])
         return lambda: torch.bmm(a, b)
+    if c == "CONV":
+        return _conv_callable(row, mk)
     x = mk(row["B"], row["H"])
     if c == "SOFTMAX":
         return lambda: torch.softmax(x, dim=-1)
@@ -277,6 +279,52 @@ def kernel_callable(row, device: str = "cuda", dtype=None, bias: bool = True) ->
     if row["sub_op"] not in fn:
         raise ValueError(f"kernel sweep: unsupported VEC sub_op {row['sub_op']!r}")
     return fn[row["sub_op"]]
+
+
+def _conv_callable(row, mk) -> Callable[[], object]:
+    """A CONV row's kernel as cuDNN runs it in training: ``fwd`` the convolution, ``dgrad`` the gradient of its
+    input, ``wgrad`` that of its weight (``torch.nn.grad``, which call the same backward kernels as autograd);
+    no bias. cuDNN picks its algorithms by its heuristics (``cudnn.benchmark`` off, torch's default)."""
+    import torch
+    import torch.nn.functional as F
+    from neusight_core import dataset
+    n, cin, cout, k = (int(row[c]) for c in ("B", "conv_cin", "conv_cout", "conv_k"))
+    size, stride, pad, groups = (int(row[c]) for c in ("conv_in", "conv_stride", "conv_pad", "conv_groups"))
+    x, w = mk(n, cin, size, size), mk(cout, cin // groups, k, k)
+    if row["sub_op"] == "fwd":
+        return lambda: F.conv2d(x, w, None, stride, pad, 1, groups)
+    out = int(dataset.conv_out(size, k, stride, pad))
+    go = mk(n, cout, out, out)
+    if row["sub_op"] == "dgrad":
+        return lambda: torch.nn.grad.conv2d_input(x.shape, w, go, stride, pad, 1, groups)
+    if row["sub_op"] == "wgrad":
+        return lambda: torch.nn.grad.conv2d_weight(x, w.shape, go, stride, pad, 1, groups)
+    raise ValueError(f"kernel sweep: unsupported CONV sub_op {row['sub_op']!r}")
+
+
+#: the image model whose convolutions the kernel section measures, and at which batch and image side
+CONV_SWEEP = ("resnet50", 32, 224)
+
+
+def conv_kernel_sweep(quick: bool = False) -> pd.DataFrame:
+    """The distinct convolutions of one ResNet-50 training step (``CONV_SWEEP``; forward, dgrad and wgrad rows
+    of the tracer, ``count`` = how often each occurs in the step), in the kernel-table convention. The release
+    measures forward 3 x 3 stride-1 convolutions only: the strided, 1 x 1 and 7 x 7 ones and every backward row
+    are the extrapolations of issue 26 that a GPU can check. Quick: batch 2, one row of each kind."""
+    from neusight_core import trace_cache
+    model, batch, size = CONV_SWEEP
+    t = trace_cache.trace(model, 2 if quick else batch, size, "train")
+    conv = t[t["op_class"] == "CONV"]
+    keys = ["sub_op", "B", "conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups"]
+    rows = (conv.groupby(keys, sort=False, dropna=False)
+            .agg(**{c: (c, "first") for c in ("M", "N", "K", "H", "flops", "bytes_read", "bytes_written")},
+                 count=("count", "sum"))
+            .reset_index())
+    rows.insert(0, "op_class", "CONV")
+    rows["dtype"] = "float32"
+    if quick:
+        rows = rows.groupby("sub_op", sort=False).head(1)
+    return rows.reset_index(drop=True)
 
 
 def measure_kernels(kernels: pd.DataFrame, timer=None, cfg: HarnessConfig | None = None,
@@ -311,6 +359,17 @@ def skipped_measurements(df: pd.DataFrame, reason: str) -> pd.DataFrame:
     return out
 
 
+def kernel_mape(k: pd.DataFrame) -> pd.DataFrame:
+    """Per kind of kernel (op class; a CONV row by its sub_op: ``CONV fwd``, ``CONV dgrad``, ``CONV wgrad``) of
+    the measured kernel rows: ``kernels`` measured, ``MAPE %`` and ``bias %`` (mean signed error) of
+    ``pred_ms`` against ``measured_ms``."""
+    m = k.dropna(subset=["measured_ms", "pred_ms"])
+    kind = m["op_class"].where(m["op_class"] != "CONV", "CONV " + m["sub_op"].astype(str))
+    err = (m["pred_ms"] / m["measured_ms"] - 1) * 100
+    return (pd.DataFrame({"kind": kind, "ape": err.abs(), "err": err}).groupby("kind", sort=False)
+            .agg(kernels=("ape", "size"), **{"MAPE %": ("ape", "mean"), "bias %": ("err", "mean")}).reset_index())
+
+
 # ---------------------------------------------------------------- whole models on the GPU
 def load_model_config(model):
     """trace.load_config when the tracer is there, else the release's HF JSON; a config passes through."""
@@ -337,8 +396,15 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
     """
     import copy
     import torch
-    from transformers import AutoModelForCausalLM, AutoModel
+    from transformers import AutoModelForCausalLM, AutoModel, AutoModelForImageClassification
+    from neusight_core import configs
     cfg = copy.deepcopy(load_model_config(model))
+    # an image model (ResNet, ViT; issue 26) takes a batch of square images of side ``seq``, as the tracer does
+    image = configs.is_image_model(cfg)
+    if image and past:
+        raise ValueError(f"a decode step (past > 0) is for text decoders, not the image model {cfg.model_type!r}")
+    if image and hasattr(cfg, "image_size"):
+        cfg.image_size = int(seq)
     if num_layers is not None:
         for key in ("num_hidden_layers", "n_layer", "num_layers"):
             if hasattr(cfg, key):
@@ -350,12 +416,19 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
     # its memory on the GPU. The weights are random either way (the latency does not depend on them).
     dt = dtype or torch.float32
     with torch.device(device):
-        try:
-            m = AutoModelForCausalLM.from_config(cfg, dtype=dt)
-        except ValueError:
-            m = AutoModel.from_config(cfg, dtype=dt)
+        if image:
+            m = AutoModelForImageClassification.from_config(cfg, dtype=dt)
+        else:
+            try:
+                m = AutoModelForCausalLM.from_config(cfg, dtype=dt)
+            except ValueError:
+                m = AutoModel.from_config(cfg, dtype=dt)
     m = m.to(device=device, dtype=dt)
-    ids = torch.randint(0, int(cfg.vocab_size), (batch, seq), device=device)
+    if image:
+        inputs = {"pixel_values": torch.randn(batch, int(cfg.num_channels), seq, seq, device=device, dtype=dt)}
+    else:
+        inputs = {"input_ids": torch.randint(0, int(cfg.vocab_size), (batch, seq), device=device)}
+    ids = inputs.get("input_ids")
     run = torch.compile(m) if compile else m
     if past:
         if mode != "inf":
@@ -378,12 +451,12 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
 
         def call():
             with torch.no_grad():
-                return run(input_ids=ids)
+                return run(**inputs)
         return call
     m.train()
 
     def step():
-        out = run(input_ids=ids)
+        out = run(**inputs)
         logits = out.logits if hasattr(out, "logits") else out.last_hidden_state
         loss = logits.float().mean()
         loss.backward()          # optimizer step excluded, as in the paper
@@ -462,6 +535,10 @@ def predict_model(model: str, device_name: str, batch: int, seq: int, mode: str,
 
 
 # ---------------------------------------------------------------- scenarios
+#: run_live's sections of model scenarios (one row per scenario, ``predicted`` and ``measured_ms``), in order
+MODEL_SECTIONS = ("paper", "llama", "vision", "parallel")
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -505,6 +582,16 @@ def llama_scenarios(quick: bool = False) -> list[Scenario]:
                         "cropped back after each step)")
           for m in ("llama2_7b", "llama2_13b", "llama2_70b")]
     return [s[0], s[3]] if quick else s
+
+
+def vision_scenarios(quick: bool = False) -> list[Scenario]:
+    """ResNet-50 and ViT-B/16 (issue 26) at 224 x 224, inference and training, in the paper's protocol (FP32, TF32
+    off): models the paper did not measure, so extensions. ``seq`` is the image side."""
+    note = "image model (issue 26); seq is the image side in pixels"
+    s = [Scenario(f"{m}-{mode}-224px-{b}", m, b, 224, mode, extension=True, note=note)
+         for m, mode, b in (("resnet50", "inf", 32), ("resnet50", "inf", 128), ("resnet50", "train", 64),
+                            ("vit_b16", "inf", 32), ("vit_b16", "train", 32))]
+    return s[:1] if quick else s
 
 
 def parallel_scenarios() -> list[Scenario]:
@@ -588,7 +675,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
         set_precision(precision)
 
     # kernels
-    k = kernel_sweep(quick)
+    k = pd.concat([kernel_sweep(quick), conv_kernel_sweep(quick)], ignore_index=True)
     k = skipped_measurements(k, skip) if skip else measure_kernels(k, timer, cfg, section_budget(budget, "kernels"))
     pred, why = predict_kernels(k, dev_arg, quick=quick)
     k["pred_ms"] = pred if pred is not None else None
@@ -631,6 +718,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
 
     paper = _models(paper_scenarios(models, batches, quick), "live_models", section="paper")
     llama = _models(llama_scenarios(quick), "live_llama", llama_precision, section="llama")
+    vision = _models(vision_scenarios(quick), "live_vision", section="vision")
     fus = []
     fbudget = section_budget(budget, "fusion")
     for s in paper_scenarios(models, batches, quick):
@@ -649,13 +737,14 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     write_json(output_dir, "fusion_live", {**head, "rows": fus})
     par = _models(parallel_scenarios(), "parallel_live")
     return {"head": head, "kernels": k, "paper": pd.DataFrame(paper), "llama": pd.DataFrame(llama),
+            "vision": pd.DataFrame(vision),
             "fusion": pd.DataFrame(fus), "parallel": pd.DataFrame(par), "skip": skip}
 
 
 def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "neusight",
                          quick: bool = False) -> pd.DataFrame:
-    """A recorded run of this notebook (``docs/tier2/<run>``: ``live_paper.csv`` in its precision, FP32, and
-    ``live_llama.csv`` in BF16) predicted again here for ``gpu`` with every seed of ``predictor``: one row per
+    """A recorded run of this notebook (``docs/tier2/<run>``: ``live_paper.csv`` in its precision, FP32,
+    ``live_llama.csv`` in BF16, ``live_vision.csv`` in FP32) predicted again here for ``gpu`` with every seed of ``predictor``: one row per
     measured scenario and seed with ``measured_ms``, ``recorded_pred_ms`` (what the run predicted, seed 0),
     ``pred_ms``, ``ape`` and ``err`` (signed, %). The run's notebook predicted with seed 0 only."""
     from pathlib import Path
@@ -663,7 +752,7 @@ def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "ne
     from neusight_core import latency, predictors, report
     rows = []
     preds = {s: predictors.get(predictor, quick=quick, seed=s) for s in seeds}
-    for table, default_dtype in (("live_paper", "fp32"), ("live_llama", "bf16")):
+    for table, default_dtype in (("live_paper", "fp32"), ("live_llama", "bf16"), ("live_vision", "fp32")):
         f = Path(folder) / f"{table}.csv"
         if not f.is_file():
             continue
@@ -710,8 +799,8 @@ def summary_markdown(r: dict, quick: bool = False) -> str:
              # no number from another machine here: only where recorded runs are, so that nobody takes them for this one's
              + (f" Runs of this notebook recorded on other machines (not this run): {RECORDED_RUNS}." if r["skip"] else ""),
              "", "| scenario | GPU | predicted e2e (ms) | measured (ms) | authors' label (ms) |", "|---|---|---:|---:|---:|"]
-    for sec in ("paper", "llama", "parallel"):
-        for s in r[sec].to_dict(orient="records"):
+    for sec in MODEL_SECTIONS:
+        for s in r.get(sec, pd.DataFrame()).to_dict(orient="records"):
             p = (s.get("predicted") or {}).get("e2e_ms")
             gpu = s.get("gpu") or head["predicted_for"]
             meas = f"{s['measured_ms']:.1f}" if pd.notna(s.get("measured_ms")) else "SKIPPED"
@@ -731,7 +820,7 @@ def outcome(r: dict) -> tuple[str, str]:
         total += 1
         if k["pred_ms"].isna().all() if "pred_ms" in k else True:
             failed.append(("kernel sweep", str(k["pred_reason"].iloc[0]) if "pred_reason" in k else "no prediction"))
-    for sec in ("paper", "llama", "parallel", "fusion"):
+    for sec in MODEL_SECTIONS + ("fusion",):
         for row in r.get(sec, pd.DataFrame()).to_dict(orient="records"):
             preds = [row.get("predicted")] if sec != "fusion" else [row.get("pred_eager"), row.get("pred_fused")]
             total += 1
@@ -749,7 +838,7 @@ def outcome(r: dict) -> tuple[str, str]:
 def tier2_verdicts(r: dict, status: str, reason: str, quick: bool = False) -> dict:
     """The ``verdicts`` key of notebook 05's metrics.json (Tier 2, contract in docs/interfaces.md)."""
     from neusight_core import report
-    rows = [x for sec in ("paper", "llama", "parallel") for x in r[sec].to_dict(orient="records")]
+    rows = [x for sec in MODEL_SECTIONS for x in r.get(sec, pd.DataFrame()).to_dict(orient="records")]
     measured = [x for x in rows if x.get("measured_ms") is not None and pd.notna(x.get("measured_ms"))]
     predicted = [x for x in rows if x.get("predicted")]
     if status == "FAILED":

@@ -151,7 +151,7 @@ def test_notebook_quick_cpu_skipped(run_notebook):
         pytest.skip("this test checks the no-GPU path")
     out, metrics = run_notebook("05_live_gpu", time_budget_s=60)
     assert metrics["status"] == "SKIPPED" and metrics["reason"].startswith("no CUDA GPU")
-    for name in ("live_kernels", "live_models", "live_llama", "fusion_live", "parallel_live"):
+    for name in ("live_kernels", "live_models", "live_llama", "live_vision", "fusion_live", "parallel_live"):
         body = json.loads((out / f"{name}.json").read_text())
         assert body["software"]["torch"] and body["skipped_reason"].startswith("no CUDA GPU")
         assert body["rows"]
@@ -295,17 +295,19 @@ def test_live_model_predictions_count_no_optimizer_state(monkeypatch, tmp_path):
 
 
 def test_sections_share_the_budget_and_pass_on_what_they_leave():
-    """Kernels 1 : paper models 4 : Llama 2 : fusion 3 of the time left when each section starts."""
+    """Kernels 1 : paper models 4 : Llama 2 : vision 2 : fusion 3 of the time left when each section starts."""
     now = [0.0]
-    total = live.TimeBudget(100.0, clock=lambda: now[0])
+    total = live.TimeBudget(120.0, clock=lambda: now[0])
     assert live.section_budget(total, "kernels").seconds == pytest.approx(10.0)
-    now[0] = 2.0                                   # the kernels took 2 s of their 10: 98 s left for 4 + 2 + 3
-    assert live.section_budget(total, "paper").seconds == pytest.approx(98.0 * 4 / 9)
-    now[0] = 90.0                                  # the models overran: 10 s left for 2 + 3
-    assert live.section_budget(total, "llama").seconds == pytest.approx(4.0)
-    now[0] = 95.0
+    now[0] = 2.0                                   # the kernels took 2 s of their 10: 118 s left for 4 + 2 + 2 + 3
+    assert live.section_budget(total, "paper").seconds == pytest.approx(118.0 * 4 / 11)
+    now[0] = 105.0                                 # the models overran: 15 s left for 2 + 2 + 3
+    assert live.section_budget(total, "llama").seconds == pytest.approx(15.0 * 2 / 7)
+    now[0] = 110.0                                 # 10 s left for 2 + 3
+    assert live.section_budget(total, "vision").seconds == pytest.approx(4.0)
+    now[0] = 115.0
     assert live.section_budget(total, "fusion").seconds == pytest.approx(5.0)   # the last takes all that is left
-    now[0] = 120.0
+    now[0] = 140.0
     assert live.section_budget(total, "fusion").seconds == 0.0
 
 
@@ -343,3 +345,52 @@ def test_recorded_run_predicted_again_with_every_seed(tmp_path):
     assert (t["measured_ms"] == 10.0).all() and t["pred_ms"].gt(0).all()
     assert t["ape"].to_numpy() == pytest.approx((t["pred_ms"] - 10.0).abs().to_numpy() * 10)
     assert t["pred_ms"].iloc[0] != t["pred_ms"].iloc[1]           # two seeds, two networks
+
+
+def test_image_models_run_on_cpu_inference_and_training():
+    """ResNet and ViT (issue 26) take a batch of square images of side ``seq``; a decode step is refused."""
+    from transformers import ResNetConfig, ViTConfig
+    resnet = ResNetConfig(embedding_size=8, hidden_sizes=[16, 32], depths=[1, 1], layer_type="bottleneck", num_labels=10)
+    vit = ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, patch_size=8,
+                    image_size=16, num_labels=10)
+    for cfg, side in ((resnet, 32), (vit, 64)):     # the ViT is built for the side asked, not its config's 16
+        assert live.model_callable(cfg, 2, side, "inf", device="cpu")().logits.shape == (2, 10)
+        m = live.measure_model(cfg, 2, side, "train", timer=FakeTimer([2.0] * 40), device="cpu")
+        assert m.status == "OK" and m.mean_ms == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="image model"):
+        live.model_callable(resnet, 1, 32, "inf", device="cpu", past=4)
+    scen = live.vision_scenarios()
+    assert {s.model for s in scen} == {"resnet50", "vit_b16"} and {s.mode for s in scen} == {"inf", "train"}
+    assert all(s.extension and s.seq == 224 for s in scen) and len(live.vision_scenarios(quick=True)) == 1
+
+
+def test_conv_kernel_sweep_is_resnet50s_training_convolutions_and_runs_on_cpu():
+    import torch
+    from neusight_core import trace_cache
+    k = live.conv_kernel_sweep()
+    model, batch, size = live.CONV_SWEEP
+    t = trace_cache.trace(model, batch, size, "train")
+    conv = t[t["op_class"] == "CONV"]
+    # every convolution of the step, once per distinct shape, with how often it runs
+    assert int(k["count"].sum()) == int(conv["count"].sum()) and set(k["sub_op"]) == {"fwd", "dgrad", "wgrad"}
+    assert not k.duplicated(["sub_op", "conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride"]).any()
+    assert {(1, 1), (3, 2), (7, 2), (3, 1)} <= set(zip(k["conv_k"].astype(int), k["conv_stride"].astype(int)))
+    quick = live.conv_kernel_sweep(quick=True)
+    assert sorted(quick["sub_op"]) == ["dgrad", "fwd", "wgrad"] and (quick["B"] == 2).all()
+    # each row's call returns the tensor its kind produces: output, grad of the input, grad of the weight
+    for _, row in quick.iterrows():
+        n, cin, cout, kk, side = (int(row[c]) for c in ("B", "conv_cin", "conv_cout", "conv_k", "conv_in"))
+        y = live.kernel_callable(row, device="cpu")()
+        out = (side + 2 * int(row["conv_pad"]) - kk) // int(row["conv_stride"]) + 1
+        want = {"fwd": (n, cout, out, out), "dgrad": (n, cin, side, side), "wgrad": (cout, cin, kk, kk)}
+        assert tuple(y.shape) == want[row["sub_op"]] and torch.isfinite(y).all()
+
+
+def test_kernel_mape_per_kind_with_convs_by_sub_op():
+    k = pd.DataFrame({"op_class": ["LINEAR", "LINEAR", "CONV", "CONV", "CONV"],
+                      "sub_op": ["", "", "fwd", "wgrad", "wgrad"],
+                      "measured_ms": [1.0, 2.0, 1.0, 1.0, None], "pred_ms": [1.1, 1.8, 0.5, 3.0, 1.0]})
+    t = live.kernel_mape(k).set_index("kind")
+    assert list(t.index) == ["LINEAR", "CONV fwd", "CONV wgrad"]      # an unmeasured row is not counted
+    assert t.loc["LINEAR", "MAPE %"] == pytest.approx(10.0) and t.loc["LINEAR", "bias %"] == pytest.approx(0.0)
+    assert t.loc["CONV wgrad", "kernels"] == 1 and t.loc["CONV wgrad", "bias %"] == pytest.approx(200.0)
