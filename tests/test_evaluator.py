@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -243,9 +244,10 @@ def test_fixture_run_outputs_have_no_warnings(tmp_path):
 
 
 @pytest.mark.slow
-def test_notebook_runs_from_its_own_folder_with_clean_outputs(tmp_path):
-    """As in JupyterLab: kernel started in notebooks/, the package found through the venv's path
-    (simulated with PYTHONPATH: this checkout may share a venv whose .pth names another checkout)."""
+def test_notebook_01_runs_from_its_own_folder_with_clean_outputs(tmp_path):
+    """Notebook 01 quick, as in JupyterLab: kernel started in notebooks/, the package found through the venv's
+    path (simulated with PYTHONPATH: this checkout may share a venv whose .pth names another checkout). One
+    execution for both: its outputs are clean, and its tables and verdicts are those of Tier 0."""
     import papermill as pm
     env_before = dict(os.environ)
     os.environ["PYTHONPATH"] = str(paths.REPO_ROOT)
@@ -259,11 +261,24 @@ def test_notebook_runs_from_its_own_folder_with_clean_outputs(tmp_path):
         os.environ.clear()
         os.environ.update(env_before)
     assert _bad_outputs(tmp_path / "01.ipynb") == []
-    m = json.loads((out / "metrics.json").read_text())
-    v = m["verdicts"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    v = metrics["verdicts"]
     assert v["tier"] == 0 and set(v["claims"]["neusight"]) >= {"REPRODUCED", "DEVIATES", "NOT COMPUTABLE", "graded"}
     assert v["ranking"]["neusight"]["holds"] is True and v["correlation"]["neusight"]["n"] == 80
     assert "table cells" in v["summary"]
+    # Tier 0's tables and claims
+    assert metrics["status"] == "OK"
+    assert metrics["cells_compared"] == 517
+    assert metrics["cells_equal"] + metrics["exceptions"] == metrics["cells_compared"]
+    assert metrics["cells_per_table"]["nvidia_inf"]["equal"] == 216
+    assert sum(metrics["claims_verdicts"].values()) == 18 and set(metrics["claims"]) == {f"C{i}" for i in range(1, 19)}
+    assert v["claims"]["neusight"] == {**metrics["claims_verdicts"], "graded": v["claims"]["neusight"]["graded"]}
+    for f in ["tables/claims.csv", "tables/claims.md", "tables/claims.json", "tables/tier0_diff.csv",
+              "tables/nvidia_inf.md", "figures/fig7_nvidia_inf.png", "figures/fig7_nvidia_inf.pdf",
+              "figures/table8_distributed.png", "summary.md"]:
+        assert (out / f).is_file(), f
+    summary = (out / "summary.md").read_text()
+    assert re.search(r"\*\*Tier 0\*\*.*\d+ of 517 table cells", summary) and "| C14" in summary
 
 
 def test_bootstrap_puts_the_checkout_on_the_venv_path():
