@@ -279,8 +279,13 @@ def test_tier2_verdict_counts_only_rows_that_have_a_label():
             {"name": "c", "measured_ms": 50.0, "predicted": {"e2e_ms": 50.0}, **live.label_gap(50.0, None)}]
     r = {**_live_result(paper=pd.DataFrame(rows)), "skip": None, "head": {"predicted_for": "T", "device": {"display_name": "G"}}}
     text = live.tier2_verdicts(r, "OK", "")["summary"]
-    assert "measured 3 scenarios on G" in text and "MAPE 6.7 % over 3" in text
+    assert "measured 3 scenarios on G" in text and "MAPE 6.7 % over 3" in text and "extensions" not in text
     assert "1 of 2 more than 15 % apart" in text
+    # an extension (a model the paper did not measure) gets its own MAPE, never mixed into the paper's
+    ext = {"name": "v", "measured_ms": 10.0, "predicted": {"e2e_ms": 15.0}, "extension": True, **live.label_gap(10.0, None)}
+    r["vision"] = pd.DataFrame([ext])
+    text = live.tier2_verdicts(r, "OK", "")["summary"]
+    assert "measured 4 scenarios" in text and "MAPE 6.7 % over 3 (extensions, extrapolated: 50.0 % over 1)" in text
 
 
 def test_live_model_predictions_count_no_optimizer_state(monkeypatch, tmp_path):
