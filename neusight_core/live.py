@@ -428,8 +428,8 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
     if image:
         inputs = {"pixel_values": torch.randn(batch, int(cfg.num_channels), seq, seq, device=device, dtype=dt)}
     else:
-        inputs = {"input_ids": torch.randint(0, int(cfg.vocab_size), (batch, seq), device=device)}
-    ids = inputs.get("input_ids")
+        ids = torch.randint(0, int(cfg.vocab_size), (batch, seq), device=device)
+        inputs = {"input_ids": ids}
     run = torch.compile(m) if compile else m
     if past:
         if mode != "inf":
@@ -745,9 +745,9 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
 def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "neusight",
                          quick: bool = False) -> pd.DataFrame:
     """A recorded run of this notebook (``docs/tier2/<run>``: ``live_paper.csv`` in its precision, FP32,
-    ``live_llama.csv`` in BF16, ``live_vision.csv`` in FP32) predicted again here for ``gpu`` with every seed of ``predictor``: one row per
-    measured scenario and seed with ``measured_ms``, ``recorded_pred_ms`` (what the run predicted, seed 0),
-    ``pred_ms``, ``ape`` and ``err`` (signed, %). The run's notebook predicted with seed 0 only."""
+    ``live_llama.csv`` in BF16, ``live_vision.csv`` in FP32) predicted again here for ``gpu`` with every seed of
+    ``predictor``: one row per measured scenario and seed with ``measured_ms``, ``recorded_pred_ms`` (what the run
+    predicted, seed 0), ``pred_ms``, ``ape`` and ``err`` (signed, %). The run's notebook predicted with seed 0 only."""
     from pathlib import Path
 
     from neusight_core import latency, predictors, report
