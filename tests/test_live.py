@@ -399,3 +399,15 @@ def test_kernel_mape_per_kind_with_convs_by_sub_op():
     assert list(t.index) == ["LINEAR", "CONV fwd", "CONV wgrad"]      # an unmeasured row is not counted
     assert t.loc["LINEAR", "MAPE %"] == pytest.approx(10.0) and t.loc["LINEAR", "bias %"] == pytest.approx(0.0)
     assert t.loc["CONV wgrad", "kernels"] == 1 and t.loc["CONV wgrad", "bias %"] == pytest.approx(200.0)
+
+
+def test_kernel_scatter_colours_convs_by_kind(tmp_path):
+    from neusight_core import report
+    k = pd.DataFrame({"op_class": ["LINEAR", "CONV", "CONV", "CONV"], "sub_op": ["", "fwd", "dgrad", "wgrad"],
+                      "measured_ms": [1.0, 2.0, 3.0, None], "pred_ms": [1.2, 1.5, 6.0, 2.0]})
+    fig = live.plot_kernels(k)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["LINEAR", "CONV fwd", "CONV dgrad"]
+    assert ax.get_xscale() == "log" and len(ax.collections) == 3
+    report.save_figure(fig, tmp_path, "k")
+    assert (tmp_path / "figures" / "k.png").is_file()
