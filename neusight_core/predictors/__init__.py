@@ -97,7 +97,8 @@ def train_parallel(jobs, workers: int | None = None, progress: bool = True) -> l
     workers = max(1, min(len(todo), workers or os.cpu_count() or 1))
     done = []
     with tqdm(total=len(todo), desc=f"training {len(todo)} predictor(s), {workers} at a time", disable=not progress) as bar:
-        if workers == 1:        # in this process, with its own threads and progress bars
+        if workers == 1:        # in this process, with its progress bars (training itself runs on one thread:
+            #                     nets.one_thread, so the weights are those a worker would train)
             for j in todo:
                 t0 = time.perf_counter()
                 get(j[0], quick=j[1], seed=j[2], config=j[3], rows=j[4])

@@ -60,6 +60,23 @@ def flush_denormals():
             torch.set_flush_denormal(False)
 
 
+@contextlib.contextmanager
+def one_thread():
+    """Train on one thread, whatever the process has. The thread count changes the order of torch's float
+    reductions, and so the weights: Habitat's conv network for the A100-80GB fold (seed 2) gave 194.3 % MAPE trained
+    on one thread and 211.9 % on two. ``train_parallel``'s workers always had one thread each, while a predictor
+    trained in the calling process (``neusight train``, a first ``predict``, notebook 03's conv baselines) had all
+    the cores': the same recipe and seed then gave other weights by the path that trained them. With this, a seed's
+    weights do not depend on that path (nor on the number of cores). The cost: one training alone in a process runs
+    on one core (an 8 x 512 MLP step at batch 128: 8.8 ms on one thread, 5.3 ms on two, this 2-core machine)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
 def train_loop(model: nn.Module, ratio_fn, n: int, val_idx: np.ndarray, epochs: int, batch: int, lr: float,
                loss: str, seed: int, bar=None, weight_decay: float = 0.0, optimizer: str = "adam",
                schedule: str = "onecycle", val_weight: np.ndarray | None = None,
@@ -71,7 +88,7 @@ def train_loop(model: nn.Module, ratio_fn, n: int, val_idx: np.ndarray, epochs: 
     ``schedule`` onecycle | constant; ``val_weight`` weights the validation APEs (e.g. by kernel
     time). ``grad_clip`` caps the global norm of each step's gradient (None: no cap, as the authors
     train). An epoch whose loss is not finite ends training; the best earlier epoch is kept."""
-    with flush_denormals():
+    with flush_denormals(), one_thread():
         return _train_loop(model, ratio_fn, n, val_idx, epochs, batch, lr, loss, seed, bar, weight_decay, optimizer,
                            schedule, val_weight, grad_clip)
 
