@@ -323,7 +323,11 @@ def conv_logo(names=CONV_PREDICTORS, seeds=(0, 1, 2), quick: bool = False, folds
 CONV_SHAPE = ["B", "conv_cin", "conv_cout", "conv_in"]
 
 
-def conv_within_gpu_floor(quick: bool = False, folds: int = 5, seed: int = 0,
+#: the within-GPU floor's row label in ``conv_logo_table``
+FLOOR = "within one GPU (5-fold tree)"
+
+
+def conv_within_gpu_floor(quick: bool = False, folds: int = 5, seeds=(0,),
                           kernels: pd.DataFrame | None = None) -> pd.DataFrame:
     """How well a convolution's shape predicts its latency on the SAME GPU: per conv GPU, ``folds``-fold
     cross-validation of a gradient-boosted tree (``tensor_core.TREE``'s settings) trained and scored on that GPU's
@@ -331,15 +335,17 @@ def conv_within_gpu_floor(quick: bool = False, folds: int = 5, seed: int = 0,
     FLOPs), so a latency that is a smooth law of the shape is fitted to within a few per cent (a tree alone is
     piecewise constant over a range of 10^13 in FLOPs). No GPU is unseen here, so this is a floor that leave one
     GPU out can hardly beat: the shapes it scores were never measured, and cuDNN picks implicit-GEMM, Winograd or
-    FFT kernels for them by its own rules. One row per GPU: ``rows``, ``mape`` (every record scored once, by the
-    tree that did not see it), ``median_ape``, ``train_mape`` (the trees on their own training folds: how much
-    they can fit). ``kernels``: kernel rows (``device``, ``latency_ms``, ``flops``, ``bytes_read``,
-    ``bytes_written``, ``CONV_SHAPE``) instead of the release's."""
+    FFT kernels for them by its own rules. A seed draws the folds and the tree's randomness (the records are
+    ``conv_training_data(quick)``'s, the same for every seed). One row per (GPU, seed): ``device``, ``seed``,
+    ``rows``, ``mape`` (every record scored once, by the tree that did not see it), ``median_ape``,
+    ``train_mape`` (the trees on their own training folds: how much they can fit); with ``held_out`` = ``device``
+    and ``predictor`` = ``FLOOR`` it is a frame ``conv_logo_table`` takes. ``kernels``: kernel rows (``device``,
+    ``latency_ms``, ``flops``, ``bytes_read``, ``bytes_written``, ``CONV_SHAPE``) instead of the release's."""
     from sklearn.ensemble import HistGradientBoostingRegressor
     from sklearn.model_selection import KFold
     from threadpoolctl import threadpool_limits
     from neusight_core.predictors.tensor_core import TREE
-    conv = conv_training_data(quick, seed).kernels if kernels is None else kernels
+    conv = conv_training_data(quick).kernels if kernels is None else kernels
     rows = []
     with threadpool_limits(1):
         for dev, d in conv.groupby("device", sort=True):
@@ -347,15 +353,18 @@ def conv_within_gpu_floor(quick: bool = False, folds: int = 5, seed: int = 0,
             x = np.c_[np.log2(d[CONV_SHAPE].to_numpy(float)), flops,
                       np.log2((d["bytes_read"] + d["bytes_written"]).to_numpy(float))]
             y = np.log(d["latency_ms"].to_numpy(float)) - flops * np.log(2)
-            ape, fit = np.empty(len(d)), []
-            for tr, te in KFold(folds, shuffle=True, random_state=seed).split(x):
-                m = HistGradientBoostingRegressor(loss="squared_error", early_stopping=False, random_state=seed,
-                                                  **{k: v for k, v in TREE.items() if k != "target"})
-                m.fit(x[tr], y[tr])
-                ape[te] = np.abs(np.exp(m.predict(x[te]) - y[te]) - 1) * 100
-                fit.append(float(np.mean(np.abs(np.exp(m.predict(x[tr]) - y[tr]) - 1)) * 100))
-            rows.append({"device": dev, "rows": len(d), "mape": float(ape.mean()),
-                         "median_ape": float(np.median(ape)), "train_mape": float(np.mean(fit))})
+            for seed in seeds:
+                ape, fit = np.empty(len(d)), []
+                for tr, te in KFold(folds, shuffle=True, random_state=int(seed)).split(x):
+                    m = HistGradientBoostingRegressor(loss="squared_error", early_stopping=False,
+                                                      random_state=int(seed),
+                                                      **{k: v for k, v in TREE.items() if k != "target"})
+                    m.fit(x[tr], y[tr])
+                    ape[te] = np.abs(np.exp(m.predict(x[te]) - y[te]) - 1) * 100
+                    fit.append(float(np.mean(np.abs(np.exp(m.predict(x[tr]) - y[tr]) - 1)) * 100))
+                rows.append({"device": dev, "seed": int(seed), "rows": len(d), "mape": float(ape.mean()),
+                             "median_ape": float(np.median(ape)), "train_mape": float(np.mean(fit)),
+                             "held_out": dev, "predictor": FLOOR})
     return pd.DataFrame(rows)
 
 

@@ -312,15 +312,20 @@ def test_within_gpu_floor_small_for_a_law_and_large_for_noise():
                           "latency_ms": law})
     noisy = clean.assign(device="B", latency_ms=law * rng.lognormal(0, 0.3, n))
     floor = kernel_eval.conv_within_gpu_floor(kernels=pd.concat([clean, noisy])).set_index("device")
-    assert list(floor.index) == ["A", "B"] and (floor["rows"] == n).all()
+    assert list(floor.index) == ["A", "B"] and (floor["rows"] == n).all() and (floor["seed"] == 0).all()
     assert floor.loc["A", "mape"] < 5
     assert floor.loc["B", "mape"] > 20 and floor.loc["B", "mape"] > floor.loc["B", "train_mape"]
 
 
 def test_within_gpu_floor_of_the_release_covers_the_five_conv_gpus(release_root):
-    floor = kernel_eval.conv_within_gpu_floor(quick=True)
-    assert set(floor["device"]) == set(dataset.load_conv()["device"]) and len(floor) == 5
+    floor = kernel_eval.conv_within_gpu_floor(quick=True, seeds=(0, 1))
+    assert set(floor["device"]) == set(dataset.load_conv()["device"]) and len(floor) == 10
     assert (floor["mape"] > 0).all() and (floor["median_ape"] <= floor["mape"]).all()
+    # two seeds draw two sets of folds of the same records: different errors, one table row over both
+    a, b = (floor[floor["seed"] == s].set_index("device")["mape"] for s in (0, 1))
+    assert (a != b).any() and (floor.groupby("device")["rows"].nunique() == 1).all()
+    table = kernel_eval.conv_logo_table(floor)
+    assert list(table.index) == [kernel_eval.FLOOR] and "mean of GPUs" in table.columns
 
 
 def test_weights_do_not_depend_on_the_threads_of_the_process_that_trains(release_root):
