@@ -1,0 +1,355 @@
+"""Notebook 05's modern section: BF16 Hugging Face steps as people run them today (issue 33).
+
+The paper times FP32 models with eager attention at batch sizes where the GPU is busy. Here a current open
+model (configs written by us from the public config.json files, random weights) runs in BF16 with the
+attention Hugging Face picks by default (``sdpa``: one fused kernel per layer) and, for comparison, eager
+attention; prefill, one decode step on a KV cache, and a training step (forward + backward, no optimizer).
+
+Each step is timed three ways in one loop, because each answers a different question:
+- ``events_ms``: CUDA events around the call, mean of the 5 fastest of 25 (the paper's protocol);
+- ``wall_ms`` / ``host_ms``: the host clock around the call with the queue drained first (median), and until
+  the call returned to Python without waiting for the GPU: ``host_ms`` close to ``wall_ms`` means the host,
+  not the GPU, set the pace;
+- ``graph_ms``: the same step captured once in a CUDA graph and replayed (no host dispatch: what
+  ``torch.compile`` with cudagraphs or a serving engine runs);
+and ``kernel_ms`` / ``kernels``: the GPU time of the step's kernels and their count (profiler).
+
+``host_calibration`` measures the host's per-launch cost: a trivial CUDA kernel launched back to back, and
+the same tiny op on CPU tensors (a micro-benchmark any machine can run). Everything here is validation: no
+measurement is ever fed to a predictor's ``fit``. Runs on CPU with ``device="cpu"`` (tests; no graph, no
+profiler kernels), on a GPU with ``device="cuda"``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import time
+from dataclasses import dataclass, asdict
+from pathlib import Path
+from typing import Callable
+
+from neusight_core import live
+
+# current open models of ours (neusight_core/model_configs), small to large: the small ones are host-bound in
+# eager PyTorch at batch 1, the 7-8B ones are not
+MODERN_MODELS = ("llama3_2_1b", "qwen2_5_1_5b", "llama2_7b", "llama3_8b")
+PHASES = ("prefill", "decode", "train")
+ATTENTIONS = ("sdpa", "eager")
+COLUMNS = ("model", "phase", "batch", "seq", "attention", "status", "reason", "events_ms", "wall_ms", "host_ms",
+           "graph_ms", "graph_status", "kernel_ms", "kernels", "attention_kernels", "peak_gib")
+
+
+@dataclass(frozen=True)
+class ModernCase:
+    model: str
+    phase: str        # prefill | decode | train
+    batch: int
+    seq: int          # prompt tokens (prefill, train) or tokens already in the KV cache (decode)
+    attention: str    # sdpa | eager
+
+    @property
+    def name(self) -> str:
+        return f"{self.model} {self.phase} b{self.batch} s{self.seq} {self.attention}"
+
+
+def modern_cases(models=MODERN_MODELS, quick: bool = False) -> list[ModernCase]:
+    """Per model: sdpa prefill (batch 1 x 2,048 and 8 x 512), decode (batch 1 and 32) and training (1 x 1,024),
+    then eager attention at batch 1 for each phase. Quick: the batch-1 sdpa and eager steps at short lengths."""
+    out = []
+    for m in models:
+        if quick:
+            out += [ModernCase(m, "prefill", 1, 64, a) for a in ATTENTIONS]
+            out += [ModernCase(m, "decode", 1, 64, a) for a in ATTENTIONS]
+            out += [ModernCase(m, "train", 1, 64, "sdpa")]
+            continue
+        out += [ModernCase(m, "prefill", 1, 2048, "sdpa"), ModernCase(m, "prefill", 8, 512, "sdpa"),
+                ModernCase(m, "decode", 1, 2048, "sdpa"), ModernCase(m, "decode", 32, 1024, "sdpa"),
+                ModernCase(m, "train", 1, 1024, "sdpa"),
+                ModernCase(m, "prefill", 1, 2048, "eager"), ModernCase(m, "decode", 1, 2048, "eager"),
+                ModernCase(m, "train", 1, 1024, "eager")]
+    return out
+
+
+# ---------------------------------------------------------------- the host's per-launch cost
+def host_calibration(device: str = "cuda", n: int = 5000) -> dict:
+    """Microseconds per call of ``x.add_(1)`` on a one-element tensor, launched back to back: on the CPU
+    (the dispatcher alone; runs anywhere) and, on a GPU, as a CUDA launch (host time until the last launch
+    returned, and until the GPU finished). Median of 5 repetitions."""
+    import torch
+
+    def per_call(dev: str) -> tuple[float, float]:
+        x = torch.zeros(1, device=dev)
+        for _ in range(200):
+            x.add_(1)
+        host, total = [], []
+        for _ in range(5):
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                x.add_(1)
+            t1 = time.perf_counter()
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            host.append((t1 - t0) / n * 1e6)
+            total.append((t2 - t0) / n * 1e6)
+        return statistics.median(host), statistics.median(total)
+
+    with torch.no_grad():
+        cpu_us, _ = per_call("cpu")
+        out = {"cpu_dispatch_us": cpu_us, "n": n}
+        if device == "cuda":
+            h, t = per_call("cuda")
+            out.update(cuda_launch_host_us=h, cuda_launch_total_us=t)
+    return out
+
+
+# ---------------------------------------------------------------- one model, its steps
+def build(model: str, device: str, dtype, num_layers: int | None = None):
+    """A random-weight causal LM of config ``model`` on ``device`` in ``dtype``, sdpa attention."""
+    import copy
+    import torch
+    from transformers import AutoModelForCausalLM
+    cfg = copy.deepcopy(live.load_model_config(model))
+    if num_layers is not None:
+        cfg.num_hidden_layers = int(num_layers)
+    with torch.device(device):
+        m = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
+    return m.to(device=device, dtype=dtype), cfg
+
+
+def set_attention(m, attention: str) -> None:
+    """Switch a built model between sdpa and eager attention (transformers 5: ``set_attn_implementation``)."""
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention must be one of {ATTENTIONS}, not {attention!r}")
+    if hasattr(m, "set_attn_implementation"):
+        m.set_attn_implementation(attention)
+    else:  # older transformers read the config at every forward
+        m.config._attn_implementation = attention
+
+
+def step_callable(m, cfg, case: ModernCase, device: str) -> tuple[Callable[[], object], list]:
+    """The zero-argument step of ``case`` and the tensors it reads that must outlive it (the KV cache that
+    a captured graph reads)."""
+    import torch
+    from neusight_core.trace import _cache_tensors
+    vocab = int(cfg.vocab_size)
+    set_attention(m, case.attention)
+    if case.phase == "train":
+        m.train()
+        ids = torch.randint(0, vocab, (case.batch, case.seq), device=device)
+
+        def train():
+            out = m(input_ids=ids, labels=ids, use_cache=False)
+            out.loss.backward()              # optimizer step excluded, as in the paper and our tracer
+            m.zero_grad(set_to_none=True)
+        return train, [ids]
+    m.eval()
+    if case.phase == "prefill":
+        ids = torch.randint(0, vocab, (case.batch, case.seq), device=device)
+
+        def prefill():
+            with torch.no_grad():
+                return m(input_ids=ids, use_cache=False)
+        return prefill, [ids]
+    if case.phase != "decode":
+        raise ValueError(f"phase must be one of {PHASES}, not {case.phase!r}")
+    with torch.no_grad():
+        cache = m(input_ids=torch.randint(0, vocab, (case.batch, case.seq), device=device),
+                  use_cache=True).past_key_values
+    ids = torch.randint(0, vocab, (case.batch, 1), device=device)
+
+    def decode():
+        with torch.no_grad():
+            out = m(input_ids=ids, past_key_values=cache, use_cache=True)
+        cache.crop(-1)                       # back to ``seq`` tokens: every call decodes the same step
+        return out
+    return decode, [ids, cache, *_cache_tensors(cache)]
+
+
+def time_step(fn: Callable[[], object], device: str, warmup: int = 3, runs: int = 25, fastest: int = 5) -> dict:
+    """events_ms (mean of the fastest), wall_ms and host_ms (medians) over ``runs`` calls after ``warmup``."""
+    import torch
+    cuda = device == "cuda"
+    for _ in range(warmup):
+        fn()
+    ev, wall, host = [], [], []
+    for _ in range(runs):
+        if cuda:
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        if cuda:
+            a.record()
+        fn()
+        t1 = time.perf_counter()
+        if cuda:
+            b.record()
+            torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        host.append((t1 - t0) * 1e3)
+        wall.append((t2 - t0) * 1e3)
+        ev.append(a.elapsed_time(b) if cuda else (t2 - t0) * 1e3)
+    return {"events_ms": statistics.fmean(sorted(ev)[:fastest]), "wall_ms": statistics.median(wall),
+            "host_ms": statistics.median(host)}
+
+
+ATTENTION_KERNEL_WORDS = ("flash", "fmha", "attention", "sdpa")
+
+
+def kernel_profile(fn: Callable[[], object], calls: int = 2) -> tuple[float, float, float, list]:
+    """GPU kernel time per call (ms), kernels per call, fused-attention kernels per call, and the 12 kernels
+    of most time (name, ms per call, count per call). The profiler's CUDA activity: kernels, memsets and
+    copies."""
+    import torch
+    from torch.profiler import profile, ProfilerActivity
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    total, count, attn, by_name = 0.0, 0, 0, {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = e.time_range.elapsed_us()
+        total += us
+        count += 1
+        low = e.name.lower()
+        attn += any(w in low for w in ATTENTION_KERNEL_WORDS)
+        t, c = by_name.get(e.name, (0.0, 0))
+        by_name[e.name] = (t + us, c + 1)
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:12]
+    return (total / calls / 1e3, count / calls, attn / calls,
+            [(n[:120], t / calls / 1e3, c / calls) for n, (t, c) in top])
+
+
+def graph_time(fn: Callable[[], object], warmup: int = 3, runs: int = 25, fastest: int = 5) -> float:
+    """The step captured in one CUDA graph, replayed: mean of the fastest ``fastest`` of ``runs`` (events)."""
+    import torch
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):       # warm-up on a side stream, as torch.cuda.graph asks
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    ev = []
+    for i in range(warmup + runs):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        if i >= warmup:
+            ev.append(a.elapsed_time(b))
+    del g
+    return statistics.fmean(sorted(ev)[:fastest])
+
+
+def measure_case(m, cfg, case: ModernCase, device: str, graph: bool = True) -> tuple[dict, list]:
+    """One case's row (``COLUMNS``) and its top kernels; OOM and errors are recorded in the row."""
+    import torch
+    row = {**asdict(case), "status": "OK", "reason": ""}
+    top: list = []
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        fn, keep = step_callable(m, cfg, case, device)
+        row.update(time_step(fn, device))
+        if cuda:
+            try:
+                row["kernel_ms"], row["kernels"], row["attention_kernels"], top = kernel_profile(fn)
+            except Exception as e:  # noqa: BLE001 - the profiler is optional: the timings stand without it
+                row["reason"] = f"profiler: {live._one_line(e)[:200]}"
+            row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            if graph:
+                try:
+                    torch.cuda.empty_cache()
+                    row["graph_ms"], row["graph_status"] = graph_time(fn), "OK"
+                except Exception as e:  # noqa: BLE001 - a step that cannot be captured keeps its eager numbers
+                    row["graph_status"] = ("OOM" if live._is_oom(e) else "ERROR: ") + live._one_line(e)[:200]
+                    torch.cuda.synchronize()
+        del fn, keep
+    except Exception as e:  # noqa: BLE001 - recorded on this case; the other cases are still measured
+        row["status"] = "OOM" if live._is_oom(e) else "ERROR"
+        row["reason"] = live._one_line(e)[:300]
+    finally:
+        if m is not None:
+            m.zero_grad(set_to_none=True)
+        live._free_cuda()
+    return row, top
+
+
+def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cuda", time_budget_s: float = 300,
+               dtype: str = "bf16", num_layers: int | None = None, log: Callable[[str], None] = print) -> list[dict]:
+    """Measure ``cases`` (default ``modern_cases()``), model by model, into ``out_dir``/modern_steps.csv (written
+    after every case, so a run cut short keeps what it measured), modern_kernels.json (top kernels per case) and
+    modern_host.json (``host_calibration``). Cases the budget leaves out say BUDGET."""
+    import torch
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cases = list(cases if cases is not None else modern_cases())
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    clock = live.TimeBudget(time_budget_s)
+    host = host_calibration(device)
+    host.update(live.software_versions())
+    (out / "modern_host.json").write_text(json.dumps(host, indent=1))
+    log(f"[modern] host: {json.dumps({k: v for k, v in host.items() if k.endswith('_us')})}")
+    rows, tops = [], {}
+    models = list(dict.fromkeys(c.model for c in cases))
+    for i, model in enumerate(models):
+        share = clock.share(1.0, len(models) - i)
+        mine = [c for c in cases if c.model == model]
+        m = cfg = None
+        if share.remaining() > 0:
+            try:
+                m, cfg = build(model, device, tdt, num_layers)
+            except Exception as e:  # noqa: BLE001
+                rows += [{**asdict(c), "status": "OOM" if live._is_oom(e) else "ERROR",
+                          "reason": f"building the model failed: {live._one_line(e)[:250]}"} for c in mine]
+                mine = []
+        for c in mine:
+            if m is None or share.remaining() <= 0:
+                rows.append({**asdict(c), "status": "BUDGET", "reason": "time budget exhausted before this case"})
+                continue
+            t0 = time.monotonic()
+            row, top = measure_case(m, cfg, c, device)
+            rows.append(row)
+            tops[c.name] = top
+            log(f"[modern] {c.name}: {row['status']} events {row.get('events_ms', float('nan')):.2f} ms, wall "
+                f"{row.get('wall_ms', float('nan')):.2f}, host {row.get('host_ms', float('nan')):.2f}, graph "
+                f"{row.get('graph_ms', float('nan')):.2f}, kernels {row.get('kernel_ms', float('nan')):.2f} ms / "
+                f"{row.get('kernels', 0):.0f} ({time.monotonic() - t0:.1f} s) {row.get('reason', '')}")
+            _write_rows(out / "modern_steps.csv", rows)
+        del m
+        live._free_cuda()
+    _write_rows(out / "modern_steps.csv", rows)
+    (out / "modern_kernels.json").write_text(json.dumps(tops, indent=1))
+    return rows
+
+
+def _write_rows(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)
+
+
+if __name__ == "__main__":
+    import argparse
+    p = argparse.ArgumentParser(description="notebook 05's modern section on its own (issue 33)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--budget-s", type=float, default=300)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--device", default="cuda")
+    a = p.parse_args()
+    run_modern(a.out, modern_cases(quick=a.quick), device=a.device, time_budget_s=a.budget_s)
