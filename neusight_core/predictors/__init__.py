@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import warnings
 from pathlib import Path
 
 from neusight_core import paths, registry
 from neusight_core.datafile import CacheWarning
-from neusight_core.predictors.base import KernelPredictor, PredictorLoadError, config_hash
+from neusight_core.predictors.base import STATE_FILE, KernelPredictor, PredictorLoadError, config_hash
 from neusight_core.predictors.common import PredictorInputError
 
 # every predictor comes from the registry (predictors/registry.yaml, neusight_core/registry.py)
@@ -167,12 +168,50 @@ def trains_long(name: str) -> bool:
 def choose_quick(name: str, seed: int = 0, weights: str = "auto") -> bool:
     """Whether a question is answered with the quick weights. ``auto``: the full weights when they are
     trained (or train in seconds), else the quick ones, which train in seconds, so that a first question
-    never starts half an hour of training unasked; ``full`` / ``quick`` force one."""
+    never starts half an hour of training unasked; full weights that are there but damaged count as missing
+    (one line on stderr names the file; issue 36); ``full`` / ``quick`` force one."""
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     if weights != "auto":
         return weights == "quick"
-    return trains_long(name) and not is_trained(name, False, seed)
+    if not trains_long(name):
+        return False
+    damage = full_weights_damage(name, seed)
+    if damage:
+        # issue 36: weights that match but cannot be read are as good as missing; ``get`` would retrain them
+        # (hours for the full recipes), which a question never starts unasked. --full (or ``train``) retrains.
+        _say_damaged(name, damage)
+        return True
+    return not is_trained(name, False, seed)
+
+
+def full_weights_damage(name: str, seed: int = 0) -> str | None:
+    """Why the full weights of ``name`` / ``seed`` cannot be used although their folder is there (one line naming
+    the file: ``meta.json`` unreadable, or ``state.npz`` truncated / damaged), or None (they load, or the folder
+    holds no weights at all). Stale weights (another config or training data) are not damage: ``get`` retrains
+    them like missing ones. Reads the whole state.npz (a few MB), as loading it would."""
+    from neusight_core.predictors.base import read_state
+    f = folder(name, False, seed)
+    meta = f / "meta.json"
+    if not meta.exists() and not (f / STATE_FILE).exists():
+        return None
+    try:
+        json.loads(meta.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return f"{meta}: cannot read ({type(e).__name__})"
+    if not is_trained(name, False, seed):
+        return None
+    try:
+        read_state(f)
+    except PredictorLoadError as e:
+        return str(e).splitlines()[0]
+    return None
+
+
+def _say_damaged(name: str, damage: str) -> None:
+    # one line on stderr (a warning's default format would add a source line): what is damaged, what answers
+    print(f"warning: the full `{name}` weights are damaged ({damage}); answering with the quick weights; "
+          f"`python -m neusight_core train --predictor {name}` or --full retrains them", file=sys.stderr, flush=True)
 
 
 def full_training_estimate(name: str) -> str:
