@@ -136,6 +136,16 @@ def data_root(root: str | Path | None = None) -> Path:
     return d
 
 
+def unavailable(root: str | Path | None = None) -> str | None:
+    """Why the database cannot be read here (the one line of :func:`data_root`'s error: the optional package is
+    not installed, or its layout changed), or None. Asked before training anything that needs it (issue 36)."""
+    try:
+        data_root(root)
+    except MeasuredDataError as e:
+        return str(e)
+    return None
+
+
 def split() -> dict:
     """Issue 25's split: ``training`` and ``held_out`` as catalogue names, ``sealed`` as package system names."""
     return {"training": tuple(CATALOGUE[s] for s in TRAINING), "held_out": tuple(CATALOGUE[s] for s in HELD_OUT),

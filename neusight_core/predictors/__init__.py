@@ -269,7 +269,7 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
     f = folder(name, quick, seed, config, rows)
     if not retrain and is_trained(name, quick, seed, config, rows):
         try:
-            return REGISTRY[name].load(f)
+            return _completed(REGISTRY[name].load(f), f, quick)
         except (PredictorLoadError, json.JSONDecodeError, KeyError) as e:
             # damaged (issue 24): one line naming the file, then retrain below and save over it
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -280,12 +280,67 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
         # another process (a test worker, a second terminal) may have trained these weights while this one waited
         if not retrain and is_trained(name, quick, seed, config, rows):
             try:
-                return REGISTRY[name].load(f)
+                return _completed(REGISTRY[name].load(f), f, quick)
             except (PredictorLoadError, json.JSONDecodeError, KeyError):
                 pass                # damaged again: said above; retrain
         train = dataset.training_data(**subset)
-        p.fit(train, quick=quick)
+        _fit(p, train, quick)
         p.save(f)
+    return p
+
+
+# ----------------------------------------------------------------------------- BF16 networks without their data
+# The recipe ``neusight`` also trains BF16 tensor-core networks on the measured-kernel database of the optional
+# package aiconfigurator-core (``measured_kernels``). Without it (issue 36, item 3) the FP32 networks are trained
+# and saved as usual; the weights record why the BF16 networks are absent (meta.json info.tensor_core.missing),
+# their BF16 / FP16 GEMM and attention rows are refused in one line naming the package, and once the package is
+# there the next ``get`` trains the BF16 networks alone (seeded apart from the FP32 classes, so they are the ones
+# a whole training gives: seconds quick, about a minute full) and saves them beside the FP32 ones.
+def _tensor_core_missing(p: KernelPredictor) -> str | None:
+    """Why ``p``'s BF16 tensor-core networks cannot be trained here, or None (none in its recipe, or the data is there)."""
+    if getattr(p, "tc", None) is None:
+        return None
+    from neusight_core import measured_kernels
+    return measured_kernels.unavailable()
+
+
+def _refusal(p: KernelPredictor, why: str) -> str:
+    return (f"{p.name} seed {p.seed}: no BF16 tensor-core networks in these weights ({why}); FP32 questions answer, "
+            f"BF16 / FP16 GEMM and attention rows need the networks: install the package and ask again")
+
+
+def _fit(p: KernelPredictor, train, quick: bool) -> None:
+    """``p.fit``, checked first: without the measured-kernel database the FP32 networks alone (see above)."""
+    why = _tensor_core_missing(p)
+    if not why:
+        p.fit(train, quick=quick)
+        return
+    print(f"note: training {p.name} seed {p.seed} without its BF16 tensor-core networks ({why})",
+          file=sys.stderr, flush=True)
+    tc, p.tc = p.tc, None
+    try:
+        p.fit(train, quick=quick)
+    finally:
+        p.tc = tc
+    p.info["tensor_core"] = {"missing": why}
+    p.missing_networks = _refusal(p, why)
+
+
+def _completed(p: KernelPredictor, f: Path, quick: bool) -> KernelPredictor:
+    """Loaded weights saved without their BF16 networks: refused for BF16 rows while the database is still missing,
+    else completed (the BF16 networks trained and saved into ``f``)."""
+    tc_info = (p.info or {}).get("tensor_core")
+    if getattr(p, "tc", None) is None or not isinstance(tc_info, dict) or "missing" not in tc_info:
+        return p
+    why = _tensor_core_missing(p)
+    if why:
+        p.missing_networks = _refusal(p, why)
+        return p
+    print(f"note: {f}: training the BF16 tensor-core networks these weights were saved without "
+          f"({'seconds' if quick else 'about a minute'})", file=sys.stderr, flush=True)
+    p.info["tensor_core"] = p.tc.fit(quick=quick)
+    p.missing_networks = None
+    p.save(f)
     return p
 
 

@@ -137,6 +137,8 @@ class KernelPredictor:
         self.seed = int(seed)
         self.fitted = False
         self.info: dict = {}            # data checksum, wall time, validation numbers
+        # why this predictor's BF16 tensor-core networks are absent (one line; ``predictors._fit``), or None
+        self.missing_networks: str | None = None
 
     @classmethod
     def default_config(cls) -> dict:
@@ -160,6 +162,12 @@ class KernelPredictor:
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         common.check_kernels(kernels)
         kernels = without_attrs(kernels)
+        if self.missing_networks and getattr(self, "use_tensor_core", True):
+            # weights trained without the measured-kernel database: their BF16 rows would silently go through the
+            # FP32 networks (issue 36); ``predict_extrapolated`` (use_tensor_core False) asks for exactly that
+            from neusight_core.predictors.tensor_core import network_of
+            if (network_of(kernels) != "").any():
+                raise common.PredictorInputError(self.missing_networks)
         if not self.fitted:
             raise RuntimeError(f"predictor {self.name!r} is not trained: call fit() or predictors.get()")
         n = len(kernels)
