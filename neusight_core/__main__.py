@@ -74,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=schema.PRECISIONS, default="fp32",
                    help="precision (default fp32 = the paper, TF32 off; the others are extrapolations: "
                         "GEMMs at the dense tensor-core peak, 2-byte elements for fp16/bf16)")
+    p.add_argument("--attention", choices=schema.ATTENTIONS, default=None,
+                   help="eager (the paper's: Q K^T, softmax, P V as separate kernels) or sdpa (one fused kernel per "
+                        "layer); default: what Hugging Face picks for the model (sdpa where it supports it)")
+    p.add_argument("--execution", choices=schema.EXECUTIONS, default=None,
+                   help="eager (default: eager PyTorch, the host launching each kernel: the step takes at least the "
+                        "host's launch time, NEUSIGHT_HOST_LAUNCH_US) or graph (CUDA graphs, torch.compile "
+                        "with cudagraphs, serving engines: the kernel sum)")
     p.add_argument("--predictor", default="neusight", choices=PREDICTORS,
                    help="neusight (ours: the authors' recipe also trained on the training GPUs' transformer-shaped "
                         "kernels, seed 0), neusight-paper (the authors' recipe, "
@@ -147,7 +154,8 @@ def _predict(a) -> int:
     # bad input first, before any training: --seq for text, --image-size for image models
     sc = scenario.scenario(a.model, a.device, a.batch, a.seq, a.mode, image_size=a.image_size, past=a.past,
                            dtype=a.dtype, fusion=a.fusion, parallel=a.parallel, gpus=a.gpus,
-                           micro_batches=a.micro_batches, link_gbs=a.link_gbs)
+                           micro_batches=a.micro_batches, link_gbs=a.link_gbs, attention=a.attention,
+                           execution=a.execution)
     a.gpus, a.seq, image = sc.gpus, sc.seq, sc.image
     quick = _choose_quick(a, [a.predictor], [0])
     r = latency.predict_scenario(sc, predictor=a.predictor, quick=quick)
@@ -169,7 +177,7 @@ def _predict(a) -> int:
         print(f"WARNING: {mem['verdict']}")
     size = f"image={a.seq}x{a.seq}" if image else f"seq={a.seq}"
     print(f"{a.model} {a.mode} batch={a.batch} {size}{f' past={a.past}' if a.past else ''}"
-          f"{' fused' if a.fusion else ''}{plan} {a.dtype} "
+          f"{' fused' if a.fusion else ''}{plan} {a.dtype} {r['attention']} attention, {r['execution']} execution "
           f"on {r['device']} ({r['predictor']})"
           + ("" if a.dtype == "fp32" else f"  [{a.dtype}: extrapolation, the predictors are validated on FP32]"))
     if r["dtype_note"]:
@@ -178,6 +186,12 @@ def _predict(a) -> int:
         print(f"NOTE: {r['conv_note']}")
     print(f"  weights     {_pred.describe_line(r['weights'])}")
     print(f"  end-to-end  {r['e2e_ms']:12.3f} ms")
+    if r["execution"] == "eager":
+        verdict = (f"host-bound: the host's {r['launches']} launches take {r['host_ms']:.3f} ms, the kernels "
+                   f"{r['kernel_ms']:.3f} ms ({r['host_ms'] / max(r['kernel_ms'], 1e-12):.1f}x)" if r["host_bound"]
+                   else f"GPU-bound: kernels {r['kernel_ms']:.3f} ms, the host's {r['launches']} launches "
+                        f"{r['host_ms']:.3f} ms")
+        print(f"  execution   eager PyTorch, {verdict} (host.py; graph execution: {r['kernel_ms']:.3f} ms)")
     for key, label in (("fw_ms", "forward"), ("bw_ms", "backward"), ("acc_ms", "grad acc"),
                        ("comm_ms", "comm"), ("comm_exposed_ms", "comm exposed")):
         if r.get(key):
@@ -212,10 +226,24 @@ def _add_sweep_parser(sub) -> None:
     _add_weights_options(p)
     p.add_argument("--dtype", default="fp32",
                    help="precision(s), comma-separated, of fp32 (the paper), tf32, fp16, bf16 (extrapolations)")
+    p.add_argument("--attention", default=None,
+                   help="eager or sdpa, comma-separated for both (default: what Hugging Face picks per model)")
+    p.add_argument("--execution", default=None, help="eager (default) or graph, comma-separated for both")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--chunk", type=int, default=5000,
                    help="configurations predicted together (the CSV is written part by part; default 5000)")
     p.add_argument("--out", required=True, help="CSV file to write")
+
+
+def _choices(value, what: str, allowed) -> list:
+    """A comma-separated option whose values must be of ``allowed`` ([None]: not given, the default)."""
+    if value is None:
+        return [None]
+    items = _csv_list(value, what)
+    bad = [x for x in items if x not in allowed]
+    if bad:
+        raise ValueError(f"--{what} must be of {', '.join(allowed)}, got {', '.join(bad)}")
+    return items
 
 
 def _csv_list(value, what: str, conv=str) -> list:
@@ -288,6 +316,8 @@ def _sweep(a) -> int:
                          parallel=_csv_list(a.parallel, "parallel") if a.parallel is not None else [None],
                          gpus=ints(a.gpus, "gpus") if a.gpus is not None else None,
                          micro_batches=a.micro_batches, link_gbs=a.link_gbs, dtype=_csv_list(a.dtype, "dtype"),
+                         attention=_choices(a.attention, "attention", schema.ATTENTIONS),
+                         execution=_choices(a.execution, "execution", schema.EXECUTIONS),
                          image_sizes=ints(a.image_size, "image-size") if a.image_size is not None else None)
     seeds = ints(a.seed, "seed")
     target = _CsvTarget(a.out)          # refused here, before anything is computed

@@ -43,6 +43,21 @@ def _named_is_image(name: str) -> bool:
     return config_content(name).get("model_type") in IMAGE_MODEL_TYPES
 
 
+#: Model types whose transformers class has no fused (sdpa) attention (``_supports_sdpa`` False in transformers
+#: 5.x; tests/test_attention.py checks this list against the installed transformers) or, like ResNet, no attention
+#: at all. Every other model type is built with sdpa by Hugging Face by default, in any precision.
+NO_SDPA_MODEL_TYPES = ("switch_transformers", "resnet")
+
+
+def default_attention(config) -> str:
+    """What Hugging Face builds a model with when nobody says (``attn_implementation`` unset): ``sdpa`` where the
+    model type supports it, else ``eager`` (issue 33). Read from the config alone: no transformers import."""
+    mt = (config.get("model_type") if isinstance(config, dict)
+          else config_content(config).get("model_type") if isinstance(config, (str, Path))
+          else getattr(config, "model_type", None))
+    return "eager" if mt in NO_SDPA_MODEL_TYPES else "sdpa"
+
+
 class TraceError(ValueError):
     """Bad input to the tracer (unknown model, unsupported type, non-positive batch/sequence)."""
 

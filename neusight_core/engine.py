@@ -31,16 +31,18 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import derive, memory, network, schema
+from neusight_core import derive, host, memory, network, schema
 from neusight_core.scenario import LatencyInputError, Scenario
 from neusight_core.scenario import scenario as make_scenario
 from neusight_core.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
 
 INPUTS = ["model", "device", "batch", "seq", "image_size", "mode", "fusion", "parallel", "gpus", "micro_batches",
-          "link_gbs", "past", "dtype"]
+          "link_gbs", "past", "dtype", "attention", "execution"]
 PHASES = ["e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"]
 CLASS_MS = [f"{c}_ms" for c in schema.OP_CLASSES]
-RESULTS = ["predictor", "seed"] + PHASES + CLASS_MS + ["kernels", "derived", "error"]
+# kernel_ms: the step's kernel sum (what e2e_ms is with execution graph); host_ms: the host's launch time with
+# execution eager (host.py; 0 for graph); host_bound: the host, not the GPU, sets the step's time
+RESULTS = ["predictor", "seed"] + PHASES + CLASS_MS + ["kernels", "kernel_ms", "host_ms", "host_bound", "derived", "error"]
 MEMORY = ["memory_weights_gib", "memory_grads_gib", "memory_optimizer_gib", "memory_activations_gib",
           "memory_kv_cache_gib", "memory_total_gib", "memory_fits", "memory_verdict"]
 COLUMNS = INPUTS + RESULTS[:-1] + MEMORY + ["error"]
@@ -92,13 +94,18 @@ def normalise(r: dict) -> dict:
     plan = None if plan in ("", "none") else plan
     dt = _given(r.get("dtype"))
     fusion = _given(r.get("fusion"))
+    if isinstance(fusion, str):       # "False" is a word, not a truthy value
+        if fusion.strip().lower() not in ("true", "false", "1", "0", ""):
+            raise SweepInputError(f"fusion must be true or false, got {fusion!r}")
+        fusion = fusion.strip().lower() in ("true", "1")
     link = _given(r.get("link_gbs"))
     sc = make_scenario(
         r.get("model"), str(r.get("device")), _int(r.get("batch"), "batch"), opt_int("seq", "seq"),
         _given(r.get("mode")) or "inf", image_size=opt_int("image_size", "image_size"),
         past=opt_int("past", "past", 0) or 0, dtype=dt if dt not in (None, "") else "fp32", fusion=bool(fusion),
         parallel=plan, gpus=opt_int("gpus", "gpus"), micro_batches=opt_int("micro_batches", "micro_batches") or 1,
-        link_gbs=None if link is None else float(link))
+        link_gbs=None if link is None else float(link), attention=_given(r.get("attention")) or None,
+        execution=_given(r.get("execution")) or None)
     return _row_of(sc, r)
 
 
@@ -112,7 +119,8 @@ def table_key(r: dict) -> tuple:
     # the tracer's size argument: the sequence length, or an image model's side
     size = r["seq"] if r.get("image_size") is None else r["image_size"]
     return (str(r["model"]), r["batch"], size, r["mode"], r["past"], r["fusion"], r["parallel"],
-            r["gpus"] if r["parallel"] else 1, r["micro_batches"] if r["parallel"] == "pp" else 1, r["dtype"])
+            r["gpus"] if r["parallel"] else 1, r["micro_batches"] if r["parallel"] == "pp" else 1, r["dtype"],
+            r.get("attention") or "eager")
 
 
 def _requests(scenarios) -> tuple[list[dict], list[dict | None], list[str]]:
@@ -192,17 +200,19 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     group, bucket, same_seq = {}, {}, {}
     for key in keys:
         model, b, s, mode, past = key[:5]
-        g0 = (model, mode, past, b == 1, key[-1])
+        g0 = (model, mode, past, b == 1, key[9])
         group[g0] = group.get(g0, 0) + 1
         g1 = g0 + (int(s).bit_length(),)
         bucket[g1] = bucket.get(g1, 0) + 1
         same_seq[g0 + (s,)] = same_seq.get(g0 + (s,), 0) + 1
     # batch >= 2 first: a failed check there spares the batch-1 family of the same model (derive.family_for)
     for key, t in sorted(keys.items(), key=lambda kv: kv[0][1] == 1):
-        model, b, s, mode, past, fusion, plan, g, mb, dt = key
+        model, b, s, mode, past, fusion, plan, g, mb, dt, att = key
         fam = None
         g0 = (model, mode, past, b == 1, dt)
-        if use_derivation and not fusion and plan is None and group[g0] >= MIN_FAMILY and key not in image_keys:
+        # derive.py's families are of eager-attention traces: a fused-attention table is always traced
+        if (use_derivation and not fusion and plan is None and att == "eager" and group[g0] >= MIN_FAMILY
+                and key not in image_keys):
             try:
                 fam = derive.family_for(model, b, s, mode, past=past, dtype=dt,
                                         allow_bucket=bucket[g0 + (int(s).bit_length(),)] >= MIN_BUCKET,
@@ -221,11 +231,11 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
             tab_derived[t] = True
         bar.update(len(pts))
     for t, key in real:
-        model, b, s, mode, past, fusion, plan, g, mb, dt = key
+        model, b, s, mode, past, fusion, plan, g, mb, dt, att = key
         try:
             k = (table_of(fields[key]) if table_of is not None else
                  kernel_table(model, b, s, mode, past=past, fusion=fusion, parallel=plan, gpus=g, micro_batches=mb,
-                              dtype=dt))
+                              dtype=dt, attention=att))
             parts.append(compact_table(k).assign(_tab=t))
             tab_derived[t] = False
             if memory_columns or keep_kernels:
@@ -247,7 +257,7 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     rows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["_tab", "count"])
     rows = rows.sort_values("_tab", kind="stable").reset_index(drop=True)
     # conv columns NaN throughout (no image model among the scenarios) tell no kernels apart: not grouped on
-    rows = rows.drop(columns=[c for c in schema.CONV_COLUMNS if c in rows and rows[c].isna().all()])
+    rows = rows.drop(columns=[c for c in schema.CONV_COLUMNS + schema.ATTN_COLUMNS if c in rows and rows[c].isna().all()])
     ident = [c for c in rows.columns if c not in PLACEMENT]
     kid = rows.groupby(ident, dropna=False, sort=False, observed=True).ngroup().to_numpy() if len(rows) else np.zeros(0, int)
     n_kid = int(kid.max()) + 1 if len(kid) else 0
@@ -425,6 +435,15 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
     for c in PHASES + CLASS_MS:
         out[c] = res[c]
     out["kernels"] = kernels
+    # the step as it is executed (host.py): graph = the kernel sum; eager = at least the host's launch time
+    out["kernel_ms"] = res["e2e_ms"]
+    execution = np.array([(r or {}).get("execution") or "graph" for r in norm], dtype=object)
+    step, host_ms, bound = host.step_ms(res["e2e_ms"], np.nan_to_num(kernels), execution)
+    ran = np.isfinite(res["e2e_ms"])
+    out["e2e_ms"] = np.where(ran, step, np.nan)
+    out["host_ms"] = np.where(ran, host_ms, np.nan)
+    out["host_bound"] = pd.array(np.where(ran, bound, False), dtype="boolean")
+    out.loc[~ran, "host_bound"] = pd.NA
     out["derived"] = [bool(tab_derived.get(tab_of[i], False)) if tab_of[i] >= 0 else False for i in range(n)]
     for c in MEMORY:
         col = [mem.get((tab_of[i], cfg_dev[i]), {}).get(c) if good[i] else None for i in range(n)]

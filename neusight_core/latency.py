@@ -37,7 +37,8 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
                   fusion: bool = False, parallel: str | None = None, gpus: int = 1,
                   link_gbs: float | None = None, micro_batches: int = 1,
                   efficiency: float = network.DEFAULT_EFFICIENCY, quick: bool = False, past: int = 0,
-                  dtype: str = "fp32", optimizer: str = "adamw", master_weights: bool = True) -> dict:
+                  dtype: str = "fp32", optimizer: str = "adamw", master_weights: bool = True,
+                  attention: str | None = None, execution: str | None = None) -> dict:
     """Predict one configuration.
 
     ``model``: a config name known to ``trace.load_config`` or a path; ``device``: anything
@@ -47,9 +48,12 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     extension): ``seq`` new tokens on a KV cache of ``past`` tokens (``seq=1``: one decode step).
     ``dtype`` in fp32 | tf32 | fp16 | bf16 (fp32 = the paper; others extrapolate, see
     ``trace.trace_model``). ``optimizer`` / ``master_weights``: the training state counted in
-    ``memory`` (``memory.footprint``).
+    ``memory`` (``memory.footprint``). ``attention`` (eager | sdpa; default what Hugging Face picks for the
+    model) and ``execution`` (eager | graph; default eager PyTorch): ``schema.ATTENTIONS``, ``schema.EXECUTIONS``;
+    the paper's setting is ``scenario.PAPER`` (eager attention, the kernel sum).
 
-    Returns ``e2e_ms``, ``fw_ms``, ``bw_ms``, ``acc_ms``, ``comm_ms``, ``comm_exposed_ms``,
+    Returns ``e2e_ms`` (the step as executed: with eager execution at least the host's launch time, host.py),
+    ``kernel_ms`` (the kernel sum), ``host_ms``, ``host_bound``, ``fw_ms``, ``bw_ms``, ``acc_ms``, ``comm_ms``, ``comm_exposed_ms``,
     ``breakdown`` (ms per op class), ``stage_ms`` (PP only), ``trace_s`` and ``predict_s`` (wall
     times), ``memory`` (per-GPU footprint and ``fits`` / ``verdict``, ``memory.footprint``), ``dtype``,
     ``dtype_note`` ("" or the sentence of ``Device.precision_note``: this GPU has no tensor cores for
@@ -58,7 +62,7 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     image = is_image(model)       # ``seq`` is the image side of an image model
     sc = scenario(model, device, batch, None if image else seq, mode, image_size=seq if image else None,
                   past=past, dtype=dtype, fusion=fusion, parallel=parallel, gpus=gpus, micro_batches=micro_batches,
-                  link_gbs=link_gbs)
+                  link_gbs=link_gbs, attention=attention, execution=execution)
     return predict_scenario(sc, predictor, quick=quick, efficiency=efficiency, optimizer=optimizer,
                             master_weights=master_weights)
 
@@ -73,6 +77,10 @@ def predict_scenario(sc, predictor="neusight", quick: bool = False, efficiency: 
                            master_weights=master_weights, keep_kernels=True, raise_errors=True)
     kernels = frame.attrs["kernels"][0]
     out = aggregate(kernels, sc.micro_batches if sc.parallel == "pp" else 1)
+    row = frame.iloc[0]
+    out.update(kernel_ms=out["e2e_ms"], e2e_ms=float(row["e2e_ms"]), host_ms=float(row["host_ms"]),
+               host_bound=bool(row["host_bound"]), launches=int(row["kernels"]), attention=sc.attention,
+               execution=sc.execution)
     out.update(trace_s=frame.attrs["tables_s"], predict_s=frame.attrs["predict_s"], kernels=kernels,
                device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name,
                dtype=sc.dtype, dtype_note=dev.precision_note(sc.dtype), memory=frame.attrs["memory"][0],

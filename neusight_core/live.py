@@ -541,10 +541,12 @@ NOT_POSSIBLE = "not possible: "
 
 
 def predict_model(model: str, device_name: str, batch: int, seq: int, mode: str, **kw) -> tuple[dict | None, str | None]:
-    """latency.predict_model's headline numbers, or (None, reason)."""
+    """latency.predict_model's headline numbers, or (None, reason); in the paper's setting (eager attention, the
+    kernel sum: ``scenario.PAPER``, what these sections measure) unless ``kw`` says otherwise."""
     from neusight_core import latency
+    from neusight_core.scenario import PAPER
     try:
-        r = latency.predict_model(model, device_name, batch, seq, mode, **kw)
+        r = latency.predict_model(model, device_name, batch, seq, mode, **{**PAPER, **kw})
         out = {k: float(r[k]) for k in ("e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms") if k in r}
         mem = r.get("memory") or {}
         out.update({f"mem_{k}": float(mem[k]) for k in ("total_gib", "weights_gib", "activations_gib", "kv_cache_gib") if k in mem})
@@ -785,7 +787,8 @@ def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "ne
             past = int(r["past"]) if pd.notna(r.get("past")) and r.get("past") else 0
             for s, p in preds.items():
                 out = latency.predict_model(str(r["model"]), gpu, int(r["batch"]), int(r["seq"]), str(r["mode"]),
-                                            predictor=p, dtype=dtype, **({"past": past} if past else {}))
+                                            predictor=p, dtype=dtype, **({"past": past} if past else {}),
+                                            attention="eager", execution="graph")
                 rows.append({"table": table, "name": r["name"], "precision": dtype, "seed": s,
                              "measured_ms": float(r["measured_ms"]),
                              "recorded_pred_ms": float(r.get("predicted_e2e_ms", np.nan)), "pred_ms": out["e2e_ms"]})

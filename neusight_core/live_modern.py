@@ -335,6 +335,63 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
     return rows
 
 
+# ---------------------------------------------------------------- predictions against the measurements
+#: What each measured time is compared with: the kernel sum with the steps executed as a graph, the eager wall
+#: time with eager execution (host.py), and "before": what the tool answered before issue 33 (eager attention
+#: whatever the step ran, the kernel sum, no host) against the eager wall time.
+VARIANTS = {"graph": ("kernel_ms", "graph"), "eager": ("wall_ms", "eager"), "before": ("wall_ms", "before")}
+
+
+def request_of(row, device: str, execution: str) -> dict:
+    """The engine request of a measured step (``modern_steps.csv`` row): prefill = inference of ``seq`` tokens,
+    decode = one token on a KV cache of ``seq``, train = forward + backward of ``seq`` tokens; BF16."""
+    phase, s = row["phase"], int(row["seq"])
+    req = dict(model=row["model"], device=device, batch=int(row["batch"]), dtype="bf16",
+               mode="train" if phase == "train" else "inf", seq=1 if phase == "decode" else s,
+               past=s if phase == "decode" else 0)
+    if execution == "before":
+        return dict(req, attention="eager", execution="graph")
+    return dict(req, attention=row["attention"], execution=execution)
+
+
+def predict_steps(steps, device: str = "H100", predictors=("neusight", "roofline"), seeds=(0,),
+                  quick: bool = False):
+    """Every measured OK step x ``VARIANTS`` x predictor x seed through ``engine.predict``: one row each with
+    ``measured_ms`` (the variant's measured column), ``predicted_ms``, ``error_pct`` and the prediction's host
+    time and verdict."""
+    import pandas as pd
+    from neusight_core import engine
+    ok = steps[steps["status"] == "OK"].reset_index(drop=True)
+    frames = []
+    for variant, (col, execution) in VARIANTS.items():
+        reqs = [request_of(r, device, execution) for r in ok.to_dict("records")]
+        p = engine.predict(reqs, list(predictors), seeds=seeds, quick=quick)
+        n = len(ok)
+        for j in range(len(p) // max(n, 1)):
+            part = p.iloc[j * n:(j + 1) * n].reset_index(drop=True)
+            f = ok[["model", "phase", "batch", "seq", "attention"]].copy()
+            f["variant"], f["predictor"], f["seed"] = variant, part["predictor"], part["seed"]
+            f["measured_ms"] = ok[col].astype(float)
+            f["predicted_ms"] = part["e2e_ms"].astype(float)
+            f["kernel_pred_ms"], f["host_pred_ms"] = part["kernel_ms"], part["host_ms"]
+            f["host_bound"] = part["host_bound"]
+            f["error"] = part["error"]
+            frames.append(f)
+    out = pd.concat(frames, ignore_index=True)
+    out["error_pct"] = (out["predicted_ms"] / out["measured_ms"] - 1) * 100
+    return out
+
+
+def step_mape(pred):
+    """MAPE (%) by predictor x variant x phase and pooled, mean over seeds with min and max."""
+    import pandas as pd
+    d = pred.assign(ape=pred["error_pct"].abs())
+    per = d.groupby(["predictor", "variant", "seed", "phase"])["ape"].mean().unstack("phase")
+    per["pooled"] = d.groupby(["predictor", "variant", "seed"])["ape"].mean()
+    g = per.groupby(["predictor", "variant"])
+    return pd.concat({"mean": g.mean(), "min": g.min(), "max": g.max()}, axis=1).round(1)
+
+
 def _write_rows(path: Path, rows: list[dict]) -> None:
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", newline="") as f:

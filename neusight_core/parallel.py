@@ -95,7 +95,8 @@ def _retrace(kernels: pd.DataFrame, batch: int) -> pd.DataFrame:
     a = kernels.attrs
     if batch == a["batch"]:
         return kernels.copy()
-    k = trace.trace_model(a["config"], batch, a["seq"], a["mode"], dtype=a.get("dtype", "fp32"))
+    k = trace.trace_model(a["config"], batch, a["seq"], a["mode"], dtype=a.get("dtype", "fp32"),
+                          attention=a.get("attention", "eager"))
     if a.get("fused"):  # a fused table stays fused at the new batch
         from . import fusion
 
@@ -240,6 +241,15 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
             if m in sharded:
                 r["B"] = float(math.ceil(r["B"] / n))
                 split = True
+        elif c == "ATTN":
+            # fused attention (issue 33): each GPU runs its 1/n of the query heads and 1/kvw of the K/V heads;
+            # FLOPs and traffic follow the query heads (the K/V part of the traffic is approximated the same way)
+            h = float(r["heads"])
+            r["heads"] = float(math.ceil(h / n))
+            r["kv_heads"] = float(math.ceil(float(r["kv_heads"]) / kvw))
+            for col in ("flops", "bytes_read", "bytes_written"):
+                r[col] = r[col] * r["heads"] / h
+            continue
         elif ph == "acc":
             mod, _, leaf = m.rpartition(".")
             if kinds.get(mod) == "col" or (kinds.get(mod) == "row" and leaf == "weight") or _EMBED.search(mod):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from neusight_core.scenario import PAPER
 from neusight_core import latency, report
 
 PUBLISHED_FILE = Path(__file__).with_name("published.yaml")
@@ -43,7 +44,7 @@ def compare(predictor="neusight", quick: bool = False, table: pd.DataFrame | Non
     for r in t.itertuples(index=False):
         try:
             out = latency.predict_model(r.model, r.gpu, int(r.batch), None, r.mode, predictor=predictor,
-                                        quick=quick, dtype=r.precision)
+                                        quick=quick, dtype=r.precision, **PAPER)
             pred.append(out["e2e_ms"]), err.append(""), note.append(out.get("conv_note", ""))
         except (ValueError, LookupError) as e:      # one-line input errors (unknown GPU / model, ...)
             msg = (str(e.args[0]) if e.args else str(e)).splitlines()[0]

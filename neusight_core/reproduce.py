@@ -34,15 +34,17 @@ OP_CLASSES = schema.PAPER_CLASSES
 
 
 def option_kwargs(option: str) -> dict:
-    """Arguments of ``latency.predict_model`` for a label option (none, fusion, dp4, tp4, pp4_1)."""
+    """Arguments of ``latency.predict_model`` for a label option (none, fusion, dp4, tp4, pp4_1), in the paper's
+    setting (``scenario.PAPER``: eager attention, the kernel sum)."""
+    from neusight_core.scenario import PAPER
     if option in (None, "", "none") or (isinstance(option, float) and np.isnan(option)):
-        return {}
+        return dict(PAPER)
     if option == "fusion":
-        return {"fusion": True}
+        return {**PAPER, "fusion": True}
     m = re.fullmatch(r"(dp|tp|pp)(\d+)(?:_(\d+))?", str(option))
     if not m:
         raise ValueError(f"unknown configuration option {option!r}")
-    kw = {"parallel": m.group(1), "gpus": int(m.group(2))}
+    kw = {**PAPER, "parallel": m.group(1), "gpus": int(m.group(2))}
     if m.group(3):
         kw["micro_batches"] = int(m.group(3))
     return kw

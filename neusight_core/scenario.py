@@ -146,7 +146,7 @@ def check_image_request(name, past, parallel) -> None:
 
 
 def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link_gbs=None, micro_batches=1,
-                    past=0, dtype="fp32"):
+                    past=0, dtype="fp32", attention="eager", execution="graph"):
     """Every check of a prediction request, in one place (the CLI and predict_model both use it).
 
     Raises LatencyInputError with one line for anything a GPU run could not be: non-positive or
@@ -172,6 +172,10 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
         raise LatencyInputError(f"parallel plan must be one of {', '.join(PLANS)}, got {parallel!r}")
     if dtype not in schema.PRECISIONS:
         raise LatencyInputError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dtype!r}")
+    if attention not in schema.ATTENTIONS:
+        raise LatencyInputError(f"attention must be one of {', '.join(schema.ATTENTIONS)}, got {attention!r}")
+    if execution not in schema.EXECUTIONS:
+        raise LatencyInputError(f"execution must be one of {', '.join(schema.EXECUTIONS)}, got {execution!r}")
     if parallel is None:
         if gpus > 1:
             raise LatencyInputError(f"{gpus} GPUs need a parallel plan (dp, tp or pp); without one the "
@@ -192,6 +196,9 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
     check_device(dev)
     cfg = _config_of(model)
     dims = check_config(cfg)
+    if attention == "sdpa" and getattr(cfg, "model_type", None) in configs.NO_SDPA_MODEL_TYPES:
+        raise LatencyInputError(f"{getattr(cfg, 'model_type', model)} has no fused (sdpa) attention in transformers: "
+                                "use attention eager")
     if image:
         check_image_request(getattr(cfg, "name", model), past, parallel)
         dims["image channels"] = int(getattr(cfg, "num_channels", 3) or 3)
@@ -232,6 +239,8 @@ class Scenario:
     micro_batches: int = 1
     link_gbs: float | None = None
     image: bool = False
+    attention: str = "eager"      # eager | sdpa (schema.ATTENTIONS); scenario() defaults to what HF picks
+    execution: str = "graph"      # eager | graph (schema.EXECUTIONS); scenario() defaults to eager PyTorch
 
     @property
     def image_size(self) -> int | None:
@@ -246,16 +255,25 @@ class Scenario:
         return asdict(self)
 
 
+#: The paper's setting (issue 33): eager attention, the step as its kernel sum. The reproduction (Tier 0/1) asks for
+#: it explicitly; a question that does not say gets what people run (``scenario``'s defaults).
+PAPER = {"attention": "eager", "execution": "graph"}
+
+
 def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=None, past=0, dtype: str = "fp32",
              fusion: bool = False, parallel: str | None = None, gpus=None, micro_batches=1,
-             link_gbs=None) -> Scenario:
+             link_gbs=None, attention: str | None = None, execution: str | None = None) -> Scenario:
     """Validate a request and return it as a :class:`Scenario` (``gpus`` defaults to 4 with a plan, the
-    paper's setting, else 1). Raises ``LatencyInputError`` (or the tracer's / catalogue's
-    one-line errors for an unknown model or GPU)."""
+    paper's setting, else 1; ``attention`` to what Hugging Face picks for the model, ``configs.default_attention``;
+    ``execution`` to eager PyTorch). Raises ``LatencyInputError`` (or the tracer's / catalogue's one-line errors
+    for an unknown model or GPU)."""
     size = input_size(model, seq, image_size)
     gpus = (4 if parallel else 1) if gpus is None else gpus
+    if attention is None:
+        attention = configs.default_attention(vars(_config_of(model)))
+    execution = "eager" if execution is None else execution
     dev, _ = validate_inputs(model, device, batch, size, mode, parallel, gpus, link_gbs, micro_batches,
-                                     past, dtype)
+                             past, dtype, attention, execution)
     link = None if link_gbs is None else float(link_gbs)
     if parallel is not None and link is None:
         link = dev.link_gbs
@@ -264,4 +282,5 @@ def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=No
                                             "(--link-gbs / link_gbs)")
     return Scenario(model=str(model) if isinstance(model, Path) else model, device=dev.name, batch=int(batch),
                     seq=int(size), mode=mode, past=int(past), dtype=dtype, fusion=bool(fusion), parallel=parallel,
-                    gpus=int(gpus), micro_batches=int(micro_batches), link_gbs=link, image=is_image(model))
+                    gpus=int(gpus), micro_batches=int(micro_batches), link_gbs=link, image=is_image(model),
+                    attention=attention, execution=execution)

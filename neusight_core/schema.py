@@ -15,12 +15,27 @@ import numpy as np
 #: CONV (issue 26): 2-D convolutions (forward, gradient of the input, gradient of the weight), with their
 #: implicit-GEMM dims and conv parameters (docs/interfaces.md, "Kernel table").
 #: ATTN (issue 25): a fused attention kernel (FlashAttention-style prefill or decode, ``sub_op``), measured in
-#: NVIDIA's database (``measured_kernels``); the tracer does not emit it (attention is traced as BMM + softmax).
+#: NVIDIA's database (``measured_kernels``); the tracer emits it with ``attention="sdpa"`` (issue 33: one row per
+#: layer and phase, ``sub_op`` prefill / decode / backward), eager attention is traced as BMM + softmax.
 OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "CONV", "ATTN", "MEM", "COMM", "UNCLASSIFIED")
 
 #: The columns of a CONV row's parameters (issue 26; NaN on other rows): in- / out-channels, kernel side,
 #: input side, stride, padding, groups (docs/interfaces.md, "Kernel table").
 CONV_COLUMNS = ("conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups")
+
+#: The columns of an ATTN row's geometry (NaN on other rows; a table without ATTN rows has none of them): query
+#: tokens per sequence, keys each attends to (the KV length), query heads, KV heads (GQA), head size.
+ATTN_COLUMNS = ("seq_q", "seq_kv", "heads", "kv_heads", "head_dim")
+
+#: How a model's attention runs (issue 33): ``eager`` = the paper's (Q K^T, softmax, P V as separate kernels),
+#: ``sdpa`` = one fused kernel per layer and phase (``torch.nn.functional.scaled_dot_product_attention``, what
+#: Hugging Face picks by default for the models that support it).
+ATTENTIONS = ("eager", "sdpa")
+
+#: How a step is launched (issue 33): ``graph`` = the kernels back to back (CUDA graphs, torch.compile with
+#: cudagraphs, serving engines): the step is the kernel sum; ``eager`` = eager PyTorch, the host dispatching each
+#: kernel (``host.py``): the step is at least the host's launch time.
+EXECUTIONS = ("eager", "graph")
 
 #: The classes of the paper's kernel data and tables (Tables 3-4, Figure 7): the ones the release
 #: measures and NeuSight's networks learn.

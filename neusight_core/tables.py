@@ -18,18 +18,20 @@ BOOKKEEPING = ("module", "layer", "reads", "writes")   # not read by any predict
 
 
 @functools.lru_cache(maxsize=64)
-def trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
+def trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32",
+                 attention: str = "eager") -> pd.DataFrame:
     # on disk across processes (trace_cache: keyed by config content, arguments and versions; a hit
     # does not import transformers), and in memory within the process
-    return trace_cache.trace(model, batch, seq, mode, past=past, dtype=dtype)
+    return trace_cache.trace(model, batch, seq, mode, past=past, dtype=dtype, attention=attention)
 
 
-def trace(model, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32") -> pd.DataFrame:
+def trace(model, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32",
+          attention: str = "eager") -> pd.DataFrame:
     """Kernel table of a model; traces of named models are cached on disk and per process."""
     if isinstance(model, (str, Path)):
-        return trace_cached(str(model), int(batch), int(seq), mode, int(past), dtype).copy()
+        return trace_cached(str(model), int(batch), int(seq), mode, int(past), dtype, attention).copy()
     from neusight_core import trace as _trace
-    return _trace.trace_model(model, batch, seq, mode, past=past, dtype=dtype)
+    return _trace.trace_model(model, batch, seq, mode, past=past, dtype=dtype, attention=attention)
 
 
 @functools.lru_cache(maxsize=32)
@@ -41,18 +43,18 @@ def loaded_predictor(name: str, quick: bool, seed: int = 0):
 
 def kernel_table(model, batch: int, seq: int, mode: str, past: int = 0, fusion: bool = False,
                  parallel: str | None = None, gpus: int = 1, micro_batches: int = 1,
-                 dtype: str = "fp32") -> pd.DataFrame:
+                 dtype: str = "fp32", attention: str = "eager") -> pd.DataFrame:
     """A full kernel table (trace -> fusion -> plan), a real trace: plain tables from :func:`trace`, fused and
     planned ones cached on disk as well (a plan costs seconds on a large model)."""
     if not fusion and parallel is None:
-        return trace(model, batch, seq, mode, past=past, dtype=dtype)
-    args = trace_cache.trace_kwargs(batch, seq, mode, past=past, dtype=dtype)
+        return trace(model, batch, seq, mode, past=past, dtype=dtype, attention=attention)
+    args = trace_cache.trace_kwargs(batch, seq, mode, past=past, dtype=dtype, attention=attention)
     # "writes" is kept: memory.footprint scales each buffer by the bytes its kernel writes after a TP split
     key = trace_cache.make_key("table-w", model, **args, fusion=bool(fusion), parallel=parallel,
                                gpus=int(gpus), micro_batches=int(micro_batches))
 
     def build():
-        k = trace(model, batch, seq, mode, past=past, dtype=dtype)
+        k = trace(model, batch, seq, mode, past=past, dtype=dtype, attention=attention)
         if fusion:
             from neusight_core import fusion as _fusion
             k = _fusion.fuse(k)

@@ -20,6 +20,7 @@ module (``node.metadata``), and the dispatch mode reads it from the node being e
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import time
@@ -55,6 +56,12 @@ from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs
 
 CONV_COLUMNS = list(schema.CONV_COLUMNS)    # the conv parameters of CONV rows, NaN elsewhere (issue 26)
 _NO_CONV = (math.nan,) * len(CONV_COLUMNS)
+ATTN_COLUMNS = list(schema.ATTN_COLUMNS)    # the geometry of fused-attention rows (issue 33), NaN elsewhere
+_NO_ATTN = (math.nan,) * len(ATTN_COLUMNS)
+#: FLOPs of a fused attention's backward over its forward: FlashAttention-2 (Dao, 2023, section 3.2) recomputes
+#: S = QK^T and runs dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: five matrix products against the forward's
+#: two. The backward's time is predicted as this many forwards of the same shape (tensor_core.ATTN_BACKWARD_FACTOR).
+ATTN_BACKWARD_FLOPS = 2.5
 
 
 # The release's BERT config names BertLMHeadModel, but the authors' op graphs (and so the measured
@@ -406,7 +413,8 @@ class _Recorder(TorchDispatchMode):
         # traffic of intermediates. Views share their base's storage, hence the storage key (a
         # serial number, so a freed storage's key is never reused; no reference is held, so
         # AccumulateGrad still steals gradients and lifetimes stay those of eager PyTorch).
-        self._append(phase, module, full, op_class, sub_op, (Bd, M, N, K, H), flops, read_t, outs, _NO_CONV)
+        self._append(phase, module, full, op_class, sub_op, (Bd, M, N, K, H), flops, read_t, outs,
+                     _NO_CONV + _NO_ATTN)
         return out
 
     def _append(self, phase, module, full, op_class, sub_op, dims, flops, read_t, write_t, extra) -> None:
@@ -433,7 +441,64 @@ class _Recorder(TorchDispatchMode):
         """One row per CONV kernel of ``conv_rows`` (a backward launch gives its dgrad and wgrad rows)."""
         phase, module = self._where()
         for sub_op, cls, Bd, M, N, K, H, flops, read_t, write_t, params in conv:
-            self._append(phase, module, full, cls, sub_op, (Bd, M, N, K, H), flops, read_t, write_t, params)
+            self._append(phase, module, full, cls, sub_op, (Bd, M, N, K, H), flops, read_t, write_t,
+                         tuple(params) + _NO_ATTN)
+
+    def add_attention(self, sub_op: str, q, k, v, read_t, write_t, causal: bool) -> None:
+        """One fused-attention row (``attention="sdpa"``): q (batch, heads, seq_q, d), k / v (batch, kv_heads,
+        seq_kv, d). FLOPs as ``measured_kernels.attention_kernels`` counts them (4 b h d x the (query, key)
+        pairs, causal or full), times ``ATTN_BACKWARD_FLOPS`` for the backward."""
+        b, h, sq, d = (int(x) for x in q.shape)
+        hkv, skv = int(k.shape[1]), int(k.shape[2])
+        pairs = (skv * (skv + 1) / 2 - (skv - sq) * (skv - sq + 1) / 2) if causal else float(sq * skv)
+        flops = 4.0 * b * h * d * pairs * (ATTN_BACKWARD_FLOPS if sub_op == "backward" else 1.0)
+        phase, module = self._where()
+        nan = math.nan
+        self._append(phase, module, "aten._scaled_dot_product_flash_attention.default", "ATTN", sub_op,
+                     (b, nan, nan, nan, nan), flops, read_t, write_t, _NO_CONV + (sq, skv, h, hkv, d))
+
+
+class _FusedAttentionFn(torch.autograd.Function):
+    """A fused attention kernel on meta tensors: the output (and the softmax statistics a FlashAttention forward
+    keeps for its backward, FP32 per query and head) are allocated as a GPU would, one ATTN row is recorded per
+    forward and one per backward, and no S x S score matrix ever exists."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, rec, causal):
+        o = q.new_empty(q.shape[:-1] + (v.shape[-1],))
+        lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
+        rec.add_attention("prefill" if q.shape[2] > 1 else "decode", q, k, v, [q, k, v], [o, lse], causal)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.rec, ctx.causal = rec, causal
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        ctx.rec.add_attention("backward", q, k, v, [q, k, v, o, do, lse], [dq, dk, dv], ctx.causal)
+        return dq, dk, dv, None, None
+
+
+class _FusedAttention(TorchFunctionMode):
+    """``attention="sdpa"`` (issue 33): every ``F.scaled_dot_product_attention`` call is one fused kernel
+    (``_FusedAttentionFn``). On meta tensors PyTorch would otherwise run its math fallback (Q K^T, softmax,
+    P V as separate ops), which is eager attention again. Causal: the call says so, or the model is a causal
+    LM that passes its causal mask as a tensor."""
+
+    def __init__(self, rec: _Recorder, causal_lm: bool):
+        super().__init__()
+        self.rec, self.causal_lm = rec, causal_lm
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is not torch.nn.functional.scaled_dot_product_attention:
+            return func(*args, **kwargs)
+        names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+        a = dict(zip(names, args), **kwargs)
+        q, k, v = a["query"], a["key"], a["value"]
+        causal = bool(a.get("is_causal")) or (a.get("attn_mask") is not None and self.causal_lm)
+        return _FusedAttentionFn.apply(q, k, v, self.rec, causal)
 
 
 def _cuda_dropout(input, p=0.5, training=True, inplace=False):
@@ -571,17 +636,24 @@ def _filled_cache(cfg, batch: int, past: int, dtype=torch.float32):
     return cache
 
 
-def build_model(cfg, mode: str | None = None, dtype: str = "fp32"):
-    """The model of ``cfg`` on the meta device: FP32 (or ``dtype``), eager attention, no KV cache."""
+def build_model(cfg, mode: str | None = None, dtype: str = "fp32", attention: str = "eager"):
+    """The model of ``cfg`` on the meta device: FP32 (or ``dtype``), eager (or ``attention``) attention, no KV
+    cache."""
     cls = _model_class(cfg, mode)
     cfg.use_cache = False
     try:
-        cfg._attn_implementation = "eager"
+        cfg._attn_implementation = attention
     except Exception:  # noqa: BLE001 - older/newer config APIs; the kwarg below also sets it
         pass
     tdt = TORCH_DTYPES[dtype]
     with torch.device("meta"):
-        model = cls._from_config(cfg, attn_implementation="eager", dtype=tdt)
+        try:
+            model = cls._from_config(cfg, attn_implementation=attention, dtype=tdt)
+        except ValueError as e:
+            if attention == "eager":
+                raise
+            raise TraceError(f"{cfg.model_type} has no fused attention ({attention}) in transformers: use "
+                             f"--attention eager ({str(e).splitlines()[0][:120]})") from None
     if getattr(model, "loss_type", "") is None:
         # transformers finds no loss in names like GPT2LMHeadModel and falls back to the causal-LM
         # loss with a warning on every process; say so explicitly (same loss, no warning).
@@ -591,7 +663,7 @@ def build_model(cfg, mode: str | None = None, dtype: str = "fp32"):
 
 def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
                 accumulate_grads: bool = True, authors_heads: bool = True, past: int = 0,
-                dtype: str = "fp32") -> pd.DataFrame:
+                dtype: str = "fp32", attention: str = "eager") -> pd.DataFrame:
     """Kernel table of one forward pass (``inf``) or forward + loss + backward (``train``).
 
     ``accumulate_grads``: in training, parameters already hold a gradient (as in the authors'
@@ -619,6 +691,11 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     holds each kernel's arithmetic; predictors take the GEMM peak from it. Precisions other than
     fp32 are an extension: the predictors were trained and validated on FP32 kernels.
 
+    ``attention`` (eager | sdpa, issue 33): eager is the paper's (Q K^T, softmax and P V as separate kernels, the
+    S x S scores in memory); sdpa builds the model with fused attention, as Hugging Face does by default, and each
+    attention call is one ATTN row (``sub_op`` prefill when more than one query token, decode for one, backward
+    for its gradient) with the ``ATTN_COLUMNS`` geometry; no S x S tensor is allocated.
+
     Memory (``attrs["memory"]``, see :class:`_Recorder`): ``activation_peak_bytes`` = the peak of
     the bytes of buffers allocated while running (activations, saved tensors, temporaries, new
     gradients), over the whole forward (+ backward); ``kv_cache_bytes`` = the KV cache the step
@@ -640,6 +717,8 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
         raise TraceError("a KV cache (past > 0) is for inference only")
     if dtype not in schema.PRECISIONS:
         raise TraceError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dtype!r}")
+    if attention not in schema.ATTENTIONS:
+        raise TraceError(f"attention must be one of {', '.join(schema.ATTENTIONS)}, got {attention!r}")
     t0 = time.perf_counter()
     cfg = load_config(config_or_name)
     image = configs.is_image_model(cfg)
@@ -652,7 +731,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     if maxpos is not None and seq + past > maxpos:
         raise TraceError(f"seq {seq + past} exceeds the model's {maxpos} positions ({cfg.model_type})")
     train = mode == "train"
-    model = build_model(cfg, mode if authors_heads else None, dtype)
+    model = build_model(cfg, mode if authors_heads else None, dtype, attention)
     model.train(train)  # dropout kernels only in training (eval() makes dropout an identity)
     switch_routing_stand_in(model)
     params = dict(model.named_parameters())
@@ -668,8 +747,11 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
         kv_bytes, kv_bufs = rec.track(_cache_tensors(cache))
         kw.update(past_key_values=cache, use_cache=True)
         del cache
+    fused = (_FusedAttention(rec, type(model).__name__.endswith("ForCausalLM") or bool(getattr(cfg, "is_decoder", 0))
+                             or cfg.model_type in ("gpt2", "opt", "llama", "qwen2"))
+             if attention == "sdpa" else contextlib.nullcontext())
     try:
-        with torch.autograd.set_grad_enabled(train):
+        with torch.autograd.set_grad_enabled(train), fused:
             if train:
                 with _NodeTagger(rec.module_stack), rec:
                     out = model(**kw)
@@ -702,7 +784,8 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
 
         warnings.warn(f"{sum(rec.unclassified.values())} kernels of aten ops without an op class kept as "
                       f"UNCLASSIFIED (memory-bound): {dict(rec.unclassified)}", stacklevel=2)
-    df = pd.DataFrame.from_records(rec.rows, columns=COLUMNS[:15] + ["reads", "writes"] + CONV_COLUMNS)
+    df = pd.DataFrame.from_records(rec.rows, columns=COLUMNS[:15] + ["reads", "writes"] + CONV_COLUMNS + ATTN_COLUMNS)
+    attn = df[ATTN_COLUMNS].astype(float) if (df["op_class"] == "ATTN").any() else None
     df["count"] = 1
     df["comm_kind"] = ""
     df["comm_bytes"] = 0.0
@@ -716,10 +799,12 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     if dtype == "tf32":   # cuDNN convolutions use TF32 tensor cores when allowed, as cuBLAS GEMMs do
         df.loc[df["op_class"].isin(["BMM", "LINEAR", "CONV"]) & (df["precision"] == "fp32"), "precision"] = "tf32"
     df[CONV_COLUMNS] = conv
+    if attn is not None:      # only tables with fused attention carry its columns (eager tables are unchanged)
+        df[ATTN_COLUMNS] = attn
     df.attrs.update(config=dict(cfg.to_dict(), name=cfg.name_or_path), hidden=hidden_size(cfg), vocab=int(getattr(cfg, "vocab_size", 0) or 0),
                     params={n: int(p.numel()) for n, p in params.items()},
                     model=cfg.name_or_path or cfg.model_type, model_class=type(model).__name__,
-                    batch=int(batch), seq=int(seq), past=int(past), dtype=dtype, memory=memory,
+                    batch=int(batch), seq=int(seq), past=int(past), dtype=dtype, attention=attention, memory=memory,
                     image_size=int(seq) if image else 0,
                     mode=mode, num_layers=num_layers(cfg), unclassified=dict(rec.unclassified),
                     skipped=dict(rec.skipped), scalar_queries=dict(rec.scalar_queries),

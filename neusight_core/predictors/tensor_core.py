@@ -49,13 +49,14 @@ import numpy as np
 import pandas as pd
 
 import neusight_core.predictors.common as common
+from neusight_core import schema
 from neusight_core.predictors.features import features, utilisation
 from neusight_core.predictors.base import NumpyMLP, Timer, split_validation
 
 NETWORKS = ("GEMM", "ATTN_prefill", "ATTN_decode")
 #: precisions whose GEMM / attention rows the networks answer (2-byte tensor-core precisions)
 PRECISIONS = ("bf16", "fp16")
-ATTN_COLUMNS = ("seq_q", "seq_kv", "heads", "kv_heads", "head_dim")
+ATTN_COLUMNS = schema.ATTN_COLUMNS
 TILE_INPUTS = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per_sm_l2",
                "tile_intensity_per_ridge", "waves", "wave_bytes_per_sm_bw")
 

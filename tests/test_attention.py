@@ -1,0 +1,173 @@
+"""Issue 33: fused (sdpa) attention in the tracer and the engine, the host model, the options."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from neusight_core import configs, engine, host, schema, trace
+from neusight_core.scenario import LatencyInputError, PAPER, scenario
+
+
+@pytest.fixture(scope="module")
+def traces():
+    """llama2_7b (32 layers, 32 heads) in BF16, both attentions: prefill, decode, training."""
+    out = {}
+    for att in schema.ATTENTIONS:
+        out[att, "prefill"] = trace.trace_model("llama2_7b", 2, 256, "inf", dtype="bf16", attention=att)
+        out[att, "decode"] = trace.trace_model("llama2_7b", 2, 1, "inf", past=256, dtype="bf16", attention=att)
+        out[att, "train"] = trace.trace_model("llama2_7b", 1, 128, "train", dtype="bf16", attention=att)
+    return out
+
+
+@pytest.mark.parametrize("phase,subs", [("prefill", {"prefill": 32}), ("decode", {"decode": 32}),
+                                        ("train", {"prefill": 32, "backward": 32})])
+def test_sdpa_trace_one_attention_row_per_layer_and_phase(traces, phase, subs):
+    k = traces["sdpa", phase]
+    a = k[k["op_class"] == "ATTN"]
+    assert a["sub_op"].value_counts().to_dict() == subs
+    assert a["layer"].nunique() == 32
+    for sub in subs:        # one row per layer for each kind
+        assert a[a["sub_op"] == sub]["layer"].is_unique
+    # no Q K^T / P V products and no softmax over scores: the S x S matrix never exists
+    assert not (k["op_class"] == "BMM").any()
+    assert not ((k["op_class"] == "SOFTMAX") & (k["H"] == 256)).any()
+    assert a[list(schema.ATTN_COLUMNS)].notna().all().all()
+
+
+def test_sdpa_geometry_and_flops(traces):
+    a = traces["sdpa", "decode"]
+    row = a[a["op_class"] == "ATTN"].iloc[0]
+    assert (row["B"], row["seq_q"], row["seq_kv"], row["heads"], row["kv_heads"], row["head_dim"]) == \
+        (2, 1, 257, 32, 32, 128)
+    assert row["flops"] == pytest.approx(4 * 2 * 32 * 128 * 257)       # decode: every cached key once
+    p = traces["sdpa", "prefill"]
+    row = p[p["op_class"] == "ATTN"].iloc[0]
+    assert row["flops"] == pytest.approx(4 * 2 * 32 * 128 * 256 * 257 / 2)   # causal prefill: s(s+1)/2 pairs
+    t = traces["sdpa", "train"]
+    f, b = (t[(t["op_class"] == "ATTN") & (t["sub_op"] == s) & (t["layer"] == 0)].iloc[0]
+            for s in ("prefill", "backward"))
+    assert b["flops"] == pytest.approx(trace.ATTN_BACKWARD_FLOPS * f["flops"])
+    assert b["phase"] == "bw" and f["phase"] == "fw"
+    assert b["module"] == f["module"] == "model.layers.0.self_attn"
+
+
+def test_sdpa_gqa_heads_and_less_memory(traces):
+    k = trace.trace_model("llama3_8b", 1, 64, "inf", dtype="bf16", attention="sdpa")
+    a = k[k["op_class"] == "ATTN"].iloc[0]
+    assert (a["heads"], a["kv_heads"]) == (32, 8)
+    # the eager trace holds S x S scores (and in training keeps them for backward): sdpa's activations are smaller
+    for phase in ("prefill", "train"):
+        assert (traces["sdpa", phase].attrs["memory"]["activation_peak_bytes"]
+                < traces["eager", phase].attrs["memory"]["activation_peak_bytes"])
+
+
+def test_eager_trace_has_no_attention_columns(traces):
+    k = traces["eager", "prefill"]
+    assert not (k["op_class"] == "ATTN").any()
+    assert not set(schema.ATTN_COLUMNS) & set(k.columns)
+
+
+def test_default_attention_is_what_hugging_face_picks():
+    import transformers
+    for name in ("llama2_7b", "gpt2_large", "bert_large", "vit_b16", "resnet50", "switchxl4", "qwen2_5_1_5b"):
+        cfg = configs.load_config(name)
+        arch = (cfg.architectures or [None])[0]
+        cls = getattr(transformers, arch, None) if arch else None
+        if cls is None:
+            continue
+        # resnet has no attention at all: eager means "no fused kernel" there
+        want = "sdpa" if getattr(cls, "_supports_sdpa", False) and cfg.model_type != "resnet" else "eager"
+        assert configs.default_attention(name) == want, name
+    assert scenario("llama2_7b", "H100", 1, 128).attention == "sdpa"
+    assert scenario("llama2_7b", "H100", 1, 128).execution == "eager"
+    assert scenario("switchxl4", "H100", 1, 128).attention == "eager"
+
+
+def test_options_validated():
+    with pytest.raises(LatencyInputError, match="attention must be one of"):
+        scenario("llama2_7b", "H100", 1, 128, attention="flash")
+    with pytest.raises(LatencyInputError, match="execution must be one of"):
+        scenario("llama2_7b", "H100", 1, 128, execution="compiled")
+    with pytest.raises(LatencyInputError, match="no fused"):
+        scenario("switchxl4", "H100", 1, 128, attention="sdpa")
+    df = engine.predict([dict(model="llama2_7b", device="H100", batch=1, seq=64, attention="flash"),
+                         dict(model="llama2_7b", device="H100", batch=1, seq=64, dtype="bf16", attention="sdpa")],
+                        "roofline")
+    assert "attention must be one of" in df["error"].iloc[0]
+    assert df["error"].iloc[1] == "" and df["ATTN_ms"].iloc[1] > 0
+
+
+def test_cli_options():
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "neusight_core", "predict", "--model", "llama2_7b", "--device",
+                               "H100", "--batch", "1", "--seq", "64", "--dtype", "bf16", "--predictor", "roofline",
+                               *args], capture_output=True, text=True)
+    bad = run("--attention", "flash")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+    ok = run("--attention", "sdpa", "--execution", "graph", "--json")
+    assert ok.returncode == 0, ok.stderr
+    r = json.loads(ok.stdout)
+    assert r["attention"] == "sdpa" and r["execution"] == "graph"
+    assert r["e2e_ms"] == pytest.approx(r["kernel_ms"]) and r["host_ms"] == 0
+
+
+# ---------------------------------------------------------------- execution: the host model
+def test_graph_is_the_kernel_sum_and_eager_at_least_the_host():
+    reqs = [dict(model="llama2_7b", device="H100", batch=1, seq=1, past=512, dtype="bf16", execution=e)
+            for e in ("graph", "eager")]
+    df = engine.predict(reqs, "roofline", keep_kernels=True)
+    g, e = df.iloc[0], df.iloc[1]
+    kernels = df.attrs["kernels"][0]
+    assert g["e2e_ms"] == pytest.approx(kernels["pred_ms"].sum(), rel=1e-12)
+    assert g["e2e_ms"] == g["kernel_ms"] and g["host_ms"] == 0 and not g["host_bound"]
+    assert e["kernel_ms"] == pytest.approx(g["kernel_ms"], rel=1e-12)
+    assert e["host_ms"] == pytest.approx(e["kernels"] * host.launch_us() / 1e3)
+    assert e["e2e_ms"] == pytest.approx(max(e["kernel_ms"], e["host_ms"]))
+    assert bool(e["host_bound"]) == (e["host_ms"] > e["kernel_ms"])
+
+
+def test_host_model_on_a_fake_calibration(monkeypatch):
+    step, h, bound = host.step_ms([10.0, 10.0, 10.0], [100, 1000, 1000], ["eager", "eager", "graph"],
+                                  per_launch_us=20.0)
+    np.testing.assert_allclose(step, [10.0, 20.0, 10.0])
+    np.testing.assert_allclose(h, [2.0, 20.0, 0.0])
+    assert bound.tolist() == [False, True, False]
+    monkeypatch.setenv("NEUSIGHT_HOST_LAUNCH_US", "50")
+    assert host.launch_us() == 50
+    df = engine.predict([dict(model="llama2_7b", device="H100", batch=1, seq=1, past=64, dtype="bf16")], "roofline")
+    assert df["host_ms"].iloc[0] == pytest.approx(df["kernels"].iloc[0] * 50 / 1e3)
+    monkeypatch.setenv("NEUSIGHT_HOST_LAUNCH_US", "-3")
+    with pytest.raises(ValueError, match="NEUSIGHT_HOST_LAUNCH_US"):
+        host.launch_us()
+
+
+def test_calibration_runs_on_cpu():
+    c = host.calibrate(repeats=3)
+    assert c["kernels"] > 50
+    assert 0 < c["per_kernel_cpu_us"] < 1000
+    assert c["launch_us"] == pytest.approx(c["per_kernel_cpu_us"] + host.CUDA_LAUNCH_EXTRA_US)
+
+
+def test_paper_setting_is_the_old_answer():
+    """The reproduction's setting (eager attention, kernel sum) answers exactly what the engine answered before
+    issue 33 for the same request: the eager trace's kernel sum (Tier 0/1 unchanged)."""
+    from neusight_core import reproduce, tables
+    req = dict(model="gpt2_large", device="H100", batch=4, seq=512, mode="train")
+    assert {k: v for k, v in reproduce.option_kwargs("none").items()} == PAPER
+    df = engine.predict([dict(req, **PAPER)], "roofline", keep_kernels=True)
+    k = tables.kernel_table("gpt2_large", 4, 512, "train")          # the tracer's default: eager attention
+    pk = tables.predict_kernels(k, "H100", "roofline")
+    assert df["e2e_ms"].iloc[0] == pytest.approx(tables.aggregate(pk)["e2e_ms"], rel=1e-9)
+    assert not (df.attrs["kernels"][0]["op_class"] == "ATTN").any()
+
+
+def test_tensor_parallel_splits_attention_heads():
+    df = engine.predict([dict(model="llama2_7b", device="H100", batch=1, seq=256, dtype="bf16", attention="sdpa",
+                              parallel="tp", gpus=4, execution="graph")], "roofline", keep_kernels=True)
+    assert df["error"].iloc[0] == ""
+    a = df.attrs["kernels"][0]
+    a = a[a["op_class"] == "ATTN"]
+    assert set(a["heads"]) == {8.0} and set(a["kv_heads"]) == {8.0}
