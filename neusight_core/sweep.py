@@ -22,7 +22,13 @@ Steps 1-4 are ``engine.predict``'s (this module builds the grid and keeps the sw
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
 
 import pandas as pd
 
@@ -31,7 +37,8 @@ from neusight_core import engine
 from neusight_core.engine import INPUTS, RESULTS, SweepInputError
 from neusight_core.tables import compact_table, kernel_table
 
-__all__ = ["INPUTS", "RESULTS", "SweepInputError", "chunks", "compact_table", "grid", "kernel_table", "run", "sweep"]
+__all__ = ["INPUTS", "RESULTS", "CsvTarget", "SweepInputError", "chunks", "compact_table", "grid", "kernel_table",
+           "partial_path", "run", "sweep", "write_csv"]
 
 
 def _as_list(x):
@@ -120,3 +127,136 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     out = engine.predict(configs, predictors, seeds, quick=quick, progress=progress, use_derivation=use_derivation,
                          memory_columns=False)
     return out[INPUTS + RESULTS]
+
+
+# ------------------------------------------------------------------------------ writing a sweep (``sweep --out``)
+class CsvTarget:
+    """Where ``sweep --out`` writes, checked before anything is computed.
+
+    A regular file (or a new name in a writable folder) is written aside (``.NAME.PID.tmp``) and renamed over it
+    when the sweep is done, so an interrupted sweep leaves the old file as it was. Interrupted (Ctrl-C, SIGTERM:
+    ``write_csv``), the parts already written are kept as ``partial_path`` (issue 36), never as a hidden .tmp. A
+    symlink is followed (the link stays, its target gets the rows). Anything else that is not a folder
+    (``/dev/null``, a pipe) is written through as it is, never replaced."""
+
+    def __init__(self, name: str):
+        if not name.strip():
+            raise ValueError("--out: empty file name")
+        self.path = Path(name).expanduser()
+        target = self.path.resolve() if self.path.is_symlink() else self.path
+        if target.is_dir():
+            raise ValueError(f"--out {name}: is a folder (give a file name)")
+        self.through = target.exists() and not target.is_file()
+        if self.through:
+            if not os.access(target, os.W_OK):
+                raise ValueError(f"--out {name}: not writable")
+            self.final, self.tmp = target, None
+            return
+        folder = target.parent
+        if not folder.is_dir():
+            raise ValueError(f"--out {name}: folder {folder} does not exist")
+        self.final, self.tmp = target, folder / f".{target.name}.{os.getpid()}.tmp"
+        try:        # the real test of a place (access() says yes to root everywhere): make the file now
+            self._file = open(self.tmp, "w", newline="")
+        except OSError as e:
+            raise ValueError(f"--out {name}: not writable ({e.strerror or e})") from None
+        if target.exists() and not os.access(target, os.W_OK):
+            self.abandon()
+            raise ValueError(f"--out {name}: not writable (permission denied)")
+
+    def open(self):
+        return self._file if self.tmp is not None else open(self.final, "w", newline="")
+
+    def commit(self) -> None:
+        if self.tmp is not None:
+            self._file.close()
+            self.tmp.replace(self.final)
+
+    def abandon(self) -> None:
+        if self.tmp is not None:
+            self._file.close()
+            self.tmp.unlink(missing_ok=True)
+
+    def keep_partial(self, size: int) -> Path | None:
+        """The first ``size`` bytes written (whole parts) renamed to ``partial_path``; None (and no file) if none."""
+        if self.tmp is None:
+            return None
+        self._file.close()
+        if size <= 0 or not self.tmp.exists():       # (not there: interrupted after ``commit`` renamed it)
+            self.tmp.unlink(missing_ok=True)
+            return None
+        with open(self.tmp, "r+b") as fh:       # drop a part cut in the middle: only whole rows stay
+            fh.truncate(size)
+        dest = partial_path(self.final)
+        self.tmp.replace(dest)
+        return dest
+
+
+def partial_path(final: Path) -> Path:
+    """Where an interrupted sweep keeps its rows: ``NAME.partial.csv`` beside ``NAME.csv`` (the name says it)."""
+    final = Path(final)
+    return final.with_name(f"{final.stem}.partial{final.suffix or '.csv'}")
+
+
+class _Terminated(SystemExit):
+    """SIGTERM while a sweep writes: exits 143 (128 + 15) after the rows written are kept."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """SIGTERM raises ``_Terminated`` in the main thread (its default kills the process at once, which left the
+    hidden .tmp for good; issue 36). Elsewhere (a thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise _Terminated(128 + signum)
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def write_csv(target: CsvTarget, pieces, run_part, progress: bool = True) -> dict:
+    """Write ``run_part(piece)`` (a frame with an ``error`` column and ``tables_s`` / ``total_s`` attrs) for every
+    piece into ``target``, part by part (memory holds one part). Returns ``rows``, ``bad`` (rows with an error),
+    ``tables_s``, ``total_s``. Interrupted by Ctrl-C or SIGTERM: the whole parts written are kept as
+    ``partial_path`` (a part cut in the middle is dropped), one line on stderr says so, and the interruption goes
+    on (KeyboardInterrupt: the CLI exits 130; SIGTERM: exits 143). Any other error leaves nothing behind."""
+    pieces = list(pieces)
+    done = {"rows": 0, "bad": 0, "tables_s": 0.0, "total_s": 0.0}
+    parts = size = 0
+    try:
+        with _sigterm_raises():
+            f = target.open()
+            try:
+                for i, part in enumerate(pieces):
+                    if len(pieces) > 1 and progress:
+                        print(f"part {i + 1}/{len(pieces)}: {len(part)} configurations", file=sys.stderr, flush=True)
+                    df = run_part(part)
+                    df.to_csv(f, index=False, header=(i == 0))
+                    f.flush()
+                    size = f.tell() if target.tmp is not None else size
+                    parts += 1
+                    done["rows"] += len(df)
+                    done["bad"] += int((df["error"] != "").sum())
+                    done["tables_s"] += df.attrs.get("tables_s", 0.0)
+                    done["total_s"] += df.attrs.get("total_s", 0.0)
+            finally:
+                if target.tmp is None:
+                    f.close()
+            target.commit()
+    except (KeyboardInterrupt, _Terminated) as e:
+        why = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else "SIGTERM"
+        kept = target.keep_partial(size)
+        where = (f"{done['rows']} rows kept in {kept} (PARTIAL; {target.path} left as it was)" if kept else
+                 f"{done['rows']} rows written to {target.path} (PARTIAL)" if target.tmp is None and done["rows"] else
+                 f"nothing kept ({target.path} left as it was)")
+        print(f"sweep interrupted ({why}) after {parts} of {len(pieces)} part(s): {where}", file=sys.stderr, flush=True)
+        raise
+    except BaseException:
+        target.abandon()
+        raise
+    return done
