@@ -303,10 +303,12 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
     (out / "modern_host.json").write_text(json.dumps(host, indent=1))
     log(f"[modern] host: {json.dumps({k: v for k, v in host.items() if k.endswith('_us')})}")
     rows, tops = [], {}
-    models = list(dict.fromkeys(c.model for c in cases))
-    for i, model in enumerate(models):
+    def key(c):        # a config object (tests) is its own model
+        return c.model if isinstance(c.model, str) else id(c.model)
+    models = list({key(c): c.model for c in cases}.items())
+    for i, (k, model) in enumerate(models):
         share = clock.share(1.0, len(models) - i)
-        mine = [c for c in cases if c.model == model]
+        mine = [c for c in cases if key(c) == k]
         m = cfg = None
         if share.remaining() > 0:
             try:
@@ -389,7 +391,62 @@ def step_mape(pred):
     per = d.groupby(["predictor", "variant", "seed", "phase"])["ape"].mean().unstack("phase")
     per["pooled"] = d.groupby(["predictor", "variant", "seed"])["ape"].mean()
     g = per.groupby(["predictor", "variant"])
-    return pd.concat({"mean": g.mean(), "min": g.min(), "max": g.max()}, axis=1).round(1)
+    out = pd.concat({"mean": g.mean(), "min": g.min(), "max": g.max()}, axis=1).round(1)
+    out.columns = [f"{a} {b}" for a, b in out.columns]          # "mean pooled", "min decode", ...
+    return out
+
+
+#: The recorded runs of this section (docs/tier2/<run>/modern_steps.csv): GPU and folder.
+RECORDED = {"H100": "docs/tier2/2026-11-26-h100-modern"}
+
+
+def section(out_dir, quick: bool = False, time_budget_s: float = 300, predictors=("neusight", "roofline"),
+            seeds=(0,)) -> dict:
+    """Notebook 05's modern section: measure on the local GPU (``run_modern``; SKIPPED with the reason without
+    one), and predict both the local measurements and the recorded runs (``RECORDED``). Quick: the quick cases
+    and 8 steps of each recorded run. Returns ``status``, ``reason``, ``steps`` (local, or None), ``pred`` (every
+    prediction, column ``run``) and ``mape`` (``step_mape`` per run)."""
+    import pandas as pd
+    from neusight_core import live, paths
+    out = Path(out_dir)
+    reason = live.no_gpu_reason()
+    runs, steps = {}, None
+    if reason is None:
+        rows = run_modern(out / "modern", modern_cases(quick=quick), device="cuda", time_budget_s=time_budget_s)
+        steps = pd.DataFrame(rows)
+        props = live.local_properties()
+        runs["local"] = (steps, live.identify(props).name)
+    for gpu, folder in RECORDED.items():
+        f = paths.REPO_ROOT / folder / "modern_steps.csv"
+        if f.is_file():
+            rec = pd.read_csv(f)
+            runs[f"recorded {gpu}"] = (rec.head(8) if quick else rec, gpu)
+    preds = [predict_steps(df, dev, predictors, seeds, quick).assign(run=name) for name, (df, dev) in runs.items()]
+    pred = pd.concat(preds, ignore_index=True) if preds else pd.DataFrame()
+    mape = {name: step_mape(pred[pred["run"] == name]) for name in runs}
+    return {"status": "OK" if reason is None else "SKIPPED", "reason": reason or "", "steps": steps, "pred": pred,
+            "mape": mape}
+
+
+def plot(pred):
+    """Predicted against measured per variant (graph: kernel sums; eager: wall times), one colour per phase."""
+    import matplotlib.pyplot as plt
+    variants = [v for v in VARIANTS if v in set(pred["variant"])]
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 4.0), squeeze=False)
+    d = pred[pred["predictor"] == pred["predictor"].iloc[0]] if len(pred) else pred
+    for ax, v in zip(axes[0], variants):
+        x = d[d["variant"] == v]
+        for ph, c in zip(PHASES, ("tab:blue", "tab:orange", "tab:green")):
+            y = x[x["phase"] == ph]
+            ax.scatter(y["measured_ms"], y["predicted_ms"], s=18, c=c, label=ph)
+        lo = max(1e-2, float(min(x["measured_ms"].min(), x["predicted_ms"].min())) / 1.5) if len(x) else 0.1
+        hi = float(max(x["measured_ms"].max(), x["predicted_ms"].max())) * 1.5 if len(x) else 10
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlabel=f"measured ms ({VARIANTS[v][0]})", ylabel="predicted ms",
+               title=f"{d['predictor'].iloc[0] if len(d) else ''}: {v}")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def _write_rows(path: Path, rows: list[dict]) -> None:

@@ -1,0 +1,83 @@
+"""Notebook 05's modern section (issue 33) on CPU: the measurement loop, the step callables, the predictions."""
+import pandas as pd
+import pytest
+import torch
+from transformers import LlamaConfig
+
+from neusight_core import engine, live_modern as lm
+
+TINY = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                   num_hidden_layers=2, vocab_size=128, max_position_embeddings=256)
+
+
+def test_measures_every_case_on_cpu(tmp_path):
+    cases = [lm.ModernCase(TINY, p, 1, 16, a) for p in lm.PHASES for a in lm.ATTENTIONS]
+    rows = lm.run_modern(tmp_path, cases, device="cpu", time_budget_s=120, dtype="fp32", log=lambda s: None)
+    assert [r["status"] for r in rows] == ["OK"] * len(cases)
+    df = pd.read_csv(tmp_path / "modern_steps.csv")
+    assert list(df.columns) == list(lm.COLUMNS)
+    assert (df["events_ms"] > 0).all() and (df["wall_ms"] >= df["host_ms"]).all()
+    host = (tmp_path / "modern_host.json").read_text()
+    assert "cpu_dispatch_us" in host
+
+
+def test_budget_leaves_cases_out(tmp_path):
+    cases = [lm.ModernCase(TINY, "prefill", 1, 16, "sdpa")] * 2
+    rows = lm.run_modern(tmp_path, cases, device="cpu", time_budget_s=0, dtype="fp32", log=lambda s: None)
+    assert {r["status"] for r in rows} == {"BUDGET"}
+
+
+def test_decode_step_decodes_the_same_step_every_call():
+    m, cfg = lm.build(TINY, "cpu", torch.float32)
+    fn, keep = lm.step_callable(m, cfg, lm.ModernCase(TINY, "decode", 2, 10, "sdpa"), "cpu")
+    cache = keep[1]
+    for _ in range(3):
+        fn()
+        assert cache.get_seq_length() == 10
+
+
+def test_attention_switch_changes_the_kernels():
+    m, cfg = lm.build(TINY, "cpu", torch.float32)
+    lm.set_attention(m, "eager")
+    assert m.config._attn_implementation == "eager"
+    lm.set_attention(m, "sdpa")
+    assert m.config._attn_implementation == "sdpa"
+    with pytest.raises(ValueError, match="attention must be"):
+        lm.set_attention(m, "flash")
+
+
+def test_requests_of_measured_steps():
+    row = {"model": "llama2_7b", "phase": "decode", "batch": 4, "seq": 2048, "attention": "sdpa"}
+    r = lm.request_of(row, "H100", "eager")
+    assert (r["seq"], r["past"], r["mode"], r["dtype"], r["execution"]) == (1, 2048, "inf", "bf16", "eager")
+    assert lm.request_of(row, "H100", "before")["attention"] == "eager"
+    t = lm.request_of(dict(row, phase="train"), "H100", "graph")
+    assert (t["seq"], t["past"], t["mode"]) == (2048, 0, "train")
+
+
+def test_predictions_and_mape():
+    steps = pd.DataFrame([
+        {"model": "llama2_7b", "phase": "decode", "batch": 1, "seq": 512, "attention": "sdpa", "status": "OK",
+         "kernel_ms": 8.0, "wall_ms": 25.0},
+        {"model": "llama2_7b", "phase": "prefill", "batch": 1, "seq": 512, "attention": "sdpa", "status": "OK",
+         "kernel_ms": 20.0, "wall_ms": 22.0},
+        {"model": "llama2_7b", "phase": "train", "batch": 1, "seq": 128, "attention": "eager", "status": "OOM"}])
+    p = lm.predict_steps(steps, predictors=("roofline",))
+    assert len(p) == 2 * len(lm.VARIANTS)                 # the OOM row is not predicted
+    g = p[p["variant"] == "graph"].reset_index(drop=True)
+    direct = engine.predict([lm.request_of(r, "H100", "graph") for r in steps.head(2).to_dict("records")], "roofline")
+    assert g["predicted_ms"].tolist() == pytest.approx(direct["e2e_ms"].tolist())
+    assert g["measured_ms"].tolist() == [8.0, 20.0]
+    e = p[p["variant"] == "eager"]
+    assert (e["predicted_ms"] >= e["kernel_pred_ms"]).all() and (e["measured_ms"] == [25.0, 22.0]).all()
+    m = lm.step_mape(p)
+    ape = (g["error_pct"].abs()).mean()
+    assert m.loc[("roofline", "graph"), "mean pooled"] == pytest.approx(round(ape, 1))
+
+
+def test_section_without_gpu_predicts_the_recorded_run(tmp_path):
+    r = lm.section(tmp_path, quick=True, predictors=("roofline",))
+    assert r["status"] == "SKIPPED" and "no CUDA GPU" in r["reason"]
+    assert r["steps"] is None
+    assert set(r["pred"]["run"]) == {"recorded H100"}
+    assert r["pred"]["predicted_ms"].notna().all()
