@@ -257,52 +257,6 @@ def _csv_list(value, what: str, conv=str) -> list:
         raise ValueError(f"--{what} takes comma-separated integers, got {value!r}") from None
 
 
-class _CsvTarget:
-    """Where ``sweep --out`` writes, checked before anything is computed.
-
-    A regular file (or a new name in a writable folder) is written aside and renamed over it when the
-    sweep is done, so an interrupted sweep leaves the old file as it was and no ``.tmp`` behind. A
-    symlink is followed (the link stays, its target gets the rows). Anything else that is not a folder
-    (``/dev/null``, a pipe) is written through as it is, never replaced."""
-
-    def __init__(self, name: str):
-        if not name.strip():
-            raise ValueError("--out: empty file name")
-        self.path = Path(name).expanduser()
-        target = self.path.resolve() if self.path.is_symlink() else self.path
-        if target.is_dir():
-            raise ValueError(f"--out {name}: is a folder (give a file name)")
-        self.through = target.exists() and not target.is_file()
-        if self.through:
-            if not os.access(target, os.W_OK):
-                raise ValueError(f"--out {name}: not writable")
-            self.final, self.tmp = target, None
-            return
-        folder = target.parent
-        if not folder.is_dir():
-            raise ValueError(f"--out {name}: folder {folder} does not exist")
-        self.final, self.tmp = target, folder / f".{target.name}.{os.getpid()}.tmp"
-        try:        # the real test of a place (access() says yes to root everywhere): make the file now
-            self._file = open(self.tmp, "w", newline="")
-        except OSError as e:
-            raise ValueError(f"--out {name}: not writable ({e.strerror or e})") from None
-        if target.exists() and not os.access(target, os.W_OK):
-            self.abandon()
-            raise ValueError(f"--out {name}: not writable (permission denied)")
-
-    def open(self):
-        return self._file if self.tmp is not None else open(self.final, "w", newline="")
-
-    def commit(self) -> None:
-        if self.tmp is not None:
-            self.tmp.replace(self.final)
-
-    def abandon(self) -> None:
-        if self.tmp is not None:
-            self._file.close()
-            self.tmp.unlink(missing_ok=True)
-
-
 def _sweep(a) -> int:
     from neusight_core import sweep
 
@@ -320,24 +274,13 @@ def _sweep(a) -> int:
                          execution=_choices(a.execution, "execution", schema.EXECUTIONS),
                          image_sizes=ints(a.image_size, "image-size") if a.image_size is not None else None)
     seeds = ints(a.seed, "seed")
-    target = _CsvTarget(a.out)          # refused here, before anything is computed
+    target = sweep.CsvTarget(a.out)     # refused here, before anything is computed
     quick = _choose_quick(a, names, seeds)
-    rows = bad = 0
-    tables_s = total_s = 0.0
     pieces = list(sweep.chunks(configs, a.chunk))
-    try:
-        with target.open() as f:
-            for i, part in enumerate(pieces):
-                if len(pieces) > 1 and not a.no_progress:
-                    print(f"part {i + 1}/{len(pieces)}: {len(part)} configurations", file=sys.stderr, flush=True)
-                df = sweep.run(part, names, seeds, quick=quick, progress=not a.no_progress)
-                df.to_csv(f, index=False, header=(i == 0))   # streamed: memory holds one part at a time
-                rows, bad = rows + len(df), bad + int((df["error"] != "").sum())
-                tables_s, total_s = tables_s + df.attrs["tables_s"], total_s + df.attrs["total_s"]
-        target.commit()
-    except BaseException:
-        target.abandon()
-        raise
+    # written part by part; Ctrl-C / SIGTERM keep the finished parts as NAME.partial.csv (sweep.write_csv)
+    done = sweep.write_csv(target, pieces, lambda part: sweep.run(part, names, seeds, quick=quick,
+                           progress=not a.no_progress), progress=not a.no_progress)
+    rows, bad, tables_s, total_s = done["rows"], done["bad"], done["tables_s"], done["total_s"]
     from neusight_core import devices
     for dev_name, dt in dict.fromkeys(zip(configs["device"], configs["dtype"])):
         try:

@@ -119,8 +119,6 @@ def test_a_signal_keeps_the_partial_file_and_leaves_no_tmp(tmp_path, sig, code, 
     assert len(lines) == 1 and f"sweep interrupted ({word}) after 2 of 4 part(s): 4 rows kept in" in lines[0], err
 
 
-@pytest.mark.xfail(strict=True, reason="needs neusight_core/__main__.py's _sweep to write through sweep.CsvTarget and "
-                   "sweep.write_csv (issue 36 item 7): remove this mark when it does")
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_the_cli_sweep_keeps_its_partial_rows(tmp_path, sig, code, release_root):
     out = tmp_path / "s.csv"
