@@ -7,9 +7,9 @@ import pytest
 from neusight_core import engine, latency, predictors, scenario
 
 SCENARIOS = [
-    scenario.scenario("gpt2_large", "H100", 2, 128, "inf"),
-    dict(model="bert_large", device="L4", batch=4, seq=128, mode="train", dtype="bf16"),
-    dict(model="gpt2_large", device="H100", batch=4, seq=64, mode="train", parallel="tp", gpus=2),
+    scenario.scenario("gpt2_large", "H100", 2, 128, "inf", **scenario.PAPER),
+    dict(model="bert_large", device="L4", batch=4, seq=128, mode="train", dtype="bf16", **scenario.PAPER),
+    dict(model="gpt2_large", device="H100", batch=4, seq=64, mode="train", parallel="tp", gpus=2, **scenario.PAPER),
 ]
 
 

@@ -64,12 +64,12 @@ def test_package_registry_lists_every_predictor_once():
 
 def test_a_toy_predictor_from_one_entry_reaches_cli_sweep_tables_and_colours(toy_env, tmp_path):
     r = _run(toy_env, "-m", "neusight_core", "predict", "--model", "gpt2_large", "--device", "H100", "--batch", "1",
-             "--seq", "128", "--predictor", "toy", "--json")
+             "--seq", "128", "--predictor", "toy", "--execution", "graph", "--json")
     assert r.returncode == 0, r.stderr
     toy = json.loads(r.stdout)
     assert toy["weights"]["predictor"] == "toy"
     base = _run(toy_env, "-m", "neusight_core", "predict", "--model", "gpt2_large", "--device", "H100", "--batch",
-                "1", "--seq", "128", "--predictor", "roofline", "--json")
+                "1", "--seq", "128", "--predictor", "roofline", "--execution", "graph", "--json")
     assert base.returncode == 0, base.stderr
     # twice the roofline on every modelled kernel (MEM copies keep the shared memory-bound time): close to 2x
     b = json.loads(base.stdout)["e2e_ms"]

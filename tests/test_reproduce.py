@@ -21,7 +21,9 @@ def tiny(tmp_path_factory, release_root):
 
 
 def _predict(tiny, **kw):
-    args = dict(model=tiny, device="A100-40GB", batch=8, seq=32, mode="train", predictor="roofline", quick=True)
+    # the paper's setting (eager attention, the kernel sum): these tests are about the kernel sums
+    args = dict(model=tiny, device="A100-40GB", batch=8, seq=32, mode="train", predictor="roofline", quick=True,
+                attention="eager", execution="graph")
     args.update(kw)
     return latency.predict_model(**args)
 
@@ -88,10 +90,11 @@ def test_cli_lists_devices_and_models(capsys, release_root):
 
 
 def test_option_mapping():
-    assert reproduce.option_kwargs("none") == {}
-    assert reproduce.option_kwargs("fusion") == {"fusion": True}
-    assert reproduce.option_kwargs("dp4") == {"parallel": "dp", "gpus": 4}
-    assert reproduce.option_kwargs("pp4_1") == {"parallel": "pp", "gpus": 4, "micro_batches": 1}
+    paper = {"attention": "eager", "execution": "graph"}
+    assert reproduce.option_kwargs("none") == paper
+    assert reproduce.option_kwargs("fusion") == {**paper, "fusion": True}
+    assert reproduce.option_kwargs("dp4") == {**paper, "parallel": "dp", "gpus": 4}
+    assert reproduce.option_kwargs("pp4_1") == {**paper, "parallel": "pp", "gpus": 4, "micro_batches": 1}
     with pytest.raises(ValueError, match="zz9"):
         reproduce.option_kwargs("zz9")
 

@@ -205,6 +205,7 @@ def test_sweep_equals_predict_model_and_keeps_going_on_bad_cells(cache_dir, monk
         dict(model="bert_large", device="H100", batch=2, seq=128, mode="inf", dtype="fp8"),
     ])
     predictors = ["roofline", "li", "neusight"]
+    configs = configs.assign(attention="eager", execution="graph")   # derivation: eager-attention traces
     out = sweep.run(configs, predictors, quick=True, progress=False)
     assert len(out) == len(predictors) * len(configs)
     assert list(out.columns) == sweep.INPUTS + list(sweep.RESULTS)
@@ -216,7 +217,8 @@ def test_sweep_equals_predict_model_and_keeps_going_on_bad_cells(cache_dir, monk
         assert g.e2e_ms.iloc[8:].isna().all()
         assert g.derived.iloc[:3].all() and not g.derived.iloc[3:7].any() and g.derived.iloc[7]
         for i, r in configs.iloc[:8].iterrows():
-            kw = {k: r[k] for k in ("fusion", "parallel", "gpus", "dtype") if isinstance(r[k], str) or r[k] == r[k]}
+            kw = {k: r[k] for k in ("fusion", "parallel", "gpus", "dtype", "attention", "execution")
+                  if isinstance(r[k], str) or r[k] == r[k]}
             kw = {k: (int(v) if k == "gpus" else v) for k, v in kw.items()}
             ref = latency.predict_model(r.model, r.device, int(r.batch), int(r.seq), r["mode"], predictor=p,
                                         quick=True, **kw)
