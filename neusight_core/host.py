@@ -103,20 +103,31 @@ def calibrate(cuda: bool = False, repeats: int = 30) -> dict:
             "launch_us": cpu + extra}
 
 
-def _cuda_launch_extra_us(n: int = 5000) -> float:
-    """us per ``x.add_(1)`` launch on the GPU minus the same on the CPU (host time, median of 5)."""
+def launch_times(device: str, n: int = 5000) -> tuple[float, float]:
+    """us per call of ``x.add_(1)`` on a one-element tensor on ``device`` (cpu | cuda), ``n`` calls back to back
+    after 200 warm-ups: until the last call returned to Python (the host's cost) and until the device finished
+    (the same on CPU). Median of 5 repetitions."""
     import torch
-
-    def per_call(dev):
-        x = torch.zeros(1, device=dev)
-        out = []
+    cuda = device == "cuda"
+    with torch.no_grad():
+        x = torch.zeros(1, device=device)
+        for _ in range(200):
+            x.add_(1)
+        host, total = [], []
         for _ in range(5):
-            if dev == "cuda":
+            if cuda:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(n):
                 x.add_(1)
-            out.append((time.perf_counter() - t0) / n * 1e6)
-        return statistics.median(out)
-    with torch.no_grad():
-        return max(0.0, per_call("cuda") - per_call("cpu"))
+            t1 = time.perf_counter()
+            if cuda:
+                torch.cuda.synchronize()
+            host.append((t1 - t0) / n * 1e6)
+            total.append((time.perf_counter() - t0) / n * 1e6)
+    return statistics.median(host), statistics.median(total)
+
+
+def _cuda_launch_extra_us(n: int = 5000) -> float:
+    """us per ``x.add_(1)`` launch on the GPU minus the same on the CPU (host time)."""
+    return max(0.0, launch_times("cuda", n)[0] - launch_times("cpu", n)[0])

@@ -75,34 +75,15 @@ def modern_cases(models=MODERN_MODELS, quick: bool = False) -> list[ModernCase]:
 def host_calibration(device: str = "cuda", n: int = 5000) -> dict:
     """Microseconds per call of ``x.add_(1)`` on a one-element tensor, launched back to back: on the CPU
     (the dispatcher alone; runs anywhere) and, on a GPU, as a CUDA launch (host time until the last launch
-    returned, and until the GPU finished). Median of 5 repetitions."""
-    import torch
-
-    def per_call(dev: str) -> tuple[float, float]:
-        x = torch.zeros(1, device=dev)
-        for _ in range(200):
-            x.add_(1)
-        host, total = [], []
-        for _ in range(5):
-            if dev == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(n):
-                x.add_(1)
-            t1 = time.perf_counter()
-            if dev == "cuda":
-                torch.cuda.synchronize()
-            t2 = time.perf_counter()
-            host.append((t1 - t0) / n * 1e6)
-            total.append((t2 - t0) / n * 1e6)
-        return statistics.median(host), statistics.median(total)
-
-    with torch.no_grad():
-        cpu_us, _ = per_call("cpu")
-        out = {"cpu_dispatch_us": cpu_us, "n": n}
-        if device == "cuda":
-            h, t = per_call("cuda")
-            out.update(cuda_launch_host_us=h, cuda_launch_total_us=t)
+    returned, and until the GPU finished). Median of 5 repetitions (``host.launch_times``); on a GPU also
+    ``host.calibrate``'s per-kernel cost of an eager Hugging Face decode step (``hf_*``)."""
+    from neusight_core import host
+    out = {"cpu_dispatch_us": host.launch_times("cpu", n)[0], "n": n}
+    if device == "cuda":
+        h, t = host.launch_times("cuda", n)
+        out.update(cuda_launch_host_us=h, cuda_launch_total_us=t)
+        c = host.calibrate(cuda=True)
+        out.update(hf_per_kernel_cpu_us=c["per_kernel_cpu_us"], hf_launch_us=c["launch_us"])
     return out
 
 
