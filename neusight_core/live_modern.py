@@ -115,7 +115,7 @@ def step_callable(m, cfg, case: ModernCase, device: str) -> tuple[Callable[[], o
     """The zero-argument step of ``case`` and the tensors it reads that must outlive it (the KV cache that
     a captured graph reads)."""
     import torch
-    from neusight_core.trace import _cache_tensors
+    from neusight_core.meta_model import cache_tensors
     vocab = int(cfg.vocab_size)
     set_attention(m, case.attention)
     if case.phase == "train":
@@ -147,7 +147,7 @@ def step_callable(m, cfg, case: ModernCase, device: str) -> tuple[Callable[[], o
             out = m(input_ids=ids, past_key_values=cache, use_cache=True)
         cache.crop(-1)                       # back to ``seq`` tokens: every call decodes the same step
         return out
-    return decode, [ids, cache, *_cache_tensors(cache)]
+    return decode, [ids, cache, *cache_tensors(cache)]
 
 
 def time_step(fn: Callable[[], object], device: str, warmup: int = 3, runs: int = 25, fastest: int = 5) -> dict:

@@ -27,6 +27,13 @@ CONV_COLUMNS = ("conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "co
 #: tokens per sequence, keys each attends to (the KV length), query heads, KV heads (GQA), head size.
 ATTN_COLUMNS = ("seq_q", "seq_kv", "heads", "kv_heads", "head_dim")
 
+#: FLOPs of a fused attention's backward over its forward: FlashAttention-2 (Dao, 2023, section 3.2) recomputes
+#: S = QK^T and runs dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: five matrix products against the forward's
+#: two. The backward's time is predicted as this many forwards of the same shape (tensor_core).
+ATTN_BACKWARD_FLOPS = 2.5
+#: On the lent H100 (docs/tier2/2026-11-26-h100-modern, cuDNN's kernels, batch 4 x 2,048 tokens) the backward took
+#: 2.55 and 2.56 times the forward of the same shape (Llama-3.2-1B, Qwen2.5-1.5B): a check, not where 2.5 came from.
+
 #: How a model's attention runs (issue 33): ``eager`` = the paper's (Q K^T, softmax, P V as separate kernels),
 #: ``sdpa`` = one fused kernel per layer and phase (``torch.nn.functional.scaled_dot_product_attention``, what
 #: Hugging Face picks by default for the models that support it).

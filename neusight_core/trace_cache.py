@@ -38,7 +38,7 @@ from neusight_core import configs, datafile, paths
 #: bump when the layout of a cache entry changes (2: data-only .npz instead of a pickle)
 CACHE_VERSION = 2
 #: source files whose content changes kernel tables: part of every key
-CODE_FILES = ("trace.py", "configs.py", "fusion.py", "parallel.py")
+CODE_FILES = ("trace.py", "aten_ops.py", "fused_attention.py", "meta_model.py", "configs.py", "fusion.py", "parallel.py")
 
 #: hits / misses / corrupt entries / stores of this process (tests and benchmarks read it)
 STATS: Counter = Counter()

@@ -170,7 +170,7 @@ def test_recipes_without_conv_predict_it_by_the_roofline(conv_trained):
 
 
 def gemm_of(conv: pd.DataFrame) -> pd.DataFrame:
-    """The LINEAR row of a 1 x 1 stride-1 conv's implicit GEMM, built by hand from trace.conv_rows' dims."""
+    """The LINEAR row of a 1 x 1 stride-1 conv's implicit GEMM, built by hand from aten_ops.conv_rows' dims."""
     out = conv.copy()
     out["op_class"], out["B"] = "LINEAR", 1.0
     out[["conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups"]] = np.nan

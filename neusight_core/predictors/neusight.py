@@ -83,7 +83,7 @@ def per_class(value, cls: str, default=_REQUIRED):
 
 
 def split_k_wgrad(df: pd.DataFrame, dev: dict, geo: dict, tile_m, tile_k) -> dict:
-    """A weight-gradient convolution's implicit GEMM (``trace.conv_rows``: M = C_out, N = batch x output
+    """A weight-gradient convolution's implicit GEMM (``aten_ops.conv_rows``: M = C_out, N = batch x output
     pixels the reduction, K = C_in k^2) has a small output and a long reduction: the stem of ResNet-50 at
     batch 112 makes 3 tiles of 128 x 64, each reducing over 1.4 M elements. With one tile per SM, 3 of a
     V100's 80 SMs would work, and the wave bound counted exactly that (652 ms of a 1,431 ms predicted training
@@ -385,7 +385,7 @@ class NeuSightPredictor(KernelPredictor):
     def as_gemm(self, kernels: pd.DataFrame) -> pd.DataFrame:
         """``kernels`` with the 1 x 1 convolutions relabelled to the class of ``conv_1x1_network`` (LINEAR).
         Such a convolution, stride 1, no padding, one group, is a plain GEMM in the trace's convention
-        (forward [B o^2 x Cin] @ [Cin x Cout]; dgrad and wgrad likewise, ``trace.conv_rows``), with no
+        (forward [B o^2 x Cin] @ [Cin x Cout]; dgrad and wgrad likewise, ``aten_ops.conv_rows``), with no
         im2col and no halo. The release measures only 3 x 3 stride-1 convolutions (collect/conv), so the
         CONV network has never seen a 1 x 1 one, while the LINEAR network was trained on GEMMs. Their B
         becomes 1: the implicit GEMM's M already counts the batch."""

@@ -68,10 +68,8 @@ DEFAULTS = {"gemm_tiles": [[128, 128]], "splits": [1], "u_max": 1.0, "block_q": 
 
 #: A fused attention's backward (``sub_op`` backward, traced with ``attention="sdpa"``), which NVIDIA's database
 #: does not measure, is predicted as this many forwards of the same shape by the ATTN_prefill network: the FLOP
-#: ratio of FlashAttention-2's backward to its forward (trace.ATTN_BACKWARD_FLOPS; five matrix products against
-#: two). On the lent H100 (docs/tier2/2026-11-26-h100-modern, cuDNN's kernels, batch 4 x 2,048 tokens) the backward took
-#: 2.55 and 2.56 times the forward of the same shape (Llama-3.2-1B, Qwen2.5-1.5B): a check, not where 2.5 came from.
-ATTN_BACKWARD_FACTOR = 2.5
+#: ratio of its kernels (``schema.ATTN_BACKWARD_FLOPS``, FlashAttention-2's).
+ATTN_BACKWARD_FACTOR = schema.ATTN_BACKWARD_FLOPS
 
 
 def _backward_as_forward(kernels: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:

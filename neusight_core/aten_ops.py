@@ -1,0 +1,214 @@
+"""Which aten op is which kernel: the tracer's vocabulary of ops (no kernel, GEMM, softmax, norms, element-wise,
+reductions, copies, convolutions) and the kernel row of one op (``classify``; ``conv_rows`` for convolutions).
+``trace.py`` records the ops a model dispatches and asks this module what each one launches on a GPU.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+
+from neusight_core import schema
+
+_NO_CONV = (math.nan,) * len(schema.CONV_COLUMNS)
+
+# Ops that launch no kernel: views/metadata, allocation without initialisation, host syncs.
+NO_KERNEL = {
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "t", "transpose", "permute", "expand",
+    "expand_as", "unsqueeze", "squeeze", "slice", "select", "as_strided", "alias", "detach",
+    "split", "split_with_sizes", "unbind", "chunk", "narrow", "empty", "empty_like",
+    "empty_strided", "new_empty", "new_empty_strided", "_local_scalar_dense", "lift_fresh",
+    "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size", "diagonal",
+    "unfold", "view_as", "set_", "resize_", "_has_compatible_shallow_copy_type", "t_",
+    "transpose_", "unsqueeze_", "squeeze_", "as_strided_", "_unsafe_index_put_",
+    "is_nonzero", "item", "numpy_T", "movedim", "_to_copy_noop",
+}
+GEMM = {"mm": "LINEAR", "addmm": "LINEAR", "bmm": "BMM", "baddbmm": "BMM"}
+SOFTMAX = {"_softmax", "_safe_softmax", "_log_softmax", "_softmax_backward_data",
+           "_log_softmax_backward_data"}
+LAYERNORM = {"native_layer_norm", "native_layer_norm_backward"}
+# Element-wise ops -> the predictor's sub-op vocabulary (SPEC 3.1: add, mul, div, pow, tanh, relu,
+# gelu; "u" = with a scalar). Ops outside that vocabulary map to the nearest one by work per
+# element (one read, one write, one cheap transcendental or arithmetic op per element).
+BINARY = {"add": "add", "sub": "add", "rsub": "add", "mul": "mul", "div": "div", "pow": "pow",
+          "maximum": "add", "minimum": "add", "add_": "add", "sub_": "add", "mul_": "mul",
+          "div_": "div", "pow_": "pow", "addcmul": "mul", "addcdiv": "div", "lerp": "add",
+          "masked_fill": None}
+UNARY = {"tanh": "tanh", "relu": "relu", "gelu": "gelu", "silu": "gelu", "sigmoid": "tanh",
+         "exp": "tanh", "log": "tanh", "erf": "tanh", "sqrt": "powu", "rsqrt": "powu",
+         "reciprocal": "divu", "neg": "mulu", "abs": "mulu", "clamp": "relu", "clamp_min": "relu",
+         "clamp_max": "relu", "threshold": "relu", "gelu_backward": "gelu", "tanh_backward": "tanh",
+         "threshold_backward": "relu", "silu_backward": "gelu", "sigmoid_backward": "tanh",
+         "relu_": "relu", "tanh_": "tanh", "exp_": "tanh", "neg_": "mulu", "sqrt_": "powu",
+         "rsqrt_": "powu", "clamp_": "relu", "clamp_min_": "relu", "sin": "tanh", "cos": "tanh"}
+REDUCTION = {"sum", "mean", "_adaptive_avg_pool2d"}   # -> VEC add over the reduced elements
+# Batch norm (issue 26) -> VEC "mul": a multiply-add per element once the per-channel statistics are known.
+# FLOPs per element as for layer norm (SPEC 3.1: 6; the same mean / variance / normalise / affine work) in
+# training, forward and backward; 2 (scale and shift with the running statistics) in inference. Not
+# LAYERNORM: that class's rows are the normalised rows of H elements, a batch norm reduces one channel
+# over batch x pixels (a strided reduction of up to millions of elements), a shape its data never had.
+BATCHNORM = {"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+             "cudnn_batch_norm", "miopen_batch_norm", "native_batch_norm_backward",
+             "cudnn_batch_norm_backward", "miopen_batch_norm_backward"}
+BATCHNORM_INFERENCE = {"_native_batch_norm_legit_no_training"}
+# 2-D convolutions (issue 26): forward, and the backward that computes the input and / or weight gradient
+# (split into one row each, see conv_rows).
+CONV = {"convolution", "convolution_backward"}
+# Memory-bound ops (bytes / bandwidth in every predictor).
+MEM = {
+    "embedding", "embedding_dense_backward", "native_dropout", "native_dropout_backward",
+    "where", "index", "index_select", "gather", "scatter", "scatter_add", "index_put",
+    "index_put_", "index_add", "index_add_", "masked_fill", "masked_fill_", "copy_", "copy",
+    "clone", "_to_copy", "contiguous", "cat", "stack", "fill_", "fill", "zero_", "zeros",
+    "zeros_like", "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full",
+    "arange", "tril", "triu", "eq", "ne", "lt", "gt", "le", "ge", "logical_not", "logical_and",
+    "logical_or", "bitwise_not", "bitwise_and", "bitwise_or", "nll_loss_forward",
+    "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward", "cumsum", "topk",
+    "argmax", "argmin", "max", "min", "amax", "amin", "sort", "one_hot", "constant_pad_nd",
+    "repeat", "masked_scatter", "scalar_tensor", "select_backward", "slice_backward",
+    "bernoulli", "bernoulli_", "uniform_", "normal_", "rand", "randn", "rand_like", "any", "all",
+    "isinf", "isnan", "sign", "_unsafe_index", "expand_copy", "nonzero", "count_nonzero",
+    "lift_fresh_copy", "masked_select", "index_copy", "index_copy_", "fill_diagonal_",
+    "_index_put_impl_", "split_copy", "unsqueeze_copy", "bucketize", "floor", "ceil", "round",
+    "trunc", "eq_", "ne_", "native_dropout_", "squeeze_copy", "alias_copy", "unbind_copy",
+    # pooling windows (issue 26): a few compares / adds per element read, memory-bound
+    "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward",
+    "_adaptive_avg_pool2d_backward",
+}
+# FLOPs per output element (SPEC 3.1: 1 for element-wise ops, 5 softmax, 6 layernorm).
+OPS_PER_ELEMENT = {"VEC": 1, "SOFTMAX": 5, "LAYERNORM": 6}
+
+_LAYER_RE = re.compile(r"(?:^|\.)(?:h|layers|layer|block|blocks)\.(\d+)(?:\.|$)")
+
+
+def _op_name(func) -> tuple[str, str]:
+    """(packet name e.g. 'addmm', full name e.g. 'aten.addmm.default')."""
+    name = func.__name__  # e.g. 'addmm.default'
+    return name.split(".")[0], f"{func.namespace}.{name}"
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    """Bytes the tensor occupies: broadcast (stride-0) dims are stored once, so count them once."""
+    n = 1
+    for s, st in zip(t.shape, t.stride()):
+        if st != 0:
+            n *= int(s)
+    return n * t.element_size()
+
+
+def layer_of(module: str) -> int:
+    m = _LAYER_RE.search(module)
+    return int(m.group(1)) if m else -1
+
+
+def _is_scalar_arg(a) -> bool:
+    return isinstance(a, (int, float, bool)) or (isinstance(a, torch.Tensor) and a.dim() == 0)
+
+
+def classify(base: str, args, kwargs, outs: list[torch.Tensor], ins: list[torch.Tensor]):
+    """Return (op_class, sub_op, B, M, N, K, H, flops) for one captured op, or None (no kernel)."""
+    nan = math.nan
+    if base in NO_KERNEL:
+        return None
+    if not outs:
+        # e.g. in-place ops return their input, which is in outs; ops returning nothing are
+        # bookkeeping (record_stream, ...): no kernel.
+        return None
+    out = outs[0]
+    if base in GEMM:
+        if base in ("mm", "bmm"):
+            a, b = args[0], args[1]
+        else:                        # addmm(bias, a, b), baddbmm(c, a, b)
+            a, b = args[1], args[2]
+        if GEMM[base] == "LINEAR":
+            Bd, (M, N), K = 1, a.shape, b.shape[1]
+        else:
+            Bd, M, N = a.shape
+            K = b.shape[2]
+        Bd, M, N, K = int(Bd), int(M), int(N), int(K)
+        return GEMM[base], "", Bd, M, N, K, nan, 2.0 * Bd * M * N * K
+    numel = out.numel()
+    H = int(out.shape[-1]) if out.dim() > 0 else 1
+    rows = numel // H if H else 0
+    if base in SOFTMAX:
+        return "SOFTMAX", "", rows, nan, nan, nan, H, float(OPS_PER_ELEMENT["SOFTMAX"] * numel)
+    if base in LAYERNORM:
+        H = int(out.shape[-1]) if out.dim() else 1
+        return "LAYERNORM", "", numel // max(H, 1), nan, nan, nan, H, float(OPS_PER_ELEMENT["LAYERNORM"] * numel)
+    if base in BATCHNORM or base in BATCHNORM_INFERENCE:
+        # the forward ops take (input, weight, bias, running_mean, running_var, training, ...): eval() runs
+        # them with training=False, i.e. with the running statistics
+        inference = base in BATCHNORM_INFERENCE or (not base.endswith("backward") and len(args) > 5
+                                                    and isinstance(args[5], bool) and not args[5])
+        per = 2 if inference else OPS_PER_ELEMENT["LAYERNORM"]
+        return "VEC", "mul", rows, nan, nan, nan, H, float(per * numel)
+    if base in REDUCTION:
+        src = ins[0] if ins else out
+        n_in = src.numel()
+        n_out = max(numel, 1)
+        return "VEC", "add", n_out, nan, nan, nan, n_in // n_out, float(n_in)
+    if base in BINARY and BINARY[base] is not None:
+        op = BINARY[base]
+        tensor_args = [a for a in args[:2] if isinstance(a, torch.Tensor) and a.dim() > 0]
+        scalar = len(tensor_args) < 2 and any(_is_scalar_arg(a) for a in args[:2])
+        return "VEC", op + ("u" if scalar else ""), rows, nan, nan, nan, H, float(numel)
+    if base in UNARY:
+        return "VEC", UNARY[base], rows, nan, nan, nan, H, float(numel)
+    if base in MEM:
+        return "MEM", "", rows, nan, nan, nan, H, 0.0
+    return "UNCLASSIFIED", "", rows, nan, nan, nan, H, 0.0
+
+
+def _square(v) -> int | None:
+    """One int from an int or a list of equal ints (stride, padding, ...), else None."""
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return int(v[0]) if v and all(int(x) == int(v[0]) for x in v) else None
+
+
+def conv_rows(base: str, args, out) -> list[tuple] | None:
+    """The CONV rows of one ``aten.convolution`` / ``aten.convolution_backward`` (docs/interfaces.md):
+    a list of (sub_op, op_class, B, M, N, K, H, flops, tensors read, tensors written, conv params), or None
+    for a convolution outside the contract (not 2-D, transposed, dilated, non-square kernel, image or
+    stride), which the caller keeps as UNCLASSIFIED.
+
+    Implicit GEMM dims in the release convention ([M x N] @ [N x K], N the reduction), o = output side:
+    fwd   M = B o^2,  N = Cin k^2 / g,  K = Cout   (reads input + weight, writes output)
+    dgrad M = B i^2,  N = Cout k^2 / g, K = Cin    (reads grad-output + weight, writes grad-input)
+    wgrad M = Cout,   N = B o^2,        K = Cin k^2 / g (reads grad-output + input, writes grad-weight)
+    flops = 2 M N K. For a strided conv the dgrad GEMM over every input pixel counts stride^2 times the
+    multiply-adds that reach a non-zero (the implicit GEMM's own work, which the measured kernels do too).
+    A bias is one more VEC row each way: PyTorch adds it to the forward's output with its own element-wise
+    kernel (``_convolution``: cuDNN's conv, then ``add_``), and its gradient is a per-channel sum of grad-output."""
+    nan = math.nan
+    if base == "convolution":
+        x, w, bias, stride, pad, dil, transposed, _, groups = args[:9]
+    else:
+        gy, x, w, _, stride, pad, dil, transposed, _, groups, mask = args[:11]
+    if (x.dim() != 4 or transposed or w.shape[2] != w.shape[3] or x.shape[2] != x.shape[3]
+            or _square(dil) != 1 or _square(stride) is None or _square(pad) is None):
+        return None
+    B, cin, size = int(x.shape[0]), int(x.shape[1]), int(x.shape[2])
+    cout, k, g = int(w.shape[0]), int(w.shape[2]), int(groups)
+    s, p = _square(stride), _square(pad)
+    o = (size + 2 * p - k) // s + 1
+    params = (float(cin), float(cout), float(k), float(size), float(s), float(p), float(g))
+    red_in, red_out = cin * k * k // g, cout * k * k // g
+    if base == "convolution":
+        M, N, K = B * o * o, red_in, cout
+        rows = [("fwd", "CONV", B, M, N, K, nan, 2.0 * M * N * K, [x, w], [out], params)]
+        if isinstance(bias, torch.Tensor):
+            rows.append(("add", "VEC", B * cout * o, nan, nan, nan, o, float(out.numel()), [out, bias], [out],
+                         _NO_CONV))
+        return rows
+    gx, gw, gb = out
+    rows = []
+    if mask[0] and isinstance(gx, torch.Tensor):
+        M, N, K = B * size * size, red_out, cin
+        rows.append(("dgrad", "CONV", B, M, N, K, nan, 2.0 * M * N * K, [gy, w], [gx], params))
+    if mask[1] and isinstance(gw, torch.Tensor):
+        M, N, K = cout, B * o * o, red_in
+        rows.append(("wgrad", "CONV", B, M, N, K, nan, 2.0 * M * N * K, [gy, x], [gw], params))
+    if len(mask) > 2 and mask[2] and isinstance(gb, torch.Tensor):
+        rows.append(("add", "VEC", cout, nan, nan, nan, B * o * o, float(gy.numel()), [gy], [gb], _NO_CONV))
+    return rows

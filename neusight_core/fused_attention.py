@@ -1,0 +1,63 @@
+"""Fused attention in a trace (``attention="sdpa"``, issue 33): every ``F.scaled_dot_product_attention`` call
+becomes one kernel row, as FlashAttention-style kernels (cuDNN's, FlashAttention's) run it on a GPU. On meta
+tensors PyTorch would otherwise run its math fallback (Q K^T, softmax, P V as separate ops), which is eager
+attention again."""
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from neusight_core.schema import ATTN_BACKWARD_FLOPS
+
+
+def geometry(sub_op: str, q, k, causal: bool) -> tuple[int, float, tuple]:
+    """(batch, FLOPs, ``schema.ATTN_COLUMNS`` values) of one fused-attention kernel: q (batch, heads, seq_q, d),
+    k (batch, kv_heads, seq_kv, d). FLOPs as ``measured_kernels.attention_kernels`` counts them (4 b h d x the
+    (query, key) pairs, causal or full), times ``ATTN_BACKWARD_FLOPS`` for the backward."""
+    b, h, sq, d = (int(x) for x in q.shape)
+    hkv, skv = int(k.shape[1]), int(k.shape[2])
+    pairs = (skv * (skv + 1) / 2 - (skv - sq) * (skv - sq + 1) / 2) if causal else float(sq * skv)
+    flops = 4.0 * b * h * d * pairs * (ATTN_BACKWARD_FLOPS if sub_op == "backward" else 1.0)
+    return b, flops, (sq, skv, h, hkv, d)
+
+
+class FusedAttentionFn(torch.autograd.Function):
+    """A fused attention kernel on meta tensors: the output (and the softmax statistics a FlashAttention forward
+    keeps for its backward, FP32 per query and head) are allocated as a GPU would, one ATTN row is recorded per
+    forward and one per backward, and no S x S score matrix ever exists."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, rec, causal):
+        o = q.new_empty(q.shape[:-1] + (v.shape[-1],))
+        lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
+        rec.add_attention("prefill" if q.shape[2] > 1 else "decode", q, k, v, [q, k, v], [o, lse], causal)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.rec, ctx.causal = rec, causal
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        ctx.rec.add_attention("backward", q, k, v, [q, k, v, o, do, lse], [dq, dk, dv], ctx.causal)
+        return dq, dk, dv, None, None
+
+
+class FusedAttention(TorchFunctionMode):
+    """Every ``F.scaled_dot_product_attention`` call as one ``FusedAttentionFn`` recorded into ``rec`` (the
+    tracer's recorder). Causal: the call says so, or the model is a causal LM that passes its causal mask as a
+    tensor."""
+
+    def __init__(self, rec, causal_lm: bool):
+        super().__init__()
+        self.rec, self.causal_lm = rec, causal_lm
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is not torch.nn.functional.scaled_dot_product_attention:
+            return func(*args, **kwargs)
+        names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+        a = dict(zip(names, args), **kwargs)
+        q, k, v = a["query"], a["key"], a["value"]
+        causal = bool(a.get("is_causal")) or (a.get("attn_mask") is not None and self.causal_lm)
+        return FusedAttentionFn.apply(q, k, v, self.rec, causal)
