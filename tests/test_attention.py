@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from neusight_core import configs, engine, host, schema, trace
@@ -170,3 +171,29 @@ def test_tensor_parallel_splits_attention_heads():
     a = df.attrs["kernels"][0]
     a = a[a["op_class"] == "ATTN"]
     assert set(a["heads"]) == {8.0} and set(a["kv_heads"]) == {8.0}
+
+
+# ---------------------------------------------------------------- BF16 memory-bound rows
+def test_half_rows_become_their_byte_equivalent_fp32_kernel():
+    from neusight_core.predictors import common
+    k = pd.DataFrame({"op_class": ["VEC", "SOFTMAX", "LINEAR", "VEC"], "precision": ["bf16", "bf16", "bf16", "fp32"],
+                      "B": [4096.0, 1.0, 1.0, 10.0], "H": [4096.0, 2048.0, np.nan, 7.0], "M": np.nan,
+                      "flops": [4096.0 ** 2, 5 * 2048.0, 1e9, 70.0], "bytes_read": [2 * 4096.0 ** 2, 4096.0, 1e6, 280.0],
+                      "bytes_written": [2 * 4096.0 ** 2, 4096.0, 1e6, 280.0]})
+    out = common.half_as_fp32(k)
+    assert out["precision"].tolist() == ["fp32", "fp32", "bf16", "fp32"]
+    assert out["B"].tolist()[:2] == [2048.0, 1.0] and out["H"].tolist()[:2] == [4096.0, 1024.0]
+    # same bytes, half the elements: 4 bytes per element, the FP32 networks' world
+    elements = out["B"] * out["H"]
+    assert (out["bytes_read"].iloc[:2] / elements.iloc[:2]).tolist() == [4.0, 4.0]
+    assert out["flops"].iloc[0] == k["flops"].iloc[0] / 2
+    pd.testing.assert_frame_equal(out.iloc[2:], k.iloc[2:])          # GEMM and FP32 rows untouched
+
+
+def test_attention_backward_is_predicted_as_its_forward_times_the_flop_ratio():
+    from neusight_core import tables
+    t = trace.trace_model("llama2_7b", 1, 128, "train", dtype="bf16", attention="sdpa")
+    a = t[(t["op_class"] == "ATTN") & (t["layer"] == 0)].reset_index(drop=True)
+    p = tables.predict_kernels(a, "H100", "neusight", quick=True)
+    fw, bw = (p.loc[p["sub_op"] == s, "pred_ms"].iloc[0] for s in ("prefill", "backward"))
+    assert bw == pytest.approx(schema.ATTN_BACKWARD_FLOPS * fw, rel=1e-9)

@@ -85,6 +85,32 @@ def element_bytes(kernels: pd.DataFrame) -> np.ndarray:
     return np.where(kernels["precision"].isin(schema.HALF_PRECISIONS).to_numpy(), 2.0, 4.0)
 
 
+#: Memory-bound classes whose FP16 / BF16 rows are predicted as their byte-equivalent FP32 kernel (issue 33).
+HALF_AS_FP32 = ("VEC", "SOFTMAX", "LAYERNORM")
+
+
+def half_as_fp32(kernels: pd.DataFrame) -> pd.DataFrame:
+    """FP16 / BF16 element-wise, softmax and normalisation rows as the FP32 kernel that moves the same bytes
+    (half the elements: half the rows, or half the row length for a single row; half the FLOPs), for FP32-trained
+    networks. Such a kernel is memory-bound: its time follows the bytes it moves, not the type of its elements,
+    and the networks never saw 2-byte elements (the release measures FP32 only). An extrapolation: no BF16 kernel
+    of these classes was measured on a training GPU."""
+    if "precision" not in kernels.columns or "op_class" not in kernels.columns:
+        return kernels
+    rows = (kernels["precision"].isin(schema.HALF_PRECISIONS).to_numpy()
+            & kernels["op_class"].isin(HALF_AS_FP32).to_numpy())
+    if not rows.any():
+        return kernels
+    out = kernels.copy()
+    B = out.loc[rows, "B"].fillna(1).to_numpy(float)
+    H = out.loc[rows, "H"].fillna(1).to_numpy(float)
+    out.loc[rows, "B"] = np.where(B >= 2, np.ceil(B / 2), B)
+    out.loc[rows, "H"] = np.where(B >= 2, H, np.ceil(H / 2))
+    out.loc[rows, "flops"] = out.loc[rows, "flops"].to_numpy(float) / 2
+    out.loc[rows, "precision"] = "fp32"
+    return out
+
+
 def memory_ms(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
     """Bytes / bandwidth: the memory-bound model of MEM and UNCLASSIFIED kernels."""
     return total_bytes(kernels) / (dev["mem_bw_gbs"] * 1e9) * 1e3

@@ -63,7 +63,6 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 import neusight_core.predictors.common as common
-from neusight_core import schema
 from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, hparams, split_validation, without_attrs
 from neusight_core.predictors.features import (CONV_TILE, FEATURE_NAMES, U_MIN, features,
                                                utilisation)
@@ -402,31 +401,6 @@ class NeuSightPredictor(KernelPredictor):
         out.loc[rows, "B"] = 1.0
         return out
 
-    #: Memory-bound classes whose FP16 / BF16 rows are predicted as their byte-equivalent FP32 kernel (issue 33).
-    HALF_AS_FP32 = ("VEC", "SOFTMAX", "LAYERNORM")
-
-    @classmethod
-    def half_as_fp32(cls, kernels: pd.DataFrame) -> pd.DataFrame:
-        """FP16 / BF16 element-wise, softmax and normalisation rows as the FP32 kernel that moves the same bytes
-        (half the elements: half the rows, or half the row length for a single row; half the FLOPs), for the
-        FP32-trained networks. Such a kernel is memory-bound: its time follows the bytes it moves, not the type
-        of its elements, and the networks never saw 2-byte elements (the release measures FP32 only). An
-        extrapolation: no BF16 kernel of these classes was measured on a training GPU."""
-        if "precision" not in kernels.columns or "op_class" not in kernels.columns:
-            return kernels
-        rows = (kernels["precision"].isin(schema.HALF_PRECISIONS).to_numpy()
-                & kernels["op_class"].isin(cls.HALF_AS_FP32).to_numpy())
-        if not rows.any():
-            return kernels
-        out = kernels.copy()
-        B = out.loc[rows, "B"].fillna(1).to_numpy(float)
-        H = out.loc[rows, "H"].fillna(1).to_numpy(float)
-        out.loc[rows, "B"] = np.where(B >= 2, np.ceil(B / 2), B)
-        out.loc[rows, "H"] = np.where(B >= 2, H, np.ceil(H / 2))
-        out.loc[rows, "flops"] = out.loc[rows, "flops"].to_numpy(float) / 2
-        out.loc[rows, "precision"] = "fp32"
-        return out
-
     def _predict_model(self, kernels: pd.DataFrame, device, dev: dict) -> np.ndarray:
         kernels = kernels.reset_index(drop=True)
         tm, tk, t = self.tiles.lookup(kernels, device)
@@ -449,7 +423,7 @@ class NeuSightPredictor(KernelPredictor):
         through the tensor-core networks when the recipe has them (``tensor_core.network_of``); 1 x 1
         convolutions as GEMMs when the recipe says so (``as_gemm``)."""
         kernels = self.as_gemm(without_attrs(kernels))
-        out = super().predict(self.half_as_fp32(kernels), device)
+        out = super().predict(common.half_as_fp32(kernels), device)
         if device is None or self.tc is None or not self.use_tensor_core or not self.tc.nets:
             return out          # device None: super() predicted each GPU's rows through this method
         kernels = without_attrs(kernels).reset_index(drop=True)

@@ -82,6 +82,11 @@ def _backward_as_forward(kernels: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarra
     k = kernels.copy()
     k.loc[bw, "sub_op"] = "prefill"
     k.loc[bw, "flops"] = k.loc[bw, "flops"] / ATTN_BACKWARD_FACTOR
+    # the forward's traffic, as the tracer counts it: Q, K, V read; O and the FP32 softmax statistics written
+    e = common.element_bytes(k)[bw]
+    b, sq, skv, h, hkv, d = (k.loc[bw, c].to_numpy(float) for c in ("B",) + ATTN_COLUMNS)
+    k.loc[bw, "bytes_read"] = e * b * sq * h * d + 2 * e * b * skv * hkv * d
+    k.loc[bw, "bytes_written"] = e * b * sq * h * d + 4.0 * b * h * sq
     return k, np.where(bw, ATTN_BACKWARD_FACTOR, 1.0)
 
 
