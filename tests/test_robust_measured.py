@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from neusight_core import devices, measured_kernels as mk
+from neusight_core import devices, measured_checks, measured_kernels as mk
 from tests.test_measured_kernels import _attn_raw, _gemm_raw, _write_parquet
 
 pytestmark = pytest.mark.usefixtures("fresh_catalogue")
@@ -31,7 +31,7 @@ def _attn(kind="prefill", **change):
 
 def _refused(frame, *words):
     with pytest.raises(mk.MeasuredDataError) as e:
-        mk.validate(frame, "some/file.parquet")
+        measured_checks.validate(frame, "some/file.parquet")
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("some/file.parquet: 1 of 2 BF16 rows fail validation"), msg
     for w in words:
@@ -40,7 +40,7 @@ def _refused(frame, *words):
 
 def test_good_rows_pass():
     for frame in (_gemm(), _attn(), _attn("decode", isl=1, step=127, window_size=64)):
-        assert mk.validate(frame, "f") is frame
+        assert measured_checks.validate(frame, "f") is frame
 
 
 @pytest.mark.parametrize("latency", [np.nan, -1.0, 0.0, np.inf, -6e307, 1e304])
@@ -67,13 +67,13 @@ def test_faster_than_the_roofline_is_refused_and_the_margins_hold():
     m = n = k = 8192
     at_peak = 2.0 * m * n * k / (h100.gemm_peak_gflops("bf16") * 1e9) * 1e3       # ms
     # 1.5 x the dense peak passes (boost clocks; the fastest real row is 1.28 x), 2.5 x does not
-    assert len(mk.validate(_gemm(m=m, n=n, k=k, latency=at_peak / 1.5), "f")) == 2
-    _refused(_gemm(m=m, n=n, k=k, latency=at_peak / (mk.COMPUTE_MARGIN * 1.25)), "BF16 peak")
+    assert len(measured_checks.validate(_gemm(m=m, n=n, k=k, latency=at_peak / 1.5), "f")) == 2
+    _refused(_gemm(m=m, n=n, k=k, latency=at_peak / (measured_checks.COMPUTE_MARGIN * 1.25)), "BF16 peak")
     # memory: a 1 x 8192 x 65536 GEMM reads 1 GiB of weights; 5 x the DRAM rate passes (L2), 20 x does not
     byts = 2.0 * (1 * 65536 + 65536 * 8192) + 2.0 * 8192
     at_bw = byts / (h100.mem_bw_gbs * 1e9) * 1e3
-    assert len(mk.validate(_gemm(m=1, n=8192, k=65536, latency=at_bw / 5), "f")) == 2
-    _refused(_gemm(m=1, n=8192, k=65536, latency=at_bw / (mk.MEMORY_MARGIN * 2)), "memory bandwidth")
+    assert len(measured_checks.validate(_gemm(m=1, n=8192, k=65536, latency=at_bw / 5), "f")) == 2
+    _refused(_gemm(m=1, n=8192, k=65536, latency=at_bw / (measured_checks.MEMORY_MARGIN * 2)), "memory bandwidth")
 
 
 def test_a_file_with_a_bad_row_is_named_in_one_line(tmp_path, release_root):
