@@ -56,15 +56,21 @@ class SweepInputError(ValueError):
 
 
 # ------------------------------------------------------------------------------ checking
+#: No size of a request is larger (2^40 tokens, sequences or GPUs): beyond it a number is a typo, and numpy's
+#: 64-bit integers would overflow on the products of sizes the tracer and the memory model take
+MAX_SIZE = 2 ** 40
+
+
 def _int(v, what, minimum=1):
-    if isinstance(v, bool) or v is None or (isinstance(v, float) and (math.isnan(v) or v != int(v))):
-        raise SweepInputError(f"{what} must be an integer >= {minimum}, got {v!r}")
+    bad = SweepInputError(f"{what} must be an integer from {minimum} to {MAX_SIZE:,}, got {v!r}")
+    if isinstance(v, bool) or v is None or (isinstance(v, float) and (not math.isfinite(v) or v != int(v))):
+        raise bad
     try:
         iv = int(v)
-    except (TypeError, ValueError):
-        raise SweepInputError(f"{what} must be an integer >= {minimum}, got {v!r}") from None
-    if iv < minimum:
-        raise SweepInputError(f"{what} must be an integer >= {minimum}, got {v!r}")
+    except (TypeError, ValueError, OverflowError):
+        raise bad from None
+    if not minimum <= iv <= MAX_SIZE:
+        raise bad
     return iv
 
 
@@ -130,7 +136,8 @@ def _requests(scenarios) -> tuple[list[dict], list[dict | None], list[str]]:
         given = [{c: (r.get(c) if c in cfg else None) for c in INPUTS} for r in cfg.to_dict("records")]
     else:
         scenarios = [scenarios] if isinstance(scenarios, (Scenario, dict)) else list(scenarios)
-        given = [_row_of(s) if isinstance(s, Scenario) else {c: s.get(c) for c in INPUTS} for s in scenarios]
+        given = [_row_of(s) if isinstance(s, Scenario) else {c: s.get(c) for c in INPUTS} if isinstance(s, dict)
+                 else {"_not_a_request": type(s).__name__} for s in scenarios]
         for g, s in zip(given, scenarios):
             if isinstance(s, dict) and set(s) - set(INPUTS):
                 g["_unknown"] = sorted(set(s) - set(INPUTS))
@@ -139,6 +146,9 @@ def _requests(scenarios) -> tuple[list[dict], list[dict | None], list[str]]:
     items = given if isinstance(scenarios, pd.DataFrame) else scenarios   # a Scenario is taken as validated
     for i, (r, s) in enumerate(zip(given, items)):
         try:
+            if "_not_a_request" in r:
+                raise LatencyInputError(f"a request is a Scenario or a dict of the fields {', '.join(INPUTS)}, "
+                                        f"not a {r.pop('_not_a_request')}")
             if "_unknown" in r:
                 raise LatencyInputError(f"unknown scenario field(s) {', '.join(r.pop('_unknown'))}; "
                                         f"the fields are {', '.join(INPUTS)}")
@@ -427,7 +437,7 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
     for c in ("batch", "seq", "image_size", "gpus", "micro_batches", "past"):
         try:
             out[c] = out[c].astype("Int64")
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             pass                       # a bad input kept as given (its row has the error)
     out["parallel"] = out["parallel"].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else v)
     out["predictor"] = p
