@@ -223,6 +223,79 @@ def floors_sentence(t: pd.DataFrame) -> str:
     return "; ".join(out) + "."
 
 
+#: The three ways a Llama-2 step can run today (issue 33), as (label, attention, execution): the paper's eager
+#: attention counted as its kernel sum, fused attention as a graph (serving engines), and fused attention in eager
+#: PyTorch (what a Hugging Face script runs, host launches included).
+EXECUTION_VARIANTS = (("eager attention, graph", "eager", "graph"), ("sdpa, graph", "sdpa", "graph"),
+                      ("sdpa, eager PyTorch", "sdpa", "eager"))
+
+
+def execution_table(gpus=None, quick: bool = False, predictor="neusight", seeds=(0,)) -> pd.DataFrame:
+    """Llama-2 7B / 13B / 70B in BF16, one request: prefill of 2,048 tokens and one decode step on a 2,048-token
+    KV cache, in each of ``EXECUTION_VARIANTS``, on every catalogue GPU (``gpus``), through ``engine.predict``. The
+    70B runs tensor-parallel over 8 GPUs (``tp8``; its 140 GB of weights fit no single GPU). Beside each: the
+    physical floor per GPU, max(2 x parameters x tokens / the dense BF16 peak, weights / the memory bandwidth), and
+    the memory verdict; a configuration that does not fit says so in ``fit`` (its time is the time it would take).
+    Quick: Llama-2-7B at 512 tokens on three GPUs. Every row is an extrapolation (BF16 end to end is validated on the
+    H100 only, docs/tier2.md)."""
+    from neusight_core import engine
+    every = catalogue_gpus()
+    gpus = list(gpus or ([g for g in every if g == H100 or "A100-SXM4-40" in g or g.endswith("L4")] if quick
+                         else every))
+    seq = 512 if quick else 2048
+    models = (("llama2_7b", None),) if quick else (("llama2_7b", None), ("llama2_13b", None), ("llama2_70b", 8))
+    reqs, meta = [], []
+    for model, tp in models:
+        for g in gpus:
+            for work, s, past in (("prefill", seq, 0), ("decode", 1, seq)):
+                for label, att, ex in EXECUTION_VARIANTS:
+                    reqs.append(dict(model=model, device=g, batch=1, seq=s, past=past, dtype="bf16", attention=att,
+                                     execution=ex, **({"parallel": "tp", "gpus": tp} if tp else {})))
+                    meta.append({"model": model, "plan": f"tp{tp}" if tp else "1 GPU", "workload": work,
+                                 "tokens": s, "variant": label})
+    df = engine.predict(reqs, predictor, seeds=seeds, quick=quick)
+    out = pd.concat([pd.DataFrame(meta * (len(df) // len(meta))), df[["device", "seed", "e2e_ms", "kernel_ms",
+                    "host_ms", "host_bound", "memory_weights_gib", "memory_fits", "memory_verdict", "error"]]], axis=1)
+    dev = {g: devices.get_device(g) for g in out["device"].dropna().unique()}
+    # the weights per GPU of each (model, plan, GPU); derived tables (eager attention) have no memory columns
+    w = out.groupby(["model", "plan", "device"])["memory_weights_gib"].transform("max").to_numpy(float) * 2**30
+    peak = out["device"].map(lambda g: dev[g].gemm_peak_gflops("bf16") * 1e9 if g in dev else np.nan).to_numpy(float)
+    bw = out["device"].map(lambda g: dev[g].mem_bw_gbs * 1e9 if g in dev else np.nan).to_numpy(float)
+    out["floor_ms"] = np.maximum(2 * (w / 2) * out["tokens"].to_numpy(float) / peak, w / bw) * 1e3
+    out["x_floor"] = out["e2e_ms"] / out["floor_ms"]
+    fits = out.groupby(["model", "plan", "device", "workload"])["memory_fits"].transform(
+        lambda v: v.dropna().all() if v.notna().any() else np.nan)
+    out["fit"] = np.where(fits.isna(), "unknown", np.where(fits.fillna(True).astype(bool), "fits", "does not fit"))
+    return out
+
+
+def plot_execution(t: pd.DataFrame, model: str = "llama2_7b"):
+    """Predicted ms per GPU for ``model``'s prefill and decode step, one bar per ``EXECUTION_VARIANTS``, the floor
+    as a black tick; hatched bars do not fit in the GPU's memory."""
+    import matplotlib.pyplot as plt
+    d = t[(t["model"] == model) & (t["seed"] == t["seed"].min())]
+    works = list(dict.fromkeys(d["workload"]))
+    fig, axes = plt.subplots(1, len(works), figsize=(6.5 * len(works), 4.2), squeeze=False)
+    labels = [v[0] for v in EXECUTION_VARIANTS]
+    for ax, work in zip(axes[0], works):
+        x = d[d["workload"] == work]
+        gpus = list(dict.fromkeys(x["device"]))
+        for j, lab in enumerate(labels):
+            y = x[x["variant"] == lab].set_index("device").reindex(gpus)
+            bars = ax.bar(np.arange(len(gpus)) + (j - 1) * 0.27, y["e2e_ms"], 0.27, label=lab)
+            for bar, fit in zip(bars, y["fit"]):
+                if fit != "fits":
+                    bar.set_hatch("//")
+        fl = x.drop_duplicates("device").set_index("device").reindex(gpus)["floor_ms"]
+        ax.scatter(np.arange(len(gpus)), fl, marker="_", s=300, c="k", zorder=3, label="physical floor")
+        ax.set_xticks(np.arange(len(gpus)), [g.replace("NVIDIA_", "") for g in gpus], rotation=60, ha="right",
+                      fontsize=8)
+        ax.set(yscale="log", ylabel="predicted ms (extrapolation)", title=f"{model} bf16, {work}, batch 1")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def tokens(sc: dict) -> int:
     """Tokens one step processes (prefill/training: batch x seq; decode: one per sequence)."""
     return sc["batch"] * (1 if sc["workload"] == "decode" else sc["seq"])
