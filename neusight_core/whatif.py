@@ -23,7 +23,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices, latency, memory, parallel, schema, tables
+from neusight_core import configs, devices, latency, memory, parallel, schema, tables
 
 H100 = "NVIDIA_H100_80GB_HBM3"
 SPARSE_FP16_H100 = 1979000.0    # the release's _TP device and the datasheet's "with sparsity" figure
@@ -234,7 +234,8 @@ def execution_table(gpus=None, quick: bool = False, predictor="neusight", seeds=
     """Llama-2 7B / 13B / 70B in BF16, one request: prefill of 2,048 tokens and one decode step on a 2,048-token
     KV cache, in each of ``EXECUTION_VARIANTS``, on every catalogue GPU (``gpus``), through ``engine.predict``. The
     70B runs tensor-parallel over 8 GPUs (``tp8``; its 140 GB of weights fit no single GPU). Beside each: the
-    physical floor per GPU, max(2 x parameters x tokens / the dense BF16 peak, weights / the memory bandwidth), and
+    physical floor per GPU, max(2 x GEMM parameters x tokens / the dense BF16 peak, weights / the memory bandwidth;
+    the GEMM parameters are the weights less the input embedding), and
     the memory verdict; a configuration that does not fit says so in ``fit`` (its time is the time it would take).
     Quick: Llama-2-7B at 512 tokens on three GPUs. Every row is an extrapolation (BF16 end to end is validated on the
     H100 only, docs/tier2.md)."""
@@ -261,7 +262,12 @@ def execution_table(gpus=None, quick: bool = False, predictor="neusight", seeds=
     w = out.groupby(["model", "plan", "device"])["memory_weights_gib"].transform("max").to_numpy(float) * 2**30
     peak = out["device"].map(lambda g: dev[g].gemm_peak_gflops("bf16") * 1e9 if g in dev else np.nan).to_numpy(float)
     bw = out["device"].map(lambda g: dev[g].mem_bw_gbs * 1e9 if g in dev else np.nan).to_numpy(float)
-    out["floor_ms"] = np.maximum(2 * (w / 2) * out["tokens"].to_numpy(float) / peak, w / bw) * 1e3
+    # GEMM parameters per GPU: the weights (2 bytes each) less the input embedding, a lookup (split like the rest)
+    emb = out["model"].map(lambda m: float(configs.config_content(m)["vocab_size"])
+                           * float(configs.config_content(m)["hidden_size"])).to_numpy(float)
+    ways = out["plan"].map(lambda p: 1.0 if p == "1 GPU" else float(p[2:])).to_numpy(float)
+    gemm_params = w / 2 - emb / ways
+    out["floor_ms"] = np.maximum(2 * gemm_params * out["tokens"].to_numpy(float) / peak, w / bw) * 1e3
     out["x_floor"] = out["e2e_ms"] / out["floor_ms"]
     fits = out.groupby(["model", "plan", "device", "workload"])["memory_fits"].transform(
         lambda v: v.dropna().all() if v.notna().any() else np.nan)

@@ -197,3 +197,18 @@ def test_attention_backward_is_predicted_as_its_forward_times_the_flop_ratio():
     p = tables.predict_kernels(a, "H100", "neusight", quick=True)
     fw, bw = (p.loc[p["sub_op"] == s, "pred_ms"].iloc[0] for s in ("prefill", "backward"))
     assert bw == pytest.approx(schema.ATTN_BACKWARD_FLOPS * fw, rel=1e-9)
+
+
+def test_execution_table_side_by_side_against_the_floor():
+    from neusight_core import whatif
+    t = whatif.execution_table(gpus=["H100"], quick=True, predictor="roofline")
+    assert (t["error"] == "").all()
+    assert len(t) == 2 * len(whatif.EXECUTION_VARIANTS)
+    for work, g in t.groupby("workload"):
+        v = g.set_index("variant")
+        graph, eager = v.loc["sdpa, graph"], v.loc["sdpa, eager PyTorch"]
+        assert graph["e2e_ms"] == graph["kernel_ms"] and eager["kernel_ms"] == pytest.approx(graph["kernel_ms"])
+        assert eager["e2e_ms"] == pytest.approx(max(eager["kernel_ms"], eager["host_ms"]))
+        # the roofline of every kernel is never below the floor of the whole step
+        assert (g["e2e_ms"] >= g["floor_ms"]).all() and g["floor_ms"].notna().all()
+        assert set(g["fit"]) == {"fits"}
