@@ -47,8 +47,9 @@ def first_result(model, b, s, mode, cache, quick) -> float:
     return dt, (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
 
 
-def sweep_time(n_target: int, cache: Path, quick: bool) -> dict:
-    """A sweep of about n_target configurations over the 6 paper models x 5 GPUs, cold cache."""
+def sweep_time(n_target: int, cache: Path, quick: bool, attention: str | None = None) -> dict:
+    """A sweep of about n_target configurations over the 6 paper models x 5 GPUs, cold cache; ``attention`` None:
+    the default (what Hugging Face picks: sdpa, whose tables are traced, not derived; issue 33)."""
     from neusight_core import derive, sweep
     os.environ["NEUSIGHT_TRACE_CACHE"] = str(cache)
     derive._FAMILIES.clear()
@@ -65,7 +66,7 @@ def sweep_time(n_target: int, cache: Path, quick: bool) -> dict:
         gpus = GPUS5
     t0 = time.perf_counter()
     df = sweep.sweep(models, gpus, batches, seqs, ["inf", "train"], predictors=["neusight"], quick=quick,
-                     progress=False)
+                     progress=False, attention=attention)
     dt = time.perf_counter() - t0
     why = df.loc[df.error != "", "error"].str.replace(r"\d+", "N", regex=True).str[:70].value_counts()
     return {"configs": len(df), "models": len(set(df.model)), "errors": int((df.error != "").sum()),
@@ -100,6 +101,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-first", action="store_true")
     ap.add_argument("--skip-labelled", action="store_true")
     ap.add_argument("--sizes", default="100,1000,1200,10000")
+    ap.add_argument("--attention", default=None, choices=("eager", "sdpa"),
+                    help="the sweeps' attention (default: each model's Hugging Face default)")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
     res: dict = {"quick": a.quick, "loadavg_start": os.getloadavg()}
@@ -121,7 +124,7 @@ def main(argv=None) -> int:
                       f"   [targets: miss <= {TARGETS['miss']} s, hit <= {TARGETS['hit']} s]", flush=True)
         print("sweeps, cold trace cache, neusight predictor:")
         for n in [int(x) for x in a.sizes.split(",")]:
-            r = sweep_time(n, tmp / f"sweep{n}", a.quick)
+            r = sweep_time(n, tmp / f"sweep{n}", a.quick, a.attention)
             res[f"sweep_{n}"] = r
             print(f"  {r['configs']:6d} configurations ({r['models']} models): {r['seconds']:6.1f} s "
                   f"(tables {r['tables_s']:.1f} s; {r['tables']} tables, {r['derived_tables']} derived; "

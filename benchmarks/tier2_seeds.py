@@ -21,14 +21,14 @@ RUNS = {"2026-11-26-h100": "NVIDIA_H100_80GB_HBM3", "2026-11-26-h200": "NVIDIA_H
 def main() -> None:
     import pandas as pd
 
-    from neusight_core import live, paths
+    from neusight_core import live_report, paths
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0,1,2")
     a = ap.parse_args()
     seeds = tuple(int(x) for x in a.seeds.split(","))
     parts = []
     for run, gpu in RUNS.items():
-        t = live.recorded_predictions(paths.REPO_ROOT / "docs" / "tier2" / run, gpu, seeds)
+        t = live_report.recorded_predictions(paths.REPO_ROOT / "docs" / "tier2" / run, gpu, seeds)
         parts.append(t.assign(run=run))
     t = pd.concat(parts, ignore_index=True)
     s0 = t[t["seed"] == seeds[0]]

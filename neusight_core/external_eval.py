@@ -77,23 +77,23 @@ def local_gemm_shapes(n: int = 200, seed: int = 0, max_bytes: float = 4e9) -> pd
 def measure_local_gemms(shapes: pd.DataFrame, device_name: str, timer=None, budget=None,
                         device: str = "cuda") -> pd.DataFrame:
     """The ``shapes`` (``local_gemm_shapes``) timed on the local GPU with notebook 05's protocol
-    (``live.measure``: warm-up, 25 runs, mean of the 5 fastest; ``F.linear`` in BF16 without bias, as the
+    (``live_harness.measure``: warm-up, 25 runs, mean of the 5 fastest; ``F.linear`` in BF16 without bias, as the
     database), as evaluation rows of ``device_name`` with role ``LOCAL_ROLE``; ``timer``: a fake for tests.
     Rows that ran out of memory or time keep latency NaN and say why in ``status``."""
     import torch
 
-    from neusight_core import live
+    from neusight_core import live_harness, live_kernels
     rows = mk.gemm_kernels(shapes.assign(latency=np.nan), device_name, framework=f"local torch {torch.__version__}")
     rows["role"] = LOCAL_ROLE
-    cfg = live.HarnessConfig(precision="bf16")
+    cfg = live_harness.HarnessConfig(precision="bf16")
     lat, status = [], []
     for _, r in rows.iterrows():
         try:
-            m = live.measure(live.kernel_callable(r, device, torch.bfloat16, bias=False), timer, cfg, budget)
+            m = live_harness.measure(live_kernels.kernel_callable(r, device, torch.bfloat16, bias=False), timer, cfg, budget)
         except Exception as e:  # noqa: BLE001 - an OOM while allocating is recorded, anything else raised
-            if not live._is_oom(e):
+            if not live_harness._is_oom(e):
                 raise
-            m = live.Measurement("OOM", reason=str(e).splitlines()[0][:200])
+            m = live_harness.Measurement("OOM", reason=str(e).splitlines()[0][:200])
         lat.append(m.mean_ms if m.status == "OK" else np.nan)
         status.append(m.status if m.status == "OK" else f"{m.status}: {m.reason}")
     rows["latency_ms"] = lat

@@ -29,7 +29,7 @@ from dataclasses import dataclass, asdict
 from pathlib import Path
 from typing import Callable
 
-from neusight_core import live
+from neusight_core import live, live_harness
 
 # current open models of ours (neusight_core/model_configs), small to large: the small ones are host-bound in
 # eager PyTorch at batch 1, the 7-8B ones are not
@@ -248,23 +248,23 @@ def measure_case(m, cfg, case: ModernCase, device: str, graph: bool = True) -> t
             try:
                 row["kernel_ms"], row["kernels"], row["attention_kernels"], top = kernel_profile(fn)
             except Exception as e:  # noqa: BLE001 - the profiler is optional: the timings stand without it
-                row["reason"] = f"profiler: {live._one_line(e)[:200]}"
+                row["reason"] = f"profiler: {live_harness._one_line(e)[:200]}"
             row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
             if graph:
                 try:
                     torch.cuda.empty_cache()
                     row["graph_ms"], row["graph_status"] = graph_time(fn), "OK"
                 except Exception as e:  # noqa: BLE001 - a step that cannot be captured keeps its eager numbers
-                    row["graph_status"] = ("OOM" if live._is_oom(e) else "ERROR: ") + live._one_line(e)[:200]
+                    row["graph_status"] = ("OOM" if live_harness._is_oom(e) else "ERROR: ") + live_harness._one_line(e)[:200]
                     torch.cuda.synchronize()
         del fn, keep
     except Exception as e:  # noqa: BLE001 - recorded on this case; the other cases are still measured
-        row["status"] = "OOM" if live._is_oom(e) else "ERROR"
-        row["reason"] = live._one_line(e)[:300]
+        row["status"] = "OOM" if live_harness._is_oom(e) else "ERROR"
+        row["reason"] = live_harness._one_line(e)[:300]
     finally:
         if m is not None:
             m.zero_grad(set_to_none=True)
-        live._free_cuda()
+        live_harness._free_cuda()
     return row, top
 
 
@@ -278,9 +278,9 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
     out.mkdir(parents=True, exist_ok=True)
     cases = list(cases if cases is not None else modern_cases())
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
-    clock = live.TimeBudget(time_budget_s)
+    clock = live_harness.TimeBudget(time_budget_s)
     host = host_calibration(device)
-    host.update(live.software_versions())
+    host.update(live_harness.software_versions())
     (out / "modern_host.json").write_text(json.dumps(host, indent=1))
     log(f"[modern] host: {json.dumps({k: v for k, v in host.items() if k.endswith('_us')})}")
     rows, tops = [], {}
@@ -295,8 +295,8 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
             try:
                 m, cfg = build(model, device, tdt, num_layers)
             except Exception as e:  # noqa: BLE001
-                rows += [{**asdict(c), "status": "OOM" if live._is_oom(e) else "ERROR",
-                          "reason": f"building the model failed: {live._one_line(e)[:250]}"} for c in mine]
+                rows += [{**asdict(c), "status": "OOM" if live_harness._is_oom(e) else "ERROR",
+                          "reason": f"building the model failed: {live_harness._one_line(e)[:250]}"} for c in mine]
                 mine = []
         for c in mine:
             if m is None or share.remaining() <= 0:
@@ -312,7 +312,7 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
                 f"{row.get('kernels', 0):.0f} ({time.monotonic() - t0:.1f} s) {row.get('reason', '')}")
             _write_rows(out / "modern_steps.csv", rows)
         del m
-        live._free_cuda()
+        live_harness._free_cuda()
     _write_rows(out / "modern_steps.csv", rows)
     (out / "modern_kernels.json").write_text(json.dumps(tops, indent=1))
     return rows
@@ -388,15 +388,15 @@ def section(out_dir, quick: bool = False, time_budget_s: float = 300, predictors
     and 8 steps of each recorded run. Returns ``status``, ``reason``, ``steps`` (local, or None), ``pred`` (every
     prediction, column ``run``) and ``mape`` (``step_mape`` per run)."""
     import pandas as pd
-    from neusight_core import live, paths
+    from neusight_core import live_harness, paths
     out = Path(out_dir)
-    reason = live.no_gpu_reason()
+    reason = live_harness.no_gpu_reason()
     runs, steps = {}, None
     if reason is None:
         rows = run_modern(out / "modern", modern_cases(quick=quick), device="cuda", time_budget_s=time_budget_s)
         steps = pd.DataFrame(rows)
-        props = live.local_properties()
-        runs["local"] = (steps, live.identify(props).name)
+        props = live_harness.local_properties()
+        runs["local"] = (steps, live_harness.identify(props).name)
     for gpu, folder in RECORDED.items():
         f = paths.REPO_ROOT / folder / "modern_steps.csv"
         if f.is_file():

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("pyarrow")
 pytest.importorskip("aiconfigurator_core")
 
-from neusight_core import devices, measured_kernels as mk  # noqa: E402
+from neusight_core import devices, live_harness, measured_kernels as mk  # noqa: E402
 from neusight_core import predictors as P  # noqa: E402
 from neusight_core.predictors import common, tensor_core as tc  # noqa: E402
 
@@ -345,7 +345,7 @@ def test_heatmap_labels_are_compact():
 
 # ---------------------------------------------------------------- notebook 05: the local GPU as a held-out row
 def test_local_gpu_gemms_with_a_fake_timer(neusight_quick, tmp_path):
-    from neusight_core import external_eval as xe, live
+    from neusight_core import external_eval as xe
     shapes = xe.local_gemm_shapes(n=400, seed=0)
     assert len(shapes) == 400 and set(shapes.columns) >= {"m", "n", "k"}
     db = tc.gemm_rows(["h100_sxm"])
@@ -359,13 +359,13 @@ def test_local_gpu_gemms_with_a_fake_timer(neusight_quick, tmp_path):
         calls.append(tuple(y.shape))
         return 0.01 + 1e-6 * y.shape[0] * y.shape[1]
     rows = xe.measure_local_gemms(small, H100, timer=timer, device="cpu")
-    per = live.WARMUP + live.RUNS
+    per = live_harness.WARMUP + live_harness.RUNS
     assert calls[:per] == [(1, 128)] * per and len(calls) == 3 * per    # y[m, n], F.linear without bias
     assert list(rows["role"]) == [xe.LOCAL_ROLE] * 3 and (rows["status"] == "OK").all()
     assert list(rows["M"]) == [1, 64, 256] and list(rows["N"]) == [64, 128, 512] and list(rows["K"]) == [128, 256, 64]
     assert list(rows["kind"]) == ["GEMM"] * 3
     # a budget spent before the first call: NaN latency and the reason, nothing raised
-    spent = live.TimeBudget(0.0)
+    spent = live_harness.TimeBudget(0.0)
     assert xe.measure_local_gemms(small.iloc[:1], H100, timer=timer, budget=spent, device="cpu")["status"].iloc[0].startswith("BUDGET")
     # the check: every predictor on the measured rows, one metrics row each, role "local GPU"
     with_tc, _ = neusight_quick

@@ -7,7 +7,7 @@ import pandas as pd
 
 import pytest
 
-from neusight_core import live, paths
+from neusight_core import live, live_harness, live_kernels, live_report, paths
 
 GiB = 2**30
 
@@ -31,27 +31,27 @@ def test_mean_of_five_fastest_of_25_after_warmup():
     warm = [1000.0, 900.0, 800.0]                    # warm-up is slow and must be ignored
     timed = [float(x) for x in range(30, 5, -1)]     # 25 values 30..6
     t = FakeTimer(warm + timed)
-    m = live.measure(lambda: None, timer=t)
+    m = live_harness.measure(lambda: None, timer=t)
     assert t.calls == 28 and m.status == "OK" and len(m.times_ms) == 25
     assert m.mean_ms == pytest.approx((6 + 7 + 8 + 9 + 10) / 5)
 
 
 def test_warmup_values_not_counted_even_if_fastest():
     t = FakeTimer([0.001] * 3 + [5.0] * 25)
-    assert live.measure(lambda: None, timer=t).mean_ms == pytest.approx(5.0)
+    assert live_harness.measure(lambda: None, timer=t).mean_ms == pytest.approx(5.0)
 
 
 def test_oom_recorded_not_raised():
     import torch
     t = FakeTimer([1.0] * 30, exc=torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), fail_at=5)
-    m = live.measure(lambda: None, timer=t)
+    m = live_harness.measure(lambda: None, timer=t)
     assert m.status == "OOM" and m.mean_ms is None and "out of memory" in m.reason
 
 
 def test_other_errors_propagate():
     t = FakeTimer([1.0] * 30, exc=ValueError("bad shape"), fail_at=2)
     with pytest.raises(ValueError):
-        live.measure(lambda: None, timer=t)
+        live_harness.measure(lambda: None, timer=t)
 
 
 class Clock:
@@ -64,9 +64,9 @@ class Clock:
 
 def test_time_budget_never_exceeded():
     clock = Clock()
-    budget = live.TimeBudget(10.0, clock=clock)
+    budget = live_harness.TimeBudget(10.0, clock=clock)
     t = FakeTimer([1000.0] * 30, clock=clock, cost_s=1.0)   # each call takes 1 s of (fake) wall time
-    m = live.measure(lambda: None, timer=t, budget=budget)
+    m = live_harness.measure(lambda: None, timer=t, budget=budget)
     assert m.status == "BUDGET" and m.mean_ms is None
     assert clock.t <= 10.0 and t.calls == 10
 
@@ -74,39 +74,39 @@ def test_time_budget_never_exceeded():
 def test_budget_sufficient_gives_result():
     clock = Clock()
     t = FakeTimer([2.0] * 28, clock=clock, cost_s=0.002)
-    m = live.measure(lambda: None, timer=t, budget=live.TimeBudget(1.0, clock=clock))
+    m = live_harness.measure(lambda: None, timer=t, budget=live_harness.TimeBudget(1.0, clock=clock))
     assert m.status == "OK" and m.mean_ms == pytest.approx(2.0)
 
 
 def test_measure_kernels_cpu_records_budget_and_oom():
-    k = live.kernel_sweep(quick=True)
+    k = live_kernels.kernel_sweep(quick=True)
     assert set(k["op_class"]) == {"LINEAR", "BMM", "VEC", "SOFTMAX", "LAYERNORM"}
-    out = live.measure_kernels(k.head(2), timer=FakeTimer([0.5] * 100), device="cpu")
+    out = live_kernels.measure_kernels(k.head(2), timer=FakeTimer([0.5] * 100), device="cpu")
     assert list(out["status"]) == ["OK", "OK"] and out["measured_ms"].tolist() == [0.5, 0.5]
     clock = Clock()
     clock.t = 5.0
-    b = live.TimeBudget(1.0, clock=clock)
+    b = live_harness.TimeBudget(1.0, clock=clock)
     clock.t = 10.0                                             # already over budget
-    out = live.measure_kernels(k.head(2), timer=FakeTimer([0.5] * 100), budget=b, device="cpu")
+    out = live_kernels.measure_kernels(k.head(2), timer=FakeTimer([0.5] * 100), budget=b, device="cpu")
     assert list(out["status"]) == ["BUDGET", "BUDGET"]
 
 
 def test_kernel_callables_run_on_cpu():
-    for _, row in live.kernel_sweep(quick=True).iterrows():
-        y = live.kernel_callable(row, device="cpu")()
+    for _, row in live_kernels.kernel_sweep(quick=True).iterrows():
+        y = live_kernels.kernel_callable(row, device="cpu")()
         assert y.numel() > 0
 
 
 @pytest.mark.parametrize("props,expected", [
-    (live.GpuProperties("NVIDIA H100 80GB HBM3", 80 * GiB, 132), "NVIDIA_H100_80GB_HBM3"),
-    (live.GpuProperties("NVIDIA H100 PCIe", 80 * GiB, 114), "NVIDIA_H100_PCIe"),
-    (live.GpuProperties("NVIDIA H200", 141 * GiB, 132), "NVIDIA_H200"),
-    (live.GpuProperties("NVIDIA A100-PCIE-40GB", 40 * GiB, 108), "NVIDIA_A100-PCIE-40GB"),
-    (live.GpuProperties("NVIDIA A100-SXM4-40GB", 40 * GiB, 108), "NVIDIA_A100-SXM4-40GB"),
-    (live.GpuProperties("NVIDIA A100 80GB PCIe", 80 * GiB, 108), "NVIDIA_A100_80GB_PCIe"),
+    (live_harness.GpuProperties("NVIDIA H100 80GB HBM3", 80 * GiB, 132), "NVIDIA_H100_80GB_HBM3"),
+    (live_harness.GpuProperties("NVIDIA H100 PCIe", 80 * GiB, 114), "NVIDIA_H100_PCIe"),
+    (live_harness.GpuProperties("NVIDIA H200", 141 * GiB, 132), "NVIDIA_H200"),
+    (live_harness.GpuProperties("NVIDIA A100-PCIE-40GB", 40 * GiB, 108), "NVIDIA_A100-PCIE-40GB"),
+    (live_harness.GpuProperties("NVIDIA A100-SXM4-40GB", 40 * GiB, 108), "NVIDIA_A100-SXM4-40GB"),
+    (live_harness.GpuProperties("NVIDIA A100 80GB PCIe", 80 * GiB, 108), "NVIDIA_A100_80GB_PCIe"),
 ])
 def test_identify_known(props, expected):
-    d = live.identify(props)
+    d = live_harness.identify(props)
     # the catalogue may use its own ids for our spec-sheet additions; the family must still match
     assert d.known and not d.estimated_fields
     assert d.name.replace("-", "_").lower().startswith(expected.replace("-", "_").lower()[:16]), d.name
@@ -118,13 +118,13 @@ def test_identify_known(props, expected):
 
 def test_identify_unknown_warns_with_estimated_fields():
     with pytest.warns(UserWarning, match="estimated fields"):
-        d = live.identify(live.GpuProperties("Imaginary GPU X9", 24 * GiB, 77))
+        d = live_harness.identify(live_harness.GpuProperties("Imaginary GPU X9", 24 * GiB, 77))
     assert not d.known and d.name.startswith("UNKNOWN") and "mem_bw_gbs" in d.estimated_fields
 
 
 def test_unknown_gpu_gets_a_derived_entry_that_predicts(release_root):
     with pytest.warns(UserWarning):
-        d = live.identify(live.GpuProperties("Imaginary GPU X9", 24 * GiB, 77))
+        d = live_harness.identify(live_harness.GpuProperties("Imaginary GPU X9", 24 * GiB, 77))
     dev = d.device
     # measured fields kept, the rest from the nearest-SM-count GPU (V100, 80 SMs) with FLOPS scaled
     assert dev.num_sm == 77 and dev.mem_gb == 24.0 and not dev.training
@@ -132,17 +132,17 @@ def test_unknown_gpu_gets_a_derived_entry_that_predicts(release_root):
     v100 = devices.get_device("Tesla_V100-PCIE-32GB")
     assert dev.fp32_gflops == pytest.approx(v100.fp32_gflops * 77 / 80)
     assert "estimated" in dev.source and "V100" in dev.source
-    k = live.kernel_sweep(quick=True)
+    k = live_kernels.kernel_sweep(quick=True)
     pred, why = live.predict_kernels(k, dev, predictor="roofline", quick=True)
     assert why is None and (pred > 0).all()
 
 
 def test_precision_flags():
     import torch
-    live.set_precision("fp32")
+    live_harness.set_precision("fp32")
     assert torch.backends.cuda.matmul.allow_tf32 is False
     with pytest.raises(ValueError):
-        live.set_precision("fp8")
+        live_harness.set_precision("fp8")
 
 
 def test_notebook_quick_cpu_skipped(run_notebook):
@@ -183,7 +183,7 @@ def test_model_built_in_its_dtype_and_not_built_once_budget_is_spent():
     out = live.model_callable(cfg, 1, 8, "inf", device="cpu", dtype=torch.bfloat16)()
     assert out.logits.dtype == torch.bfloat16
     # a spent budget: no model is built (building one can take minutes), status BUDGET with the reason
-    spent = live.TimeBudget(1.0, clock=iter([0.0, 5.0, 5.0]).__next__)
+    spent = live_harness.TimeBudget(1.0, clock=iter([0.0, 5.0, 5.0]).__next__)
     built = []
     orig = live.model_callable
     live.model_callable = lambda *a, **k: built.append(1) or orig(*a, **k)
@@ -202,10 +202,10 @@ def test_label_gap_flag():
 
 def test_bf16_extension_changes_dtype():
     import torch
-    row = live.kernel_sweep(quick=True).iloc[0]
-    cfg = live.HarnessConfig(precision="bf16")
-    assert live.kernel_callable(row, "cpu", dtype=live._dtype(cfg))().dtype == torch.bfloat16
-    assert live.kernel_callable(row, "cpu", dtype=live._dtype(live.HarnessConfig()))().dtype == torch.float32
+    row = live_kernels.kernel_sweep(quick=True).iloc[0]
+    cfg = live_harness.HarnessConfig(precision="bf16")
+    assert live_kernels.kernel_callable(row, "cpu", dtype=live_harness._dtype(cfg))().dtype == torch.bfloat16
+    assert live_kernels.kernel_callable(row, "cpu", dtype=live_harness._dtype(live_harness.HarnessConfig()))().dtype == torch.float32
 
 
 def test_scenario_tables_show_predictions_and_summary_rows():
@@ -213,11 +213,11 @@ def test_scenario_tables_show_predictions_and_summary_rows():
                         "predicted": {"e2e_ms": 12.5, "fw_ms": 4.0}},
                        {"name": "b", "gpu": "", "extension": True, "measured_ms": 3.0, "author_label_ms": 2.0,
                         "predicted": None}])
-    flat = live.flat_table(df)
+    flat = live_report.flat_table(df)
     assert flat.loc[0, "predicted_e2e_ms"] == 12.5 and "predicted" not in flat
     r = {"head": {"predicted_for": "T", "device": None}, "skip": "no GPU", "paper": df,
          "llama": df.iloc[:0], "parallel": df.iloc[:0]}
-    md = live.summary_markdown(r)
+    md = live_report.summary_markdown(r)
     assert "SKIPPED" in md and "| a | G | 12.5 | SKIPPED | — |" in md and "| b (extension) | T | — | 3.0 | 2.0 |" in md
     # a run without a GPU points to the recorded GPU runs, which exist, and quotes none of their numbers
     assert "docs/tier2.md" in md and (paths.REPO_ROOT / "docs" / "tier2.md").is_file()
@@ -232,18 +232,18 @@ def _live_result(**rows):
 
 def test_failed_prediction_is_failed_not_skipped():
     ok = pd.DataFrame([{"name": "a", "predicted": {"e2e_ms": 1.0}, "predicted_reason": None}])
-    assert live.outcome(_live_result(paper=ok)) == ("SKIPPED", "no CUDA GPU here")
+    assert live_report.outcome(_live_result(paper=ok)) == ("SKIPPED", "no CUDA GPU here")
     bad = pd.DataFrame([{"name": "a", "predicted": None,
                          "predicted_reason": "prediction unavailable: DeviceFileError: bad file x.yaml"}])
-    status, reason = live.outcome(_live_result(paper=bad))
+    status, reason = live_report.outcome(_live_result(paper=bad))
     assert status == "FAILED" and "1 of 2 predictions failed" in reason and "x.yaml" in reason
     r = _live_result(paper=bad)
-    assert live.tier2_verdicts(r, status, reason)["summary"] == reason
-    assert "**05_live_gpu FAILED**" in live.summary_markdown(r)
+    assert live_report.tier2_verdicts(r, status, reason)["summary"] == reason
+    assert "**05_live_gpu FAILED**" in live_report.summary_markdown(r)
     # a configuration that cannot run on its GPU is an answer, not a failure
     impossible = pd.DataFrame([{"name": "a", "predicted": None,
                                 "predicted_reason": live.NOT_POSSIBLE + "impossible on H100: at least 237 GB"}])
-    assert live.outcome(_live_result(paper=impossible))[0] == "SKIPPED"
+    assert live_report.outcome(_live_result(paper=impossible))[0] == "SKIPPED"
     # a malformed user device file, end to end: every prediction fails
     p, why = live.predict_model("gpt2_large", "No_Such_GPU", 1, 128, "inf", quick=True)
     assert p is None and why.startswith("prediction unavailable")
@@ -278,13 +278,13 @@ def test_tier2_verdict_counts_only_rows_that_have_a_label():
             {"name": "b", "measured_ms": 100.0, "predicted": {"e2e_ms": 90.0}, **live.label_gap(100.0, 130.0)},
             {"name": "c", "measured_ms": 50.0, "predicted": {"e2e_ms": 50.0}, **live.label_gap(50.0, None)}]
     r = {**_live_result(paper=pd.DataFrame(rows)), "skip": None, "head": {"predicted_for": "T", "device": {"display_name": "G"}}}
-    text = live.tier2_verdicts(r, "OK", "")["summary"]
+    text = live_report.tier2_verdicts(r, "OK", "")["summary"]
     assert "measured 3 scenarios on G" in text and "MAPE 6.7 % over 3" in text and "extensions" not in text
     assert "1 of 2 more than 15 % apart" in text
     # an extension (a model the paper did not measure) gets its own MAPE, never mixed into the paper's
     ext = {"name": "v", "measured_ms": 10.0, "predicted": {"e2e_ms": 15.0}, "extension": True, **live.label_gap(10.0, None)}
     r["vision"] = pd.DataFrame([ext])
-    text = live.tier2_verdicts(r, "OK", "")["summary"]
+    text = live_report.tier2_verdicts(r, "OK", "")["summary"]
     assert "measured 4 scenarios" in text and "MAPE 6.7 % over 3 (extensions, extrapolated: 50.0 % over 1)" in text
 
 
@@ -302,18 +302,18 @@ def test_live_model_predictions_count_no_optimizer_state(monkeypatch, tmp_path):
 def test_sections_share_the_budget_and_pass_on_what_they_leave():
     """Kernels 2 : paper models 4 : Llama 2 : vision 2 : fusion 3 of the time left when each section starts."""
     now = [0.0]
-    total = live.TimeBudget(130.0, clock=lambda: now[0])
-    assert live.section_budget(total, "kernels").seconds == pytest.approx(20.0)
+    total = live_harness.TimeBudget(130.0, clock=lambda: now[0])
+    assert live_harness.section_budget(total, "kernels").seconds == pytest.approx(20.0)
     now[0] = 8.0                                   # the kernels took 8 s of their 20: 122 s left for 4 + 2 + 2 + 3
-    assert live.section_budget(total, "paper").seconds == pytest.approx(122.0 * 4 / 11)
+    assert live_harness.section_budget(total, "paper").seconds == pytest.approx(122.0 * 4 / 11)
     now[0] = 115.0                                 # the models overran: 15 s left for 2 + 2 + 3
-    assert live.section_budget(total, "llama").seconds == pytest.approx(15.0 * 2 / 7)
+    assert live_harness.section_budget(total, "llama").seconds == pytest.approx(15.0 * 2 / 7)
     now[0] = 120.0                                 # 10 s left for 2 + 3
-    assert live.section_budget(total, "vision").seconds == pytest.approx(4.0)
+    assert live_harness.section_budget(total, "vision").seconds == pytest.approx(4.0)
     now[0] = 125.0
-    assert live.section_budget(total, "fusion").seconds == pytest.approx(5.0)   # the last takes all that is left
+    assert live_harness.section_budget(total, "fusion").seconds == pytest.approx(5.0)   # the last takes all that is left
     now[0] = 150.0
-    assert live.section_budget(total, "fusion").seconds == 0.0
+    assert live_harness.section_budget(total, "fusion").seconds == 0.0
 
 
 def test_decode_step_on_a_kv_cache_keeps_its_length_from_call_to_call():
@@ -345,7 +345,7 @@ def test_recorded_run_predicted_again_with_every_seed(tmp_path):
     pd.DataFrame([{"name": "x", "model": "gpt2_large", "batch": 1, "seq": 128, "mode": "inf", "past": 0,
                    "precision": "bf16", "measured_ms": None, "predicted_e2e_ms": 3.0}]
                  ).to_csv(tmp_path / "live_llama.csv", index=False)      # nothing measured: no row
-    t = live.recorded_predictions(tmp_path, "NVIDIA_H100_80GB_HBM3", seeds=(0, 1), quick=True)
+    t = live_report.recorded_predictions(tmp_path, "NVIDIA_H100_80GB_HBM3", seeds=(0, 1), quick=True)
     assert list(t["seed"]) == [0, 1] and set(t["table"]) == {"live_paper"} and set(t["precision"]) == {"fp32"}
     assert (t["measured_ms"] == 10.0).all() and t["pred_ms"].gt(0).all()
     assert t["ape"].to_numpy() == pytest.approx((t["pred_ms"] - 10.0).abs().to_numpy() * 10)
@@ -372,20 +372,20 @@ def test_image_models_run_on_cpu_inference_and_training():
 def test_conv_kernel_sweep_is_resnet50s_training_convolutions_and_runs_on_cpu():
     import torch
     from neusight_core import trace_cache
-    k = live.conv_kernel_sweep()
-    model, batch, size = live.CONV_SWEEP
+    k = live_kernels.conv_kernel_sweep()
+    model, batch, size = live_kernels.CONV_SWEEP
     t = trace_cache.trace(model, batch, size, "train")
     conv = t[t["op_class"] == "CONV"]
     # every convolution of the step, once per distinct shape, with how often it runs
     assert int(k["count"].sum()) == int(conv["count"].sum()) and set(k["sub_op"]) == {"fwd", "dgrad", "wgrad"}
     assert not k.duplicated(["sub_op", "conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride"]).any()
     assert {(1, 1), (3, 2), (7, 2), (3, 1)} <= set(zip(k["conv_k"].astype(int), k["conv_stride"].astype(int)))
-    quick = live.conv_kernel_sweep(quick=True)
+    quick = live_kernels.conv_kernel_sweep(quick=True)
     assert sorted(quick["sub_op"]) == ["dgrad", "fwd", "wgrad"] and (quick["B"] == 2).all()
     # each row's call returns the tensor its kind produces: output, grad of the input, grad of the weight
     for _, row in quick.iterrows():
         n, cin, cout, kk, side = (int(row[c]) for c in ("B", "conv_cin", "conv_cout", "conv_k", "conv_in"))
-        y = live.kernel_callable(row, device="cpu")()
+        y = live_kernels.kernel_callable(row, device="cpu")()
         out = (side + 2 * int(row["conv_pad"]) - kk) // int(row["conv_stride"]) + 1
         want = {"fwd": (n, cout, out, out), "dgrad": (n, cin, side, side), "wgrad": (cout, cin, kk, kk)}
         assert tuple(y.shape) == want[row["sub_op"]] and torch.isfinite(y).all()
@@ -395,7 +395,7 @@ def test_kernel_mape_per_kind_with_convs_by_sub_op():
     k = pd.DataFrame({"op_class": ["LINEAR", "LINEAR", "CONV", "CONV", "CONV"],
                       "sub_op": ["", "", "fwd", "wgrad", "wgrad"],
                       "measured_ms": [1.0, 2.0, 1.0, 1.0, None], "pred_ms": [1.1, 1.8, 0.5, 3.0, 1.0]})
-    t = live.kernel_mape(k).set_index("kind")
+    t = live_kernels.kernel_mape(k).set_index("kind")
     assert list(t.index) == ["LINEAR", "CONV fwd", "CONV wgrad"]      # an unmeasured row is not counted
     assert t.loc["LINEAR", "MAPE %"] == pytest.approx(10.0) and t.loc["LINEAR", "bias %"] == pytest.approx(0.0)
     assert t.loc["CONV wgrad", "kernels"] == 1 and t.loc["CONV wgrad", "bias %"] == pytest.approx(200.0)
@@ -405,7 +405,7 @@ def test_kernel_scatter_colours_convs_by_kind(tmp_path):
     from neusight_core import report
     k = pd.DataFrame({"op_class": ["LINEAR", "CONV", "CONV", "CONV"], "sub_op": ["", "fwd", "dgrad", "wgrad"],
                       "measured_ms": [1.0, 2.0, 3.0, None], "pred_ms": [1.2, 1.5, 6.0, 2.0]})
-    fig = live.plot_kernels(k)
+    fig = live_kernels.plot_kernels(k)
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["LINEAR", "CONV fwd", "CONV dgrad"]
     assert ax.get_xscale() == "log" and len(ax.collections) == 3

@@ -1,0 +1,184 @@
+"""Kernels timed on the local GPU (notebook 05's kernel section): transformer-shaped GEMMs, batched GEMMs and
+vector ops, and the distinct convolutions of a ResNet-50 training step, measured with the harness
+(``live_harness``), with their per-kind error and scatter. Nothing measured here trains a predictor.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from neusight_core.live_harness import HarnessConfig, Measurement, TimeBudget, _dtype, _is_oom, measure
+
+def kernel_sweep(quick: bool = False) -> pd.DataFrame:
+    """Kernel shapes (transformer-derived) in the kernel-table convention of docs/interfaces.md.
+
+    Columns: op_class, sub_op, B, M, N, K, H, flops, bytes_read, bytes_written, dtype.
+    GEMM: [M x N] @ [N x K] (N reduction); vector ops: B rows of length H.
+    """
+    rows = []
+    gemm = [(512, 1024, 1024), (2048, 1024, 4096), (2048, 4096, 1024), (4096, 4096, 4096)]
+    bmm = [(64, 512, 64, 512), (64, 512, 512, 64), (128, 1024, 128, 1024)]
+    vec = [(2048, 1024), (8192, 4096), (16384, 1600)]
+    if quick:
+        gemm, bmm, vec = gemm[:2], bmm[:1], vec[:1]
+    for m, n, k in gemm:
+        rows.append(dict(op_class="LINEAR", sub_op="", B=1, M=m, N=n, K=k, H=np.nan,
+                         flops=2 * m * n * k, bytes_read=4 * (m * n + n * k + k), bytes_written=4 * m * k))
+    for b, m, n, k in bmm:
+        rows.append(dict(op_class="BMM", sub_op="", B=b, M=m, N=n, K=k, H=np.nan,
+                         flops=2 * b * m * n * k, bytes_read=4 * b * (m * n + n * k), bytes_written=4 * b * m * k))
+    for b, h in vec:
+        n = b * h
+        for sub, ins, ops in (("add", 2, 1), ("mul", 2, 1), ("gelu", 1, 1)):
+            rows.append(dict(op_class="VEC", sub_op=sub, B=b, M=np.nan, N=np.nan, K=np.nan, H=h,
+                             flops=ops * n, bytes_read=4 * ins * n, bytes_written=4 * n))
+        rows.append(dict(op_class="SOFTMAX", sub_op="", B=b, M=np.nan, N=np.nan, K=np.nan, H=h,
+                         flops=5 * n, bytes_read=4 * n, bytes_written=4 * n))
+        rows.append(dict(op_class="LAYERNORM", sub_op="", B=b, M=np.nan, N=np.nan, K=np.nan, H=h,
+                         flops=6 * n, bytes_read=4 * n + 8 * h, bytes_written=4 * n))
+    df = pd.DataFrame(rows)
+    df["dtype"] = "float32"
+    df["count"] = 1
+    return df
+
+
+def kernel_callable(row, device: str = "cuda", dtype=None, bias: bool = True) -> Callable[[], object]:
+    """Allocate the row's tensors on ``device`` and return a zero-argument call of the kernel (``bias``: a
+    LINEAR row adds one; the measured BF16 database times ``F.linear`` without)."""
+    import torch
+    import torch.nn.functional as F
+    dt = dtype or torch.float32
+    mk = lambda *s: torch.randn(*[int(x) for x in s], device=device, dtype=dt)  # noqa: E731
+    c = row["op_class"]
+    if c == "LINEAR":
+        x, w, b = mk(row["M"], row["N"]), mk(row["K"], row["N"]), (mk(row["K"]) if bias else None)
+        return lambda: F.linear(x, w, b)
+    if c == "BMM":
+        a, b = mk(row["B"], row["M"], row["N"]), mk(row["B"], row["N"], row["K"])
+        return lambda: torch.bmm(a, b)
+    if c == "CONV":
+        return _conv_callable(row, mk)
+    x = mk(row["B"], row["H"])
+    if c == "SOFTMAX":
+        return lambda: torch.softmax(x, dim=-1)
+    if c == "LAYERNORM":
+        w, b = mk(row["H"]), mk(row["H"])
+        return lambda: F.layer_norm(x, (int(row["H"]),), w, b)
+    y = mk(row["B"], row["H"])
+    fn = {"add": lambda: x + y, "mul": lambda: x * y, "gelu": lambda: F.gelu(x)}
+    if row["sub_op"] not in fn:
+        raise ValueError(f"kernel sweep: unsupported VEC sub_op {row['sub_op']!r}")
+    return fn[row["sub_op"]]
+
+
+def _conv_callable(row, mk) -> Callable[[], object]:
+    """A CONV row's kernel as cuDNN runs it in training: ``fwd`` the convolution, ``dgrad`` the gradient of its
+    input, ``wgrad`` that of its weight (``torch.nn.grad``, which call the same backward kernels as autograd);
+    no bias. cuDNN picks its algorithms by its heuristics (``cudnn.benchmark`` off, torch's default)."""
+    import torch
+    import torch.nn.functional as F
+    from neusight_core import dataset
+    n, cin, cout, k = (int(row[c]) for c in ("B", "conv_cin", "conv_cout", "conv_k"))
+    size, stride, pad, groups = (int(row[c]) for c in ("conv_in", "conv_stride", "conv_pad", "conv_groups"))
+    x, w = mk(n, cin, size, size), mk(cout, cin // groups, k, k)
+    if row["sub_op"] == "fwd":
+        return lambda: F.conv2d(x, w, None, stride, pad, 1, groups)
+    out = int(dataset.conv_out(size, k, stride, pad))
+    go = mk(n, cout, out, out)
+    if row["sub_op"] == "dgrad":
+        return lambda: torch.nn.grad.conv2d_input(x.shape, w, go, stride, pad, 1, groups)
+    if row["sub_op"] == "wgrad":
+        return lambda: torch.nn.grad.conv2d_weight(x, w.shape, go, stride, pad, 1, groups)
+    raise ValueError(f"kernel sweep: unsupported CONV sub_op {row['sub_op']!r}")
+
+
+#: the image model whose convolutions the kernel section measures, and at which batch and image side
+CONV_SWEEP = ("resnet50", 32, 224)
+
+
+def conv_kernel_sweep(quick: bool = False) -> pd.DataFrame:
+    """The distinct convolutions of one ResNet-50 training step (``CONV_SWEEP``; forward, dgrad and wgrad rows
+    of the tracer, ``count`` = how often each occurs in the step), in the kernel-table convention. The release
+    measures forward 3 x 3 stride-1 convolutions only: the strided, 1 x 1 and 7 x 7 ones and every backward row
+    are the extrapolations of issue 26 that a GPU can check. Quick: batch 2, one row of each kind."""
+    from neusight_core import trace_cache
+    model, batch, size = CONV_SWEEP
+    t = trace_cache.trace(model, 2 if quick else batch, size, "train")
+    conv = t[t["op_class"] == "CONV"]
+    keys = ["sub_op", "B", "conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups"]
+    rows = (conv.groupby(keys, sort=False, dropna=False)
+            .agg(**{c: (c, "first") for c in ("M", "N", "K", "H", "flops", "bytes_read", "bytes_written")},
+                 count=("count", "sum"))
+            .reset_index())
+    rows.insert(0, "op_class", "CONV")
+    rows["dtype"] = "float32"
+    if quick:
+        rows = rows.groupby("sub_op", sort=False).head(1)
+    return rows.reset_index(drop=True)
+
+
+def measure_kernels(kernels: pd.DataFrame, timer=None, cfg: HarnessConfig | None = None,
+                    budget: TimeBudget | None = None, device: str = "cuda") -> pd.DataFrame:
+    """Add measured_ms / status / reason per row; OOM and budget stops are recorded, not raised."""
+    out = kernels.copy()
+    res = []
+    from tqdm.auto import tqdm
+    for _, row in tqdm(list(kernels.iterrows()), desc="kernels", leave=False):
+        if budget is not None and budget.remaining() <= 0:
+            res.append(Measurement("BUDGET", reason="time budget exhausted"))
+            continue
+        try:
+            fn = kernel_callable(row, device, dtype=_dtype(cfg))
+        except Exception as e:  # noqa: BLE001
+            if not _is_oom(e):
+                raise
+            res.append(Measurement("OOM", reason="out of memory allocating inputs"))
+            continue
+        res.append(measure(fn, timer, cfg, budget))
+    out["measured_ms"] = [m.mean_ms for m in res]
+    out["status"] = [m.status for m in res]
+    out["reason"] = [m.reason for m in res]
+    return out
+
+
+def skipped_measurements(df: pd.DataFrame, reason: str) -> pd.DataFrame:
+    out = df.copy()
+    out["measured_ms"] = None
+    out["status"] = "SKIPPED"
+    out["reason"] = reason
+    return out
+
+
+def kernel_kind(k: pd.DataFrame) -> pd.Series:
+    """A kernel row's kind: its op class, a CONV row by its sub_op (``CONV fwd``, ``CONV dgrad``, ``CONV wgrad``)."""
+    return k["op_class"].where(k["op_class"] != "CONV", "CONV " + k["sub_op"].astype(str))
+
+
+def kernel_mape(k: pd.DataFrame) -> pd.DataFrame:
+    """Per ``kernel_kind`` of the measured kernel rows: ``kernels`` measured, ``MAPE %`` and ``bias %`` (mean
+    signed error) of ``pred_ms`` against ``measured_ms``."""
+    m = k.dropna(subset=["measured_ms", "pred_ms"])
+    err = (m["pred_ms"] / m["measured_ms"] - 1) * 100
+    return (pd.DataFrame({"kind": kernel_kind(m), "ape": err.abs(), "err": err}).groupby("kind", sort=False)
+            .agg(kernels=("ape", "size"), **{"MAPE %": ("ape", "mean"), "bias %": ("err", "mean")}).reset_index())
+
+
+def plot_kernels(k: pd.DataFrame):
+    """Predicted against measured ms of the measured kernel rows, one colour per ``kernel_kind``, log axes, the
+    exact line dashed. Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+    m = k.dropna(subset=["measured_ms", "pred_ms"])
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    for kind, g in m.groupby(kernel_kind(m), sort=False):
+        ax.scatter(g["measured_ms"].astype(float), g["pred_ms"].astype(float), s=14, label=kind)
+    if len(m):
+        lo = float(m[["measured_ms", "pred_ms"]].astype(float).min().min()) / 2
+        hi = float(m[["measured_ms", "pred_ms"]].astype(float).max().max()) * 2
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+    ax.set_xscale("log"); ax.set_yscale("log")
+    ax.set_xlabel("measured (ms)"); ax.set_ylabel("predicted (ms)")
+    ax.set_title("Kernels on this GPU (dashed: exact)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
