@@ -172,7 +172,7 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
         raise LatencyInputError(f"parallel plan must be one of {', '.join(PLANS)}, got {parallel!r}")
     if dtype not in schema.PRECISIONS:
         raise LatencyInputError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dtype!r}")
-    if attention not in schema.ATTENTIONS:
+    if attention is not None and attention not in schema.ATTENTIONS:     # None: the model's default
         raise LatencyInputError(f"attention must be one of {', '.join(schema.ATTENTIONS)}, got {attention!r}")
     if execution not in schema.EXECUTIONS:
         raise LatencyInputError(f"execution must be one of {', '.join(schema.EXECUTIONS)}, got {execution!r}")
@@ -269,11 +269,10 @@ def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=No
     for an unknown model or GPU)."""
     size = input_size(model, seq, image_size)
     gpus = (4 if parallel else 1) if gpus is None else gpus
-    if attention is None:
-        attention = configs.default_attention(vars(_config_of(model)))
     execution = "eager" if execution is None else execution
-    dev, _ = validate_inputs(model, device, batch, size, mode, parallel, gpus, link_gbs, micro_batches,
-                             past, dtype, attention, execution)
+    dev, cfg = validate_inputs(model, device, batch, size, mode, parallel, gpus, link_gbs, micro_batches,
+                               past, dtype, attention, execution)
+    attention = configs.default_attention(vars(cfg)) if attention is None else attention
     link = None if link_gbs is None else float(link_gbs)
     if parallel is not None and link is None:
         link = dev.link_gbs
