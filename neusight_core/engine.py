@@ -210,7 +210,7 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     group, bucket, same_seq = {}, {}, {}
     for key in keys:
         model, b, s, mode, past = key[:5]
-        g0 = (model, mode, past, b == 1, key[9])
+        g0 = (model, mode, past, b == 1, key[9], key[10])
         group[g0] = group.get(g0, 0) + 1
         g1 = g0 + (int(s).bit_length(),)
         bucket[g1] = bucket.get(g1, 0) + 1
@@ -219,12 +219,10 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     for key, t in sorted(keys.items(), key=lambda kv: kv[0][1] == 1):
         model, b, s, mode, past, fusion, plan, g, mb, dt, att = key
         fam = None
-        g0 = (model, mode, past, b == 1, dt)
-        # derive.py's families are of eager-attention traces: a fused-attention table is always traced
-        if (use_derivation and not fusion and plan is None and att == "eager" and group[g0] >= MIN_FAMILY
-                and key not in image_keys):
+        g0 = (model, mode, past, b == 1, dt, att)
+        if use_derivation and not fusion and plan is None and group[g0] >= MIN_FAMILY and key not in image_keys:
             try:
-                fam = derive.family_for(model, b, s, mode, past=past, dtype=dt,
+                fam = derive.family_for(model, b, s, mode, past=past, dtype=dt, attention=att,
                                         allow_bucket=bucket[g0 + (int(s).bit_length(),)] >= MIN_BUCKET,
                                         allow_fixed=same_seq[g0 + (s,)] >= MIN_FAMILY)
             except Exception:  # noqa: BLE001 - derivation is an optimisation: trace instead

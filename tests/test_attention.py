@@ -212,3 +212,16 @@ def test_execution_table_side_by_side_against_the_floor():
         # the roofline of every kernel is never below the floor of the whole step
         assert (g["e2e_ms"] >= g["floor_ms"]).all() and g["floor_ms"].notna().all()
         assert set(g["fit"]) == {"fits"}
+
+
+@pytest.mark.parametrize("model,mode,seq,past", [("llama2_7b", "inf", 300, 0), ("gpt2_large", "train", 200, 0),
+                                                 ("llama2_7b", "inf", 1, 512)])
+def test_sdpa_tables_are_derived_exactly(model, mode, seq, past):
+    """Shape derivation (derive.py) covers fused-attention tables: the ATTN rows' FLOPs are b s^2, their geometry
+    linear in s, inside its basis; a sweep of sdpa tables need not trace each one."""
+    from neusight_core import derive
+    fam = derive.family_for(model, 4, seq, mode, past=past, dtype="bf16", attention="sdpa", allow_fixed=True)
+    assert fam is not None and fam.ok, getattr(fam, "reason", None)
+    real = trace.trace_model(model, 4, seq, mode, past=past, dtype="bf16", attention="sdpa")
+    assert (real["op_class"] == "ATTN").any()
+    assert derive.compare(fam.table(4, seq), real) == ""

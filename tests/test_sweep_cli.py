@@ -83,8 +83,7 @@ def test_short_sequences_share_one_family_per_seq_and_equal_real_traces(cache_di
     assert derive.compare(fam.table(5, 7), trace.trace_model("gpt2_large", 5, 7, "inf")) == ""
     assert derive.family_for("gpt2_large", 5, 7, "inf", past=0) is None     # without allow_fixed: a real trace
     # in a sweep, batches 2..5 at seq 7 are derived, not traced one by one
-    df = sweep.sweep(["gpt2_large"], ["H100"], [2, 3, 4, 5], [7], predictors=["roofline"], quick=True, progress=False,
-                     attention="eager")     # derive.py's families are of eager-attention traces
+    df = sweep.sweep(["gpt2_large"], ["H100"], [2, 3, 4, 5], [7], predictors=["roofline"], quick=True, progress=False)
     assert (df.error == "").all() and df.derived.all()
 
 
