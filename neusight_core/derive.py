@@ -434,10 +434,9 @@ class Family:
         sig_j = [j for j in num_j if not self.nan[:, j].all()]
         flat = self.values[:, :, sig_j].transpose(1, 0, 2).reshape(n, -1).astype(float)
         nanflat = np.repeat(self.nan[:, sig_j], 1, axis=1)
-        for k in range(flat.shape[1]):
-            sig[f"v{k}"] = flat[:, k]
-        for k in range(nanflat.shape[1]):
-            sig[f"n{k}"] = nanflat[:, k]
+        # the value and NaN columns at once (one column at a time fragments the frame: pandas warns per sweep)
+        sig = pd.concat([sig, pd.DataFrame(flat, columns=[f"v{k}" for k in range(flat.shape[1])]),
+                         pd.DataFrame(nanflat, columns=[f"n{k}" for k in range(nanflat.shape[1])])], axis=1)
         gid = sig.groupby(list(sig.columns), sort=False, dropna=False).ngroup().to_numpy()
         first = pd.Series(np.arange(n)).groupby(gid).first().to_numpy()
         base_count = self.values[0, :, cnt_j].astype(float) if cnt_j is not None else np.ones(n)
