@@ -82,6 +82,13 @@ def test_nothing_finished_keeps_nothing_and_other_errors_leave_nothing(tmp_path,
     assert list(tmp_path.iterdir()) == []
 
 
+def _ctrl_c_delivered() -> None:
+    """In the child before it starts: SIGINT back to its default. A job started in the background by a
+    non-interactive shell (a CI runner, `cmd &`) inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt: the child would not see the Ctrl-C this test sends, as a terminal user's sweep would."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 CHILD = textwrap.dedent("""
     import sys, time
     import pandas as pd
@@ -105,7 +112,7 @@ def test_a_signal_keeps_the_partial_file_and_leaves_no_tmp(tmp_path, sig, code, 
     out = tmp_path / "s.csv"
     env = {**os.environ, "PYTHONPATH": str(paths.REPO_ROOT)}
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env, cwd=tmp_path)
+                             text=True, env=env, cwd=tmp_path, preexec_fn=_ctrl_c_delivered)
     try:
         assert child.stdout.readline().strip() == "ready"
         child.send_signal(sig)
@@ -125,7 +132,8 @@ def test_the_cli_sweep_keeps_its_partial_rows(tmp_path, sig, code, release_root)
     argv = [sys.executable, "-m", "neusight_core", "sweep", "--predictor", "roofline", "--model", "gpt2_large",
             "--device", "H100,A100", "--batch", "1,2,3,4,5,6", "--seq", "128", "--chunk", "2", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(paths.REPO_ROOT), "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-    child = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    child = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+                             preexec_fn=_ctrl_c_delivered)
     try:
         for line in child.stderr:
             if line.startswith("part 3/"):
