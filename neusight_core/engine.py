@@ -457,8 +457,41 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
         col = [mem.get((tab_of[i], cfg_dev[i]), {}).get(c) if good[i] else None for i in range(n)]
         out[c] = pd.Series(col, dtype=object if c in ("memory_fits", "memory_verdict") else float)
     out["memory_verdict"] = out["memory_verdict"].fillna("")
+    # a row without a footprint (a derived table, or memory_columns=False) still says whether it can fit: the lower
+    # bound of scenario.validate_inputs (weights + one activation + KV cache) against the GPU's memory
+    for i in np.flatnonzero(good & (out["memory_verdict"] == "").to_numpy()):
+        out.loc[i, ["memory_fits", "memory_verdict"]] = _lower_bound_verdict(norm[i])
     out["error"] = errors
     return out[COLUMNS], comm
+
+
+def _lower_bound_verdict(r: dict) -> tuple:
+    """(fits, verdict) of a request without a footprint: "does not fit" when even ``memory.min_memory_gb`` exceeds
+    the GPU's memory, else unknown (None) with that bound."""
+    from neusight_core import devices, scenario
+    dims = _dims(r["model"] if isinstance(r["model"], str) else id(r["model"]), r["model"])
+    size = r["seq"] if r.get("image_size") is None else r["image_size"]
+    need = memory.min_memory_gb(dims, r["batch"], size, r["mode"], r["parallel"], r["gpus"], r["past"], r["dtype"])
+    have = devices.get_device(r["device"]).mem_gb
+    per = " per GPU" if r["parallel"] else ""
+    if need > have:
+        return False, f"does not fit: needs at least {need:,.1f} GB{per} (weights + one activation), has {have:g} GB"
+    return None, f"not computed (no trace of this table): at least {need:,.1f} GB{per} of {have:g} GB"
+
+
+_DIMS: dict = {}
+
+
+def _dims(key, model) -> dict:
+    """``scenario.check_config`` of a model, once per model and process (image models with their channels)."""
+    if key not in _DIMS:
+        from neusight_core import scenario
+        cfg = scenario._config_of(model)
+        dims = scenario.check_config(cfg)
+        if scenario.is_image(model):
+            dims["image channels"] = int(getattr(cfg, "num_channels", 3) or 3)
+        _DIMS[key] = dims
+    return _DIMS[key]
 
 
 def _memory(full, norm, ok, tab_of, optimizer, master_weights, raise_errors=False) -> dict:

@@ -35,6 +35,9 @@ import pandas as pd
 from neusight_core import engine
 # the engine's names for a configuration frame; compact_table / kernel_table: the tables it predicts from
 from neusight_core.engine import INPUTS, RESULTS, SweepInputError
+
+#: the memory columns a sweep keeps: whether the configuration fits (False / None when unknown) and why
+MEMORY_VERDICT = ["memory_fits", "memory_verdict"]
 from neusight_core.tables import compact_table, kernel_table
 
 __all__ = ["INPUTS", "RESULTS", "CsvTarget", "SweepInputError", "chunks", "compact_table", "grid", "kernel_table",
@@ -119,14 +122,15 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
         progress: bool = True, use_derivation: bool = True) -> pd.DataFrame:
     """Predict every row of ``configs`` (columns ``INPUTS``; missing ones take defaults) with every
     predictor and seed: ``engine.predict``'s rows (one per configuration x predictor x seed), its columns
-    ``INPUTS`` + ``RESULTS`` (the inputs with the device as its catalogue name, ``predictor``, ``seed``,
+    ``INPUTS`` + ``RESULTS`` + ``MEMORY_VERDICT`` (the inputs with the device as its catalogue name, ``predictor``, ``seed``,
     ``e2e_ms``, ``fw_ms``, ``bw_ms``, ``acc_ms``, ``comm_ms``, ``comm_exposed_ms``, ``<CLASS>_ms`` per op
     class, ``kernels`` (launches), ``derived`` (table from shape derivation, not a trace) and ``error``
     ('' when predicted)). ``predictors``: names, or (label, trained predictor) pairs. Wall times are in
     ``attrs`` (``tables_s``, ``predict_s``, ``total_s``)."""
     out = engine.predict(configs, predictors, seeds, quick=quick, progress=progress, use_derivation=use_derivation,
                          memory_columns=False)
-    return out[INPUTS + RESULTS]
+    # no footprints (a sweep would have to trace every table): each row's verdict from the lower bound
+    return out[INPUTS + RESULTS[:-1] + MEMORY_VERDICT + RESULTS[-1:]]
 
 
 # ------------------------------------------------------------------------------ writing a sweep (``sweep --out``)

@@ -33,3 +33,17 @@ def test_a_bad_request_gets_its_error_and_the_others_their_answer(bad, words):
 def test_a_frame_with_an_infinite_cell():
     df = engine.predict(pd.DataFrame([GOOD, dict(GOOD, batch=np.inf)]), "roofline")
     assert df["error"].iloc[0] == "" and "batch must be an integer" in df["error"].iloc[1]
+
+
+def test_every_sweep_row_says_whether_it_fits():
+    """Issue 36 item 5: a run that cannot happen is marked in its own row, from every entry point."""
+    from neusight_core import sweep
+    df = sweep.sweep(["llama2_70b", "gpt2_large"], ["P4"], [64], [512], ["train"], predictors=["roofline"],
+                     progress=False)
+    big, small = df.iloc[0], df.iloc[1]
+    assert big["memory_fits"] is False or big["memory_fits"] == False  # noqa: E712 - object column
+    assert big["memory_verdict"].startswith("does not fit: needs at least") and "has 8 GB" in big["memory_verdict"]
+    assert pd.isna(small["memory_fits"]) and small["memory_verdict"].startswith("not computed")
+    # derived tables in the engine get the same verdict; traced ones keep their footprint's
+    e = engine.predict([dict(model="llama2_70b", device="P4", batch=1, seq=128)], "roofline")
+    assert e["memory_verdict"].iloc[0].startswith("does not fit")
