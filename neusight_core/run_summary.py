@@ -128,6 +128,28 @@ def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
     return lines
 
 
+def weights_lines(quick: bool, recipes=("neusight", "neusight-paper"), seeds=(0, 1, 2)) -> list[str]:
+    """One line per NeuSight recipe: where and how long its weights of this mode trained (issue 36: on the GPU
+    when there is one), from their meta.json; weights not there are not listed."""
+    from neusight_core import predictors as P
+    out = []
+    for name in recipes:
+        where, secs = {}, []
+        for s in seeds:
+            try:
+                info = json.loads((P.folder(name, quick, s) / "meta.json").read_text()).get("info", {})
+            except (OSError, ValueError, AttributeError):
+                continue
+            where.setdefault(info.get("trained_on") or "cpu (not recorded: trained before issue 36)", []).append(s)
+            if isinstance(info.get("train_seconds"), (int, float)):
+                secs.append(info["train_seconds"])
+        if where:
+            took = f" in {min(secs):.0f}-{max(secs):.0f} s per seed" if secs else ""
+            out.append(f"- {name} ({'quick' if quick else 'full'} weights){took}: " + "; ".join(
+                f"seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))} trained on {k}" for k, v in where.items()))
+    return out
+
+
 def write_summary(run_dir: Path, results: list[NotebookResult], env: dict, quick: bool, total: float,
                   interrupted: str | None = None, tarball: str | None = None) -> Path:
     icon = {"OK": "OK", "SKIPPED": "SKIPPED", "FAILED": "**FAILED**", "INTERRUPTED": "**INTERRUPTED**"}
@@ -147,6 +169,7 @@ def write_summary(run_dir: Path, results: list[NotebookResult], env: dict, quick
               f"- Python {env.get('python', '?')} on {env.get('platform', '?')}; GPU: "
               + (", ".join(env['gpu']['names']) if env.get('gpu', {}).get('available')
                  else f"none ({env.get('gpu', {}).get('reason', '')})"),
+              *weights_lines(quick),
               *([f"- tarball: {tarball}"] if tarball else []),
               *[f"- {r.name} ran with --param {format_params(r.parameters)}" for r in results if r.parameters],
               "", "| notebook | status | wall time (s) | reason |", "|---|---|---:|---|"]

@@ -279,8 +279,12 @@ def environment() -> dict:
     }
 
 
+def tarball_path(run_dir: Path) -> Path:
+    return run_dir.parent / f"neusight_results_{run_dir.name}.tar.gz"
+
+
 def make_tarball(run_dir: Path) -> Path:
-    tar_path = run_dir.parent / f"neusight_results_{run_dir.name}.tar.gz"
+    tar_path = tarball_path(run_dir)
     tmp = tar_path.with_name(tar_path.name + ".part")
     try:
         with tarfile.open(tmp, "w:gz") as tar:
@@ -452,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
 
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     print(f"NeuSight artifact: {len(notebooks)} notebook(s), {'quick' if a.quick else 'full'} mode -> {run_dir}", flush=True)
+    if not a.only:       # a whole run (the figures are for whole runs)
+        from neusight_core import run_estimate
+        print(f"  {run_estimate.line(run_dir.parent, a.quick)}", flush=True)
     for stem, given in a.params.items():
         if given:
             print(f"  {stem} parameters: {format_params(given)}", flush=True)
@@ -493,7 +500,10 @@ def main(argv: list[str] | None = None) -> int:
         env = {"error": f"environment capture failed: {e}"}
     sig = interrupted.signame if interrupted else None
     try:
-        summary = write_record(run_dir, results, env, a.quick, total, sig)
+        # the tarball is made after the record, which already names it (run.json said null before, issue 36);
+        # if making it fails, the record is written again with why
+        summary = write_record(run_dir, results, env, a.quick, total, sig,
+                               tarball=None if interrupted else str(tarball_path(run_dir)))
     except OSError as e:
         (run_dir / LOCK_FILE).unlink(missing_ok=True)
         what = disk_full_reason(e, run_dir) if is_disk_full(e) else f"{e.strerror or e} ({e.filename or run_dir})"
@@ -509,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         tar = make_tarball(run_dir)
     except OSError as e:
-        tar_name = run_dir.parent / f"neusight_results_{run_dir.name}.tar.gz"
+        tar_name = tarball_path(run_dir)
         why = disk_full_reason(e, tar_name) if is_disk_full(e) else f"{e.strerror or e}"
         note = (f"FAILED: {why}; no tarball was made (the run folder is complete: "
                 f"`tar czf neusight_results_{run_dir.name}.tar.gz {run_dir.name}` where there is room)")

@@ -32,6 +32,9 @@ def test_run_all_continues_past_failure(tmp_path):
         names = tar.getnames()
     assert "run1/SUMMARY.md" in names and "run1/01_ok/metrics.json" in names
     assert "[2/3] 02_fails FAILED" in proc.stdout
+    # the record names the tarball it sits in (it said null before, issue 36)
+    assert os.path.samefile(run["tarball"], tmp_path / "neusight_results_run1.tar.gz")
+    assert "expected: about" in proc.stdout          # a whole run says at its start how long it will take
 
 
 def test_only_selects_and_unknown_is_an_error(tmp_path):

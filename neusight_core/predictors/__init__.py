@@ -238,11 +238,13 @@ def describe(p: KernelPredictor, quick: bool) -> dict:
             "recipe": str(recipe.relative_to(paths.REPO_ROOT)) if recipe.is_file() else None,
             "folder": str(f) if (f / "meta.json").is_file() else None,
             "config_hash": config_hash(p.name, {**p.config, "seed": p.seed})[:12],
-            "train_seconds": (p.info or {}).get("train_seconds")}
+            "train_seconds": (p.info or {}).get("train_seconds"),
+            "trained_on": (p.info or {}).get("trained_on")}
 
 
 def describe_line(d: dict) -> str:
     trained = f", trained in {d['train_seconds']:.0f} s" if d.get("train_seconds") else ""
+    trained += f" on {d['trained_on'].split(' (')[0]}" if trained and d.get("trained_on") else ""
     where = f"; {d['folder']}" if d.get("folder") else ""
     recipe = f", recipe {d['recipe']}" if d.get("recipe") else ""
     return f"{d['predictor']} seed {d['seed']}, {d['weights']} weights{recipe}{trained}{where}"
@@ -314,7 +316,17 @@ def _fit(p: KernelPredictor, train, quick: bool) -> None:
     why = _tensor_core_missing(p)
     if not why:
         p.fit(train, quick=quick)
-        return
+    else:
+        _fit_without_tensor_core(p, train, quick, why)
+    # where it trained (issue 36): the weights' meta.json, `describe` and SUMMARY.md say it
+    if p.trains_mlps:
+        from neusight_core.predictors.nets import device_label
+        p.info["trained_on"] = device_label()
+    else:
+        p.info["trained_on"] = "cpu (numpy)"
+
+
+def _fit_without_tensor_core(p: KernelPredictor, train, quick: bool, why: str) -> None:
     print(f"note: training {p.name} seed {p.seed} without its BF16 tensor-core networks ({why})",
           file=sys.stderr, flush=True)
     tc, p.tc = p.tc, None

@@ -131,6 +131,9 @@ def without_attrs(kernels: pd.DataFrame) -> pd.DataFrame:
 class KernelPredictor:
     """One per method. ``predict`` returns ms per launch (not times ``count``), > 0; COMM rows 0."""
     name = "base"
+    #: whether ``fit`` trains torch MLPs (``nets.train_loop``: on the GPU when there is one); the others fit
+    #: with numpy on the CPU
+    trains_mlps = False
 
     def __init__(self, config: dict | None = None, seed: int = 0):
         self.config = {**self.default_config(), **(config or {})}

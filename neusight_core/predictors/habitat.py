@@ -47,6 +47,7 @@ def _conv_backward_scale(kernels: pd.DataFrame) -> np.ndarray:
 
 class HabitatPredictor(KernelPredictor):
     name = "habitat"
+    trains_mlps = True
 
     @classmethod
     def default_config(cls) -> dict:
@@ -65,7 +66,7 @@ class HabitatPredictor(KernelPredictor):
     def fit(self, train, quick: bool = False) -> None:
         import torch
 
-        from neusight_core.predictors.nets import train_loop
+        from neusight_core.predictors.nets import as_tensors, train_loop
         torch.manual_seed(self.seed)
         k = train.kernels
         ep = self.config["quick_epochs"] if quick else self.config["epochs"]
@@ -79,8 +80,7 @@ class HabitatPredictor(KernelPredictor):
                 X = _gemm_x(df, dev, _features(cls))
                 mu, sd = X.mean(0), X.std(0) + 1e-9
                 self.norm[cls] = (mu, sd)
-                Xt = torch.tensor((X - mu) / sd, dtype=torch.float32)
-                y = torch.tensor(df["latency_ms"].to_numpy(float), dtype=torch.float32)
+                Xt, y = as_tensors((X - mu) / sd, df["latency_ms"].to_numpy(float))
                 net = self._net(len(_features(cls)))
                 self.nets[cls] = net
 

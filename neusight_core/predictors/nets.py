@@ -5,10 +5,43 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 
 import numpy as np
 import torch
 from torch import nn
+
+#: NEUSIGHT_TRAIN_DEVICE: where the MLPs train. ``auto`` (the default): the first CUDA GPU when torch sees
+#: one (the authors trained on GPUs), else the CPU; ``cpu`` / ``cuda`` force one.
+TRAIN_DEVICES = ("auto", "cpu", "cuda")
+
+
+def training_device() -> torch.device:
+    """The device the MLPs train on (``NEUSIGHT_TRAIN_DEVICE``, see ``TRAIN_DEVICES``)."""
+    want = os.environ.get("NEUSIGHT_TRAIN_DEVICE", "auto").strip().lower() or "auto"
+    if want not in TRAIN_DEVICES:
+        raise ValueError(f"NEUSIGHT_TRAIN_DEVICE must be one of {', '.join(TRAIN_DEVICES)}, got {want!r}")
+    if want == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("NEUSIGHT_TRAIN_DEVICE=cuda but torch sees no CUDA GPU "
+                           f"(torch {torch.__version__}, {'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU build'})")
+    if want == "cpu" or (want == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def device_label(dev: torch.device | None = None) -> str:
+    """Where weights were trained, for their metadata and SUMMARY.md: ``cpu (1 thread, torch 2.13.0)`` or
+    ``cuda: NVIDIA H100 80GB HBM3 (torch 2.11.0+cu130)``."""
+    dev = training_device() if dev is None else dev
+    if dev.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(dev)} (torch {torch.__version__})"
+    return f"cpu (1 thread, torch {torch.__version__})"
+
+
+def as_tensors(*arrays) -> list[torch.Tensor]:
+    """float32 tensors of ``arrays`` on the training device (the data a ``ratio_fn`` closes over)."""
+    dev = training_device()
+    return [torch.as_tensor(np.asarray(a, dtype=np.float32), device=dev) for a in arrays]
 
 
 class MLP(nn.Module):
@@ -87,7 +120,13 @@ def train_loop(model: nn.Module, ratio_fn, n: int, val_idx: np.ndarray, epochs: 
     ``optimizer`` adam | adamw (torch's AdamW, default decay 0.01 unless ``weight_decay`` is given),
     ``schedule`` onecycle | constant; ``val_weight`` weights the validation APEs (e.g. by kernel
     time). ``grad_clip`` caps the global norm of each step's gradient (None: no cap, as the authors
-    train). An epoch whose loss is not finite ends training; the best earlier epoch is kept."""
+    train). An epoch whose loss is not finite ends training; the best earlier epoch is kept.
+
+    The model moves to ``training_device()``; ``ratio_fn``'s tensors must live there (``as_tensors``). The
+    batch order comes from a CPU generator on every device, so a seed draws the same batches on a GPU; the
+    GPU's float reductions differ from the CPU's, so its weights are another draw of the seed, not the same
+    bits (the CPU path is deterministic and unchanged)."""
+    model.to(training_device())
     with flush_denormals(), one_thread():
         return _train_loop(model, ratio_fn, n, val_idx, epochs, batch, lr, loss, seed, bar, weight_decay, optimizer,
                            schedule, val_weight, grad_clip)
@@ -96,11 +135,13 @@ def train_loop(model: nn.Module, ratio_fn, n: int, val_idx: np.ndarray, epochs: 
 def _train_loop(model, ratio_fn, n, val_idx, epochs, batch, lr, loss, seed, bar, weight_decay, optimizer, schedule,
                 val_weight, grad_clip=None) -> dict:
     g = torch.Generator().manual_seed(seed)
+    dev = next(model.parameters()).device
     mask = np.ones(n, bool)
     mask[val_idx] = False
     train_idx = torch.from_numpy(np.flatnonzero(mask))
-    val_t = torch.from_numpy(np.asarray(val_idx, dtype=np.int64))
-    vw = None if val_weight is None else torch.as_tensor(np.asarray(val_weight, float)[val_idx], dtype=torch.float32)
+    val_t = torch.from_numpy(np.asarray(val_idx, dtype=np.int64)).to(dev)
+    vw = None if val_weight is None else torch.as_tensor(np.asarray(val_weight, float)[val_idx], dtype=torch.float32,
+                                                         device=dev)
     # fused=True: the same update in one kernel per step. On one CPU core the unfused AdamW step of the
     # 8 x 512 MLP took 5.1 ms of a 13.3 ms step (batch 128), the fused one 1.0 ms (torch 2.13, AVX-512)
     if optimizer == "adamw":
@@ -120,22 +161,33 @@ def _train_loop(model, ratio_fn, n, val_idx, epochs, batch, lr, loss, seed, bar,
     best = (float("inf"), None, -1)
     history = []
     diverged = False
+    # On the CPU a non-finite loss stops the epoch at once. On a GPU that test would wait for every step's
+    # kernels (a host-device sync per step, the launches no longer run ahead); there the steps' flags are
+    # collected and read once per epoch. Either way the weights kept are those of the best finite epoch before.
+    on_cpu = dev.type == "cpu"
     for ep in range(epochs):
         model.train()
-        perm = train_idx[torch.randperm(len(train_idx), generator=g)]
+        # drawn on the CPU (the same order on every device), then one copy per epoch to the device
+        perm = train_idx[torch.randperm(len(train_idx), generator=g)].to(dev)
+        nonfinite = torch.zeros((), dtype=torch.bool, device=dev)
         for s in range(steps_per_epoch):
             idx = perm[s * batch:(s + 1) * batch]
             opt.zero_grad()
             lv = relative_loss(ratio_fn(idx), loss)
-            if not torch.isfinite(lv):
-                diverged = True
-                break
+            if on_cpu:
+                if not torch.isfinite(lv):
+                    diverged = True
+                    break
+            else:
+                nonfinite |= ~torch.isfinite(lv)
             lv.backward()
             if grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             opt.step()
             if sched is not None:
                 sched.step()
+        if not on_cpu and bool(nonfinite):
+            diverged = True
         if diverged:
             history.append(float("nan"))
             if bar is not None:

@@ -113,6 +113,7 @@ class NeuSightPredictor(KernelPredictor):
     (``recipes/neusight-logo.yaml``, chosen on the training GPUs' kernels only). The authors' recipe and
     ours are the subclasses below."""
     name = "neusight-logo"
+    trains_mlps = True
 
     @classmethod
     def default_config(cls) -> dict:
@@ -251,17 +252,15 @@ class NeuSightPredictor(KernelPredictor):
     def _fit_class(self, df: pd.DataFrame, cls: str, epochs: int, bar) -> dict:
         import torch
 
-        from neusight_core.predictors.nets import train_loop
+        from neusight_core.predictors.nets import as_tensors, train_loop
         dev = common.device_arrays(df)
         X, waves, base = self._inputs(df, dev, df["tile_m"], df["tile_k"], df["tile"])
         y = df["latency_ms"].to_numpy(float)
         mu, sd = X.mean(0), X.std(0) + 1e-6
         self.norm[cls] = (mu, sd)
         self.range[cls] = (X.min(0), X.max(0))
-        Xt = torch.tensor(self._scale(cls, X), dtype=torch.float32)
-        wt = torch.tensor(waves, dtype=torch.float32)
         # work with base / y (the roofline's ratio to the measurement) so the loss sees ratios only
-        by = torch.tensor(base / y, dtype=torch.float32)
+        Xt, wt, by = as_tensors(self._scale(cls, X), waves, base / y)
         val = split_validation(len(df), self.config["val_fraction"], self.seed)
         # "time": validation APE weighted by the measured time, so the best epoch is the one that is
         # right about the kernels that dominate a model's run time, not about the many tiny ones

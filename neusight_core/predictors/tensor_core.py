@@ -243,7 +243,7 @@ class TensorCoreNets:
         ``training_kernels``); ``quick``: ``quick_rows_per_gpu`` rows and ``quick_epochs``."""
         import torch
 
-        from neusight_core.predictors.nets import MLP, train_loop
+        from neusight_core.predictors.nets import MLP, as_tensors, train_loop
         c = self.config
         if kernels is None:
             kernels = training_kernels(c["networks"])
@@ -261,9 +261,7 @@ class TensorCoreNets:
                 y = df["latency_ms"].to_numpy(float)
                 mu, sd = X.mean(0), X.std(0) + 1e-6
                 self.norm[net] = (mu, sd)
-                Xt = torch.tensor((X - mu) / sd, dtype=torch.float32)
-                wt = torch.tensor(waves, dtype=torch.float32)
-                by = torch.tensor(base / y, dtype=torch.float32)
+                Xt, wt, by = as_tensors((X - mu) / sd, waves, base / y)
                 val = split_validation(len(df), float(c["val_fraction"]), self.seed)
                 # its own seed per network: adding or dropping a network moves no other network's RNG
                 net_seed = self.seed * 1000 + 500 + NETWORKS.index(net)
