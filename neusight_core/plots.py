@@ -221,10 +221,21 @@ def compact_number(v: float) -> str:
     return f"{v:.0f}" if a >= 10 else f"{v:.2g}"
 
 
+def _blank_cell(fit, gpus) -> str:
+    """The text of a heat-map cell without a time: why there is none."""
+    fit = fit if isinstance(fit, str) else ""
+    if fit.startswith("does not fit"):
+        return "does not\nfit"
+    if "no NVLink" in fit:
+        return f"tp{int(gpus)}:\nno link\nmodel" if gpus and gpus > 1 else "no link\nmodel"
+    return "n/a"
+
+
 def plot_latency_heatmap(rows: pd.DataFrame, title: str, note: str, ncols: int = 3) -> matplotlib.figure.Figure:
     """Predicted latency (ms) per GPU (``gpu_short``) x batch, one panel per (model, workload) of ``rows``
     (columns latency_ms, gpus): colour on a log scale, a compact number in each cell (``compact_number``;
-    ``(tpN)`` when split over N GPUs), blank cells grey and labelled n/a (``note`` says why), no grid lines."""
+    ``(tpN)`` when split over N GPUs), blank cells grey and labelled with why (column ``fit``: "does not fit",
+    "tpN: no link model"; else n/a, ``note`` says why), no grid lines."""
     panels = list(rows.groupby(["model", "workload"], sort=False).groups)
     nrow = int(np.ceil(len(panels) / ncols))
     fig, axes = plt.subplots(nrow, ncols, figsize=(5.2 * ncols, 4.8 * nrow + 0.4), squeeze=False)
@@ -233,6 +244,9 @@ def plot_latency_heatmap(rows: pd.DataFrame, title: str, note: str, ncols: int =
         t = sel.pivot_table(index="gpu_short", columns="batch", values="latency_ms", dropna=False)
         plans = sel.pivot_table(index="gpu_short", columns="batch", values="gpus", dropna=False).reindex(
             index=t.index, columns=t.columns)
+        # why a cell has no time, in the cell (issue 36 item 6): does not fit, or a split with no link model
+        fit = (sel.pivot_table(index="gpu_short", columns="batch", values="fit", aggfunc="first", dropna=False)
+               .reindex(index=t.index, columns=t.columns) if "fit" in sel else None)
         z = np.log10(t.to_numpy(float))
         cmap = matplotlib.colormaps["viridis_r"].copy()
         cmap.set_bad("0.92")
@@ -245,7 +259,8 @@ def plot_latency_heatmap(rows: pd.DataFrame, title: str, note: str, ncols: int =
             for j in range(t.shape[1]):
                 v, n = t.iat[i, j], plans.iat[i, j]
                 dark = np.isfinite(v) and (np.log10(v) - lo) / max(hi - lo, 1e-9) > 0.5   # viridis_r: high = dark
-                text = "n/a" if not np.isfinite(v) else compact_number(v) + (f"\n(tp{int(n)})" if n > 1 else "")
+                text = (_blank_cell(None if fit is None else fit.iat[i, j], n) if not np.isfinite(v)
+                        else compact_number(v) + (f"\n(tp{int(n)})" if n > 1 else ""))
                 ax.text(j, i, text, ha="center", va="center", fontsize=6, color="w" if dark else "k")
         cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
         cb.set_label("log10 ms", fontsize=7)

@@ -349,8 +349,9 @@ def run(gpus=None, dtypes=("bf16", "fp32"), quick: bool = False, predictor="neus
         gpu_price_per_hour: float | None = None, max_gpus: int = 8, optimizer: str = "adamw",
         progress=None) -> pd.DataFrame:
     """One row per (scenario, dtype, GPU): the single-GPU prediction, or the smaller TP split (2 or
-    ``max_gpus`` GPUs) whose per-GPU memory fits, or ``does not fit on max_gpus``. GPUs without
-    NVLink get no TP latency. Predictions of identical kernels are shared (``predict_unique``)."""
+    ``max_gpus`` GPUs) whose per-GPU memory fits, or ``does not fit on max_gpus`` with no latency (a time for a
+    run that cannot happen would show in every table and figure). GPUs without NVLink get no TP latency. Predictions
+    of identical kernels are shared (``predict_unique``)."""
     gpus = list(gpus or catalogue_gpus())
     pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     tensor_core = bool(getattr(getattr(pred, "tc", None), "nets", None))   # BF16 networks (issue 25)
@@ -383,9 +384,13 @@ def run(gpus=None, dtypes=("bf16", "fp32"), quick: bool = False, predictor="neus
                     kn, m = plans[1]
                     n_used = 1
                     verdict = f"does not fit on {max_gpus}: needs {m['total_gib']:.1f} GiB on one GPU, has {dev.mem_gb:g} GiB"
+                if verdict:
+                    # issue 36 item 6: a run that cannot happen gets no time (a figure or table would show one)
+                    rows.append(_row(sc, dt, dev, n_used, m, None, verdict, quick, tensor_core=tensor_core))
+                    continue
                 if n_used > 1 and dev.link_gbs is None:
                     # no NVLink: PCIe-only GPUs get no tensor-parallel latency (we have no link model for them)
-                    rows.append(_row(sc, dt, dev, n_used, m, None, "no NVLink: TP latency not modelled", quick,
+                    rows.append(_row(sc, dt, dev, n_used, m, None, f"fits on {n_used} (tp{n_used}); no NVLink: TP latency not modelled", quick,
                                      tensor_core=tensor_core))
                     continue
                 net = None
@@ -393,7 +398,7 @@ def run(gpus=None, dtypes=("bf16", "fp32"), quick: bool = False, predictor="neus
                     from neusight_core import network
                     net = network.NetworkModel(link_gbs=dev.link_gbs, gpus=n_used)
                 agg = latency.aggregate(predict_unique(kn, dev, pred, net))
-                rows.append(_row(sc, dt, dev, n_used, m, agg["e2e_ms"], verdict or "fits", quick, gpu_price_per_hour,
+                rows.append(_row(sc, dt, dev, n_used, m, agg["e2e_ms"], "fits", quick, gpu_price_per_hour,
                                  tensor_core=tensor_core))
             if progress:
                 progress(f"{sc['model']} {sc['workload']} b{sc['batch']} {dt}: {time.perf_counter() - t0:.1f} s")

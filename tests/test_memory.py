@@ -137,3 +137,23 @@ def test_whatif_light_tp_split_equals_apply_plan():
     cols = [c for c in a.columns if c not in ("reads", "writes")]
     pd.testing.assert_frame_equal(a[cols], b[cols])
     assert memory.footprint(a) == memory.footprint(b)
+
+
+def test_whatif_gives_no_time_to_a_run_that_cannot_happen_and_its_heat_map_says_why():
+    """Issue 36 item 6: Llama-2-13B in bf16 (26 GB of weights) does not fit on P4s (8 GB) split over 2, and fits
+    split over 8 T4s (16 GB) without NVLink: neither gets a time, and each heat-map cell says why; H100 does."""
+    from neusight_core import plots
+    res = whatif.run(gpus=["Tesla_P4", "Tesla_T4", "NVIDIA_H100_80GB_HBM3"], dtypes=("bf16",), quick=True,
+                     predictor="roofline", max_gpus=2)
+    r = res[(res.model == "llama2_13b") & (res.workload == "prefill") & (res.batch == 1)].set_index("gpu")
+    assert r.loc["Tesla_P4", "fit"].startswith("does not fit on 2: needs ")
+    assert math.isnan(r.loc["Tesla_P4", "latency_ms"]) and math.isnan(r.loc["Tesla_P4", "tokens_per_s"])
+    assert r.loc["Tesla_T4", "fit"] == "fits on 2 (tp2); no NVLink: TP latency not modelled"
+    assert math.isnan(r.loc["Tesla_T4", "latency_ms"])
+    assert r.loc["NVIDIA_H100_80GB_HBM3", "fit"] == "fits" and r.loc["NVIDIA_H100_80GB_HBM3", "latency_ms"] > 0
+    assert not res[res.fit.str.startswith("does not fit")]["latency_ms"].notna().any()
+    sel = res[res.model == "llama2_13b"].assign(gpu_short=lambda d: d["gpu"])
+    fig = plots.plot_latency_heatmap(sel, "t", "n")
+    cells = {t.get_text() for ax in fig.axes for t in ax.texts}
+    assert "does not\nfit" in cells and "tp2:\nno link\nmodel" in cells
+    plots.plt.close(fig)
