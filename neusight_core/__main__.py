@@ -18,14 +18,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
 
-from neusight_core import registry, schema
+from neusight_core import __version__, registry, schema
 
-# the registry (no torch, no pandas): the parser stays fast
-PREDICTORS = registry.names()
+# the registry (no torch, no pandas): the parser stays fast. A bad NEUSIGHT_PREDICTORS file is said in one line
+# by ``main`` (here it would be a traceback at import)
+try:
+    PREDICTORS = registry.names()
+except registry.RegistryError as _e:
+    PREDICTORS, _REGISTRY_ERROR = (), _e
+else:
+    _REGISTRY_ERROR = None
 
 
 def _models() -> list[tuple[str, str]]:
@@ -54,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     prog = "neusight" if Path(sys.argv[0]).name == "neusight" else "python -m neusight_core"
     ap = _OneLineParser(prog=prog,
                                  description="NeuSight re-implementation: predict GPU latency of a model.")
+    ap.add_argument("--version", action="version", version=f"%(prog)s {__version__} (neusight_core)")
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_OneLineParser)
     p = sub.add_parser("predict", help="predict one configuration")
     p.add_argument("--model", required=True, help="config name (see `models`) or path to a HF config JSON")
@@ -62,12 +70,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seq", type=int, default=None, help="sequence length (text models)")
     p.add_argument("--image-size", type=int, default=None,
                    help="image side in pixels (image models: resnet50, vit_b16; default 224)")
-    p.add_argument("--mode", choices=("inf", "train"), default="inf")
+    p.add_argument("--mode", choices=("inf", "train"), default="inf",
+                   help="inf (a forward pass: prefill, or one decode step with --seq 1 --past N) or train (forward, "
+                        "backward, optimizer step)")
     p.add_argument("--fusion", action="store_true", help="operator fusion as torch.compile would do")
     p.add_argument("--parallel", choices=("dp", "tp", "pp"), default=None)
     p.add_argument("--gpus", type=int, default=None,
                    help="GPUs for --parallel (default 4, the paper's setting; 1 without --parallel)")
-    p.add_argument("--link-gbs", type=float, default=None, help="link peak GB/s (default: catalogue)")
+    p.add_argument("--link-gbs", type=_link_gbs, default=None, help="link peak GB/s (default: catalogue)")
     p.add_argument("--micro-batches", type=int, default=1, help="PP micro-batches (default 1)")
     p.add_argument("--past", type=int, default=0,
                    help="inference on a KV cache of this many tokens (extension; --seq 1 = one decode step)")
@@ -85,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="neusight (ours: the authors' recipe also trained on the training GPUs' transformer-shaped "
                         "kernels, seed 0), neusight-paper (the authors' recipe, "
                         "docs/recipes.md), neusight-logo (our earlier leave-one-GPU-out recipe) or a baseline")
+    p.add_argument("--seed", type=_seed, default=0, help="the predictor's training seed (default 0)")
     _add_weights_options(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_sweep_parser(sub)
@@ -95,6 +106,37 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("devices", help="list the GPUs in the catalogue")
     sub.add_parser("models", help="list the model configs known by name")
     return ap
+
+
+def _link_gbs(v: str) -> float:
+    """``--link-gbs``: a positive, finite number of GB/s (a NaN in a sweep's frame would mean "not given")."""
+    try:
+        x = float(v)
+    except ValueError:
+        x = float("nan")
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of GB/s, got {v!r}")
+    return x
+
+
+def _seed(v) -> int:
+    """A training seed: a non-negative integer (torch and numpy refuse negative ones deep inside)."""
+    try:
+        x = int(v)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"takes non-negative integers, got {v!r}") from None
+    if x < 0:
+        raise argparse.ArgumentTypeError(f"takes non-negative integers, got {v!r}")
+    return x
+
+
+def _seeds(v) -> list[int]:
+    """``--seed`` of sweep / train: comma-separated non-negative integers."""
+    seeds = _csv_list(v, "seed", int)
+    bad = [s for s in seeds if s < 0]
+    if bad:
+        raise ValueError(f"--seed takes non-negative integers, got {', '.join(map(str, bad))}")
+    return seeds
 
 
 def _add_weights_options(p) -> None:
@@ -128,7 +170,7 @@ def _choose_quick(a, names, seeds) -> bool:
 def _train(a) -> int:
     import time
     from neusight_core import predictors as _pred
-    names, seeds = _csv_list(a.predictor, "predictor"), _csv_list(a.seed, "seed", int)
+    names, seeds = _csv_list(a.predictor, "predictor"), _seeds(a.seed)
     unknown = [x for x in names if x not in PREDICTORS]
     if unknown:
         raise ValueError(f"unknown predictor(s) {', '.join(unknown)}; choose from {', '.join(PREDICTORS)}")
@@ -157,12 +199,12 @@ def _predict(a) -> int:
                            micro_batches=a.micro_batches, link_gbs=a.link_gbs, attention=a.attention,
                            execution=a.execution)
     a.gpus, a.seq, image = sc.gpus, sc.seq, sc.image
-    quick = _choose_quick(a, [a.predictor], [0])
-    r = latency.predict_scenario(sc, predictor=a.predictor, quick=quick)
+    quick = _choose_quick(a, [a.predictor], [a.seed])
+    r = latency.predict_scenario(sc, predictor=a.predictor, quick=quick, seed=a.seed)
     k = r.pop("kernels")
     r.update(model=a.model, batch=a.batch, seq=a.seq, past=a.past, mode=a.mode, fusion=a.fusion, dtype=a.dtype,
              parallel=a.parallel, gpus=a.gpus, kernels=int(len(k)),
-             weights=_pred.describe(latency.loaded_predictor(a.predictor, quick, 0), quick))
+             weights=_pred.describe(latency.loaded_predictor(a.predictor, quick, a.seed), quick))
     if image:
         r.update(seq=None, image_size=a.seq)
     if not r["conv_note"]:
@@ -214,12 +256,16 @@ def _add_sweep_parser(sub) -> None:
     p.add_argument("--seq", default=None, help="sequence length(s) of the text models, e.g. 512,1024")
     p.add_argument("--image-size", default=None,
                    help="image side(s) of the image models, e.g. 224,384 (default 224)")
-    p.add_argument("--mode", default="inf", help="inf, train or inf,train")
-    p.add_argument("--fusion", action="store_true")
+    p.add_argument("--mode", default="inf",
+                   help="inf, train or inf,train (a decode step: --seq 1 --past N)")
+    p.add_argument("--fusion", action="store_true", help="operator fusion as torch.compile would do")
     p.add_argument("--parallel", default=None, help="dp, tp or pp (comma-separated for several)")
     p.add_argument("--gpus", default=None, help="GPUs for --parallel (default 4)")
-    p.add_argument("--link-gbs", type=float, default=None)
-    p.add_argument("--micro-batches", type=int, default=1)
+    p.add_argument("--link-gbs", type=_link_gbs, default=None,
+                   help="link peak GB/s of --parallel (default: the catalogue's, per GPU)")
+    p.add_argument("--micro-batches", type=int, default=1, help="PP micro-batches (default 1)")
+    p.add_argument("--past", type=int, default=0,
+                   help="inference on a KV cache of this many tokens (a decode step: --seq 1 --past N)")
     p.add_argument("--predictor", default="neusight",
                    help=f"predictor(s), comma-separated, of: {', '.join(PREDICTORS)}")
     p.add_argument("--seed", default="0", help="predictor seed(s), comma-separated")
@@ -229,7 +275,7 @@ def _add_sweep_parser(sub) -> None:
     p.add_argument("--attention", default=None,
                    help="eager or sdpa, comma-separated for both (default: what Hugging Face picks per model)")
     p.add_argument("--execution", default=None, help="eager (default) or graph, comma-separated for both")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--chunk", type=int, default=5000,
                    help="configurations predicted together (the CSV is written part by part; default 5000)")
     p.add_argument("--out", required=True, help="CSV file to write")
@@ -257,6 +303,20 @@ def _csv_list(value, what: str, conv=str) -> list:
         raise ValueError(f"--{what} takes comma-separated integers, got {value!r}") from None
 
 
+def _devices(value) -> list[str]:
+    """``--device`` of a sweep: each GPU once, however it is named (``H100`` and ``NVIDIA_H100_80GB_HBM3`` are one
+    GPU, one row); an unknown name stays as given, for its row's error."""
+    from neusight_core import devices
+    out = []
+    for name in _csv_list(value, "device"):
+        try:
+            name = devices.get_device(name).name
+        except Exception:  # noqa: BLE001 - said in that row's error column
+            pass
+        out.append(name)
+    return list(dict.fromkeys(out))
+
+
 def _sweep(a) -> int:
     from neusight_core import sweep
 
@@ -265,15 +325,16 @@ def _sweep(a) -> int:
     if unknown:
         raise ValueError(f"unknown predictor(s) {', '.join(unknown)}; choose from {', '.join(PREDICTORS)}")
     ints = lambda v, what: _csv_list(v, what, int)        # noqa: E731
-    configs = sweep.grid(_csv_list(a.model, "model"), _csv_list(a.device, "device"), ints(a.batch, "batch"),
+    configs = sweep.grid(_csv_list(a.model, "model"), _devices(a.device), ints(a.batch, "batch"),
                          ints(a.seq, "seq") if a.seq is not None else None, _csv_list(a.mode, "mode"), fusion=a.fusion,
                          parallel=_csv_list(a.parallel, "parallel") if a.parallel is not None else [None],
                          gpus=ints(a.gpus, "gpus") if a.gpus is not None else None,
-                         micro_batches=a.micro_batches, link_gbs=a.link_gbs, dtype=_csv_list(a.dtype, "dtype"),
+                         micro_batches=a.micro_batches, link_gbs=a.link_gbs, past=a.past,
+                         dtype=_csv_list(a.dtype, "dtype"),
                          attention=_choices(a.attention, "attention", schema.ATTENTIONS),
                          execution=_choices(a.execution, "execution", schema.EXECUTIONS),
                          image_sizes=ints(a.image_size, "image-size") if a.image_size is not None else None)
-    seeds = ints(a.seed, "seed")
+    seeds = _seeds(a.seed)
     target = sweep.CsvTarget(a.out)     # refused here, before anything is computed
     quick = _choose_quick(a, names, seeds)
     pieces = list(sweep.chunks(configs, a.chunk))
@@ -302,6 +363,9 @@ def _sweep(a) -> int:
 
 
 def main(argv=None) -> int:
+    if _REGISTRY_ERROR is not None:
+        print(f"error: {_REGISTRY_ERROR}", file=sys.stderr)
+        return 2
     a = _parser().parse_args(argv)
     try:
         if a.cmd == "predict":

@@ -121,12 +121,30 @@ def _config_from_dict(d: dict, where: str, name: str):
     mt = d.pop("model_type", None)
     if not mt:
         raise TraceError(f"model config {where} has no model_type")
+    _check_sizes(d, where)
     try:
         cfg = transformers.AutoConfig.for_model(mt, **d)
     except (ValueError, KeyError):
         raise TraceError(f"unsupported model type {mt!r} in {where}: transformers has no such model") from None
     cfg.name_or_path = name or mt
     return cfg
+
+
+#: size fields of a config that must be positive integers when given: zero heads divide by zero deep in the
+#: model code, zero positions let any sequence through (issue 36 item 8)
+POSITIVE_SIZES = ("hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers",
+                  "num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "intermediate_size", "n_inner",
+                  "vocab_size", "n_positions", "max_position_embeddings", "head_dim", "image_size", "patch_size",
+                  "num_channels")
+
+
+def _check_sizes(d: dict, where: str) -> None:
+    for k in POSITIVE_SIZES:
+        v = d.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise TraceError(f"model config {where}: {k} must be a positive integer, got {v!r}")
 
 
 def switch_tokens_per_expert(seq: int, num_experts: int, expert_capacity: int) -> int:

@@ -133,6 +133,18 @@ def normalise_name(s: str) -> str:
 _RELEASE_KEYS = ("Device", "Dev_Mem", "Mem_Bw", "Num_Sm", "Core_Per_SM", "Freq", "L2Cache")
 
 
+#: plausible ranges of the numeric fields (inclusive), in the fields' units. A value outside is a typo or a wrong
+#: unit (a tensor peak of 1e-9 GFLOPS predicts a GEMM at 8e11 ms): refused, naming the file and the field. Wide
+#: enough for any GPU from the P4 to the GB200 and some generations beyond (devices.yaml holds 0.6-2,250,000).
+RANGES = {"mem_gb": (0.5, 10_000), "Dev_Mem": (0.5, 10_000), "mem_bw_gbs": (10, 200_000), "Mem_Bw": (10, 200_000),
+          "num_sm": (1, 10_000), "Num_Sm": (1, 10_000), "core_per_sm": (1, 4096), "Core_Per_SM": (1, 4096),
+          "freq_mhz": (100, 10_000), "Freq": (100, 10_000), "fp32_gflops": (100, 10_000_000),
+          "SingleFLOPs": (100, 10_000_000), "SingleFLOPsVEC": (100, 10_000_000), "fp32_vec_gflops": (100, 10_000_000),
+          "l2_mb": (0.01, 10_000), "L2Cache": (0.01, 10_000), "link_gbs": (1, 100_000),
+          "tensor_gflops.tf32": (100, 100_000_000), "tensor_gflops.fp16": (100, 100_000_000),
+          "tensor_gflops.bf16": (100, 100_000_000)}
+
+
 def _num(path, key, value, kind=float):
     """A finite, positive number (``kind=int``: a whole one) of field ``key``; else one line naming file and field.
     Booleans are refused (YAML ``true`` is not 1 SM); numeric strings ("1e3", which YAML 1.1 reads as a string)
@@ -149,6 +161,10 @@ def _num(path, key, value, kind=float):
         raise DeviceFileError(f"{path}: field {key!r} must be a whole number, got {value!r}")
     if not v > 0:
         raise DeviceFileError(f"{path}: field {key!r} must be positive, got {value!r}")
+    lo, hi = RANGES.get(key, (0, math.inf))
+    if not lo <= v <= hi:
+        raise DeviceFileError(f"{path}: field {key!r} is {value!r}, outside the plausible range {lo:g}-{hi:g} "
+                              "(a typo or another unit?)")
     return int(v) if kind is int else v
 
 
@@ -211,13 +227,9 @@ def _from_own_format(path, name: str, d: dict, default_source: str, training_all
 
 def _check_regular(path: Path) -> None:
     """Device files must be regular files; a FIFO is refused without being opened (reading it would block)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as e:
-        raise DeviceFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    if not stat.S_ISREG(mode):
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a special file"
-        raise DeviceFileError(f"{path}: is {kind}, not a regular file (device files must be regular files)")
+    why = paths.not_a_regular_file(path)
+    if why:
+        raise DeviceFileError(f"{path}: {why}" + (" (device files must be regular files)" if why.startswith("is ") else ""))
 
 
 def _read_structured(path: Path):

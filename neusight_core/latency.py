@@ -68,12 +68,12 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
 
 
 def predict_scenario(sc, predictor="neusight", quick: bool = False, efficiency: float = network.DEFAULT_EFFICIENCY,
-                     optimizer: str = "adamw", master_weights: bool = True) -> dict:
+                     optimizer: str = "adamw", master_weights: bool = True, seed: int = 0) -> dict:
     """``predict_model`` of a validated :class:`scenario.Scenario` (the CLI builds one, so a request is
     checked once); same result. One scenario through ``engine.predict`` with its kernel table kept."""
     from neusight_core import engine
     dev = device_of(sc.device)
-    frame = engine.predict([sc], [predictor], seeds=(0,), quick=quick, efficiency=efficiency, optimizer=optimizer,
+    frame = engine.predict([sc], [predictor], seeds=(int(seed),), quick=quick, efficiency=efficiency, optimizer=optimizer,
                            master_weights=master_weights, keep_kernels=True, raise_errors=True)
     kernels = frame.attrs["kernels"][0]
     out = aggregate(kernels, sc.micro_batches if sc.parallel == "pp" else 1)

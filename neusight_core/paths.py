@@ -8,6 +8,7 @@ site-packages (`pip install .`) has no repository around it and needs NEUSIGHT_H
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -79,3 +80,16 @@ def require_release() -> None:
             f"the authors' release is not provisioned under {home()}: "
             "run `python -m neusight_core.release` (run_all.sh and run_tests.sh do it for you)"
         )
+
+
+def not_a_regular_file(path) -> str | None:
+    """Why ``path`` cannot be read as a settings file (``cannot read (...)``, ``is a FIFO, not a regular file``), or
+    None. Asked before opening: reading a FIFO blocks until someone writes to it, which hangs every command."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        return f"cannot read ({e.strerror or e})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a special file"
+    return f"is {kind}, not a regular file"

@@ -41,6 +41,11 @@ class Entry:
 
 def _read(path: Path) -> dict:
     import yaml
+
+    from neusight_core import paths
+    why = paths.not_a_regular_file(path)
+    if why:
+        raise RegistryError(f"{path}: {why} (NEUSIGHT_PREDICTORS names predictor registry files)")
     try:
         d = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:

@@ -103,7 +103,9 @@ def parse_params(items: list[str] | None, notebooks: list[Path]) -> dict[str, di
     return out
 
 
-def _export_html(ipynb: Path) -> None:
+def _export_html(ipynb: Path) -> str | None:
+    """Write ``<notebook>.html`` beside the executed notebook; None, or why it was not written. A full disk makes
+    the run's evidence incomplete (the caller fails the notebook); another export problem is said beside an OK."""
     try:
         from nbconvert import HTMLExporter
         import nbformat
@@ -112,6 +114,10 @@ def _export_html(ipynb: Path) -> None:
         write_atomic(ipynb.with_suffix(".html"), body)
     except Exception as e:  # an export problem must not turn an OK notebook into a failure
         print(f"    (HTML export of {ipynb.name} failed: {e})", flush=True)
+        if is_disk_full(e):
+            return disk_full_reason(e, ipynb.with_suffix(".html"))
+        return f"HTML export failed: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+    return None
 
 
 _BAR = re.compile(r"\d+%\|")
@@ -235,7 +241,12 @@ def run_notebook(nb: Path, run_dir: Path, quick: bool, extra: dict | None = None
                 status, reason = "FAILED", f"malformed metrics.json: {e}"
     if (run_dir / nb.name).is_file():
         _strip_progress(run_dir / nb.name)
-        _export_html(run_dir / nb.name)
+        html = _export_html(run_dir / nb.name)
+        if html and html.startswith("disk full"):
+            # issue 36 item 8: reported OK before, with the HTML missing
+            status, reason = "FAILED", html + ("" if not reason else f"; {reason}")
+        elif html:
+            reason = f"{reason}; {html}" if reason else html
     return NotebookResult(nb.stem, status, secs, reason)
 
 
@@ -409,6 +420,13 @@ def claim(run_dir: Path, default: bool) -> Path:
         raise UsageError(f"--out {run_dir}: another run is using this folder ({LOCK_FILE}); choose another") from None
     except OSError as e:
         raise UsageError(f"--out {run_dir}: cannot create it ({e.strerror or e}; a read-only place?)") from None
+    tar = tarball_path(run_dir)
+    if tar.exists():
+        # the folder is new but an earlier run of the same name left its tarball beside it: never overwritten
+        (run_dir / LOCK_FILE).unlink(missing_ok=True)
+        os.close(fd)
+        raise UsageError(f"--out {run_dir}: {tar} of an earlier run of that name is there and would be "
+                         "overwritten; move it or choose another --out")
     with os.fdopen(fd, "w") as f:
         f.write(f"{os.getpid()}\n")
     others = [p.name for p in run_dir.iterdir() if p.name != LOCK_FILE]

@@ -345,6 +345,23 @@ def _apply_tp(k1: pd.DataFrame, n: int) -> pd.DataFrame:
     return kn
 
 
+def check_parameters(gpu_price_per_hour=None, max_gpus=8) -> tuple[float | None, int]:
+    """Notebook 06's parameters, checked (issue 36 item 8: a negative price gave negative costs, ``max_gpus=0``
+    dropped Llama-2-70B without a word): (price or None, max_gpus); a bad one is a one-line ValueError."""
+    price = None if gpu_price_per_hour in (None, "", "None") else gpu_price_per_hour
+    if price is not None:
+        try:
+            price = float(price)
+        except (TypeError, ValueError):
+            price = float("nan")
+        if not (np.isfinite(price) and price > 0):
+            raise ValueError(f"gpu_price_per_hour must be a positive price of one GPU-hour (or None), "
+                             f"got {gpu_price_per_hour!r}")
+    if isinstance(max_gpus, bool) or not isinstance(max_gpus, (int, np.integer)) or not 1 <= int(max_gpus) <= 1024:
+        raise ValueError(f"max_gpus must be a whole number of GPUs from 1 to 1024, got {max_gpus!r}")
+    return price, int(max_gpus)
+
+
 def run(gpus=None, dtypes=("bf16", "fp32"), quick: bool = False, predictor="neusight",
         gpu_price_per_hour: float | None = None, max_gpus: int = 8, optimizer: str = "adamw",
         progress=None) -> pd.DataFrame:
@@ -352,6 +369,7 @@ def run(gpus=None, dtypes=("bf16", "fp32"), quick: bool = False, predictor="neus
     ``max_gpus`` GPUs) whose per-GPU memory fits, or ``does not fit on max_gpus`` with no latency (a time for a
     run that cannot happen would show in every table and figure). GPUs without NVLink get no TP latency. Predictions
     of identical kernels are shared (``predict_unique``)."""
+    gpu_price_per_hour, max_gpus = check_parameters(gpu_price_per_hour, max_gpus)
     gpus = list(gpus or catalogue_gpus())
     pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     tensor_core = bool(getattr(getattr(pred, "tc", None), "nets", None))   # BF16 networks (issue 25)
