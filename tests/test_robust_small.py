@@ -123,3 +123,12 @@ def test_an_earlier_runs_tarball_is_never_overwritten(tmp_path):
     with pytest.raises(runner.UsageError, match="of an earlier run of that name is there and would be overwritten"):
         runner.claim(tmp_path / "run", default=False)
     assert tar.read_bytes() == b"earlier run" and not (tmp_path / "run" / runner.LOCK_FILE).exists()
+
+
+def test_an_absurd_image_size_says_it_does_not_fit_before_any_time(capsys):
+    """ViT-B/16 at 100,000 x 100,000 pixels: the first line says it does not fit (not an answer that reports its
+    memory afterwards as if it could run)."""
+    assert cli(["predict", "--model", "vit_b16", "--device", "H100", "--batch", "1", "--image-size", "100000",
+                "--predictor", "roofline"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("WARNING: does not fit: needs ") and out[0].endswith("has 80 GiB")
