@@ -35,7 +35,7 @@ FAULTS = [
      "every sweep and engine row says whether it fits (lower bound when not computed)",
      [T + "test_robust_engine.py::test_every_sweep_row_says_whether_it_fits"]),
     ("6", "notebook 06's heat map coloured configurations that do not fit on 8 GPUs as latencies",
-     "no time for a run that cannot happen; the cell says 'does not fit' or 'tpN: no link model'",
+     "no time for a run that cannot happen; the cell says 'does not fit' or 'tpN: no link'",
      [T + "test_memory.py::test_whatif_gives_no_time_to_a_run_that_cannot_happen_and_its_heat_map_says_why"]),
     ("7", "Ctrl-C / SIGTERM during a sweep dropped the rows computed or left a hidden .tmp file",
      "the finished parts are kept as NAME.partial.csv and said; no .tmp left",

@@ -45,6 +45,9 @@ to it; a GPU run measures that (notebook 05).
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 
 import numpy as np
 import pandas as pd
@@ -262,6 +265,22 @@ def format_footprint(m: dict) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ CPU measurement
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """Send the process's stderr (file descriptor 2) to /dev/null for the block: libkineto writes "USDT: ...
+    profiler_start / profiler_stop" there from C++ at every profile (16 lines in notebook 06's memory check), which
+    Python's sys.stderr cannot catch. Python errors raised in the block still propagate as exceptions."""
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def measure_cpu_peak(config, batch: int, seq: int, mode: str = "train", seed: int = 0, model=None) -> dict:
     """Run one step of a small REAL model on this CPU and return PyTorch's own account of its memory.
 
@@ -286,7 +305,7 @@ def measure_cpu_peak(config, batch: int, seq: int, mode: str = "train", seed: in
     if train:
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         if train:
             out = model(input_ids=ids, labels=ids, use_cache=False)
             out.loss.backward()

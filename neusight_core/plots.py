@@ -227,7 +227,7 @@ def _blank_cell(fit, gpus) -> str:
     if fit.startswith("does not fit"):
         return "does not\nfit"
     if "no NVLink" in fit:
-        return f"tp{int(gpus)}:\nno link\nmodel" if gpus and gpus > 1 else "no link\nmodel"
+        return f"tp{int(gpus)}:\nno link" if gpus and gpus > 1 else "no link"
     return "n/a"
 
 
@@ -235,7 +235,7 @@ def plot_latency_heatmap(rows: pd.DataFrame, title: str, note: str, ncols: int =
     """Predicted latency (ms) per GPU (``gpu_short``) x batch, one panel per (model, workload) of ``rows``
     (columns latency_ms, gpus): colour on a log scale, a compact number in each cell (``compact_number``;
     ``(tpN)`` when split over N GPUs), blank cells grey and labelled with why (column ``fit``: "does not fit",
-    "tpN: no link model"; else n/a, ``note`` says why), no grid lines."""
+    "tpN: no link"; else n/a, ``note`` says why), no grid lines."""
     panels = list(rows.groupby(["model", "workload"], sort=False).groups)
     nrow = int(np.ceil(len(panels) / ncols))
     fig, axes = plt.subplots(nrow, ncols, figsize=(5.2 * ncols, 4.8 * nrow + 0.4), squeeze=False)

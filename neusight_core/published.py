@@ -58,7 +58,12 @@ def compare(predictor="neusight", quick: bool = False, table: pd.DataFrame | Non
 
 def panels(t: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """The comparison by (GPU, mode, precision), one figure panel each: (title, rows)."""
-    return [(f"ResNet-50 {prec.upper()} {'inference' if mode == 'inf' else 'training'}, {gpu}", g)
+    def where(gpu, g):
+        # the board NVIDIA measured on when it is not the catalogue's (V100 SXM2 16GB vs our V100 PCIe 32GB)
+        on = str(g["measured_on"].iloc[0]) if "measured_on" in g else ""
+        board = on.split(",")[-1].split("(")[0].strip() if on else ""
+        return f"measured on {board}, predicted as {gpu}" if board and "SXM2" in board and "SXM2" not in gpu else gpu
+    return [(f"ResNet-50 {prec.upper()} {'inference' if mode == 'inf' else 'training'}, {where(gpu, g)}", g)
             for (gpu, mode, prec), g in t.groupby(["gpu", "mode", "precision"], sort=True)]
 
 
