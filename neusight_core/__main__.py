@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--predictor", default="neusight", help="predictor(s), comma-separated (default neusight)")
     t.add_argument("--seed", default="0", help="seed(s), comma-separated (default 0)")
     t.add_argument("--quick", action="store_true", help="the quick weights instead (seconds)")
-    sub.add_parser("devices", help="list the GPUs in the catalogue")
+    d = sub.add_parser("devices", help="list the GPUs in the catalogue")
+    d.add_argument("--all", action="store_true", help="every field with its source, one GPU per block")
     sub.add_parser("models", help="list the model configs known by name")
     return ap
 
@@ -203,8 +204,7 @@ def _predict(a) -> int:
     r = latency.predict_scenario(sc, predictor=a.predictor, quick=quick, seed=a.seed)
     k = r.pop("kernels")
     r.update(model=a.model, batch=a.batch, seq=a.seq, past=a.past, mode=a.mode, fusion=a.fusion, dtype=a.dtype,
-             parallel=a.parallel, gpus=a.gpus, kernels=int(len(k)),
-             weights=_pred.describe(latency.loaded_predictor(a.predictor, quick, a.seed), quick))
+             parallel=a.parallel, gpus=a.gpus, kernels=int(len(k)))
     if image:
         r.update(seq=None, image_size=a.seq)
     if not r["conv_note"]:
@@ -357,8 +357,11 @@ def _sweep(a) -> int:
                 print(f"NOTE: {n}: the convolutions of the image models (column CONV_ms) are predicted by the roofline: "
                       "no trained convolution model (issue 26); an extrapolation, no measured latency of an image "
                       "model validates it", file=sys.stderr)
-    print(f"{rows} rows ({bad} with an error) -> {target.path}; tables {tables_s:.1f} s, total {total_s:.1f} s; "
-          f"{'quick' if quick else 'full'} weights of {', '.join(names)} seed(s) {', '.join(map(str, seeds))}")
+    from neusight_core import predictors as _pred
+    weighted = [n for n in names if _pred.REGISTRY[n].has_weights]
+    said = (f"{'quick' if quick else 'full'} weights of {', '.join(weighted)} seed(s) {', '.join(map(str, seeds))}"
+            if weighted else "no weights (nothing to train)")
+    print(f"{rows} rows ({bad} with an error) -> {target.path}; tables {tables_s:.1f} s, total {total_s:.1f} s; {said}")
     return 0
 
 
@@ -377,8 +380,21 @@ def main(argv=None) -> int:
         if a.cmd == "devices":
             from neusight_core import devices
             import pandas as pd
+            t = devices.list_devices()
+            if a.all:       # every field, sources included: one block per GPU (a table row was 1,059 characters)
+                for r in t.to_dict("records"):
+                    print("\n".join([r["name"]] + [f"  {k:<20} {v}" for k, v in r.items() if k != "name"]) + "\n")
+                return 0
+            # the figures a prediction uses, one line per GPU of at most about 130 characters
+            short = pd.DataFrame({
+                "name": t["name"], "vendor": t["vendor"], "GB": t["mem_gb"], "GB/s": t["mem_bw_gbs"],
+                "SMs": t["num_sm"], "FP32 TFLOPS": (t["fp32_gflops"] / 1e3).round(1),
+                "BF16 TFLOPS": (t["bf16_tensor_gflops"] / 1e3).round(0), "L2 MB": t["l2_mb"], "link GB/s": t["link_gbs"],
+                "role": ["training" if tr else "unseen (paper)" if un else "catalogue"
+                         for tr, un in zip(t["training"], t["unseen"])]})
             with pd.option_context("display.width", 200, "display.max_rows", 200):
-                print(devices.list_devices().to_string(index=False))
+                print(short.to_string(index=False, na_rep="-"))
+            print("(--all: every field with its source and the aliases)")
             return 0
         if a.cmd == "models":
             for name, src in _models():

@@ -81,6 +81,10 @@ def predict_scenario(sc, predictor="neusight", quick: bool = False, efficiency: 
     out.update(kernel_ms=out["e2e_ms"], e2e_ms=float(row["e2e_ms"]), host_ms=float(row["host_ms"]),
                host_bound=bool(row["host_bound"]), launches=int(row["kernels"]), attention=sc.attention,
                execution=sc.execution)
+    from neusight_core import predictors as _pred
+    pred = loaded_predictor(predictor, quick, int(seed)) if isinstance(predictor, str) else predictor
+    # which weights answered, as the CLI's --json says it (issue 36: the Python result had no such key)
+    out["weights"] = _pred.describe(pred, quick)
     out.update(trace_s=frame.attrs["tables_s"], predict_s=frame.attrs["predict_s"], kernels=kernels,
                device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name,
                dtype=sc.dtype, dtype_note=dev.precision_note(sc.dtype), memory=frame.attrs["memory"][0],

@@ -132,3 +132,21 @@ def test_an_absurd_image_size_says_it_does_not_fit_before_any_time(capsys):
                 "--predictor", "roofline"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("WARNING: does not fit: needs ") and out[0].endswith("has 80 GiB")
+
+
+def test_the_python_result_names_its_weights_and_the_roofline_has_none(capsys):
+    from neusight_core import latency
+    r = latency.predict_model("gpt2_large", "H100", batch=1, seq=128, mode="inf", predictor="roofline")
+    assert r["weights"]["weights"] == "none (nothing to train)" and r["weights"]["folder"] is None
+    assert cli(["predict", "--model", "bert", "--device", "H100", "--batch", "1", "--seq", "128",
+                "--predictor", "roofline"]) == 0
+    out = capsys.readouterr().out
+    assert "roofline: no weights (nothing to train)" in out and "full weights" not in out
+
+
+def test_devices_lines_fit_a_terminal(capsys):
+    assert cli(["devices"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) >= 19 and max(map(len, lines)) <= 140
+    assert cli(["devices", "--all"]) == 0
+    assert "tensor_source" in capsys.readouterr().out

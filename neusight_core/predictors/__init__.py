@@ -234,6 +234,9 @@ def describe(p: KernelPredictor, quick: bool) -> dict:
     """What answered: predictor, recipe file, seed, quick or full weights, their folder and training time."""
     recipe = Path(__file__).parent / "recipes" / f"{p.name}.yaml"
     f = folder(p.name, quick, p.seed)
+    if not p.has_weights:
+        return {"predictor": p.name, "seed": int(p.seed), "weights": "none (nothing to train)", "recipe": None,
+                "folder": None, "config_hash": None, "train_seconds": None, "trained_on": None}
     return {"predictor": p.name, "seed": int(p.seed), "weights": "quick" if quick else "full",
             "recipe": str(recipe.relative_to(paths.REPO_ROOT)) if recipe.is_file() else None,
             "folder": str(f) if (f / "meta.json").is_file() else None,
@@ -247,6 +250,8 @@ def describe_line(d: dict) -> str:
     trained += f" on {d['trained_on'].split(' (')[0]}" if trained and d.get("trained_on") else ""
     where = f"; {d['folder']}" if d.get("folder") else ""
     recipe = f", recipe {d['recipe']}" if d.get("recipe") else ""
+    if d["weights"].startswith("none"):
+        return f"{d['predictor']}: no weights (nothing to train)"
     return f"{d['predictor']} seed {d['seed']}, {d['weights']} weights{recipe}{trained}{where}"
 
 

@@ -134,6 +134,8 @@ class KernelPredictor:
     #: whether ``fit`` trains torch MLPs (``nets.train_loop``: on the GPU when there is one); the others fit
     #: with numpy on the CPU
     trains_mlps = False
+    #: whether ``fit`` learns anything (the roofline has nothing to train: its answers name no weights)
+    has_weights = True
 
     def __init__(self, config: dict | None = None, seed: int = 0):
         self.config = {**self.default_config(), **(config or {})}

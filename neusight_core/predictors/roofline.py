@@ -11,6 +11,7 @@ from neusight_core.predictors.base import KernelPredictor
 
 class RooflinePredictor(KernelPredictor):
     name = "roofline"
+    has_weights = False
 
     def fit(self, train=None, quick: bool = False) -> None:
         self.info = {"data_checksum": getattr(train, "checksum", None), "quick": quick, "train_seconds": 0.0}
