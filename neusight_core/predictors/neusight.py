@@ -44,6 +44,7 @@ the authors' recipe (``recipes/neusight-paper.yaml``, documented with file and l
 | ``ensemble`` | int or {class: int} | MLPs per class (different initialisation and batch order), u averaged |
 | ``ensemble_cut`` | float | drop a member whose validation MAPE is above this multiple of its class's best member's (a member that failed to train) |
 | ``tile_lookup`` | scaled / authors | tile of an unseen kernel (``tiles.TileLookup``) |
+| ``tile_lookup_memory`` | true (default) / false | whether that look-up's GPU features include the memory capacity |
 | ``classes`` | list | op classes trained (default the paper's five: BMM, LINEAR, VEC, SOFTMAX, LAYERNORM); others: roofline |
 | ``conv_tile`` | [tile_m, tile_k] | CONV: the one implicit-GEMM tile of every convolution (default ``CONV_TILE``) |
 | ``conv_winograd`` | float | CONV: FLOPs of a 3 x 3 stride-1 conv's bound divided by this (Winograd; 1 = none) |
@@ -125,7 +126,7 @@ class NeuSightPredictor(KernelPredictor):
         self.norm: dict = {}
         self.range: dict = {}       # per class: min and max of every MLP input in the training data
         self.u_floor: dict = {}     # authors' output form: per class, the lowest u on its training records
-        self.tiles = TileLookup(self.config["tile_lookup"])
+        self.tiles = TileLookup(self.config["tile_lookup"], self.config.get("tile_lookup_memory", True))
         # BF16 tensor-core networks (recipe key ``tensor_core``): trained after, and seeded apart from, the FP32
         # classes, so that adding them changes no FP32 weight
         tc_config = self.config.get("tensor_core")

@@ -21,6 +21,8 @@ from neusight_core import devices
 from neusight_core.predictors.common import GEMM_CLASSES
 
 HW = ("num_sm", "fp32_gflops", "mem_bw_gbs", "l2_mb", "mem_gb")
+#: the GPU features that can change a kernel's speed: ``memory=False`` looks tiles up on these alone (issue 34)
+SPEED_HW = ("num_sm", "fp32_gflops", "mem_bw_gbs", "l2_mb")
 LOOKUP_CLASSES = ("BMM", "LINEAR", "VEC")
 
 
@@ -29,15 +31,19 @@ def _dims(df: pd.DataFrame, cls: str) -> np.ndarray:
     return np.stack([np.maximum(df[c].fillna(1).to_numpy(float), 1.0) for c in cols], axis=1)
 
 
-def _hw(dev) -> np.ndarray:
-    return np.array([float(getattr(dev, f)) for f in HW])
+def _hw(dev, fields=HW) -> np.ndarray:
+    return np.array([float(getattr(dev, f)) for f in fields])
 
 
 class TileLookup:
-    def __init__(self, method: str = "scaled"):
+    def __init__(self, method: str = "scaled", memory: bool = True):
+        """``memory``: whether the GPU features of the look-up include the memory capacity (the authors' do; it
+        cannot change a kernel's speed, and a GPU that differs from another only in memory must get its tiles)."""
         if method not in ("scaled", "authors"):
             raise ValueError(f"tile lookup method must be 'scaled' or 'authors', not {method!r}")
         self.method = method
+        self.memory = bool(memory)
+        self.hw = HW if self.memory else SPEED_HW
         self.records: dict = {}     # cls -> {"device": [...], "dims": array, "tiles": array (n, 2)}
         self._trees: dict = {}
 
@@ -54,7 +60,7 @@ class TileLookup:
         return self
 
     def state(self) -> dict:
-        out = {"method": self.method, "records": {}}
+        out = {"method": self.method, "memory": self.memory, "records": {}}
         for c, r in self.records.items():
             names = sorted(set(r["device"]))
             codes = np.array([names.index(d) for d in r["device"]], dtype=np.int64)
@@ -63,7 +69,7 @@ class TileLookup:
 
     @classmethod
     def from_state(cls, state: dict) -> "TileLookup":
-        t = cls(state["method"])
+        t = cls(state["method"], bool(state.get("memory", True)))
         for c, r in state["records"].items():
             names = list(r["names"])
             t.records[c] = {"device": [names[i] for i in np.asarray(r["codes"])],
@@ -77,9 +83,9 @@ class TileLookup:
         names = sorted({n for r in self.records.values() for n in r["device"]})
         if dev.name in names:
             return dev.name
-        feats = np.log2(np.stack([_hw(devices.get_device(n)) for n in names]))
+        feats = np.log2(np.stack([_hw(devices.get_device(n), self.hw) for n in names]))
         mu, sd = feats.mean(0), feats.std(0) + 1e-9
-        target = (np.log2(_hw(dev)) - mu) / sd
+        target = (np.log2(_hw(dev, self.hw)) - mu) / sd
         dist = (((feats - mu) / sd - target) ** 2).sum(1)
         return names[int(np.argmin(dist))]
 
@@ -92,7 +98,7 @@ class TileLookup:
                 self._trees[(cls, key)] = (cKDTree(pts), r["tiles"][sel])
             else:
                 # one catalogue look-up per training GPU, not per record (tens of thousands of them)
-                by_name = {d: _hw(devices.get_device(d)) for d in set(r["device"])}
+                by_name = {d: _hw(devices.get_device(d), self.hw) for d in set(r["device"])}
                 hw = np.stack([by_name[d] for d in r["device"]])
                 self._trees[(cls, key)] = (cKDTree(np.concatenate([r["dims"], hw], 1)), r["tiles"])
         return self._trees[(cls, key)]
@@ -113,7 +119,7 @@ class TileLookup:
                 _, idx = tree.query(np.log2(q))
             else:
                 tree, tiles = self._tree(cls, "all")
-                _, idx = tree.query(np.concatenate([q, np.tile(_hw(dev), (len(q), 1))], 1))
+                _, idx = tree.query(np.concatenate([q, np.tile(_hw(dev, self.hw), (len(q), 1))], 1))
             if cls in GEMM_CLASSES:
                 tile_m[rows], tile_k[rows] = tiles[idx, 0], tiles[idx, 1]
             else:

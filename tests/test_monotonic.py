@@ -1,0 +1,59 @@
+"""Issue 34: a GPU feature that cannot change a kernel's speed must not change its prediction, and a GPU at least as
+good in every speed-relevant figure (peaks, bandwidth, SMs, L2) is never predicted slower on the same kernel table.
+Two user GPUs made from the H100's catalogue entry: one with 500 GB of memory and nothing else changed, one with
+every speed figure 1.25x. Checked for the predictors of notebook 07 (``neusight`` with its BF16 networks and its FP32
+networks on FP32 tables, the roofline) on the paper's models and on Llama in BF16."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from neusight_core import devices, engine
+
+H100 = "NVIDIA_H100_80GB_HBM3"
+SPEED = ("mem_bw_gbs", "num_sm", "fp32_gflops", "fp32_vec_gflops", "l2_mb", "tf32_tensor_gflops",
+         "fp16_tensor_gflops", "bf16_tensor_gflops")
+REQUESTS = [dict(model="gpt2_large", batch=4, seq=1024, mode="inf"),
+            dict(model="bert_large", batch=4, seq=512, mode="train"),
+            dict(model="gpt3_xl", batch=4, seq=2048, mode="inf"),
+            dict(model="llama2_7b", batch=1, seq=2048, mode="inf", dtype="bf16", attention="sdpa", execution="graph"),
+            dict(model="llama2_7b", batch=8, seq=1, past=2047, mode="inf", dtype="bf16", attention="sdpa",
+                 execution="graph")]
+
+
+def _entry(dev, **change) -> dict:
+    d = dataclasses.asdict(dataclasses.replace(dev, **change))
+    out = {k: d[k] for k in ("display_name", "mem_gb", "mem_bw_gbs", "num_sm", "core_per_sm", "freq_mhz",
+                             "fp32_gflops", "fp32_vec_gflops", "l2_mb", "link_gbs")}
+    out["tensor_gflops"] = {p: d[f"{p}_tensor_gflops"] for p in ("tf32", "fp16", "bf16")}
+    out["tensor_source"] = "test"
+    return out
+
+
+@pytest.fixture
+def twins(tmp_path, monkeypatch, release_root):
+    h = devices.get_device(H100)
+    f = tmp_path / "twins.yaml"
+    f.write_text(yaml.safe_dump({
+        "H100_BIGMEM": _entry(h, display_name="H100 with 500 GB", mem_gb=500.0),
+        "H100_FASTER": _entry(h, display_name="H100 x1.25", freq_mhz=h.freq_mhz * 1.25,
+                              **{k: getattr(h, k) * 1.25 for k in SPEED if k != "num_sm"},
+                              num_sm=int(h.num_sm * 1.25))}))
+    monkeypatch.setenv("NEUSIGHT_DEVICES", str(f))
+    devices.reload()
+    yield
+    monkeypatch.delenv("NEUSIGHT_DEVICES")
+    devices.reload()
+
+
+@pytest.mark.parametrize("predictor", ["neusight", "roofline"])
+def test_memory_alone_changes_nothing_and_a_faster_gpu_is_never_slower(twins, predictor):
+    reqs = [{**r, "device": g} for r in REQUESTS for g in (H100, "H100_BIGMEM", "H100_FASTER")]
+    out = engine.predict(reqs, [predictor], seeds=(0,), quick=True)
+    assert (out["error"] == "").all(), out["error"].tolist()
+    t = out["e2e_ms"].to_numpy().reshape(len(REQUESTS), 3)
+    for r, (base, bigmem, faster) in zip(REQUESTS, t):
+        assert bigmem == pytest.approx(base, rel=1e-12), (predictor, r)
+        assert faster <= base * (1 + 1e-9), (predictor, r, faster / base)
