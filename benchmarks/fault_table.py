@@ -45,7 +45,7 @@ FAULTS = [
     ("8", "`fusion=\"False\"` in an engine dict predicted fused", "read as false; other words refused",
      [T + "test_robust_engine.py::test_a_bad_request_gets_its_error_and_the_others_their_answer"]),
     ("8", "device files did not range-check link_gbs / tensor_gflops; range errors did not name the file",
-     "every numeric field has a plausible range; the error names file and field",
+     "every speed figure, the link and the tensor peaks have a plausible range, checked when the GPU is used; the error names the file and field, the file's other GPUs still answer",
      [T + "test_robust_small.py::test_device_file_ranges_name_the_file_and_field"]),
     ("8", "notebook 06 accepted a negative price and max_gpus=0",
      "whatif.check_parameters refuses them in one line",

@@ -116,7 +116,7 @@ def _link_gbs(v: str) -> float:
     except ValueError:
         x = float("nan")
     if not (math.isfinite(x) and x > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of GB/s, got {v!r}")
+        raise argparse.ArgumentTypeError(f"link bandwidth must be a positive number of GB/s, got {v!r}")
     return x
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import evaluation as ev
+from neusight_core import paper_tables as pt
 from neusight_core import paths, schema
 
 _NUM = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*%?\s*$")
@@ -42,7 +43,7 @@ def read_authors_table(name: str, summary_dir: str | Path | None = None) -> pd.D
     the matching builder returns (numbers as floats, blanks as NaN)."""
     sdir = Path(summary_dir) if summary_dir else paths.summary_dir()
     if name == "fp16mm":
-        t = ev.load_fp16mm(sdir.parent / "fp16mm.csv")
+        t = pt.load_fp16mm(sdir.parent / "fp16mm.csv")
         t["pred_ms"], t["ape"] = t["pred_ms"], t["authors_ape"]
         out = t[["B", "M", "N", "K", "label_ms", "pred_ms", "ape"]]
         out.index = pd.Index([f"{r.B}x{r.M}x{r.N}x{r.K}" for r in out.itertuples()], name="shape (BxMxNxK)")
@@ -50,10 +51,10 @@ def read_authors_table(name: str, summary_dir: str | Path | None = None) -> pd.D
     path = sdir / f"{name}.csv"
     rows = _csv_rows(path)
     if name in ("nvidia_inf", "nvidia_train"):
-        spec = ev.FIGURES[name]
+        spec = pt.FIGURES[name]
         out = pd.DataFrame(np.nan, index=pd.MultiIndex.from_tuples(
             [(g, d) for g in spec.gpus for d in ev.FIGURE_PREDICTORS.values()], names=["gpu", "predictor"]),
-            columns=ev.figure_columns(spec))
+            columns=pt.figure_columns(spec))
         gpu = None
         for i, r in enumerate(rows):
             if not r or all(c == "" for c in r):
@@ -65,8 +66,8 @@ def read_authors_table(name: str, summary_dir: str | Path | None = None) -> pd.D
                     out.loc[(gpu, r[0]), col] = _num(r[j + 1] if j + 1 < len(r) else "", f"{path}:{i + 1}")
         return out
     if name in ("amd_inf", "amd_train"):
-        spec = ev.FIGURES[name]
-        cols = ev.figure_columns(spec)
+        spec = pt.FIGURES[name]
+        cols = pt.figure_columns(spec)
         data = {r[0]: [_num(r[j + 1] if j + 1 < len(r) else "", f"{path}:{i + 1}") for j in range(len(cols))]
                 for i, r in enumerate(rows) if r and r[0] in {ev.GPU_SHORT[g] for g in spec.gpus}}
         return pd.DataFrame.from_dict(data, orient="index", columns=cols).rename_axis("gpu")
@@ -93,15 +94,15 @@ def read_authors_table(name: str, summary_dir: str | Path | None = None) -> pd.D
             for j, col in enumerate(ours.columns):
                 cell = r[3 + j].strip()
                 if qty.startswith("Measured"):
-                    ours.loc[(key_model, key_batch, ev.QUANTITIES[0]), col] = _num(cell, f"{path}:{i}")
+                    ours.loc[(key_model, key_batch, pt.QUANTITIES[0]), col] = _num(cell, f"{path}:{i}")
                 elif cell:
                     m = _PRED_ERR.match(cell)
                     if not m:
                         raise ev.EvaluationError(f"{path}:{i}: cannot read 'pred (APE%)' from {cell!r}")
-                    ours.loc[(key_model, key_batch, ev.QUANTITIES[1]), col] = float(m.group(1))
-                    ours.loc[(key_model, key_batch, ev.QUANTITIES[2]), col] = float(m.group(2))
+                    ours.loc[(key_model, key_batch, pt.QUANTITIES[1]), col] = float(m.group(1))
+                    ours.loc[(key_model, key_batch, pt.QUANTITIES[2]), col] = float(m.group(2))
         return ours
-    raise ev.EvaluationError(f"unknown table {name!r} (known: {', '.join(list(ev.TABLES) + ['fp16mm'])})")
+    raise ev.EvaluationError(f"unknown table {name!r} (known: {', '.join(list(pt.TABLES) + ['fp16mm'])})")
 
 
 def table_perop_template() -> pd.DataFrame:
@@ -111,11 +112,11 @@ def table_perop_template() -> pd.DataFrame:
 
 
 def table_fusion_inf_template() -> pd.DataFrame:
-    return ev.table_fusion_inf(pd.DataFrame(columns=ev.KEY + ["label_e2e_ms", "pred_neusight_ms"]))
+    return pt.table_fusion_inf(pd.DataFrame(columns=ev.KEY + ["label_e2e_ms", "pred_neusight_ms"]))
 
 
 def table_distributed_template() -> pd.DataFrame:
-    return ev.table_distributed(pd.DataFrame(columns=ev.KEY + ["label_e2e_ms", "pred_neusight_ms"]))
+    return pt.table_distributed(pd.DataFrame(columns=ev.KEY + ["label_e2e_ms", "pred_neusight_ms"]))
 
 
 # --------------------------------------------------------------------------------- comparison
@@ -146,7 +147,7 @@ def compare_table(name: str, ours: pd.DataFrame, theirs: pd.DataFrame, decimals:
 def compare_all(index: pd.DataFrame, fp16: pd.DataFrame | None = None,
                 summary_dir: str | Path | None = None) -> tuple[dict, pd.DataFrame]:
     """Rebuild every table from ``index`` and compare with the authors'; returns (tables, diff)."""
-    tables = ev.build_tables(index, fp16)
+    tables = pt.build_tables(index, fp16)
     diffs = [compare_table(n, t, read_authors_table(n, summary_dir)) for n, t in tables.items()]
     return tables, pd.concat(diffs, ignore_index=True)
 
@@ -166,7 +167,7 @@ def explain_exceptions(diff: pd.DataFrame, index: pd.DataFrame, fp16: pd.DataFra
         filled = ev.fill_per_op_from_authors_summary(index, Path(summary_dir or paths.summary_dir()) / "summary.csv")
         n_filled = int((filled["per_op_source"] == "authors_summary").sum())
         cfgs = sorted(filled.loc[filled["per_op_source"] == "authors_summary", "model"].unique())
-        recheck = compare_table("perop", ev.table_perop(filled), read_authors_table("perop", summary_dir))
+        recheck = compare_table("perop", pt.table_perop(filled), read_authors_table("perop", summary_dir))
         ok = {(r.row, r.column) for r in recheck.itertuples() if r.equal}
         for i, r in bad[bad["table"] == "perop"].iterrows():
             if (r["row"], r["column"]) in ok:

@@ -40,6 +40,7 @@ import pandas as pd
 import yaml
 
 from . import evaluation as ev
+from . import paper_tables as pt
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
 VERDICTS = ("REPRODUCED", "DEVIATES", "NOT COMPUTABLE")
@@ -140,34 +141,34 @@ def _cells(source: str, index: pd.DataFrame, predictor: str, fp16: pd.DataFrame 
     """Long frame of cells with an ``ape`` column for one predictor column key."""
     if source in ("fig7", "fig8", "fig9_inf", "fig9_train"):
         name = {"fig7": "nvidia_inf", "fig8": "nvidia_train", "fig9_inf": "amd_inf", "fig9_train": "amd_train"}[source]
-        c = ev.figure_cells(index, name, {predictor: predictor})
-        c["mode"] = ev.FIGURES[name].mode
+        c = pt.figure_cells(index, name, {predictor: predictor})
+        c["mode"] = pt.FIGURES[name].mode
         return c
     if source == "fusion":
-        c = ev.fusion_cells(index, predictor)
+        c = pt.fusion_cells(index, predictor)
         if not c.empty:
             c["mode"] = "inf"
         return c
     if source == "distributed":
-        c = ev.distributed_cells(index, predictor)
+        c = pt.distributed_cells(index, predictor)
         if not c.empty:
             c["mode"] = "train"
         return c
     if source == "index":
-        ev.check_columns(index, ["label_e2e_ms", f"pred_{predictor}_ms"])
+        pt.check_columns(index, ["label_e2e_ms", f"pred_{predictor}_ms"])
         c = index.copy()
         c["ape"] = ev.safe_ape(c["label_e2e_ms"], c[f"pred_{predictor}_ms"])
         return c
     if source in ("perop", "perop_authors_fill"):
-        ev.check_columns(index, ["has_per_op", "vendor", "in_authors_summary", "ood"]
+        pt.check_columns(index, ["has_per_op", "vendor", "in_authors_summary", "ood"]
                           + [f"{k}_{op}_ms" for k in ("label", f"pred_{predictor}") for op in ev.OP_CLASSES])
         idx = ev.fill_per_op_from_authors_summary(index) if source == "perop_authors_fill" else index
-        t = ev.table_perop(idx, {predictor: predictor})
+        t = pt.table_perop(idx, {predictor: predictor})
         return pd.DataFrame([{"dist": d, "op": o, "ape": t.loc[predictor, (d, o)]} for d, o in t.columns])
     if source == "fp16mm":
         if fp16 is None:
             raise ev.EvaluationError("no FP16 BMM frame was given (Figure 10 is not part of the index)")
-        return ev.table_fp16mm(fp16).reset_index(drop=True)
+        return pt.table_fp16mm(fp16).reset_index(drop=True)
     raise ClaimsError(f"unknown cell source {source!r}")
 
 
@@ -259,7 +260,7 @@ def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims
                    predictor_columns: dict | None = None, tolerance: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Compute every claim from ``index``; returns (summary, detail) frames (see module docstring).
 
-    ``fp16``: the Figure 10 frame (``evaluation.load_fp16mm()`` or ours); None makes C9 NOT COMPUTABLE.
+    ``fp16``: the Figure 10 frame (``paper_tables.load_fp16mm()`` or ours); None makes C9 NOT COMPUTABLE.
     ``predictor_columns`` maps a claim's predictor to an index column key, e.g. ``{"neusight": "ours"}``
     to judge the claims with ``pred_ours_ms``. ``tolerance`` overrides the printed-precision rule."""
     reg = claims or load_claims()
@@ -359,7 +360,7 @@ def _nvidia_cells(index: pd.DataFrame, keys) -> pd.DataFrame:
     frames = []
     for fig in ("nvidia_inf", "nvidia_train"):
         try:
-            frames.append(ev.figure_cells(index, fig, {k: k for k in keys}))
+            frames.append(pt.figure_cells(index, fig, {k: k for k in keys}))
         except ev.EvaluationError:
             continue
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["predictor", "ape"])

@@ -182,7 +182,7 @@ def _with_config(cells, label) -> dict:
 
 def plot_fusion(cells, title: str = "Table 7: operator fusion (inference)") -> matplotlib.figure.Figure:
     """Measured vs predicted latency, non-fused and fused, per GPU; ``cells`` from
-    ``evaluation.fusion_cells`` or a {series label: cells} mapping."""
+    ``paper_tables.fusion_cells`` or a {series label: cells} mapping."""
     prepared = _with_config(cells, lambda c: (c["model_display"] + " b" + c["batch"].astype(str) + "\n"
                                               + np.where(c["fused"], "fused", "non-fused")))
     # one panel per row: three GPUs side by side made a figure too wide to read at page width
@@ -191,13 +191,13 @@ def plot_fusion(cells, title: str = "Table 7: operator fusion (inference)") -> m
 
 def plot_distributed(cells, title: str = "Table 8: 4-GPU training") -> matplotlib.figure.Figure:
     """Measured vs predicted latency of DP/TP/PP per system; ``cells`` from
-    ``evaluation.distributed_cells`` or a {series label: cells} mapping."""
+    ``paper_tables.distributed_cells`` or a {series label: cells} mapping."""
     prepared = _with_config(cells, lambda c: c["model_display"] + " b" + c["batch"].astype(str) + "\n" + c["parallel"])
     return _latency_bars(_latency_long(prepared, ["system", "config"]), "system", "config", title, 2)
 
 
 def plot_fp16mm(table, title: str = "Figure 10: FP16 tensor-core BMM on H100") -> matplotlib.figure.Figure:
-    """Measured vs predicted latency per BMM shape; ``table`` from ``evaluation.table_fp16mm`` or a
+    """Measured vs predicted latency per BMM shape; ``table`` from ``paper_tables.table_fp16mm`` or a
     {series label: table} mapping."""
     series = _as_series(table, "NeuSight")
     prepared = {}

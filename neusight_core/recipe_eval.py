@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import evaluation as ev
+from neusight_core import paper_tables as pt
 from neusight_core import registry, report
 from neusight_core import predictors as P
 
@@ -46,8 +47,8 @@ HEADLINE_GROUPS = ("inference (Fig. 7)", "training (Fig. 8)", "unseen GPUs (Figs
 
 
 def figure_mask(index: pd.DataFrame, figure: str) -> np.ndarray:
-    """Rows of ``index`` that are labelled cells of a paper figure (``ev.FIGURES`` name)."""
-    spec = ev.FIGURES[figure]
+    """Rows of ``index`` that are labelled cells of a paper figure (``pt.FIGURES`` name)."""
+    spec = pt.FIGURES[figure]
     cells = {(g, m, b) for g in spec.gpus for m, bs in spec.headings for b in bs}
     return np.array([(r.gpu, r.model, int(r.batch)) in cells and r.mode == spec.mode and r.option == "none"
                      and int(r.seq) == ev.MODEL_SEQ.get(r.model, -1)
@@ -63,7 +64,7 @@ def group_masks(index: pd.DataFrame, per_gpu: bool = True) -> dict:
            "inference, 1 GPU, no Switch": f7 & no_switch, "training, 1 GPU, no Switch": f8 & no_switch}
     if per_gpu:
         for name, fig in (("inf", f7), ("train", f8)):
-            for gpu in ev.FIGURES["nvidia_inf" if name == "inf" else "nvidia_train"].gpus:
+            for gpu in pt.FIGURES["nvidia_inf" if name == "inf" else "nvidia_train"].gpus:
                 m = fig & (index["gpu"] == gpu).to_numpy()
                 if m.any():
                     out[f"{ev.GPU_SHORT.get(gpu, gpu)} {name}"] = m

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import evaluation as ev
+from neusight_core import paper_tables as pt
 from neusight_core import latency
 from neusight_core import schema
 from neusight_core.report import ape
@@ -156,7 +157,7 @@ def _spread(index, long, bad, wall, predictors, seeds) -> pd.DataFrame:
 
 def as_index(index: pd.DataFrame, ours: pd.DataFrame, predictors=PREDICTORS) -> pd.DataFrame:
     """The evaluation index with every ``pred_<p>_ms`` (and per-op ``pred_<p>_<OP>_ms``) replaced by
-    ours, so that ``evaluation.build_tables`` and ``claims.compute_claims`` regenerate the paper's
+    ours, so that ``paper_tables.build_tables`` and ``claims.compute_claims`` regenerate the paper's
     tables and verdicts from our numbers with the same code as Tier 0."""
     from neusight_core import evaluation
     out = index
@@ -167,9 +168,9 @@ def as_index(index: pd.DataFrame, ours: pd.DataFrame, predictors=PREDICTORS) -> 
 
 
 def figure_mask(df: pd.DataFrame, figure: str) -> pd.Series:
-    """Rows of ``df`` that are labelled cells of a paper figure (``evaluation.FIGURES`` name): the same
-    selection as ``evaluation.figure_cells`` and the claims (e.g. the 54 Figure 7 configurations)."""
-    spec = ev.FIGURES[figure]
+    """Rows of ``df`` that are labelled cells of a paper figure (``paper_tables.FIGURES`` name): the same
+    selection as ``paper_tables.figure_cells`` and the claims (e.g. the 54 Figure 7 configurations)."""
+    spec = pt.FIGURES[figure]
     cells = {(m, b) for m, bs in spec.headings for b in bs}
     return ((df["mode"] == spec.mode) & (df["option"] == "none") & df["gpu"].isin(spec.gpus)
             & pd.Series([(m, b) in cells and sq == ev.MODEL_SEQ.get(m) for m, b, sq

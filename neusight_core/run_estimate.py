@@ -48,7 +48,6 @@ def missing_weights() -> list[str]:
 
 def line(results: Path, quick: bool) -> str:
     """One line: the expected wall time of this run and where the figure comes from."""
-    mode = "quick" if quick else "full"
     seen = earlier_run(results, quick)
     if quick:
         if seen:

@@ -37,9 +37,13 @@ def device_of(device):
 # Physical plausibility of a device description (generous: 10x beyond any GPU of 2026). A number
 # outside these ranges is a typo or a unit mistake (GB/s vs B/s), and a prediction from it would be
 # a bare wrong number.
-DEVICE_LIMITS = {"num_sm": (1, 10_000), "mem_bw_gbs": (1.0, 100_000.0), "fp32_gflops": (1.0, 10_000_000.0),
-                 "mem_gb": (0.1, 10_000.0), "l2_mb": (0.0, 10_000.0)}
 LINK_LIMITS_GBS = (0.001, 100_000.0)
+#: what a GPU can have; a device entry outside is a typo or a unit mistake (a tensor peak of 1e-9 GFLOPS predicted a
+#: GEMM at 8e11 ms, issue 36), refused when the GPU is used, naming the file it came from
+DEVICE_LIMITS = {"num_sm": (1, 10_000), "mem_bw_gbs": (1.0, 100_000.0), "fp32_gflops": (1.0, 10_000_000.0),
+                 "fp32_vec_gflops": (1.0, 10_000_000.0), "mem_gb": (0.1, 10_000.0), "l2_mb": (0.0, 10_000.0),
+                 "link_gbs": LINK_LIMITS_GBS, "tf32_tensor_gflops": (1.0, 100_000_000.0),
+                 "fp16_tensor_gflops": (1.0, 100_000_000.0), "bf16_tensor_gflops": (1.0, 100_000_000.0)}
 # A request whose lower-bound memory exceeds the GPUs' memory this many times over is not a configuration
 # that "does not fit" (memory.footprint says that, and the latency is still printed): it is a typo or a unit
 # mistake (a billion sequences), and gets an error instead of a number.
@@ -63,8 +67,9 @@ def check_device(dev) -> None:
         except (TypeError, ValueError):
             ok = False
         if not ok:
+            where = getattr(dev, "origin", "") or "the device file"
             raise LatencyInputError(f"device {getattr(dev, 'name', '?')}: {field} = {v!r} is outside the physically "
-                                    f"plausible range [{lo:g}, {hi:g}] (check the device file and its units)")
+                                    f"plausible range [{lo:g}, {hi:g}] (check {where} and its units)")
 
 
 def _config_of(model):

@@ -53,10 +53,10 @@ def fp16mm_ours(predictor="neusight", quick: bool = False, peak: str = "dense", 
     itself in FP32 accounting (4-byte elements against doubled bandwidth, L2 and memory, as the
     authors' code ran it). ``tensor_core=False``: a predictor with BF16 / FP16 tensor-core networks (``neusight``,
     issue 25) predicts without them (``predict_extrapolated``: its FP32 networks, as before issue 25)."""
-    from neusight_core import evaluation
+    from neusight_core import paper_tables
     if peak not in PEAKS:
         raise ValueError(f"peak must be one of {', '.join(PEAKS)}, got {peak!r}")
-    fp16 = evaluation.load_fp16mm() if fp16 is None else fp16
+    fp16 = paper_tables.load_fp16mm() if fp16 is None else fp16
     pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     if peak == "authors":
         k, dev = fp16mm_kernels(fp16, 4.0, "fp32"), devices.get_device("NVIDIA_H100_80GB_HBM3_TP")

@@ -10,6 +10,7 @@ import pytest
 
 from neusight_core import authors_tables as at
 from neusight_core import evaluation as ev
+from neusight_core import paper_tables as pt
 from neusight_core import paths, report
 
 
@@ -67,7 +68,7 @@ def test_index_ape_columns(index):
 @pytest.mark.parametrize("name", ["nvidia_inf", "nvidia_train", "amd_inf", "amd_train", "fusion_inf",
                                   "distributed", "fp16mm"])
 def test_rebuilt_table_equals_authors(index, name):
-    tables = ev.build_tables(index, ev.load_fp16mm())
+    tables = pt.build_tables(index, pt.load_fp16mm())
     diff = at.compare_table(name, tables[name], at.read_authors_table(name))
     expected_cells = {"nvidia_inf": 216, "nvidia_train": 104, "amd_inf": 28, "amd_train": 15,
                       "fusion_inf": 72, "distributed": 33, "fp16mm": 9}[name]
@@ -78,18 +79,18 @@ def test_rebuilt_table_equals_authors(index, name):
 def test_perop_differences_are_the_missing_switch_labels(index):
     """Table 6 differs only because the release lacks 10 per-node label CSVs; filling exactly
     those from the authors' summary.csv makes every cell equal."""
-    diff = at.compare_table("perop", ev.table_perop(index), at.read_authors_table("perop"))
+    diff = at.compare_table("perop", pt.table_perop(index), at.read_authors_table("perop"))
     assert len(diff) == 40 and (~diff["equal"]).sum() > 0
     filled = ev.fill_per_op_from_authors_summary(index)
     assert (filled["per_op_source"] == "authors_summary").sum() == 10
     assert set(filled.loc[filled["per_op_source"] == "authors_summary", "model"]) == {"switchxl4"}
-    assert at.compare_table("perop", ev.table_perop(filled), at.read_authors_table("perop"))["equal"].all()
+    assert at.compare_table("perop", pt.table_perop(filled), at.read_authors_table("perop"))["equal"].all()
     exc = at.explain_exceptions(diff, index)
     assert len(exc) == (~diff["equal"]).sum() and exc["reason"].str.contains("ABSENT.txt").all()
 
 
 def test_compare_table_detects_a_changed_cell(index):
-    ours = ev.table_nvidia_inf(index)
+    ours = pt.table_nvidia_inf(index)
     theirs = at.read_authors_table("nvidia_inf")
     cell = (("NVIDIA_H100_80GB_HBM3", "NeuSight"), ("BERT-Large", 8))
     ours.loc[cell] = theirs.loc[cell] + 0.2
@@ -104,13 +105,13 @@ def test_with_predictions_substitutes_ours(index):
     plain = index[index["option"] == "none"]
     ours = plain[ev.KEY].assign(e2e_ms=plain["label_e2e_ms"].to_numpy() * 1.25).iloc[:-5]
     sub = ev.with_predictions(index, ours, predictor="neusight")
-    t = ev.table_nvidia_inf(sub, {"neusight": "NeuSight (ours)"})
+    t = pt.table_nvidia_inf(sub, {"neusight": "NeuSight (ours)"})
     vals = t.to_numpy(float)
     assert np.allclose(vals[~np.isnan(vals)], 25.0)
     assert sub["pred_neusight_ms"].isna().sum() > index["pred_neusight_ms"].isna().sum()
     # as an extra predictor next to the authors'
     both = ev.with_predictions(index, ours, predictor="ours")
-    t2 = ev.table_nvidia_inf(both, {"neusight": "NeuSight", "ours": "NeuSight (ours)"})
+    t2 = pt.table_nvidia_inf(both, {"neusight": "NeuSight", "ours": "NeuSight (ours)"})
     assert t2.index.get_level_values("predictor").unique().tolist() == ["NeuSight", "NeuSight (ours)"]
     with pytest.raises(ev.EvaluationError, match="lacks column"):
         ev.with_predictions(index, ours.drop(columns="batch"))

@@ -305,17 +305,18 @@ def test_figures_colours_widths_and_labels():
     import matplotlib
     matplotlib.use("Agg")
     from neusight_core import evaluation as ev
+    from neusight_core import paper_tables as pt
     from neusight_core import plots
     pal = plots._palette(["ours", "authors", "Habitat", "Roofline", "Li et al.", "something new"])
     assert pal["ours"] == plots.PALETTE["NeuSight (ours)"] != pal["Habitat"]
     assert len(set(pal.values())) == len(pal)  # one colour per predictor
     idx = ev.build_index()
-    fig = plots.plot_fusion(ev.fusion_cells(idx))
+    fig = plots.plot_fusion(pt.fusion_cells(idx))
     assert fig.get_size_inches()[0] * 150 < 1600  # Table 7 readable at page width (was 3213 px)
-    fig = plots.plot_distributed(ev.distributed_cells(idx))
+    fig = plots.plot_distributed(pt.distributed_cells(idx))
     h100 = [ax for ax in fig.axes if ax.get_title() == "H100x4"][0]
     assert all(t.get_rotation() == 45 for t in h100.get_xticklabels())  # crowded labels turned
-    fig = plots.plot_ape_bars(ev.figure_cells(idx, "nvidia_inf"), log=True)
+    fig = plots.plot_ape_bars(pt.figure_cells(idx, "nvidia_inf"), log=True)
     ylims = {ax.get_ylim() for ax in fig.axes if ax.get_visible() and ax.get_yscale() == "log"}
     assert len(ylims) == 1  # log panels share one y-range
 

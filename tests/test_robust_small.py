@@ -22,7 +22,7 @@ def test_sweep_refuses_a_nan_link(capsys, tmp_path):
         cli(["sweep", "--model", "bert", "--device", "H100", "--batch", "2", "--seq", "128", "--parallel", "dp",
              "--gpus", "2", "--link-gbs", "nan", "--out", str(tmp_path / "s.csv")])
     assert e.value.code == 2
-    assert "--link-gbs: must be a positive number of GB/s, got 'nan'" in _err(capsys)
+    assert "--link-gbs: link bandwidth must be a positive number of GB/s, got 'nan'" in _err(capsys)
     assert not (tmp_path / "s.csv").exists()
 
 
@@ -63,21 +63,26 @@ def test_config_sizes_must_be_positive_integers(field, value):
         configs.load_config(d)
 
 
-def test_device_file_ranges_name_the_file_and_field(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("field, value", [("link_gbs", "1.0e+9"), ("tensor_gflops", "{bf16: 1.0e-9}")])
+def test_device_file_ranges_name_the_file_and_field(field, value, tmp_path, monkeypatch, capsys):
+    """A device entry out of range is refused when that GPU is asked for, naming the file; the others still answer."""
     f = tmp_path / "mine.yaml"
     f.write_text("MyGPU:\n  display_name: My GPU\n  mem_gb: 24\n  mem_bw_gbs: 1000\n  num_sm: 80\n"
-                 "  fp32_gflops: 40000\n  l2_mb: 40\n  link_gbs: 0.001\n")
+                 f"  fp32_gflops: 40000\n  l2_mb: 40\n  {field}: {value}\n  tensor_source: me\n")
     monkeypatch.setenv("NEUSIGHT_DEVICES", str(f))
     from neusight_core import devices
     devices.reload()
     try:
         assert cli(["predict", "--model", "bert", "--device", "MyGPU", "--batch", "1", "--seq", "128",
                     "--predictor", "roofline"]) == 2
+        err = _err(capsys)
+        assert err.startswith("error: device MyGPU: ") and "is outside the physically plausible range" in err
+        assert f"(check {f} and its units)" in err and err.count("\n") == 0
+        assert cli(["predict", "--model", "bert", "--device", "H100", "--batch", "1", "--seq", "128",
+                    "--predictor", "roofline"]) == 0
     finally:
         monkeypatch.delenv("NEUSIGHT_DEVICES")
         devices.reload()
-    assert _err(capsys) == (f"error: {f}: field 'link_gbs' is 0.001, outside the plausible range 1-100000 "
-                            "(a typo or another unit?)")
 
 
 @pytest.mark.parametrize("price, gpus, message", [(-2.5, 8, "gpu_price_per_hour must be a positive price"),
