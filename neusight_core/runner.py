@@ -26,23 +26,19 @@ import argparse
 import errno
 import json
 import os
-import platform
 import re
 import signal
-import subprocess
 import sys
-import tarfile
 import time
 import traceback
-from dataclasses import asdict
-from importlib import metadata
 from pathlib import Path
 
 from . import paths  # stdlib only: run_all.sh checks the arguments with any python3 before set-up
-from .run_summary import NotebookResult, format_params, verdict_block, write_atomic, write_summary
+from .run_record import LOCK_FILE, RESERVE_FILE, environment, make_tarball, tarball_path, write_record
+from .run_summary import NotebookResult, format_params, verdict_block, write_atomic
 
 __all__ = ["NotebookResult", "claim", "discover", "main", "run_notebook", "verdict_block", "write_atomic",
-           "write_record", "write_summary"]   # the summary's names are run_summary's, named here for the run
+           "write_record"]   # the record's names are run_record's / run_summary's, named here for the run
 NOTEBOOKS_DIR = paths.REPO_ROOT / "notebooks"
 
 
@@ -163,7 +159,6 @@ def disk_full_reason(exc: OSError, default: Path | str) -> str:
 # Space set aside when a run starts and given back before its record (SUMMARY.md, run.json,
 # environment.json) is written, so that a disk filled by a notebook still leaves room to say so.
 RESERVE_BYTES = 512 * 1024
-RESERVE_FILE = ".space-reserve"
 
 
 def reserve_space(run_dir: Path) -> None:
@@ -248,63 +243,6 @@ def run_notebook(nb: Path, run_dir: Path, quick: bool, extra: dict | None = None
         elif html:
             reason = f"{reason}; {html}" if reason else html
     return NotebookResult(nb.stem, status, secs, reason)
-
-
-# ----------------------------------------------------------------------------- environment
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", "-C", str(paths.REPO_ROOT), *args], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def gpu_info() -> dict:
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return {"available": False, "reason": "torch.cuda.is_available() is False (no CUDA GPU or CPU build of torch)"}
-        return {"available": True, "count": torch.cuda.device_count(),
-                "names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-                "cuda": torch.version.cuda}
-    except Exception as e:
-        return {"available": False, "reason": f"torch could not be queried: {e}"}
-
-
-def environment() -> dict:
-    pkgs = sorted((d.metadata["Name"], d.version) for d in metadata.distributions() if d.metadata["Name"])
-    from . import release
-    rel = release.status()
-    try:
-        rel["checksums"] = release.verify_installed().line()
-    except release.ReleaseError as e:
-        rel["checksums"] = f"FAILED: {e}"
-    return {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine(),
-        "cpu_count": __import__("os").cpu_count(),
-        "artifact_commit": _git("rev-parse", "HEAD"), "artifact_dirty": bool(_git("status", "--porcelain")),
-        "release": rel, "gpu": gpu_info(),
-        "packages": {n: v for n, v in pkgs},
-    }
-
-
-def tarball_path(run_dir: Path) -> Path:
-    return run_dir.parent / f"neusight_results_{run_dir.name}.tar.gz"
-
-
-def make_tarball(run_dir: Path) -> Path:
-    tar_path = tarball_path(run_dir)
-    tmp = tar_path.with_name(tar_path.name + ".part")
-    try:
-        with tarfile.open(tmp, "w:gz") as tar:
-            tar.add(run_dir, arcname=run_dir.name, filter=lambda t: None if Path(t.name).name in (LOCK_FILE, RESERVE_FILE) else t)
-        tmp.replace(tar_path)
-    except BaseException:  # a full disk or an interrupt: no part-file left that looks like a result
-        tmp.unlink(missing_ok=True)
-        raise
-    return tar_path
 
 
 # ----------------------------------------------------------------------------- command line
@@ -399,7 +337,6 @@ def open_lab(results: str) -> int:
     return 0  # not reached
 
 
-LOCK_FILE = ".run.lock"
 
 
 def claim(run_dir: Path, default: bool) -> Path:
@@ -550,16 +487,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"done in {total / 60:.1f} min: {counts}")
     print(f"summary: {summary}\ntarball: {tar}")
     return 1 if n_failed else 0
-
-
-def write_record(run_dir: Path, results: list[NotebookResult], env: dict, quick: bool, total: float,
-                 interrupted: str | None, tarball: str | None = None) -> Path:
-    """environment.json, run.json and SUMMARY.md, each written whole or not at all."""
-    write_atomic(run_dir / "environment.json", json.dumps(env, indent=2))
-    write_atomic(run_dir / "run.json", json.dumps(
-        {"quick": quick, "seconds": total, "interrupted": interrupted, "tarball": tarball,
-         "notebooks": [asdict(r) for r in results]}, indent=2))
-    return write_summary(run_dir, results, env, quick, total, interrupted=interrupted, tarball=tarball)
 
 
 if __name__ == "__main__":

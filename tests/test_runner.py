@@ -105,8 +105,9 @@ def test_disk_full_in_a_notebook_keeps_the_run_record(small_disk):
 
 
 def test_disk_full_at_the_tarball_is_said_and_leaves_no_part_file(small_disk):
+    # 700 kB of noise: both notebooks and their HTML exports fit on the 2 MiB disk, the tarball does not
     out = small_disk / "run"
-    proc = _run(out, {"NEUSIGHT_TEST_NOISE_BYTES": str(1_200_000)})
+    proc = _run(out, {"NEUSIGHT_TEST_NOISE_BYTES": str(700_000)})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     run = json.loads((out / "run.json").read_text())
     assert [n["status"] for n in run["notebooks"]] == ["OK", "OK"]
@@ -225,3 +226,15 @@ def test_neusight_python_without_the_modules_is_a_one_line_error(tmp_path):
     proc = _run_all_with(str(tmp_path / "no-such-python"), tmp_path / "r2")
     assert proc.returncode == 2 and "no such interpreter" in proc.stderr
     assert not (tmp_path / "r").exists() and not (tmp_path / "r2").exists()
+
+
+def test_disk_full_in_the_html_export_fails_that_notebook(small_disk):
+    """Issue 36 item 8: 1.2 MB of noise leaves no room for the second notebook's HTML export; that notebook was
+    reported OK without its HTML, now it is FAILED with the file named."""
+    out = small_disk / "run"
+    proc = _run(out, {"NEUSIGHT_TEST_NOISE_BYTES": str(1_200_000)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert [n["status"] for n in run["notebooks"]] == ["OK", "FAILED"]
+    assert run["notebooks"][1]["reason"] == f"disk full while writing {out / '02_fills.html'}"
+    _no_finished_looking_partials(small_disk)
