@@ -109,7 +109,7 @@ def read_state(folder: Path) -> dict:
 
 #: recipe keys that change how trained networks are used, not what they learn: left out of the weights' key, so
 #: that adding or changing one does not retrain (neusight.py ``as_gemm``)
-PREDICTION_ONLY_KEYS = ("conv_1x1_network", "conv_wgrad_split_k")
+PREDICTION_ONLY_KEYS = ("conv_1x1_network", "conv_wgrad_split_k", "memory_cap_training", "tile_lookup_memory")
 
 
 def config_hash(name: str, config: dict) -> str:

@@ -64,6 +64,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 import neusight_core.predictors.common as common
+from neusight_core import devices
 from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, hparams, split_validation, without_attrs
 from neusight_core.predictors.features import (CONV_TILE, FEATURE_NAMES, U_MIN, features,
                                                utilisation)
@@ -226,8 +227,18 @@ class NeuSightPredictor(KernelPredictor):
             base = common.wave_roofline_ms(df, {**dev, "mem_bw_gbs": dev["mem_bw_gbs"] * 2**30 / 1e9}, geo)
         else:
             base = common.wave_roofline_ms(df, dev, geo)
-        X = features(df, dev, geo, self._input_names(cls), self.config.get("input_units", "ours"))
+        X = features(df, self._feature_device(dev), geo, self._input_names(cls), self.config.get("input_units", "ours"))
         return X, geo["waves"], base
+
+    def _feature_device(self, dev: dict) -> dict:
+        """``dev`` as the MLP inputs see it. With ``memory_cap_training`` the memory capacity (it enters the authors'
+        input wave_bytes_per_sm_mem, and cannot change a kernel's speed) is capped at the largest training GPU's:
+        beyond the training range it would only extrapolate (the H200's 141 GB made it slower than the H100, issue
+        34). The training GPUs are at or under the cap, so training is unchanged; the roofline bound never sees it."""
+        if not self.config.get("memory_cap_training"):
+            return dev
+        cap = max(d.mem_gb for d in devices.training_devices("NVIDIA"))
+        return {**dev, "mem_gb": np.minimum(np.asarray(dev["mem_gb"], float), cap)}
 
     def _winograd(self, df: pd.DataFrame, geo: dict) -> dict:
         """The bound of a 3 x 3 stride-1 convolution counts the multiplies of the fastest algorithm cuDNN has
