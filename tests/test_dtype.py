@@ -81,8 +81,14 @@ def test_figure10_c9_with_our_predictor_and_the_authors_tp_device_equivalence():
     # 2-byte elements against the catalogue bandwidth = the release's TP device (4-byte accounting,
     # doubled bandwidth/L2/memory) when both use the 1,979 TFLOPS sparse peak; checked on the FP32 networks
     # (since issue 25 the FP16 rows go through the tensor-core GEMM network, the authors' device rows, FP32, do not)
-    sparse_x = whatif.fp16mm_ours(quick=True, peak="sparse", tensor_core=False)
-    np.testing.assert_allclose(sparse_x["pred_ms"], authors["pred_ms"], rtol=1e-6)
+    # The accounting is checked without issue 34's memory cap: the TP device doubles the memory to count 2-byte
+    # elements in 4 bytes, and a cap at the training GPUs' 40 GB cuts both memories to the same value
+    import copy
+    uncapped = copy.deepcopy(latency.loaded_predictor("neusight", True))
+    uncapped.config = {**uncapped.config, "memory_cap_training": False}
+    sparse_x = whatif.fp16mm_ours(uncapped, quick=True, peak="sparse", tensor_core=False)
+    np.testing.assert_allclose(sparse_x["pred_ms"], whatif.fp16mm_ours(uncapped, quick=True, peak="authors")["pred_ms"],
+                               rtol=1e-6)
     assert not np.allclose(sparse["pred_ms"], sparse_x["pred_ms"])       # the GEMM network answers FP16 BMMs
     assert not np.allclose(dense["pred_ms"], sparse["pred_ms"])   # the peak matters
     summary, detail = whatif.c9_verdict(dense)

@@ -61,6 +61,8 @@ def test_baselines_answer_with_their_full_weights(capsys, release_root):
     assert not predictors.trains_long("roofline") and predictors.trains_long("neusight-paper")
     assert predictors.choose_quick("roofline", 0) is False
     assert cli(ASK + ["--predictor", "roofline", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["weights"]["weights"] == "none (nothing to train)"   # it has none
+    assert cli(ASK + ["--predictor", "li", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["weights"]["weights"] == "full"
     with pytest.raises(ValueError, match="weights must be one of"):
         predictors.choose_quick("neusight", 0, "fast")

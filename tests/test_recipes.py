@@ -45,7 +45,9 @@ def test_recipe_files_are_the_configs():
         # the CONV network (issue 26): its class and keys; per-class forms of the authors' inputs and batches
         "classes", "conv_tile", "conv_winograd", "inputs", "normalise", "clip_inputs", "batch", "conv_1x1_network", "conv_wgrad_split_k",
         # the BF16 tensor-core networks (issue 25)
-        "tensor_core"}
+        "tensor_core",
+        # prediction only (issue 34): the memory capacity capped in the MLP input, left out of the tile look-up
+        "memory_cap_training", "tile_lookup_memory"}
     # ... which leave the paper's five classes as the authors' recipe has them
     p, q = P.create("neusight"), P.create("neusight-paper")
     for c in common.MODEL_CLASSES:
@@ -192,7 +194,8 @@ def test_ablation_plan_towards_our_recipe():
     assert set(plan[6][1]) == {"extra_training", "lr", "hidden", "ensemble", "ensemble_cut", "epochs", "grad_clip",
                                # the CONV network's keys (issue 26): they change no text-model kernel
                                "classes", "conv_tile", "conv_winograd", "inputs", "normalise", "clip_inputs", "batch",
-                               "conv_1x1_network", "conv_wgrad_split_k", "tensor_core"}
+                               "conv_1x1_network", "conv_wgrad_split_k", "tensor_core",
+                               "memory_cap_training", "tile_lookup_memory"}   # prediction only (issue 34)
 
 
 def test_ablation_plan_switches_one_difference_at_a_time():
