@@ -144,7 +144,8 @@ def weights_lines(quick: bool, recipes=("neusight", "neusight-paper"), seeds=(0,
             if isinstance(info.get("train_seconds"), (int, float)):
                 secs.append(info["train_seconds"])
         if where:
-            took = f" in {min(secs):.0f}-{max(secs):.0f} s per seed" if secs else ""
+            lo, hi = (f"{min(secs):.0f}", f"{max(secs):.0f}") if secs else ("", "")
+            took = (f" in {lo} s per seed" if lo == hi else f" in {lo}-{hi} s per seed") if secs else ""
             out.append(f"- {name} ({'quick' if quick else 'full'} weights){took}: " + "; ".join(
                 f"seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))} trained on {k}" for k, v in where.items()))
     return out
