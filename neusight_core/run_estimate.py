@@ -11,11 +11,13 @@ import json
 import os
 from pathlib import Path
 
+from neusight_core import registry
+
 #: documented wall times (README "Run times", the 2-core machine): quick run; full run from scratch; full run with
 #: every weight trained
 DOCUMENTED_MIN = {"quick": 3.2, "full": 46.3, "full, weights trained": 3.1}
-#: the full run's NeuSight weights: both recipes, seeds 0-2 (notebooks 03, 04, 07)
-FULL_RECIPES = ("neusight", "neusight-paper")
+#: the full run's NeuSight weights: the reported recipes (the registry's), seeds 0-2 (notebooks 03, 04, 07)
+FULL_RECIPES = registry.reported("recipe")
 FULL_SEEDS = (0, 1, 2)
 
 

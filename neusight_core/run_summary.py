@@ -128,12 +128,13 @@ def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
     return lines
 
 
-def weights_lines(quick: bool, recipes=("neusight", "neusight-paper"), seeds=(0, 1, 2)) -> list[str]:
+def weights_lines(quick: bool, recipes=None, seeds=(0, 1, 2)) -> list[str]:
     """One line per NeuSight recipe: where and how long its weights of this mode trained (issue 36: on the GPU
     when there is one), from their meta.json; weights not there are not listed."""
     from neusight_core import predictors as P
+    from neusight_core.run_estimate import FULL_RECIPES
     out = []
-    for name in recipes:
+    for name in recipes or FULL_RECIPES:
         where, secs = {}, []
         for s in seeds:
             try:
