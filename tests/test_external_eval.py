@@ -178,7 +178,7 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     assert metrics["status"] == "OK"
     assert metrics["summary_line"].startswith("BF16 on unseen Blackwell GPUs, measured by others: GEMM ")
     t = pd.read_csv(out / "tables" / "metrics.csv")
-    assert set(t["predictor"]) == {"neusight", "neusight FP32-extrapolated", "roofline", "shape-only tree"}
+    assert set(t["predictor"]) == set(xe.PREDICTORS) >= {"neusight", "roofline", "shape-only tree", "structural tree"}
     assert set(t["device"]) == set(mk.split()["training"] + mk.split()["held_out"])
     assert not t["device"].str.contains("B300|GB300|RTX|B60").any()
     assert math.isfinite(metrics["headline"]["gemm_mape"]) and math.isfinite(metrics["headline"]["attention_mape"])
@@ -274,13 +274,13 @@ def test_miss_breakdown_by_hand():
                          "tile_k": [64.0, 64.0, 256.0, 256.0], "split": [8.0, 8.0, 1.0, 1.0],
                          "waves": [1.0, 1.0, 3.0, 100.0]})
     long = pd.concat([base.assign(predictor="neusight", ape=[40.0, 20.0, 10.0, 10.0], err=[-40.0, -20.0, 10.0, -10.0]),
-                      base.assign(predictor="shape-only tree", ape=[5.0, 5.0, 50.0, 70.0], err=0.0),
+                      base.assign(predictor="structural tree", ape=[5.0, 5.0, 50.0, 70.0], err=0.0),
                       base.assign(role="training", predictor="neusight", ape=99.0, err=99.0)], ignore_index=True)
     m = xe.miss_breakdown(long).set_index(["dimension", "bucket"])
     small = m.loc[("m (tokens)", "<= 16")]
     assert small["rows"] == 2 and small["mape"] == 30.0 and small["bias"] == -30.0
     assert small["share_rows"] == 50.0 and small["error_share"] == 75.0       # 60 of the 80 summed APE points
-    assert small["shape-only tree mape"] == 5.0
+    assert small["structural tree mape"] == 5.0
     assert m.loc[("m (tokens)", "> 8192"), "mape"] == 10.0
     assert m.loc[("FLOPs / byte", "<= 16"), "rows"] == 2 and m.loc[("FLOPs / byte", "256-1024"), "rows"] == 1
     assert m.loc[("tile (m x k)", "64 x 64"), "mape"] == 30.0 and m.loc[("split-K", "1"), "mape"] == 10.0
@@ -400,3 +400,51 @@ def test_local_check_skips_where_the_database_is_not_installed(monkeypatch):
     monkeypatch.setattr(mk, "data_root", gone)
     why = xe.local_skip_reason({"skipped_reason": None, "device": {"known": True, "name": H100}})
     assert why.startswith("aiconfigurator-core is not installed")
+
+
+# ---------------------------------------------------------------- issue 34: GEMM structure, the structural tree, targets
+def test_gemm_structure_inputs_by_hand(release_root):
+    # 8192^3 on the H100 (132 SMs, 989 TFLOPS dense BF16): the recipe's tiles pick 128 x 128 split 2 (test
+    # above): 8,192 tiles in 63 waves, the last wave 8,192 - 62 x 132 = 8 tiles -> fill 8192 / (63 x 132)
+    g = mk.gemm_kernels(pd.DataFrame({"kernel_source": ["x"], "gemm_dtype": ["bfloat16"], "m": [8192], "n": [8192],
+                                      "k": [8192], "latency": [1.0]}), "h100_sxm")
+    dev = common.device_arrays(g)
+    geo = tc.gemm_geometry(g, dev, [[128, 128], [64, 64]], [1, 2, 4, 8, 16, 32])
+    x = tc.gemm_structure(g, dev, geo, ["last_wave_fill", "split_k", "roofline_us", "ridge", "m"])
+    assert x.shape == (1, 5)
+    assert x[0, 0] == pytest.approx(8192 / (63 * 132))                     # linear, not log2
+    assert 2 ** x[0, 1] == pytest.approx(2.0)
+    assert 2 ** x[0, 2] == pytest.approx(2 * 8192**3 / 989e12 * 1e6, rel=1e-3)   # compute-bound: FLOPs / peak, us
+    assert 2 ** x[0, 3] == pytest.approx(989_000 / float(dev["mem_bw_gbs"][0]), rel=1e-2)   # dense BF16 / bandwidth
+    assert 2 ** x[0, 4] == pytest.approx(8192)
+    with pytest.raises(ValueError, match="unknown gemm_inputs .*'fill'"):
+        tc.gemm_structure(g, dev, geo, ["fill"])
+
+
+def test_structural_tree_knows_the_gpu_and_refuses_unknown_inputs(release_root):
+    g = tc.gemm_rows("h100_sxm").iloc[:40]
+    dev = common.device_arrays(g)
+    shape, spec = tc.shape_inputs(g, dev, "GEMM"), tc.spec_inputs(g, dev, "GEMM")
+    # the spec inputs are the shape inputs plus ridge, SM count, L2, FLOPs per byte and the 128 x 128 wave count
+    assert spec.shape[1] == shape.shape[1] + 5 and (spec[:, :shape.shape[1]] == shape).all()
+    assert 2 ** spec[0, shape.shape[1] + 1] == pytest.approx(132)
+    with pytest.raises(ValueError, match="inputs 'x' is not one of"):
+        tc.ShapeTree({"networks": ["GEMM"]}, tree={"inputs": "x"}).fit(g.assign(latency_ms=0.01), quick=True)
+
+
+def test_targets_by_hand():
+    from neusight_core import external_eval as xe
+    row = dict(kind="GEMM", rows=10, median_ape=1.0, bias=0.0, seeds=3)
+    table = pd.DataFrame([
+        dict(row, role="held_out", device="B", predictor="neusight", mape=9.0, p90_ape=20.0, mape_spread=1.0),
+        dict(row, role="held_out", device="G", predictor="neusight", mape=11.0, p90_ape=26.0, mape_spread=2.5),
+        dict(row, role="training", device="H", predictor="neusight", mape=5.0, p90_ape=9.0, mape_spread=0.1),
+        dict(row, role="held_out", device="B", predictor="structural tree", mape=12.0, p90_ape=20.0, mape_spread=0),
+        dict(row, role="held_out", device="G", predictor="structural tree", mape=10.0, p90_ape=20.0, mape_spread=0),
+        dict(row, kind="attention decode", role="held_out", device="B", predictor="neusight", mape=30.0, p90_ape=1.0,
+             mape_spread=0)])
+    t = xe.targets(table, 3, {"attention_targets": {"ATTN_decode": 35}}).set_index("target")
+    assert list(t["value"]) == [11.0, 26.0, 5.0, 2.5, 1.0, 30.0]
+    assert list(t["met"]) == [False, False, True, False, False, True]     # G is 1 point worse than the tree
+    one_seed = xe.targets(table, 1)
+    assert one_seed.loc[3, "met"] is None and np.isnan(one_seed.loc[3, "value"])
