@@ -7,7 +7,7 @@ to docs/search_bf16.jsonl. The held-out Blackwell GPUs are never loaded here.
 
   python benchmarks/bf16_search.py GEMM '{"splits": [1, 2, 4, 8, 16, 32]}' ['{...}' ...] [--seed 0] [--tag s1]
   python benchmarks/bf16_search.py GEMM '{"max_iter": 300}' --model tree --tag t1   # the shape-only tree:
-      overrides of tensor_core.TREE, on the rows of the recipe's tensor_core config
+      overrides of trees.TREE, on the rows of the recipe's tensor_core config
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ LOG = ROOT / "docs" / "search_bf16.jsonl"
 def main(argv=None):
     import torch
     torch.set_num_threads(1)
-    from neusight_core.predictors import tensor_core as tc
+    from neusight_core.predictors import tensor_core as tc, trees
     ap = argparse.ArgumentParser()
     ap.add_argument("network", choices=tc.NETWORKS)
     ap.add_argument("configs", nargs="+", help="JSON overrides of tensor_core.DEFAULTS")
@@ -35,7 +35,7 @@ def main(argv=None):
     ap.add_argument("--tag", default="")
     ap.add_argument("--model", choices=("nets", "tree"), default="nets",
                     help="nets: TensorCoreNets (configs override tensor_core.DEFAULTS); tree: ShapeTree "
-                         "(configs override tensor_core.TREE, rows as the neusight recipe's tensor_core)")
+                         "(configs override trees.TREE, rows as the neusight recipe's tensor_core)")
     ap.add_argument("--peak-fold", action="store_true",
                     help="one fold instead of leave-one-out: train on the training GPUs below the highest dense "
                          "BF16 peak (A100, L40S), score the highest-peak ones (H100, H200): extrapolation in peak, "
@@ -58,7 +58,7 @@ def main(argv=None):
         secs = []
         for g in gpus:
             if a.model == "tree":
-                m = tc.ShapeTree({**recipe, "networks": [a.network]}, seed=a.seed, tree=json.loads(text))
+                m = trees.ShapeTree({**recipe, "networks": [a.network]}, seed=a.seed, tree=json.loads(text))
             else:
                 m = tc.TensorCoreNets(cfg, seed=a.seed)
             info = m.fit(data[~data["device"].isin(g if isinstance(g, tuple) else [g])].reset_index(drop=True))

@@ -11,10 +11,10 @@ Predictors (``PREDICTORS``):
 - ``neusight FP32-extrapolated``: the same trained predictor without them (``predict_extrapolated``: the
   FP32-trained networks at the BF16 tensor-core peak, what ``--dtype bf16`` did before issue 25);
 - ``roofline``: max(FLOPs / dense BF16 peak, bytes / bandwidth);
-- ``structural tree``: issue 34's baseline to beat (``tensor_core.SPEC_TREE``): the same kind of tree on the
+- ``structural tree``: issue 34's baseline to beat (``trees.SPEC_TREE``): the same kind of tree on the
   dims plus what the datasheet says of the GPU's structure (ridge, SM count, L2, FLOPs per byte, a 128 x 128
   wave count), trained on the same rows and seed;
-- ``shape-only tree``: the ablation (``tensor_core.ShapeTree``): a gradient-boosted tree on log2 dims, dense
+- ``shape-only tree``: the ablation (``trees.ShapeTree``): a gradient-boosted tree on log2 dims, dense
   BF16 peak and bandwidth alone (no tiles or waves; its target is the ratio to the plain roofline), trained on the same training-GPU rows and seed
   as the tensor-core networks; issue 25's reference regression. (It replaced a shape-only MLP of the networks'
   size, which was a much weaker regression: 62-66 % held-out GEMM MAPE, and flattered the tiles and waves.)
@@ -31,7 +31,7 @@ import pandas as pd
 
 from neusight_core import measured_kernels as mk
 from neusight_core import report
-from neusight_core.predictors import tensor_core as tc
+from neusight_core.predictors import tensor_core as tc, trees
 
 PREDICTORS = ("neusight", "neusight FP32-extrapolated", "roofline", "shape-only tree", "structural tree")
 BASELINE = "structural tree"     # the reference regression the tile/wave networks have to beat on each held-out GPU
@@ -149,9 +149,9 @@ def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=N
     p = neusight if neusight is not None else predictors.get("neusight", quick=quick, seed=seed)
     if p.tc is None or not p.tc.nets:
         raise ValueError("the neusight recipe has no trained tensor_core networks (recipe key tensor_core)")
-    shape = tc.ShapeTree(p.tc.config, seed=seed)
+    shape = trees.ShapeTree(p.tc.config, seed=seed)
     shape.fit(quick=quick)
-    spec = tc.ShapeTree(p.tc.config, seed=seed, tree=tc.SPEC_TREE)
+    spec = trees.ShapeTree(p.tc.config, seed=seed, tree=trees.SPEC_TREE)
     spec.fit(quick=quick)
     preds = {"neusight": p.predict(df, None), "neusight FP32-extrapolated": p.predict_extrapolated(df, None),
              "roofline": predictors.get("roofline").predict(df, None), "shape-only tree": shape.predict(df),

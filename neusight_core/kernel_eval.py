@@ -335,7 +335,7 @@ FLOOR = "within one GPU (5-fold tree)"
 def conv_within_gpu_floor(quick: bool = False, folds: int = 5, seeds=(0,),
                           kernels: pd.DataFrame | None = None) -> pd.DataFrame:
     """How well a convolution's shape predicts its latency on the SAME GPU: per conv GPU, ``folds``-fold
-    cross-validation of a gradient-boosted tree (``tensor_core.TREE``'s settings) trained and scored on that GPU's
+    cross-validation of a gradient-boosted tree (``trees.TREE``'s settings) trained and scored on that GPU's
     own records only. Inputs: the log2 shape ``CONV_SHAPE`` with log2 FLOPs and bytes; target: log(latency /
     FLOPs), so a latency that is a smooth law of the shape is fitted to within a few per cent (a tree alone is
     piecewise constant over a range of 10^13 in FLOPs). No GPU is unseen here, so this is a floor that leave one
@@ -346,10 +346,9 @@ def conv_within_gpu_floor(quick: bool = False, folds: int = 5, seeds=(0,),
     ``train_mape`` (the trees on their own training folds: how much they can fit); with ``held_out`` = ``device``
     and ``predictor`` = ``FLOOR`` it is a frame ``conv_logo_table`` takes. ``kernels``: kernel rows (``device``,
     ``latency_ms``, ``flops``, ``bytes_read``, ``bytes_written``, ``CONV_SHAPE``) instead of the release's."""
-    from sklearn.ensemble import HistGradientBoostingRegressor
     from sklearn.model_selection import KFold
     from threadpoolctl import threadpool_limits
-    from neusight_core.predictors.tensor_core import TREE
+    from neusight_core.predictors.trees import TREE, regressor
     conv = conv_training_data(quick).kernels if kernels is None else kernels
     rows = []
     with threadpool_limits(1):
@@ -361,9 +360,7 @@ def conv_within_gpu_floor(quick: bool = False, folds: int = 5, seeds=(0,),
             for seed in seeds:
                 ape, fit = np.empty(len(d)), []
                 for tr, te in KFold(folds, shuffle=True, random_state=int(seed)).split(x):
-                    m = HistGradientBoostingRegressor(loss="squared_error", early_stopping=False,
-                                                      random_state=int(seed),
-                                                      **{k: v for k, v in TREE.items() if k != "target"})
+                    m = regressor(TREE, seed)
                     m.fit(x[tr], y[tr])
                     ape[te] = np.abs(np.exp(m.predict(x[te]) - y[te]) - 1) * 100
                     fit.append(float(np.mean(np.abs(np.exp(m.predict(x[tr]) - y[tr]) - 1)) * 100))

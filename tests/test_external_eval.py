@@ -13,7 +13,7 @@ pytest.importorskip("aiconfigurator_core")
 
 from neusight_core import devices, live_harness, measured_kernels as mk  # noqa: E402
 from neusight_core import predictors as P  # noqa: E402
-from neusight_core.predictors import common, tensor_core as tc  # noqa: E402
+from neusight_core.predictors import common, tensor_core as tc, trees  # noqa: E402
 
 H100 = "NVIDIA_H100_80GB_HBM3"
 
@@ -178,6 +178,7 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     assert metrics["status"] == "OK"
     assert metrics["summary_line"].startswith("BF16 on unseen Blackwell GPUs, measured by others: GEMM ")
     t = pd.read_csv(out / "tables" / "metrics.csv")
+    from neusight_core import external_eval as xe
     assert set(t["predictor"]) == set(xe.PREDICTORS) >= {"neusight", "roofline", "shape-only tree", "structural tree"}
     assert set(t["device"]) == set(mk.split()["training"] + mk.split()["held_out"])
     assert not t["device"].str.contains("B300|GB300|RTX|B60").any()
@@ -229,7 +230,7 @@ def test_whatif_label_says_which_bf16_kernels_were_checked(release_root):
 # ---------------------------------------------------------------- the shape-only tree and the miss analysis
 def test_shape_tree_trains_on_training_gpus_and_scales_with_the_peak(small_nets, tmp_path, monkeypatch,
                                                                     fresh_catalogue):
-    tree = tc.ShapeTree(small_nets.config, seed=0)
+    tree = trees.ShapeTree(small_nets.config, seed=0)
     info = tree.fit(quick=True)
     for n in tc.NETWORKS:
         assert info["networks"][n]["devices"] == sorted(mk.split()["training"]), n
@@ -246,7 +247,7 @@ def test_shape_tree_trains_on_training_gpus_and_scales_with_the_peak(small_nets,
     fast, h100 = tree.predict(g, "Twice H100"), tree.predict(g, H100)
     assert np.isfinite(fast).all() and (fast < 0.75 * h100).all()
     with pytest.raises(ValueError, match="target 'x' is not"):
-        tc.ShapeTree(small_nets.config, tree={"target": "x"}).fit(tc.gemm_rows("h100_sxm").iloc[:50], quick=True)
+        trees.ShapeTree(small_nets.config, tree={"target": "x"}).fit(tc.gemm_rows("h100_sxm").iloc[:50], quick=True)
 
 
 def test_gemm_choice_names_the_tile_and_split(release_root):
@@ -424,12 +425,12 @@ def test_gemm_structure_inputs_by_hand(release_root):
 def test_structural_tree_knows_the_gpu_and_refuses_unknown_inputs(release_root):
     g = tc.gemm_rows("h100_sxm").iloc[:40]
     dev = common.device_arrays(g)
-    shape, spec = tc.shape_inputs(g, dev, "GEMM"), tc.spec_inputs(g, dev, "GEMM")
+    shape, spec = tc.shape_inputs(g, dev, "GEMM"), trees.spec_inputs(g, dev, "GEMM")
     # the spec inputs are the shape inputs plus ridge, SM count, L2, FLOPs per byte and the 128 x 128 wave count
     assert spec.shape[1] == shape.shape[1] + 5 and (spec[:, :shape.shape[1]] == shape).all()
     assert 2 ** spec[0, shape.shape[1] + 1] == pytest.approx(132)
     with pytest.raises(ValueError, match="inputs 'x' is not one of"):
-        tc.ShapeTree({"networks": ["GEMM"]}, tree={"inputs": "x"}).fit(g.assign(latency_ms=0.01), quick=True)
+        trees.ShapeTree({"networks": ["GEMM"]}, tree={"inputs": "x"}).fit(g.assign(latency_ms=0.01), quick=True)
 
 
 def test_targets_by_hand():
