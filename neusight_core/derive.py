@@ -55,9 +55,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from fractions import Fraction
-
 from neusight_core import configs, trace_cache
+from neusight_core.interpolation import aux_weights, exact_inverse, lagrange_weights, seq_basis
 
 SAMPLE_B = (2, 4)          # batch 1 is its own family (some ops become views at batch 1): SAMPLE_B1
 SAMPLE_B1 = (1,)
@@ -132,62 +131,6 @@ def _is_num(s: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
 
 
-def _weights(points, sb=SAMPLE_B, ss=SAMPLE_S) -> np.ndarray:
-    """Lagrange weights (P x len(sb)*3) of the sample values at the points (b, s), extended precision."""
-    P = np.asarray(points, dtype=np.longdouble).reshape(-1, 2)
-    b, s = P[:, 0], P[:, 1]
-    def lagrange(x, xs):
-        xs = [np.longdouble(v) for v in xs]
-        out = []
-        for j in range(len(xs)):
-            w = np.ones_like(x)
-            for m in range(len(xs)):
-                if m != j:
-                    w = w * (x - xs[m]) / (xs[j] - xs[m])
-            out.append(w)
-        return out
-
-    lb, ls = lagrange(b, sb), lagrange(s, ss)       # one sample: the constant 1 (a fixed batch or seq)
-    return np.stack([lb[i] * ls[j] for i in range(len(lb)) for j in range(len(ls))], axis=1)
-
-
-def _s_basis(s: int, aux) -> list:
-    """The seq part of the basis at one seq: 1, s, s^2, and t(s) for families with tokens per expert."""
-    return [1, s, s * s, aux(s)]
-
-
-def _exact_inverse(rows: list[list]) -> list[list] | None:
-    """Inverse of a small integer matrix in exact rationals (Gauss-Jordan), None if singular."""
-    n = len(rows)
-    a = [[Fraction(v) for v in r] + [Fraction(int(i == j)) for j in range(n)] for i, r in enumerate(rows)]
-    for c in range(n):
-        piv = next((r for r in range(c, n) if a[r][c] != 0), None)
-        if piv is None:
-            return None
-        a[c], a[piv] = a[piv], a[c]
-        f = a[c][c]
-        a[c] = [v / f for v in a[c]]
-        for r in range(n):
-            if r != c and a[r][c] != 0:
-                g = a[r][c]
-                a[r] = [x - g * y for x, y in zip(a[r], a[c])]
-    return [r[n:] for r in a]
-
-
-def _weights_aux(points, sb, ss, aux, inv) -> np.ndarray:
-    """Like ``_weights`` with the seq basis {1, s, s^2, t(s)}: exact rational weights of the seq samples
-    (``inv`` = inverse of the samples' basis matrix), Lagrange weights in batch, extended precision."""
-    P = np.asarray(points, dtype=np.int64).reshape(-1, 2)
-    ws = {}
-    for s in {int(v) for v in P[:, 1]}:
-        row = _s_basis(s, aux)
-        w = [sum(Fraction(row[k]) * inv[k][j] for k in range(len(row))) for j in range(len(ss))]
-        ws[s] = [np.longdouble(x.numerator) / np.longdouble(x.denominator) for x in w]
-    ls = np.array([ws[int(s)] for s in P[:, 1]], dtype=np.longdouble)          # (P, len(ss))
-    lb = _weights(np.c_[P[:, 0], np.ones(len(P))], sb, (1,))                   # (P, len(sb))
-    return np.stack([lb[:, i] * ls[:, j] for i in range(len(sb)) for j in range(len(ss))], axis=1)
-
-
 class Family:
     """Derivation of one model / mode / trace-options family (see module doc)."""
 
@@ -216,7 +159,7 @@ class Family:
         if aux is not None:
             e, cap = int(self.content["num_experts"]), int(self.content["expert_capacity"])
             ss = SAMPLE_S + (64 * (e * cap // 64 + 1),)        # the fourth sample past the capacity
-            inv = _exact_inverse([_s_basis(v, aux) for v in ss])
+            inv = exact_inverse([seq_basis(v, aux) for v in ss])
             if inv is not None:
                 self.aux, self._aux_inv, self.sample_s = aux, inv, ss
                 self.check_points.append((self.check_point[0], CHECK_S_EXPERT))
@@ -302,9 +245,9 @@ class Family:
         nan = self.nan if nan is None else nan
         integral = self.integral if integral is None else integral
         if self.aux is not None:
-            W = _weights_aux(points, self.sample_b, self.sample_s, self.aux, self._aux_inv)   # (P, 8)
+            W = aux_weights(points, self.sample_b, self.sample_s, self.aux, self._aux_inv)   # (P, 8)
         else:
-            W = _weights(points, self.sample_b, self.sample_s)               # (P, 6)
+            W = lagrange_weights(points, self.sample_b, self.sample_s)               # (P, 6)
         v = np.tensordot(W, values, axes=(1, 0))                         # (P, n, c)
         v = np.where(integral, np.rint(v), v).astype(float)
         v[:, nan] = np.nan

@@ -32,12 +32,9 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import derive, host, memory, network, schema
-from neusight_core.scenario import LatencyInputError, Scenario
-from neusight_core.scenario import scenario as make_scenario
+from neusight_core.request import INPUTS, message, requests, table_key
 from neusight_core.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
 
-INPUTS = ["model", "device", "batch", "seq", "image_size", "mode", "fusion", "parallel", "gpus", "micro_batches",
-          "link_gbs", "past", "dtype", "attention", "execution"]
 PHASES = ["e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"]
 CLASS_MS = [f"{c}_ms" for c in schema.OP_CLASSES]
 # kernel_ms: the step's kernel sum (what e2e_ms is with execution graph); host_ms: the host's launch time with
@@ -49,113 +46,6 @@ COLUMNS = INPUTS + RESULTS[:-1] + MEMORY + ["error"]
 PLACEMENT = ("_tab", "count", "phase", "stage", "overlap")   # not part of a kernel's identity
 MIN_FAMILY = 2       # tables of one model / mode / batch class before shape derivation is tried
 MIN_BUCKET = 4       # tables in one seq bucket before a per-bucket family is built
-
-
-class SweepInputError(ValueError):
-    """A cell of a configuration frame that is not a value of its field (a non-integer batch, ...)."""
-
-
-# ------------------------------------------------------------------------------ checking
-#: No size of a request is larger (2^40 tokens, sequences or GPUs): beyond it a number is a typo, and numpy's
-#: 64-bit integers would overflow on the products of sizes the tracer and the memory model take
-MAX_SIZE = 2 ** 40
-
-
-def _int(v, what, minimum=1):
-    bad = SweepInputError(f"{what} must be an integer from {minimum} to {MAX_SIZE:,}, got {v!r}")
-    if isinstance(v, bool) or v is None or (isinstance(v, float) and (not math.isfinite(v) or v != int(v))):
-        raise bad
-    try:
-        iv = int(v)
-    except (TypeError, ValueError, OverflowError):
-        raise bad from None
-    if not minimum <= iv <= MAX_SIZE:
-        raise bad
-    return iv
-
-
-def _given(v):
-    """None for a missing value of a configuration frame (None, NaN, pandas' NA), else the value."""
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA else v
-
-
-def _row_of(sc: Scenario, r: dict | None = None) -> dict:
-    """A validated scenario as the frame's fields (over the request ``r`` as given): ``seq`` / ``image_size`` split
-    by the model's kind again."""
-    out = dict(r or {})
-    out.update(sc.as_dict())
-    del out["image"]
-    out["seq"], out["image_size"] = sc.seq_len, sc.image_size
-    return out
-
-
-def normalise(r: dict) -> dict:
-    """One request (a configuration row or a dict of ``INPUTS`` fields; NaN = not given, integers from floats)
-    -> its validated fields, checked by ``scenario.scenario`` exactly as ``predict`` checks a request."""
-    def opt_int(key, what, minimum=1):
-        v = _given(r.get(key))
-        return None if v is None else _int(v, what, minimum)
-
-    plan = _given(r.get("parallel"))
-    plan = None if plan in ("", "none") else plan
-    dt = _given(r.get("dtype"))
-    fusion = _given(r.get("fusion"))
-    if isinstance(fusion, str):       # "False" is a word, not a truthy value
-        if fusion.strip().lower() not in ("true", "false", "1", "0", ""):
-            raise SweepInputError(f"fusion must be true or false, got {fusion!r}")
-        fusion = fusion.strip().lower() in ("true", "1")
-    link = _given(r.get("link_gbs"))
-    sc = make_scenario(
-        r.get("model"), str(r.get("device")), _int(r.get("batch"), "batch"), opt_int("seq", "seq"),
-        _given(r.get("mode")) or "inf", image_size=opt_int("image_size", "image_size"),
-        past=opt_int("past", "past", 0) or 0, dtype=dt if dt not in (None, "") else "fp32", fusion=bool(fusion),
-        parallel=plan, gpus=opt_int("gpus", "gpus"), micro_batches=opt_int("micro_batches", "micro_batches") or 1,
-        link_gbs=None if link is None else float(link), attention=_given(r.get("attention")) or None,
-        execution=_given(r.get("execution")) or None)
-    return _row_of(sc, r)
-
-
-def message(e: BaseException) -> str:
-    """The one-line error of a request that could not be predicted."""
-    s = str(e).strip()
-    return f"{type(e).__name__}: {s.splitlines()[0] if s else ''}"[:300]
-
-
-def table_key(r: dict) -> tuple:
-    # the tracer's size argument: the sequence length, or an image model's side
-    size = r["seq"] if r.get("image_size") is None else r["image_size"]
-    return (str(r["model"]), r["batch"], size, r["mode"], r["past"], r["fusion"], r["parallel"],
-            r["gpus"] if r["parallel"] else 1, r["micro_batches"] if r["parallel"] == "pp" else 1, r["dtype"],
-            r.get("attention") or "eager")
-
-
-def _requests(scenarios) -> tuple[list[dict], list[dict | None], list[str]]:
-    """(the requests as given, their validated fields or None, the error of each or '')."""
-    if isinstance(scenarios, pd.DataFrame):
-        cfg = scenarios.reset_index(drop=True)
-        given = [{c: (r.get(c) if c in cfg else None) for c in INPUTS} for r in cfg.to_dict("records")]
-    else:
-        scenarios = [scenarios] if isinstance(scenarios, (Scenario, dict)) else list(scenarios)
-        given = [_row_of(s) if isinstance(s, Scenario) else {c: s.get(c) for c in INPUTS} if isinstance(s, dict)
-                 else {"_not_a_request": type(s).__name__} for s in scenarios]
-        for g, s in zip(given, scenarios):
-            if isinstance(s, dict) and set(s) - set(INPUTS):
-                g["_unknown"] = sorted(set(s) - set(INPUTS))
-    norm: list[dict | None] = [None] * len(given)
-    err = [""] * len(given)
-    items = given if isinstance(scenarios, pd.DataFrame) else scenarios   # a Scenario is taken as validated
-    for i, (r, s) in enumerate(zip(given, items)):
-        try:
-            if "_not_a_request" in r:
-                raise LatencyInputError(f"a request is a Scenario or a dict of the fields {', '.join(INPUTS)}, "
-                                        f"not a {r.pop('_not_a_request')}")
-            if "_unknown" in r:
-                raise LatencyInputError(f"unknown scenario field(s) {', '.join(r.pop('_unknown'))}; "
-                                        f"the fields are {', '.join(INPUTS)}")
-            norm[i] = _row_of(s) if isinstance(s, Scenario) else normalise(r)
-        except Exception as e:  # noqa: BLE001 - recorded in the row
-            err[i] = message(e)
-    return given, norm, err
 
 
 # ------------------------------------------------------------------------------ the engine
@@ -182,7 +72,7 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
            or (isinstance(predictors, tuple) and len(predictors) == 2 and hasattr(predictors[1], "predict")))
     predictors = [predictors] if one else list(predictors)     # one name, object or (label, object) pair
     seeds = [int(seeds)] if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
-    given, norm, err = _requests(scenarios)
+    given, norm, err = requests(scenarios)
     n = len(given)
     use_derivation = use_derivation and not keep_kernels and table_of is None
 

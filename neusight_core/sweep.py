@@ -34,7 +34,8 @@ import pandas as pd
 
 from neusight_core import engine
 # the engine's names for a configuration frame; compact_table / kernel_table: the tables it predicts from
-from neusight_core.engine import INPUTS, RESULTS, SweepInputError
+from neusight_core.engine import RESULTS
+from neusight_core.request import INPUTS, SweepInputError
 
 #: the memory columns a sweep keeps: whether the configuration fits (False / None when unknown) and why
 MEMORY_VERDICT = ["memory_fits", "memory_verdict"]

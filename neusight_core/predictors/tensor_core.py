@@ -58,7 +58,7 @@ TILE_INPUTS = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per
                "tile_intensity_per_ridge", "waves", "wave_bytes_per_sm_bw")
 
 DEFAULTS = {"gemm_tiles": [[128, 128]], "splits": [1], "gemm_inputs": [], "u_max": 1.0, "block_q": 128, "tiles_per_sm": 1, "kv_split": True, "dims_input": False,
-            "hidden": 128, "layers": 4, "lr": 1.0e-3, "batch": 512, "epochs": 40, "loss": "ape",
+            "members": 1, "hidden": 128, "layers": 4, "lr": 1.0e-3, "batch": 512, "epochs": 40, "loss": "ape",
             "rows_per_gpu": 8000, "val_fraction": 0.1, "quick_rows_per_gpu": 1000, "quick_epochs": 4,
             "networks": list(NETWORKS)}
 
@@ -295,21 +295,28 @@ class TensorCoreNets:
                 self.norm[net] = (mu, sd)
                 Xt, wt, by = as_tensors((X - mu) / sd, waves, base / y)
                 val = split_validation(len(df), float(c["val_fraction"]), self.seed)
-                # its own seed per network: adding or dropping a network moves no other network's RNG
+                # its own seed per network: adding or dropping a network moves no other network's RNG; members of
+                # an ensemble (``members``) draw their initial weights from seeds 100 apart (member 0: the single
+                # network's), the same rows and batches otherwise; their utilisations are averaged (``_ms``)
                 net_seed = self.seed * 1000 + 500 + NETWORKS.index(net)
-                torch.manual_seed(net_seed)
-                model = MLP(X.shape[1], 2, int(self.value("hidden", net)), int(self.value("layers", net)))
-
-                def ratio(idx, model=model):
-                    return by[idx] / (u_max * utilisation(model(Xt[idx]), wt[idx]))
+                self.nets[net], vals = [], []
                 with Timer() as tn:
-                    r = train_loop(model, ratio, len(df), val, epochs, int(self.value("batch", net)),
-                                   float(self.value("lr", net)), self.value("loss", net),
-                                   net_seed, bar)
-                self.nets[net] = [NumpyMLP(model.state_dict())]
-                self.info["networks"][net] = {"rows": int(len(df)), "epochs": epochs, "val_mape": r["val_mape"],
-                                              "best_epoch": r["best_epoch"], "seconds": tn.seconds,
-                                              "devices": sorted(df["device"].unique())}
+                    for m in range(int(self.value("members", net))):
+                        torch.manual_seed(net_seed + 100 * m)
+                        model = MLP(X.shape[1], 2, int(self.value("hidden", net)), int(self.value("layers", net)))
+
+                        def ratio(idx, model=model):
+                            return by[idx] / (u_max * utilisation(model(Xt[idx]), wt[idx]))
+                        r = train_loop(model, ratio, len(df), val, epochs, int(self.value("batch", net)),
+                                       float(self.value("lr", net)), self.value("loss", net), net_seed, bar)
+                        self.nets[net].append(NumpyMLP(model.state_dict()))
+                        vals.append(r)
+                self.info["networks"][net] = {"rows": int(len(df)), "epochs": epochs,
+                                              "val_mape": vals[0]["val_mape"] if len(vals) == 1 else
+                                              [v["val_mape"] for v in vals],
+                                              "best_epoch": vals[0]["best_epoch"] if len(vals) == 1 else
+                                              [v["best_epoch"] for v in vals],
+                                              "seconds": tn.seconds, "devices": sorted(df["device"].unique())}
         self.info["train_seconds"] = t.seconds
         return self.info
 

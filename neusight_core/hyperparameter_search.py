@@ -64,14 +64,14 @@ def grid_search(make, grid: dict, classes, folds=None, quick: bool = False) -> p
 
 
 def main(argv=None) -> int:
-    """``python -m neusight_core.predictors.tuning --base neusight --classes BMM LINEAR --seeds 0 1
+    """``python -m neusight_core.hyperparameter_search --base neusight --classes BMM LINEAR --seeds 0 1
     --try '{"hidden": 64}' '{"layers": 4}'``: LOGO scores of each override of a recipe (training GPUs
     only), one line per (override, seed, class), for the search log (docs/search_log_logo.yaml)."""
     import argparse
     import json
 
     from neusight_core import predictors as P
-    ap = argparse.ArgumentParser(prog="python -m neusight_core.predictors.tuning")
+    ap = argparse.ArgumentParser(prog="python -m neusight_core.hyperparameter_search")
     ap.add_argument("--base", default="neusight-logo", help="recipe the overrides start from")
     ap.add_argument("--classes", nargs="+", required=True)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
