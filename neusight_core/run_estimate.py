@@ -1,7 +1,7 @@
 """How long a run of ``./run_all.sh`` will take here, said when it starts (issue 36).
 
 Two sources, the better first: this machine's own last finished run of the same mode (its ``run.json`` under
-``results/``, from a machine with the same CPU count), else the times the README documents for the 2-core
+``results/``, from a machine with the same CPU count), else the times docs/evaluators.md documents for the 2-core
 machine. A full run's time is mostly the training of the two NeuSight recipes' seeds (docs/recipes.md): the line
 says how many of those weights are missing now, since a run with them trained takes minutes, not most of an hour.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from neusight_core import registry
 
-#: documented wall times (README "Run times", the 2-core machine): quick run; full run from scratch; full run with
+#: documented wall times (docs/evaluators.md "Run times", the 2-core machine): quick run; full run from scratch; full run with
 #: every weight trained
 DOCUMENTED_MIN = {"quick": 3.2, "full": 46.3, "full, weights trained": 3.1}
 #: the full run's NeuSight weights: the reported recipes (the registry's), seeds 0-2 (notebooks 03, 04, 07)
@@ -54,7 +54,7 @@ def line(results: Path, quick: bool) -> str:
     if quick:
         if seen:
             return f"expected: about {seen[0]:.0f} min (this machine's last quick run, {seen[1]})"
-        return f"expected: about {DOCUMENTED_MIN['quick']:.0f} min (README, 2-core machine)"
+        return f"expected: about {DOCUMENTED_MIN['quick']:.0f} min (docs/evaluators.md, 2-core machine)"
     try:
         missing = missing_weights()
     except Exception as e:          # the estimate must never stop a run
@@ -62,13 +62,13 @@ def line(results: Path, quick: bool) -> str:
     where = f"this machine's last full run, {seen[1]}: {seen[0]:.0f} min; " if seen else ""
     if not missing:
         return (f"expected: about {DOCUMENTED_MIN['full, weights trained']:.0f}-10 min: every NeuSight weight is "
-                f"trained ({where}README: {DOCUMENTED_MIN['full, weights trained']} min on 2 cores)")
+                f"trained ({where}docs/evaluators.md: {DOCUMENTED_MIN['full, weights trained']} min on 2 cores)")
     gpu = _cuda_name()
     train = ("on the GPU " + gpu + ": about 3 min per neusight-paper seed, longer for neusight (six at a time, "
              "docs/tier2/2026-11-26-h100-training)") if gpu else \
         "on the CPU: 8-30 min per seed, one process per core (docs/recipes.md)"
     return (f"expected: {where or ''}{len(missing)} of {len(FULL_RECIPES) * len(FULL_SEEDS)} NeuSight weights to "
-            f"train first, {train}; README: {DOCUMENTED_MIN['full']} min from scratch on 2 cores")
+            f"train first, {train}; docs/evaluators.md: {DOCUMENTED_MIN['full']} min from scratch on 2 cores")
 
 
 def _cuda_name() -> str | None:

@@ -103,7 +103,7 @@ def test_the_estimate_takes_this_machines_newest_finished_run_of_the_mode(tmp_pa
     _run(tmp_path, "20261105-000000", False, 3000, cpus)
     assert run_estimate.earlier_run(tmp_path, quick=True) == (4.0, "20261102-000000")
     assert run_estimate.line(tmp_path, True) == "expected: about 4 min (this machine's last quick run, 20261102-000000)"
-    assert run_estimate.line(tmp_path / "none", True) == "expected: about 3 min (README, 2-core machine)"
+    assert run_estimate.line(tmp_path / "none", True) == "expected: about 3 min (docs/evaluators.md, 2-core machine)"
 
 
 def test_the_full_estimate_counts_the_weights_still_to_train(tmp_path, monkeypatch):
