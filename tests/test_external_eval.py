@@ -449,3 +449,23 @@ def test_targets_by_hand():
     assert list(t["met"]) == [False, False, True, False, False, True]     # G is 1 point worse than the tree
     one_seed = xe.targets(table, 1)
     assert one_seed.loc[3, "met"] is None and np.isnan(one_seed.loc[3, "value"])
+
+
+def test_an_ensemble_averages_its_members_utilisations(small_nets):
+    """``members: {GEMM: 3}`` (the recipe's): three GEMM networks from different initial weights, one each for the
+    attention networks; a prediction is the roofline over the members' mean utilisation, the first member alone is
+    the one-network prediction of the same seed."""
+    from neusight_core.predictors.features import utilisation
+    assert [len(small_nets.nets[n]) for n in tc.NETWORKS] == [3, 1, 1]
+    a, b = (small_nets.nets["GEMM"][i].state_dict() for i in (0, 1))
+    assert any(not np.array_equal(a[k], b[k]) for k in a)                     # different draws
+    g = tc.gemm_rows("h100_sxm").iloc[:50].reset_index(drop=True)
+    dev = common.device_arrays(g)
+    X, waves, base = small_nets._inputs(g, dev, "GEMM")
+    mu, sd = small_nets.norm["GEMM"]
+    us = [utilisation(m((X - mu) / sd), waves) for m in small_nets.nets["GEMM"]]
+    u_max = float(small_nets.value("u_max", "GEMM"))
+    assert np.allclose(small_nets.predict(g), base / (u_max * np.mean(us, axis=0)), rtol=1e-12)
+    one = tc.TensorCoreNets({**small_nets.config, "members": 1, "networks": ["GEMM"]}, seed=0)
+    one.fit(quick=True)
+    assert np.allclose(one.predict(g), base / (u_max * us[0]), rtol=1e-6)
