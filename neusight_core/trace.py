@@ -48,6 +48,7 @@ _DTYPE_PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 # configs by name or path live in configs.py (no torch: a trace-cache hit reads them); re-exported
 from neusight_core import configs  # noqa: E402
 from neusight_core import schema  # noqa: E402
+from neusight_core.datafile import share_attrs  # noqa: E402
 from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs, load_config  # noqa: E402,F401
 
 CONV_COLUMNS = list(schema.CONV_COLUMNS)    # the conv parameters of CONV rows, NaN elsewhere (issue 26)
@@ -416,7 +417,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
                     mode=mode, num_layers=num_layers(cfg), unclassified=dict(rec.unclassified),
                     skipped=dict(rec.skipped), scalar_queries=dict(rec.scalar_queries),
                     trace_s=time.perf_counter() - t0)
-    return df
+    return share_attrs(df)
 
 
 def _memory_summary(rec: _Recorder, kv_bytes: int, kv_bufs: tuple) -> dict:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.spatial import cKDTree
 
 from neusight_core import devices
 from neusight_core.predictors.common import GEMM_CLASSES
@@ -91,6 +90,7 @@ class TileLookup:
 
     def _tree(self, cls: str, key):
         if (cls, key) not in self._trees:
+            from scipy.spatial import cKDTree     # here, not at import: 0.3 s that only a look-up needs
             r = self.records[cls]
             if self.method == "scaled":
                 sel = np.array([d == key for d in r["device"]])
