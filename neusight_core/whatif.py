@@ -315,7 +315,6 @@ def predict_unique(kernels: pd.DataFrame, dev, pred, net=None) -> pd.DataFrame:
     codes = tables.compact_codes(k).astype(int)
     first = pd.Series(np.arange(len(k))).groupby(codes).first().to_numpy()
     uniq = k.iloc[first].copy()
-    uniq.attrs = {}   # pandas deep-copies attrs (config, params, memory timeline) on every operation
     u = latency.predict_kernels(uniq, dev, pred, net=net)
     count = k["count"].fillna(1).to_numpy(float)
     per_launch = u["pred_ms"].to_numpy(float) / u["count"].fillna(1).to_numpy(float)
@@ -328,21 +327,10 @@ def _tp_degrees(max_gpus: int) -> list[int]:
     return sorted({n for n in (2, max_gpus) if 1 < n <= max_gpus})
 
 
-# attrs parallel.tp_split reads; the rest (params, memory timeline, the HF config) is put back afterwards
-_TP_ATTRS = ("batch", "seq", "mode", "hidden", "vocab", "num_layers", "dtype", "model")
-
-
 def _apply_tp(k1: pd.DataFrame, n: int) -> pd.DataFrame:
-    """``parallel.apply_plan(k1, "tp", n)`` with light attrs during the split: pandas deep-copies a
-    frame's attrs on every element access, and a 70B model's parameter dict made that 7-40 s per plan."""
-    light = k1.copy()
-    light.attrs = {key: k1.attrs[key] for key in _TP_ATTRS if key in k1.attrs}
-    # apply_plan checks it is a traced table; TP does not retrace, it reads only the heads (K/V replication)
-    light.attrs["config"] = {key: v for key, v in (k1.attrs.get("config") or {}).items()
-                             if key in ("num_attention_heads", "num_key_value_heads", "n_head", "num_heads")}
-    kn = parallel.apply_plan(light, "tp", n)
-    kn.attrs = {**k1.attrs, **{key: kn.attrs[key] for key in ("plan", "gpus", "micro_batches")}}
-    return kn
+    """``parallel.apply_plan(k1, "tp", n)`` (the table's metadata is shared by pandas' copies, ``datafile.Shared``:
+    a 70B model's parameter dict no longer costs seconds per plan)."""
+    return parallel.apply_plan(k1, "tp", n)
 
 
 def check_parameters(gpu_price_per_hour=None, max_gpus=8) -> tuple[float | None, int]:
