@@ -327,12 +327,6 @@ def _tp_degrees(max_gpus: int) -> list[int]:
     return sorted({n for n in (2, max_gpus) if 1 < n <= max_gpus})
 
 
-def _apply_tp(k1: pd.DataFrame, n: int) -> pd.DataFrame:
-    """``parallel.apply_plan(k1, "tp", n)`` (the table's metadata is shared by pandas' copies, ``datafile.Shared``:
-    a 70B model's parameter dict no longer costs seconds per plan)."""
-    return parallel.apply_plan(k1, "tp", n)
-
-
 def check_parameters(gpu_price_per_hour=None, max_gpus=8) -> tuple[float | None, int]:
     """Notebook 06's parameters, checked (issue 36 item 8: a negative price gave negative costs, ``max_gpus=0``
     dropped Llama-2-70B without a word): (price or None, max_gpus); a bad one is a one-line ValueError."""
@@ -373,7 +367,7 @@ def run(gpus=None, dtypes=("bf16", "fp32"), quick: bool = False, predictor="neus
             def plan(n):
                 if n not in plans:
                     try:
-                        kn = _apply_tp(k1, n)
+                        kn = parallel.apply_plan(k1, "tp", n)
                         plans[n] = (kn, memory.footprint(kn, optimizer=optimizer))
                     except parallel.PlanError:
                         plans[n] = (None, None)

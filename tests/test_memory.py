@@ -129,11 +129,21 @@ def test_every_training_configuration_the_authors_measured_is_predicted_to_fit()
     assert (~d[~d.authors_label].predicted_fits).mean() > 0.6
 
 
-def test_whatif_light_tp_split_equals_apply_plan():
-    from neusight_core import whatif
+def test_tp_split_of_a_table_with_shared_metadata_equals_the_unshared_one():
+    """The what-if splits traced tables whose attrs are ``datafile.Shared`` (not deep-copied by pandas); the split and
+    its memory equal those of the same table with plain, copied attrs, and the original's metadata is untouched."""
+    import copy
+
     import pandas as pd
+
+    from neusight_core import datafile
     k = latency.trace("llama2_7b", 1, 128, "inf", 0, "bf16")
-    a, b = parallel.apply_plan(k, "tp", 4), whatif._apply_tp(k, 4)
+    assert isinstance(k.attrs["params"], datafile.Shared)
+    plain = k.copy()
+    plain.attrs = {key: copy.deepcopy(dict(v)) if isinstance(v, dict) else v for key, v in k.attrs.items()}
+    before = {key: dict(v) if isinstance(v, dict) else v for key, v in k.attrs.items()}
+    a, b = parallel.apply_plan(plain, "tp", 4), parallel.apply_plan(k, "tp", 4)
+    assert {key: dict(v) if isinstance(v, dict) else v for key, v in k.attrs.items()} == before
     cols = [c for c in a.columns if c not in ("reads", "writes")]
     pd.testing.assert_frame_equal(a[cols], b[cols])
     assert memory.footprint(a) == memory.footprint(b)

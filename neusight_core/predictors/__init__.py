@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
 import sys
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 from neusight_core import paths, registry

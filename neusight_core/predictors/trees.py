@@ -62,10 +62,10 @@ def regressor(settings: dict, seed: int):
 
 
 class ShapeTree:
-    """The shape-only baseline: per network a gradient-boosted tree, log(latency / roofline) (``TREE`` target)
-    from ``shape_inputs`` (log2 dims, dense BF16 peak, bandwidth), trained on the rows ``TensorCoreNets`` of the same config and seed
-    trains on (``rows_per_gpu`` per training GPU, ``subsample``). No tiles, waves or roofline: what a plain
-    regression on the kernel's shape and the GPU's two datasheet numbers gets (issue 25's reference)."""
+    """A tree baseline: per network a gradient-boosted tree of log(latency / roofline) (``tree["target"]``) from
+    ``tree["inputs"]`` (``TREE``: ``shape_inputs``, the shape-only ablation; ``SPEC_TREE``: ``spec_inputs``, the
+    structural tree), trained on the rows ``TensorCoreNets`` of the same config and seed trains on (``rows_per_gpu``
+    per training GPU, ``subsample``). No tiles, waves or utilisation."""
 
     def __init__(self, config: dict | None = None, seed: int = 0, tree: dict | None = None):
         self.config = {**DEFAULTS, **(config or {})}
