@@ -22,7 +22,9 @@ def main(argv=None):
     import pandas as pd
     import torch
     torch.set_num_threads(1)
-    from neusight_core import external_eval as xe, report
+    from neusight_core.studies import external_eval as xe
+    from neusight_core import paths
+    from neusight_core.reports import report
     from neusight_core import predictors as P
     from neusight_core.predictors import tensor_core as tc
     ap = argparse.ArgumentParser()
@@ -30,7 +32,7 @@ def main(argv=None):
     ap.add_argument("--per-gpu", type=int, default=None)
     ap.add_argument("--out", default="results/bf16_external")
     a = ap.parse_args(argv)
-    out = report.out_dir(a.out)
+    out = paths.out_dir(a.out)
     df = xe.rows(a.per_gpu)
     report.save_table(xe.provenance(df), out, "provenance")
     per_seed, times, held = [], {}, []

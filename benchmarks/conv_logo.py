@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from neusight_core import kernel_eval
+from neusight_core.studies import kernel_eval
 
 LOG = Path(__file__).resolve().parents[1] / "docs" / "search_conv.jsonl"
 

@@ -87,8 +87,9 @@ def _numbers(d: dict, prefix: str = "") -> dict:
 
 
 def compute(full: bool) -> dict:
-    from neusight_core import evaluation as ev
-    from neusight_core import latency, recipe_eval as R, recipe_studies as S, reproduce, sweep, whatif
+    from neusight_core.studies import evaluation as ev
+    from neusight_core import latency, sweep
+    from neusight_core.studies import recipe_eval as R, recipe_studies as S, reproduce, whatif
     res, times = {}, {}
     index = ev.build_index()
     configs = index[index["gpu"].isin(GPUS)].reset_index(drop=True)

@@ -17,7 +17,7 @@ import argparse
 import json
 
 from neusight_core import predictors as P
-from neusight_core import recipe_eval as R, recipe_studies as S
+from neusight_core.studies import recipe_eval as R, recipe_studies as S
 from neusight_core.predictors.base import hparams
 
 
@@ -42,8 +42,8 @@ def main() -> None:
 
 def end_to_end(seed: int, epochs: int, uncut) -> None:
     """Pooled MAPE of the uncut run against the recipe's cut on the same seed (report only)."""
-    from neusight_core import evaluation as ev
-    from neusight_core import reproduce
+    from neusight_core.studies import evaluation as ev
+    from neusight_core.studies import reproduce
     configs = reproduce.select_configs(ev.build_index(), False)
     trained = {(f"{epochs} epochs", seed): uncut, ("the recipe's cut", seed): P.get("neusight-paper", seed=seed)}
     per_seed = R.seed_mape(R.predict_seeded(configs, trained), configs)

@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     import pandas as pd
 
     from neusight_core import predictors as P
-    from neusight_core import recipe_studies as S
+    from neusight_core.studies import recipe_studies as S
     pd.set_option("display.width", 200)
     seeds = [int(s) for s in a.seeds.split(",")]
     cands = [candidates()[c] for c in a.candidates.split(",")]

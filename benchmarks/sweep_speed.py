@@ -76,7 +76,8 @@ def sweep_time(n_target: int, cache: Path, quick: bool, attention: str | None = 
 
 
 def labelled(cache: Path, quick: bool) -> dict:
-    from neusight_core import derive, evaluation, latency, predictors, reproduce
+    from neusight_core import derive, latency, predictors
+    from neusight_core.studies import evaluation, reproduce
     os.environ["NEUSIGHT_TRACE_CACHE"] = str(cache)
     index = evaluation.build_index()
     names = ["neusight", "roofline", "habitat", "li"]     # the 4 predictors (ours = the 3-seed ensemble)

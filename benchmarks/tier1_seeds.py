@@ -26,9 +26,9 @@ def compare(a_csv: str, b_csv: str) -> int:
     import numpy as np
     import pandas as pd
 
-    from neusight_core import evaluation as ev
-    from neusight_core import recipe_eval as re
-    from neusight_core import reproduce
+    from neusight_core.studies import evaluation as ev
+    from neusight_core.studies import recipe_eval as re
+    from neusight_core.studies import reproduce
     a, b = pd.read_csv(a_csv), pd.read_csv(b_csv)
     key = ["gpu", "config"]
     ra = a[a.predictor == "roofline"].set_index(key)["pred_ms"]
@@ -53,10 +53,10 @@ def compare(a_csv: str, b_csv: str) -> int:
 def main(argv=None) -> int:
     import pandas as pd
 
-    from neusight_core import evaluation as ev
+    from neusight_core.studies import evaluation as ev
     from neusight_core import predictors as P
-    from neusight_core import recipe_eval as re
-    from neusight_core import reproduce
+    from neusight_core.studies import recipe_eval as re
+    from neusight_core.studies import reproduce
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out")
     ap.add_argument("--predictors", default="neusight,neusight-paper,roofline")

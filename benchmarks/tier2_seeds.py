@@ -21,7 +21,8 @@ RUNS = {"2026-11-26-h100": "NVIDIA_H100_80GB_HBM3", "2026-11-26-h200": "NVIDIA_H
 def main() -> None:
     import pandas as pd
 
-    from neusight_core import live_report, paths
+    from neusight_core import paths
+    from neusight_core.reports import live_report
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0,1,2")
     a = ap.parse_args()

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -279,3 +280,22 @@ def read_frame(path) -> tuple[pd.DataFrame, object]:
     except Exception as e:  # noqa: BLE001 - any damage of the file: one line, the caller rebuilds
         msg = str(e).splitlines()[0][:160] if str(e) else ""
         raise DataFileError(f"{type(e).__name__}: {msg}" if msg else type(e).__name__) from None
+
+
+def jsonable(x):
+    """``x`` with numpy scalars as Python numbers, NaN and infinities as None and paths as text: what
+    ``json.dumps(..., allow_nan=False)`` accepts (metrics.json and the live sections' files)."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating, float)):
+        x = float(x)
+        return None if math.isnan(x) or math.isinf(x) else x
+    if isinstance(x, (np.bool_,)):
+        return bool(x)
+    if isinstance(x, Path):
+        return str(x)
+    return x

@@ -32,8 +32,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from . import trace
-from . import schema
+from neusight_core import trace
+from neusight_core import schema
 
 PLANS = ("dp", "tp", "pp")
 
@@ -98,7 +98,7 @@ def _retrace(kernels: pd.DataFrame, batch: int) -> pd.DataFrame:
     k = trace.trace_model(a["config"], batch, a["seq"], a["mode"], dtype=a.get("dtype", "fp32"),
                           attention=a.get("attention", "eager"))
     if a.get("fused"):  # a fused table stays fused at the new batch
-        from . import fusion
+        from neusight_core import fusion
 
         k = fusion.fuse(k)
     return k

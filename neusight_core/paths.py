@@ -93,3 +93,14 @@ def not_a_regular_file(path) -> str | None:
         return None
     kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a special file"
     return f"is {kind}, not a regular file"
+
+
+def out_dir(output_dir: str | Path) -> Path:
+    """The notebook's output folder (created); a relative path is taken from the repository root, so a
+    notebook writes to the same place whether it runs from notebooks/ (JupyterLab) or from the root."""
+    p = Path(output_dir)
+    if not p.is_absolute():
+        p = REPO_ROOT / p
+    (p / "tables").mkdir(parents=True, exist_ok=True)
+    (p / "figures").mkdir(parents=True, exist_ok=True)
+    return p

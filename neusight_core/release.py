@@ -33,7 +33,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from . import paths
+from neusight_core import paths
 
 MANIFEST_PATH = Path(__file__).with_name("release_manifest.json")
 ASPLOS = "scripts/asplos/"

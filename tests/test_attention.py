@@ -154,7 +154,8 @@ def test_calibration_runs_on_cpu():
 def test_paper_setting_is_the_old_answer():
     """The reproduction's setting (eager attention, kernel sum) answers exactly what the engine answered before
     issue 33 for the same request: the eager trace's kernel sum (Tier 0/1 unchanged)."""
-    from neusight_core import reproduce, tables
+    from neusight_core import tables
+    from neusight_core.studies import reproduce
     req = dict(model="gpt2_large", device="H100", batch=4, seq=512, mode="train")
     assert {k: v for k, v in reproduce.option_kwargs("none").items()} == PAPER
     df = engine.predict([dict(req, **PAPER)], "roofline", keep_kernels=True)
@@ -200,7 +201,7 @@ def test_attention_backward_is_predicted_as_its_forward_times_the_flop_ratio():
 
 
 def test_execution_table_side_by_side_against_the_floor():
-    from neusight_core import whatif
+    from neusight_core.studies import whatif
     t = whatif.execution_table(gpus=["H100"], quick=True, predictor="roofline")
     assert (t["error"] == "").all()
     assert len(t) == 2 * len(whatif.EXECUTION_VARIANTS)

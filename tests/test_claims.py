@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from neusight_core import claims as cl
-from neusight_core import evaluation as ev
+from neusight_core.studies import claims as cl
+from neusight_core.studies import evaluation as ev
 
 H100, A100X4, V100 = "NVIDIA_H100_80GB_HBM3", "NVIDIA_A100-SXM4-40GB", "Tesla_V100-PCIE-32GB"
 

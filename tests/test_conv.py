@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import dataset, devices, kernel_eval
+from neusight_core import dataset, devices
+from neusight_core.studies import kernel_eval
 from neusight_core import predictors as P
 from neusight_core.predictors import common
 from neusight_core.predictors.li import LiPredictor

@@ -73,7 +73,7 @@ def test_bad_dtype_is_one_line_error(capsys):
 
 
 def test_figure10_c9_with_our_predictor_and_the_authors_tp_device_equivalence():
-    from neusight_core import whatif
+    from neusight_core.studies import whatif
     dense = whatif.fp16mm_ours(quick=True, peak="dense")
     sparse = whatif.fp16mm_ours(quick=True, peak="sparse")
     authors = whatif.fp16mm_ours(quick=True, peak="authors")
@@ -97,7 +97,7 @@ def test_figure10_c9_with_our_predictor_and_the_authors_tp_device_equivalence():
 
 
 def test_predict_unique_equals_predict_kernels():
-    from neusight_core import whatif
+    from neusight_core.studies import whatif
     k = latency.trace("llama2_7b", 1, 64, "inf", 0, "bf16")
     p = latency.loaded_predictor("neusight", True)
     a = latency.predict_kernels(k, "H100", p)["pred_ms"].to_numpy()

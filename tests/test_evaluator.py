@@ -12,7 +12,8 @@ import time
 import pytest
 
 from neusight_core import __main__ as cli
-from neusight_core import devices, paths, run_summary, runner
+from neusight_core import devices, paths
+from neusight_core.reports import run_summary, runner
 
 FIXTURES = paths.REPO_ROOT / "tests" / "fixtures" / "notebooks"
 SLOW_FIXTURES = paths.REPO_ROOT / "tests" / "fixtures" / "slow_notebooks"
@@ -148,7 +149,7 @@ def test_lab_as_root_opens_with_allow_root(uid, monkeypatch, tmp_path, capsys):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_run_says_so_and_rerun_never_mixes(sig, tmp_path):
     out = tmp_path / "run"
-    cmd = [PY, "-m", "neusight_core.runner", "--quick", "--out", str(out), "--notebooks-dir", str(SLOW_FIXTURES)]
+    cmd = [PY, "-m", "neusight_core.reports.runner", "--quick", "--out", str(out), "--notebooks-dir", str(SLOW_FIXTURES)]
     proc = subprocess.Popen(cmd, cwd=paths.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for _ in range(1200):  # wait until the slow notebook is running (its output folder exists)
         if (out / "02_slow").is_dir():
@@ -304,9 +305,9 @@ def test_license_citation_and_evaluator_readme():
 def test_figures_colours_widths_and_labels():
     import matplotlib
     matplotlib.use("Agg")
-    from neusight_core import evaluation as ev
-    from neusight_core import paper_tables as pt
-    from neusight_core import plots
+    from neusight_core.studies import evaluation as ev
+    from neusight_core.studies import paper_tables as pt
+    from neusight_core.reports import plots
     pal = plots._palette(["ours", "authors", "Habitat", "Roofline", "Li et al.", "something new"])
     assert pal["ours"] == plots.PALETTE["NeuSight (ours)"] != pal["Habitat"]
     assert len(set(pal.values())) == len(pal)  # one colour per predictor
@@ -323,7 +324,7 @@ def test_figures_colours_widths_and_labels():
 
 def test_sub_resolution_values_are_not_printed_as_zero(tmp_path):
     import pandas as pd
-    from neusight_core import report
+    from neusight_core.reports import report
     df = pd.DataFrame({"kernel": ["tiny", "big", "none"], "ms": [0.031, 12.345, 0.0]})
     report.save_table(df, tmp_path, "t")
     md = (tmp_path / "tables" / "t.md").read_text()

@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("pyarrow")
 pytest.importorskip("aiconfigurator_core")
 
-from neusight_core import devices, live_harness, measured_kernels as mk  # noqa: E402
+from neusight_core import devices, measured_kernels as mk  # noqa: E402
+from neusight_core.studies import live_harness
 from neusight_core import predictors as P  # noqa: E402
 from neusight_core.predictors import common, tensor_core as tc, trees  # noqa: E402
 
@@ -157,7 +158,7 @@ def test_fp32_rows_unchanged_by_tensor_core_networks(neusight_quick):
 
 
 def test_external_eval_metrics_by_hand():
-    from neusight_core import external_eval as xe
+    from neusight_core.studies import external_eval as xe
     long = pd.DataFrame({"role": "held_out", "device": "G", "kind": "GEMM", "predictor": "p", "seed": [0, 0, 1, 1],
                          "ape": [10.0, 30.0, 20.0, 20.0], "err": [-10.0, 30.0, 20.0, -20.0]})
     m = xe.metrics(long)
@@ -178,7 +179,7 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     assert metrics["status"] == "OK"
     assert metrics["summary_line"].startswith("BF16 on unseen Blackwell GPUs, measured by others: GEMM ")
     t = pd.read_csv(out / "tables" / "metrics.csv")
-    from neusight_core import external_eval as xe
+    from neusight_core.studies import external_eval as xe
     assert set(t["predictor"]) == set(xe.PREDICTORS) >= {"neusight", "roofline", "shape-only tree", "structural tree"}
     assert set(t["device"]) == set(mk.split()["training"] + mk.split()["held_out"])
     assert not t["device"].str.contains("B300|GB300|RTX|B60").any()
@@ -197,7 +198,7 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
 def test_runner_puts_the_external_line_in_the_verdict_block(tmp_path):
     import json
 
-    from neusight_core import runner
+    from neusight_core.reports import runner
     d = tmp_path / "07_external_validation"
     d.mkdir()
     line = "BF16 on unseen Blackwell GPUs, measured by others: GEMM 20.2 %, attention 32.0 %"
@@ -220,7 +221,7 @@ def test_roofline_of_fused_attention_uses_the_bf16_tensor_peak(release_root):
 
 
 def test_whatif_label_says_which_bf16_kernels_were_checked(release_root):
-    from neusight_core import whatif
+    from neusight_core.studies import whatif
     with_tc = whatif.validation("llama2_7b", H100, "bf16", 0, tensor_core=True)
     assert "GEMMs from networks trained on measured kernels" in with_tc and "other kernels untested" in with_tc
     assert "precision bf16 untested" in whatif.validation("llama2_7b", H100, "bf16", 0)
@@ -268,7 +269,7 @@ def test_gemm_choice_names_the_tile_and_split(release_root):
 
 
 def test_miss_breakdown_by_hand():
-    from neusight_core import external_eval as xe
+    from neusight_core.studies import external_eval as xe
     base = pd.DataFrame({"role": "held_out", "device": "G", "kind": "GEMM", "seed": 0,
                          "M": [1.0, 8.0, 2048.0, 20000.0], "N": 4096.0, "K": 4096.0,
                          "arith_intensity": [1.0, 8.0, 500.0, 2000.0], "tile_m": [64.0, 64.0, 128.0, 128.0],
@@ -294,7 +295,7 @@ def test_miss_breakdown_by_hand():
 
 # ---------------------------------------------------------------- notebook 06's BF16 rows (issue 25 step 6)
 def test_physical_floors_by_hand(release_root):
-    from neusight_core import whatif
+    from neusight_core.studies import whatif
     k = pd.DataFrame({"op_class": ["LINEAR", "BMM", "VEC", "ATTN"], "precision": ["bf16"] * 4,
                       "flops": [1e12, 2e11, 5e12, 3e11], "count": [3, 1, 1, np.nan]})
     f = whatif.floors(k, H100, weight_bytes=13.5e9)
@@ -307,7 +308,7 @@ def test_physical_floors_by_hand(release_root):
 
 
 def test_llama_floors_table_with_the_roofline(release_root):
-    from neusight_core import whatif
+    from neusight_core.studies import whatif
     t = whatif.floors_table("llama2_7b", H100, "bf16", seq=256, predictor="roofline", quick=True).set_index("workload")
     # Llama-2-7B: 6.74e9 parameters, 2 bytes each
     assert t.loc["prefill", "weights_gb"] == pytest.approx(6.74e9 * 2 / 1e9, rel=0.01)
@@ -322,7 +323,7 @@ def test_llama_floors_table_with_the_roofline(release_root):
 def test_bf16_validation_reads_the_logged_held_out_numbers(tmp_path, release_root):
     import json
 
-    from neusight_core import whatif
+    from neusight_core.studies import whatif
     log = tmp_path / "log.jsonl"
     log.write_text(json.dumps({"tag": "frozen", "frozen": True}) + "\n" + json.dumps({
         "tag": "held-out-evaluated", "neusight_held_out_mape_mean_over_seeds": {
@@ -339,14 +340,14 @@ def test_bf16_validation_reads_the_logged_held_out_numbers(tmp_path, release_roo
 
 
 def test_heatmap_labels_are_compact():
-    from neusight_core.plots import compact_number
+    from neusight_core.reports.plots import compact_number
     assert [compact_number(x) for x in (0.0421, 3.14, 57.2, 840, 999.6, 2570, 25700, 1.3e6, float("nan"))] == \
         ["0.042", "3.1", "57", "840", "1k", "2.6k", "26k", "1.3M", ""]
 
 
 # ---------------------------------------------------------------- notebook 05: the local GPU as a held-out row
 def test_local_gpu_gemms_with_a_fake_timer(neusight_quick, tmp_path):
-    from neusight_core import external_eval as xe
+    from neusight_core.studies import external_eval as xe
     shapes = xe.local_gemm_shapes(n=400, seed=0)
     assert len(shapes) == 400 and set(shapes.columns) >= {"m", "n", "k"}
     db = tc.gemm_rows(["h100_sxm"])
@@ -384,7 +385,7 @@ def test_local_gpu_gemms_with_a_fake_timer(neusight_quick, tmp_path):
 
 
 def test_local_skip_reasons():
-    from neusight_core import external_eval as xe
+    from neusight_core.studies import external_eval as xe
     assert xe.local_skip_reason({"skipped_reason": "no CUDA GPU: x", "device": None}) == "no CUDA GPU: x"
     assert "not in the catalogue" in xe.local_skip_reason({"skipped_reason": None,
                                                           "device": {"known": False, "display_name": "Foo"}})
@@ -393,7 +394,7 @@ def test_local_skip_reasons():
 
 def test_local_check_skips_where_the_database_is_not_installed(monkeypatch):
     """A Python used as it is (NEUSIGHT_PYTHON) may lack aiconfigurator-core: notebook 05 says so, never fails."""
-    from neusight_core import external_eval as xe
+    from neusight_core.studies import external_eval as xe
     from neusight_core import measured_kernels as mk
 
     def gone(root=None):
@@ -434,7 +435,7 @@ def test_structural_tree_knows_the_gpu_and_refuses_unknown_inputs(release_root):
 
 
 def test_targets_by_hand():
-    from neusight_core import external_eval as xe
+    from neusight_core.studies import external_eval as xe
     row = dict(kind="GEMM", rows=10, median_ape=1.0, bias=0.0, seeds=3)
     table = pd.DataFrame([
         dict(row, role="held_out", device="B", predictor="neusight", mape=9.0, p90_ape=20.0, mape_spread=1.0),

@@ -1,8 +1,11 @@
-"""Issue 35: the forecaster core imports nothing from the studies or the reports above it.
+"""Issue 35: three layers, shown by the folders, each importing only from the layers below it.
 
-Every module of the package is placed in one layer here (a new module must be placed, or this test fails), and the
-imports of each core module, function-level ones included, are read from its source. docs/architecture.md draws the
-same map."""
+- the forecaster core: ``neusight_core/*.py`` and ``neusight_core/predictors/``;
+- the studies, one question each: ``neusight_core/studies/``;
+- the reports (tables, figures, verdicts, the run): ``neusight_core/reports/``.
+
+A module's layer is its folder, so a new module is placed by where it is written. The imports of each module,
+function-level ones included, are read from its source; docs/architecture.md draws the same map."""
 from __future__ import annotations
 
 import ast
@@ -11,61 +14,64 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "neusight_core"
-
-#: trace, tables, engine, predictors, memory, network, CLI and what they stand on
-CORE = {"__init__", "__main__", "aten_ops", "configs", "datafile", "dataset", "derive", "devices", "engine",
-        "fused_attention", "fusion", "host", "interpolation", "latency", "measured_checks", "measured_kernels",
-        "memory", "meta_model", "network", "parallel", "paths", "registry", "release", "request", "scenario",
-        "schema", "sweep", "tables", "trace", "trace_cache"}
-#: one question each, answered through the engine or a registered predictor
-STUDIES = {"authors_tables", "claims", "evaluation", "external_eval", "hyperparameter_search", "kernel_eval", "live",
-           "live_harness", "live_kernels", "live_modern", "opgraph", "paper_tables", "published", "recipe_eval",
-           "recipe_studies", "reproduce", "whatif"}
-#: tables, figures, verdicts, the run and its record
-REPORTS = {"live_report", "plots", "report", "run_estimate", "run_record", "run_summary", "runner", "tier1_report"}
+ORDER = ("core", "studies", "reports")       # a layer may import its own and those before it
 
 
 def _modules() -> dict[str, Path]:
-    out = {f.stem: f for f in PKG.glob("*.py")}
-    out.update({f"predictors.{f.stem}": f for f in (PKG / "predictors").glob("*.py")})
-    return out
+    """Dotted name below the package (``engine``, ``predictors.base``, ``studies.whatif``) -> file."""
+    return {".".join(f.relative_to(PKG).with_suffix("").parts): f for f in PKG.rglob("*.py")}
 
 
-def _layer(name: str) -> str | None:
-    if name.startswith("predictors"):
-        return "core"                    # the predictors package is core, every module of it
-    return next((layer for layer, mods in (("core", CORE), ("studies", STUDIES), ("reports", REPORTS))
-                 if name in mods), None)
+def _layer(name: str) -> str:
+    top = name.split(".")[0]
+    return top if top in ("studies", "reports") else "core"
 
 
-def _imports(path: Path) -> set[str]:
-    """Package modules ``path`` imports anywhere in its source (``from neusight_core import x`` counts as x)."""
+def _imports(path: Path, pkg: Path = PKG) -> set[str]:
+    """Package modules ``path`` imports anywhere in its source, as dotted names below the package
+    (``from neusight_core.studies import whatif`` counts as ``studies.whatif``; relative imports are resolved)."""
+    package = path.relative_to(pkg).parent.parts
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "neusight_core":
-            sub = node.module[len("neusight_core"):].lstrip(".")
-            out |= {sub.split(".")[0]} if sub else {a.name for a in node.names}
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(package[:len(package) - node.level + 1])
+            elif node.module and node.module.split(".")[0] == "neusight_core":
+                base = []
+            else:
+                continue
+            mod = base + ([p for p in node.module.split(".") if p != "neusight_core"] if node.module else [])
+            for a in node.names:
+                full = ".".join(mod + [a.name])
+                out.add(full if (pkg / (full.replace(".", "/") + ".py")).exists() else ".".join(mod))
         elif isinstance(node, ast.Import):
-            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("neusight_core.")}
-    return out
+            out |= {a.name.split(".", 1)[1] for a in node.names if a.name.startswith("neusight_core.")}
+    return {m for m in out if m}
 
 
-def test_every_module_has_one_layer():
-    mods = _modules()
-    assert not (CORE & STUDIES or CORE & REPORTS or STUDIES & REPORTS)
-    unplaced = sorted(m for m in mods if _layer(m) is None)
-    assert not unplaced, f"place these modules in a layer (tests/test_layers.py): {unplaced}"
-    gone = sorted((CORE | STUDIES | REPORTS) - set(mods))
-    assert not gone, f"layer map names modules that do not exist: {gone}"
+def test_every_folder_is_a_layer():
+    folders = {f.parent.relative_to(PKG).as_posix() for f in PKG.rglob("*.py")}
+    assert folders == {".", "predictors", "studies", "reports"}, f"a new folder needs a place in the layers: {folders}"
 
 
-@pytest.mark.parametrize("name", sorted(m for m in _modules() if _layer(m) == "core"))
-def test_core_imports_nothing_above_it(name):
-    above = sorted(m for m in _imports(_modules()[name]) if _layer(m) in ("studies", "reports"))
-    assert not above, f"core module {name} imports {above} (a study or report layer module)"
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_no_module_imports_a_layer_above_its_own(name):
+    mine = ORDER.index(_layer(name))
+    above = sorted(m for m in _imports(_modules()[name]) if ORDER.index(_layer(m)) > mine)
+    assert not above, f"{_layer(name)} module {name} imports {above} from a layer above it"
 
 
-def test_the_scan_sees_function_level_imports(tmp_path):
-    f = tmp_path / "m.py"
-    f.write_text("def f():\n    from neusight_core import whatif, report\n    import neusight_core.plots\n")
-    assert _imports(f) == {"whatif", "report", "plots"}
+def test_the_scan_sees_function_level_and_relative_imports(tmp_path):
+    pkg = tmp_path / "neusight_core"
+    for m in ("engine", "paths", "studies/whatif", "studies/live", "reports/report", "reports/plots"):
+        (pkg / f"{m}.py").parent.mkdir(parents=True, exist_ok=True)
+        (pkg / f"{m}.py").write_text("")
+    f = pkg / "studies" / "probe.py"
+    f.write_text("def f():\n    from neusight_core.studies import whatif\n"
+                 "    from neusight_core.reports import report\n"
+                 "    import neusight_core.reports.plots\n    from . import live\n    from .. import engine\n"
+                 "    from neusight_core import paths\n    from neusight_core.studies.whatif import run\n")
+    got = _imports(f, pkg)
+    assert got == {"studies.whatif", "reports.report", "reports.plots", "studies.live", "engine", "paths"}
+    above = sorted(m for m in got if ORDER.index(_layer(m)) > ORDER.index("studies"))
+    assert above == ["reports.plots", "reports.report"]

@@ -7,7 +7,9 @@ import pandas as pd
 
 import pytest
 
-from neusight_core import live, live_harness, live_kernels, live_report, paths
+from neusight_core import paths
+from neusight_core.studies import live, live_harness, live_kernels
+from neusight_core.reports import live_report
 
 GiB = 2**30
 
@@ -402,10 +404,10 @@ def test_kernel_mape_per_kind_with_convs_by_sub_op():
 
 
 def test_kernel_scatter_colours_convs_by_kind(tmp_path):
-    from neusight_core import report
+    from neusight_core.reports import plots, report
     k = pd.DataFrame({"op_class": ["LINEAR", "CONV", "CONV", "CONV"], "sub_op": ["", "fwd", "dgrad", "wgrad"],
                       "measured_ms": [1.0, 2.0, 3.0, None], "pred_ms": [1.2, 1.5, 6.0, 2.0]})
-    fig = live_kernels.plot_kernels(k)
+    fig = plots.plot_live_kernels(k)
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["LINEAR", "CONV fwd", "CONV dgrad"]
     assert ax.get_xscale() == "log" and len(ax.collections) == 3

@@ -4,7 +4,8 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from neusight_core import engine, live_modern as lm
+from neusight_core import engine
+from neusight_core.studies import live_modern as lm
 
 TINY = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
                    num_hidden_layers=2, vocab_size=128, max_position_embeddings=256)

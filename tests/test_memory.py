@@ -7,7 +7,8 @@ import math
 import pytest
 import transformers
 
-from neusight_core import latency, memory, parallel, trace, whatif
+from neusight_core import latency, memory, parallel, trace
+from neusight_core.studies import whatif
 
 # Tolerance of the activation peak against PyTorch's measured peak: 3 %. Why so tight: the tracer
 # records the same aten ops the CPU runs (meta tensors go through the same decompositions) and
@@ -152,7 +153,7 @@ def test_tp_split_of_a_table_with_shared_metadata_equals_the_unshared_one():
 def test_whatif_gives_no_time_to_a_run_that_cannot_happen_and_its_heat_map_says_why():
     """Issue 36 item 6: Llama-2-13B in bf16 (26 GB of weights) does not fit on P4s (8 GB) split over 2, and fits
     split over 8 T4s (16 GB) without NVLink: neither gets a time, and each heat-map cell says why; H100 does."""
-    from neusight_core import plots
+    from neusight_core.reports import plots
     res = whatif.run(gpus=["Tesla_P4", "Tesla_T4", "NVIDIA_H100_80GB_HBM3"], dtypes=("bf16",), quick=True,
                      predictor="roofline", max_gpus=2)
     r = res[(res.model == "llama2_13b") & (res.workload == "prefill") & (res.batch == 1)].set_index("gpu")

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import opgraph
+from neusight_core.studies import opgraph
 
 CSV = '''Name,OpName,FwOps,BwOps,AccOps,Prev,Next,InputShapes,OutputShape
 input_ids,misc,[],[],[],set(),{},[],"(2, 8)"

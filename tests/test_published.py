@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices, published
+from neusight_core import devices
+from neusight_core.studies import published
 
 
 def test_the_published_rows_name_their_source_and_a_catalogue_gpu():

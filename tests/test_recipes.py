@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 import torch
 
-from neusight_core import dataset, devices, paths, recipe_eval as R, recipe_studies as S
+from neusight_core import dataset, devices, paths
+from neusight_core.studies import recipe_eval as R, recipe_studies as S
 from neusight_core import predictors as P
 from neusight_core.predictors import common
 from neusight_core.predictors.base import STATE_FILE, hparams, read_state, write_state
@@ -150,7 +151,7 @@ def test_seed_summary_is_mean_and_range_not_best_seed():
 
 
 def test_group_masks_match_the_paper_populations(release_root):
-    from neusight_core import evaluation as ev
+    from neusight_core.studies import evaluation as ev
     idx = ev.build_index()
     m = R.group_masks(idx)
     assert m["inference (Fig. 7)"].sum() == 54 and m["training (Fig. 8)"].sum() == 26
@@ -161,7 +162,7 @@ def test_group_masks_match_the_paper_populations(release_root):
 def test_claims_over_seeds_reports_every_seed_and_mixed(release_root):
     """Seed 0 equals the authors' predictions (Tier 0: C2 NeuSight reproduces), seed 1 is 2x off: the
     overall verdict of C2 must be MIXED, and each seed's number is reported."""
-    from neusight_core import evaluation as ev
+    from neusight_core.studies import evaluation as ev
     idx = ev.build_index()
     cfg = idx[R.figure_mask(idx, "nvidia_inf")].reset_index(drop=True)
     rows = []
@@ -408,7 +409,7 @@ def test_floor_is_the_lowest_positive_training_u():
 def test_gemm_nodes_of_a_per_node_label_csv():
     """nn.Linear modules (tokens x in -> out) and addmm calls are GEMM nodes; a LayerNorm of the same
     shape and an unparsable row are not."""
-    from neusight_core import kernel_eval
+    from neusight_core.studies import kernel_eval
     lin = "{'nn_module_stack': OrderedDict([('m.q', <class 'torch.nn.modules.linear.Linear'>)])}"
     ln = "{'nn_module_stack': OrderedDict([('m.ln', <class 'torch.nn.modules.normalization.LayerNorm'>)])}"
     rows = pd.DataFrame([
@@ -426,7 +427,7 @@ def test_gemm_nodes_of_a_per_node_label_csv():
 def test_gemms_in_model_vs_alone_on_the_release(release_root):
     """On the real release: the P4 runs its GEMMs much slower inside the model runs than alone (the cause
     of every kernel-level predictor's P4 error), the V100 about as fast."""
-    from neusight_core import kernel_eval
+    from neusight_core.studies import kernel_eval
     nodes = kernel_eval.gemms_in_model_vs_alone()
     s = kernel_eval.in_model_vs_alone_summary(nodes).set_index("gpu")
     assert {"Tesla_P4", "Tesla_V100-PCIE-32GB", "NVIDIA_H100_80GB_HBM3"} <= set(s.index)
@@ -480,7 +481,7 @@ class _PerFlop:
 def test_predicting_on_the_authors_graph(release_root):
     """Each configuration's e2e on the authors' graph is the sum over their kernels x layer copies; a
     configuration without a graph gets its reason; the graph table compares each recipe with itself."""
-    from neusight_core import evaluation as ev, opgraph
+    from neusight_core.studies import evaluation as ev, opgraph
     idx = ev.build_index()
     cfg = idx[(idx.gpu == "NVIDIA_H100_80GB_HBM3") & idx.config.isin(["bert_large-inf-512-8", "gpt2_large-train-1024-1"])]
     cfg = pd.concat([cfg, cfg.iloc[:1].assign(config="bert_large-inf-512-3", batch=3)], ignore_index=True)
@@ -520,7 +521,7 @@ def test_attention_mask_ops_are_the_adds_on_the_scores():
 def test_table_rows_time_a_maskless_model_as_the_sweep_does(release_root):
     """BERT at full length has no mask add: our trace without mask ops is our trace, and predict_tables sums
     it to the same e2e as the sweep of section 2b (same predictor, same kernels)."""
-    from neusight_core import evaluation as ev
+    from neusight_core.studies import evaluation as ev
     idx = ev.build_index()
     cfg = idx[(idx.gpu == "NVIDIA_H100_80GB_HBM3") & (idx.config == "bert_large-inf-512-8")]
     a = S.predict_tables(cfg, {("x", 0): _PerFlop()}, S.GRAPH_TABLES["no_mask"], progress=False)
@@ -568,7 +569,7 @@ def test_ensemble_cut_drops_a_member_that_failed_to_train(release_root, monkeypa
 def test_predict_seeded_names_rows_by_label_and_the_predictors_seed(release_root):
     """The ablation's variants reach the sweep as (label, predictor) pairs: each row is named by its label and
     carries the predictor's own seed; a predictor keyed by another seed than its own is refused."""
-    from neusight_core import evaluation as ev
+    from neusight_core.studies import evaluation as ev
     idx = ev.build_index()
     cfg = idx[(idx.gpu == "NVIDIA_H100_80GB_HBM3") & (idx.config == "bert_large-inf-512-8")]
 

@@ -85,7 +85,8 @@ def test_a_toy_predictor_from_one_entry_reaches_cli_sweep_tables_and_colours(toy
 
     script = textwrap.dedent('''
         import json
-        from neusight_core import evaluation as ev, kernel_eval as ke, plots, recipe_eval as R, reproduce
+        from neusight_core.studies import evaluation as ev, kernel_eval as ke, recipe_eval as R, reproduce
+        from neusight_core.reports import plots
         configs = reproduce.select_configs(ev.build_index(), True)
         configs = configs[configs["mode"] == "inf"].head(3)
         long = R.sweep_seeded(configs, ["toy"], [0], quick=True, progress=False)

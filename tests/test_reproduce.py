@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import latency, reproduce
+from neusight_core import latency
+from neusight_core.studies import reproduce
 from neusight_core.__main__ import main as cli
 
 TINY = {"name": "tiny_gpt2", "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
@@ -131,13 +132,13 @@ def test_notebook_04_quick(run_notebook):
     assert set(per_seed[per_seed.predictor == "neusight-paper"]["seed"]) == {0, 1}
     assert set(per_seed[per_seed.predictor == "neusight"]["seed"]) == {0, 1}
     versus = pd.read_csv(out / "tables" / "ours_vs_authors_recipe.csv")
-    from neusight_core.recipe_eval import TARGETS
+    from neusight_core.studies.recipe_eval import TARGETS
     assert "beats every seed" in versus and set(TARGETS) <= set(versus["group"])
     assert (out / "figures" / "recipes_per_gpu.png").exists() and (out / "figures" / "ablation.png").exists()
     abl = pd.read_csv(out / "tables" / "ablation.csv")
     assert abl["row"].iloc[0] == "neusight-paper (base)" and abl["row"].iloc[-1] == "all = neusight"
     # the graph row: both recipes' trained seeds on our trace and on the authors' graph
-    from neusight_core import recipe_eval as R, recipe_studies as S
+    from neusight_core.studies import recipe_eval as R, recipe_studies as S
     graph = pd.read_csv(out / "tables" / "ablation_graph.csv")
     assert list(graph["row"]) == [n for r in R.RECIPES for n in S.graph_names(r, ("authors", "no_mask"))]
     assert graph.filter(like=" mean").notna().all().all() and len(metrics["ablation_graph"]) == 6

@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-from neusight_core import configs, paths, runner, whatif
+from neusight_core import configs, paths
+from neusight_core.studies import whatif
+from neusight_core.reports import runner
 from neusight_core.__main__ import _devices, main as cli
 
 

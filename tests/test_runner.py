@@ -8,7 +8,8 @@ import tarfile
 
 import pytest
 
-from neusight_core import paths, runner
+from neusight_core import paths
+from neusight_core.reports import runner
 
 FIXTURES = paths.REPO_ROOT / "tests" / "fixtures" / "notebooks"
 
@@ -40,7 +41,7 @@ def test_run_all_continues_past_failure(tmp_path):
 def test_only_selects_and_unknown_is_an_error(tmp_path):
     assert [p.stem for p in runner.discover(FIXTURES, ["03"])] == ["03_skips"]
     assert [p.stem for p in runner.discover(FIXTURES, ["ok"])] == ["01_ok"]
-    proc = subprocess.run([str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.runner",
+    proc = subprocess.run([str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.reports.runner",
                            "--only", "nope", "--notebooks-dir", str(FIXTURES), "--out", str(tmp_path / "x")],
                           capture_output=True, text=True, cwd=paths.REPO_ROOT)
     assert proc.returncode != 0 and "unknown notebook(s) nope" in proc.stderr
@@ -73,7 +74,7 @@ def small_disk(tmp_path):
 
 def _run(out, env_extra, *more):
     env = dict(os.environ, **env_extra)
-    return subprocess.run([str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.runner", "--quick",
+    return subprocess.run([str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.reports.runner", "--quick",
                            "--out", str(out), "--notebooks-dir", str(DISK_FIXTURES), *more],
                           capture_output=True, text=True, timeout=600, cwd=paths.REPO_ROOT, env=env)
 
@@ -144,7 +145,7 @@ def test_a_second_run_started_on_the_same_folder_stops_at_once(tmp_path):
     import signal
     import time
     out = tmp_path / "run"
-    cmd = [str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.runner", "--quick", "--out", str(out),
+    cmd = [str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.reports.runner", "--quick", "--out", str(out),
            "--notebooks-dir", str(paths.REPO_ROOT / "tests" / "fixtures" / "slow_notebooks")]
     first = subprocess.Popen(cmd, cwd=paths.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

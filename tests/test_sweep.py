@@ -254,7 +254,7 @@ def test_cli_sweep_writes_a_csv_and_rejects_bad_input_in_one_line(cache_dir, tmp
 
 
 def test_predict_configs_runs_through_the_sweep_with_seeds(cache_dir):
-    from neusight_core import evaluation, reproduce
+    from neusight_core.studies import evaluation, reproduce
     index = reproduce.select_configs(evaluation.build_index(), quick=True)
     ours = reproduce.predict_configs(index, ["roofline"], quick=True, progress=False, seeds=(0, 1))
     assert (ours.ours_error == "").all(), ours.ours_error.tolist()

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pandas as pd
 
-from neusight_core import recipe_eval as R
-from neusight_core import tier1_report as T
+from neusight_core.studies import recipe_eval as R
+from neusight_core.reports import tier1_report as T
 
 
 def _run(**over) -> T.Tier1Run:

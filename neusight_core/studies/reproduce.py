@@ -24,11 +24,11 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import evaluation as ev
-from neusight_core import paper_tables as pt
+from neusight_core.studies import evaluation as ev
+from neusight_core.studies import paper_tables as pt
 from neusight_core import latency
 from neusight_core import schema
-from neusight_core.report import ape
+from neusight_core.studies.errors import ape
 
 PREDICTORS = ev.PREDICTORS     # the release's four: ours next to theirs
 OP_CLASSES = schema.PAPER_CLASSES
@@ -159,7 +159,7 @@ def as_index(index: pd.DataFrame, ours: pd.DataFrame, predictors=PREDICTORS) -> 
     """The evaluation index with every ``pred_<p>_ms`` (and per-op ``pred_<p>_<OP>_ms``) replaced by
     ours, so that ``paper_tables.build_tables`` and ``claims.compute_claims`` regenerate the paper's
     tables and verdicts from our numbers with the same code as Tier 0."""
-    from neusight_core import evaluation
+    from neusight_core.studies import evaluation
     out = index
     for p in predictors:
         out = evaluation.with_predictions(out, ours, predictor=p, column=f"ours_{p}_ms",

@@ -10,7 +10,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import dataset, paths, report
+from neusight_core import dataset, paths
+from neusight_core.studies import errors
 from neusight_core import registry, schema
 from neusight_core import predictors as P
 
@@ -60,7 +61,7 @@ def predict_all(preds: dict, test: pd.DataFrame | None = None) -> pd.DataFrame:
                                    "predicted_ms": pred,
                                    "in_training": test["seen"].to_numpy() & trains_on_test(p)}))
     out = pd.concat(parts, ignore_index=True)
-    out["ape"] = report.ape(out["measured_ms"], out["predicted_ms"])
+    out["ape"] = errors.ape(out["measured_ms"], out["predicted_ms"])
     out.loc[out["in_training"], "ape"] = np.nan
     return out
 
@@ -101,7 +102,7 @@ def paper_perop() -> pd.DataFrame | None:
     Parsed by ``authors_tables.read_authors_table`` (the one reader of the authors' summary tables)."""
     if not (paths.summary_dir() / "perop.csv").is_file():
         return None
-    from neusight_core import authors_tables
+    from neusight_core.studies import authors_tables
     t = authors_tables.read_authors_table("perop")
     t.index.name = None
     t.columns.names = [None, None]
@@ -289,7 +290,7 @@ def conv_logo(names=CONV_PREDICTORS, seeds=(0, 1, 2), quick: bool = False, folds
     them; the baselines train in seconds. Seedless predictors (roofline, Li et al.) run once (seed 0).
     One row per (predictor, seed, held-out GPU): ``rows``, ``mape``, ``wmape`` (APE weighted by measured
     time), ``bias`` (mean signed error, %), ``train_s``."""
-    from neusight_core import recipe_eval
+    from neusight_core.studies import recipe_eval
     everything = conv_training_data(quick)
     folds = list(folds or everything.devices)
 
@@ -316,7 +317,7 @@ def conv_logo(names=CONV_PREDICTORS, seeds=(0, 1, 2), quick: bool = False, folds
                 secs = p.info.get("train_seconds", time.perf_counter() - t0)
                 pred = p.predict(val.drop(columns=["tile_m", "tile_k", "tile"]), held)
                 y = val["latency_ms"].to_numpy(float)
-                ape = report.ape(y, pred)
+                ape = errors.ape(y, pred)
                 rows.append({"predictor": name, "seed": int(seed), "held_out": held, "rows": len(val),
                              "mape": float(ape.mean()), "wmape": float((ape * y).sum() / y.sum()),
                              "bias": float(np.mean(pred / y - 1) * 100), "train_s": float(secs)})

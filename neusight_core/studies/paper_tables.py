@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import paths, schema
-from neusight_core.evaluation import (FIGURE_PREDICTORS, GPU_SHORT, KEY, MODEL_DISPLAY, MODEL_SEQ, OP_CLASSES,
+from neusight_core.studies.evaluation import (FIGURE_PREDICTORS, GPU_SHORT, KEY, MODEL_DISPLAY, MODEL_SEQ, OP_CLASSES,
                                       PREDICTOR_DISPLAY, EvaluationError, LabelFileError, _read_csv, safe_ape)
 
 # ------------------------------------------------------------------------------- table builders

@@ -62,8 +62,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import paths, report
-from . import devices, registry, schema
+from neusight_core import paths
+from neusight_core.studies import errors
+from neusight_core import devices, registry, schema
 
 PREDICTORS = ("neusight", "roofline", "habitat", "li")
 # Release folder name of each predictor (Li et al. ships as "micro").
@@ -221,7 +222,7 @@ def _per_op(gpu: str, stem: str, model: str, n_layer: int, labels: Path, preds: 
 
 def safe_ape(label, pred) -> np.ndarray:
     """APE in %; NaN where the label is missing or 0 (no relative error exists) or pred missing."""
-    return np.atleast_1d(report.ape(label, pred, nonpositive="nan"))
+    return np.atleast_1d(errors.ape(label, pred, nonpositive="nan"))
 
 
 def build_index(labels_dir: str | Path | None = None, predictions_dir: str | Path | None = None,

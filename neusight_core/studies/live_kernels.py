@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from neusight_core.live_harness import HarnessConfig, Measurement, TimeBudget, _dtype, _is_oom, measure
+from neusight_core.studies.live_harness import HarnessConfig, Measurement, TimeBudget, _dtype, _is_oom, measure
 
 def kernel_sweep(quick: bool = False) -> pd.DataFrame:
     """Kernel shapes (transformer-derived) in the kernel-table convention of docs/interfaces.md.
@@ -163,22 +163,3 @@ def kernel_mape(k: pd.DataFrame) -> pd.DataFrame:
     err = (m["pred_ms"] / m["measured_ms"] - 1) * 100
     return (pd.DataFrame({"kind": kernel_kind(m), "ape": err.abs(), "err": err}).groupby("kind", sort=False)
             .agg(kernels=("ape", "size"), **{"MAPE %": ("ape", "mean"), "bias %": ("err", "mean")}).reset_index())
-
-
-def plot_kernels(k: pd.DataFrame):
-    """Predicted against measured ms of the measured kernel rows, one colour per ``kernel_kind``, log axes, the
-    exact line dashed. Returns the matplotlib figure."""
-    import matplotlib.pyplot as plt
-    m = k.dropna(subset=["measured_ms", "pred_ms"])
-    fig, ax = plt.subplots(figsize=(5, 4.5))
-    for kind, g in m.groupby(kernel_kind(m), sort=False):
-        ax.scatter(g["measured_ms"].astype(float), g["pred_ms"].astype(float), s=14, label=kind)
-    if len(m):
-        lo = float(m[["measured_ms", "pred_ms"]].astype(float).min().min()) / 2
-        hi = float(m[["measured_ms", "pred_ms"]].astype(float).max().max()) * 2
-        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-    ax.set_xscale("log"); ax.set_yscale("log")
-    ax.set_xlabel("measured (ms)"); ax.set_ylabel("predicted (ms)")
-    ax.set_title("Kernels on this GPU (dashed: exact)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return fig

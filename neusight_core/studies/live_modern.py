@@ -29,7 +29,7 @@ from dataclasses import dataclass, asdict
 from pathlib import Path
 from typing import Callable
 
-from neusight_core import live, live_harness
+from neusight_core.studies import live, live_harness
 
 # current open models of ours (neusight_core/model_configs), small to large: the small ones are host-bound in
 # eager PyTorch at batch 1, the 7-8B ones are not
@@ -388,7 +388,8 @@ def section(out_dir, quick: bool = False, time_budget_s: float = 300, predictors
     and 8 steps of each recorded run. Returns ``status``, ``reason``, ``steps`` (local, or None), ``pred`` (every
     prediction, column ``run``) and ``mape`` (``step_mape`` per run)."""
     import pandas as pd
-    from neusight_core import live_harness, paths
+    from neusight_core import paths
+    from neusight_core.studies import live_harness
     out = Path(out_dir)
     reason = live_harness.no_gpu_reason()
     runs, steps = {}, None
@@ -407,27 +408,6 @@ def section(out_dir, quick: bool = False, time_budget_s: float = 300, predictors
     mape = {name: step_mape(pred[pred["run"] == name]) for name in runs}
     return {"status": "OK" if reason is None else "SKIPPED", "reason": reason or "", "steps": steps, "pred": pred,
             "mape": mape}
-
-
-def plot(pred):
-    """Predicted against measured per variant (graph: kernel sums; eager: wall times), one colour per phase."""
-    import matplotlib.pyplot as plt
-    variants = [v for v in VARIANTS if v in set(pred["variant"])]
-    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 4.0), squeeze=False)
-    d = pred[pred["predictor"] == pred["predictor"].iloc[0]] if len(pred) else pred
-    for ax, v in zip(axes[0], variants):
-        x = d[d["variant"] == v]
-        for ph, c in zip(PHASES, ("tab:blue", "tab:orange", "tab:green")):
-            y = x[x["phase"] == ph]
-            ax.scatter(y["measured_ms"], y["predicted_ms"], s=18, c=c, label=ph)
-        lo = max(1e-2, float(min(x["measured_ms"].min(), x["predicted_ms"].min())) / 1.5) if len(x) else 0.1
-        hi = float(max(x["measured_ms"].max(), x["predicted_ms"].max())) * 1.5 if len(x) else 10
-        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-        ax.set(xscale="log", yscale="log", xlabel=f"measured ms ({VARIANTS[v][0]})", ylabel="predicted ms",
-               title=f"{d['predictor'].iloc[0] if len(d) else ''}: {v}")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
 
 
 def _write_rows(path: Path, rows: list[dict]) -> None:

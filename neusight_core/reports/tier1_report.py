@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from neusight_core import recipe_eval as R
+from neusight_core.studies import recipe_eval as R
 from neusight_core import registry
 
 #: The pooled groups of the by-group table (``reproduce.pooled_mape``), in order.

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import measured_kernels as mk
-from neusight_core import report
+from neusight_core.studies import errors
 from neusight_core.predictors import tensor_core as tc, trees
 
 PREDICTORS = ("neusight", "neusight FP32-extrapolated", "roofline", "shape-only tree", "structural tree")
@@ -86,7 +86,7 @@ def measure_local_gemms(shapes: pd.DataFrame, device_name: str, timer=None, budg
     Rows that ran out of memory or time keep latency NaN and say why in ``status``."""
     import torch
 
-    from neusight_core import live_harness, live_kernels
+    from neusight_core.studies import live_harness, live_kernels
     rows = mk.gemm_kernels(shapes.assign(latency=np.nan), device_name, framework=f"local torch {torch.__version__}")
     rows["role"] = LOCAL_ROLE
     cfg = live_harness.HarnessConfig(precision="bf16")
@@ -170,7 +170,7 @@ def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=N
         t = secs.get(name)
         out.append(base.assign(predictor=name, seed=seed, pred_ms=pred, train_seconds=np.nan if t is None else float(t)))
     long = pd.concat(out, ignore_index=True)
-    long["ape"] = report.ape(long["latency_ms"], long["pred_ms"])
+    long["ape"] = errors.ape(long["latency_ms"], long["pred_ms"])
     long["err"] = (long["pred_ms"] / long["latency_ms"] - 1) * 100
     return long
 

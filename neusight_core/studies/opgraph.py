@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import fusion, parallel, paths, trace
+from neusight_core import fusion, parallel, paths, trace
 
 CLASSES = ["GEMM", "BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM", "COMM"]
 _LAYER = re.compile(r"(?:^|_)(?:h|layer|layers|block)_(\d+)(?:_|$)")

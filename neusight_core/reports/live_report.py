@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core.live import MODEL_SECTIONS, NOT_POSSIBLE
+from neusight_core.studies.live import MODEL_SECTIONS, NOT_POSSIBLE
 
 def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "neusight",
                          quick: bool = False) -> pd.DataFrame:
@@ -16,7 +16,8 @@ def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "ne
     predicted, seed 0), ``pred_ms``, ``ape`` and ``err`` (signed, %). The run's notebook predicted with seed 0 only."""
     from pathlib import Path
 
-    from neusight_core import latency, predictors, report
+    from neusight_core import latency, predictors
+    from neusight_core.studies import errors
     rows = []
     preds = {s: predictors.get(predictor, quick=quick, seed=s) for s in seeds}
     for table, default_dtype in (("live_paper", "fp32"), ("live_llama", "bf16"), ("live_vision", "fp32")):
@@ -36,7 +37,7 @@ def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "ne
                              "recorded_pred_ms": float(r.get("predicted_e2e_ms", np.nan)), "pred_ms": out["e2e_ms"]})
     out = pd.DataFrame(rows)
     if len(out):
-        out["ape"] = report.ape(out["measured_ms"], out["pred_ms"])
+        out["ape"] = errors.ape(out["measured_ms"], out["pred_ms"])
         out["err"] = (out["pred_ms"] / out["measured_ms"] - 1) * 100
     return out
 
@@ -105,7 +106,7 @@ def outcome(r: dict) -> tuple[str, str]:
 
 def tier2_verdicts(r: dict, status: str, reason: str, quick: bool = False) -> dict:
     """The ``verdicts`` key of notebook 05's metrics.json (Tier 2, contract in docs/interfaces.md)."""
-    from neusight_core import report
+    from neusight_core.studies import errors
     rows = [x for sec in MODEL_SECTIONS for x in r.get(sec, pd.DataFrame()).to_dict(orient="records")]
     measured = [x for x in rows if x.get("measured_ms") is not None and pd.notna(x.get("measured_ms"))]
     predicted = [x for x in rows if x.get("predicted")]
@@ -118,7 +119,7 @@ def tier2_verdicts(r: dict, status: str, reason: str, quick: bool = False) -> di
         # the paper's scenarios apart from the extensions (Llama-2, vision, ...): one MAPE would mix what the
         # paper validated with what it never measured
         def mape(xs):
-            a = [report.ape(x["measured_ms"], x["predicted"]["e2e_ms"]) for x in xs if x.get("predicted")]
+            a = [errors.ape(x["measured_ms"], x["predicted"]["e2e_ms"]) for x in xs if x.get("predicted")]
             return (f"{np.mean(a):.1f} % over {len(a)}" if a else "none"), len(a)
         core = mape([x for x in measured if not x.get("extension")])[0]
         ext, n_ext = mape([x for x in measured if x.get("extension")])

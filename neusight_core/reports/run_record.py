@@ -12,8 +12,8 @@ from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 
-from . import paths
-from .run_summary import NotebookResult, write_atomic, write_summary
+from neusight_core import paths
+from neusight_core.reports.run_summary import NotebookResult, write_atomic, write_summary
 
 #: bookkeeping files of a run that are never tarred: the runner's lock and the space it set aside (runner.py)
 LOCK_FILE = ".run.lock"
@@ -43,7 +43,7 @@ def gpu_info() -> dict:
 
 def environment() -> dict:
     pkgs = sorted((d.metadata["Name"], d.version) for d in metadata.distributions() if d.metadata["Name"])
-    from . import release
+    from neusight_core import release
     rel = release.status()
     try:
         rel["checksums"] = release.verify_installed().line()

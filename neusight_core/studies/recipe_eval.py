@@ -33,9 +33,10 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import evaluation as ev
-from neusight_core import paper_tables as pt
-from neusight_core import registry, report
+from neusight_core.studies import evaluation as ev
+from neusight_core.studies import paper_tables as pt
+from neusight_core import registry
+from neusight_core.studies import errors
 from neusight_core import predictors as P
 
 RECIPES = registry.reported("recipe")        # the NeuSight recipes of the Tier 1 tables, in table order
@@ -97,7 +98,7 @@ def train_seeded(names=RECIPES + BASELINES, seeds=(0, 1, 2), quick: bool = False
 def predict_seeded(configs: pd.DataFrame, trained: dict, progress: bool = True) -> pd.DataFrame:
     """Predict every configuration with every trained ``{(name, seed): predictor}`` in one sweep (one
     predictor call per entry over all configurations' distinct kernels); errors are recorded per row."""
-    from neusight_core import reproduce
+    from neusight_core.studies import reproduce
     # (label, predictor) jobs: the sweep names the rows by the label and takes the seed from the predictor
     bad = [(name, seed) for (name, seed), p in trained.items() if int(getattr(p, "seed", 0)) != int(seed)]
     if bad:
@@ -112,7 +113,7 @@ def sweep_seeded(configs: pd.DataFrame, names=RECIPES + BASELINES, seeds=(0, 1, 
     predictor x seed over all configurations' distinct kernels); seedless predictors run once (seed 0).
     ``reuse``: a ``sweep_configs`` frame of the same ``configs`` (notebook 04's seed-0 sweep) whose
     (predictor, seed) rows are taken as they are instead of predicted again."""
-    from neusight_core import reproduce
+    from neusight_core.studies import reproduce
     have = {} if reuse is None else {k: g for k, g in reuse.groupby(["predictor", "seed"], sort=False)}
     order = [(n, int(s)) for n in names if n in SEEDED for s in seeds] + [(n, 0) for n in names if n not in SEEDED]
     # the (predictor, seed) pairs to predict, one sweep per set of seeds: names missing the same seeds together
@@ -133,7 +134,7 @@ def tidy(configs: pd.DataFrame, out: pd.DataFrame) -> pd.DataFrame:
     out = out.drop(columns=[c for c in ("model", "mode", "batch", "seq") if c in out]).join(cfg, on=["gpu", "config"])
     out = out.rename(columns={"e2e_ms": "pred_ms", "label_e2e_ms": "label_ms"})
     out["pred_ms"] = out["pred_ms"].where(out["error"] == "")
-    out["ape"] = report.ape(out["label_ms"], out["pred_ms"])
+    out["ape"] = errors.ape(out["label_ms"], out["pred_ms"])
     return out
 
 
@@ -219,7 +220,7 @@ def versus_table(summary: pd.DataFrame, ours: str = "neusight", theirs: str = "n
 def authors_pairs_mape(index: pd.DataFrame, groups: dict | None = None) -> dict:
     """The authors' shipped NeuSight predictions on the same groups ({group: MAPE})."""
     groups = group_masks(index) if groups is None else groups
-    ape = index["ape_neusight"] if "ape_neusight" in index else report.ape(index["label_e2e_ms"], index["pred_neusight_ms"])
+    ape = index["ape_neusight"] if "ape_neusight" in index else errors.ape(index["label_e2e_ms"], index["pred_neusight_ms"])
     return {g: float(pd.Series(np.asarray(ape)[m]).dropna().mean()) if m.any() else np.nan for g, m in groups.items()}
 
 
@@ -243,7 +244,7 @@ def claims_over_seeds(configs: pd.DataFrame, long: pd.DataFrame, recipe: str, se
     """The claims judged with ``recipe`` as NeuSight (baselines as trained with the same seed), per seed:
     claim, text, expected, then computed / verdict for every seed, and an overall verdict that is a
     seed's verdict when all seeds agree and ``MIXED (k of n seeds reproduce)`` otherwise."""
-    from neusight_core import claims as cl
+    from neusight_core.studies import claims as cl
     parts = []
     for s in seeds:
         idx = index_for_seed(configs, long, int(s))
@@ -263,29 +264,3 @@ def claims_over_seeds(configs: pd.DataFrame, long: pd.DataFrame, recipe: str, se
     out["verdict"] = out.apply(overall, axis=1)
     out.insert(0, "recipe", recipe)
     return out.reset_index()
-
-
-# ---------------------------------------------------------------- per-GPU figure with error bars
-def plot_per_gpu(summary: pd.DataFrame, authors: dict, recipes=RECIPES, title: str = ""):
-    """Bars: MAPE per GPU x mode for the authors' shipped predictions and each recipe (mean over seeds,
-    error bars min-max)."""
-    import matplotlib.pyplot as plt
-
-    from neusight_core import plots
-    groups = [g for g in summary["group"].unique() if g.endswith(" inf") or g.endswith(" train")]
-    fig, ax = plt.subplots(figsize=(max(8, 0.75 * len(groups) + 2), 3.8))
-    width = 0.8 / (1 + len(recipes))
-    x = np.arange(len(groups))
-    ax.bar(x - 0.4 + width / 2, [authors.get(g, np.nan) for g in groups], width, label="authors' shipped predictions",
-           color=plots.PALETTE["authors"])
-    for i, r in enumerate(recipes, 1):
-        s = summary[summary["predictor"] == r].set_index("group").reindex(groups)
-        ax.bar(x - 0.4 + width * (i + 0.5), s["mean"], width, label=f"{r} (mean over seeds, bars min-max)",
-               yerr=[s["mean"] - s["min"], s["max"] - s["mean"]], capsize=2,
-               color=plots.PALETTE.get(r))
-    ax.set_xticks(x, groups, rotation=45, ha="right", fontsize=8)
-    ax.set_ylabel("MAPE (%)")
-    ax.set_title(title or "End-to-end MAPE per GPU and mode (Figure 7 / 8 cells)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig

@@ -2,8 +2,8 @@
 
 The paper's numbers live only in ``claims.yaml`` (beside this file); its header documents the
 schema. :func:`compute_claims` evaluates every aggregation of every claim on an index frame built by
-:func:`neusight_core.evaluation.build_index` (or one whose prediction columns were replaced with
-ours, :func:`neusight_core.evaluation.with_predictions`) and returns two frames:
+:func:`neusight_core.studies.evaluation.build_index` (or one whose prediction columns were replaced with
+ours, :func:`neusight_core.studies.evaluation.with_predictions`) and returns two frames:
 
 * ``detail``: one row per (claim, aggregation, quantity): expected, computed, difference, number
   of cells, tolerance, verdict, grade and reason;
@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from . import evaluation as ev
-from . import paper_tables as pt
+from neusight_core.studies import evaluation as ev
+from neusight_core.studies import paper_tables as pt
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
 VERDICTS = ("REPRODUCED", "DEVIATES", "NOT COMPUTABLE")

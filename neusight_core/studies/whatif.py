@@ -53,7 +53,7 @@ def fp16mm_ours(predictor="neusight", quick: bool = False, peak: str = "dense", 
     itself in FP32 accounting (4-byte elements against doubled bandwidth, L2 and memory, as the
     authors' code ran it). ``tensor_core=False``: a predictor with BF16 / FP16 tensor-core networks (``neusight``,
     issue 25) predicts without them (``predict_extrapolated``: its FP32 networks, as before issue 25)."""
-    from neusight_core import paper_tables
+    from neusight_core.studies import paper_tables
     if peak not in PEAKS:
         raise ValueError(f"peak must be one of {', '.join(PEAKS)}, got {peak!r}")
     fp16 = paper_tables.load_fp16mm() if fp16 is None else fp16
@@ -73,7 +73,7 @@ def fp16mm_ours(predictor="neusight", quick: bool = False, peak: str = "dense", 
 
 def c9_verdict(fp16_ours: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(summary, detail) of claim C9 computed from ``fp16_ours`` (``claims.compute_claims``)."""
-    from neusight_core import claims as cl
+    from neusight_core.studies import claims as cl
     reg = cl.load_claims()
     reg = {**reg, "claims": [c for c in reg["claims"] if c["id"] == "C9"]}
     return cl.compute_claims(pd.DataFrame(), fp16_ours, claims=reg)
@@ -131,7 +131,8 @@ def bf16_validation(tensor_core: bool = True, log=None) -> pd.DataFrame:
     one row per kernel family (status, GPUs, held-out MAPE), the numbers read from the BF16 log's
     ``held-out-evaluated`` record (``external_eval.held_out_record``), never typed in. ``tensor_core``: the
     predictor has the BF16 networks (``neusight``); without them every family is an extrapolation."""
-    from neusight_core import external_eval, measured_kernels
+    from neusight_core import measured_kernels
+    from neusight_core.studies import external_eval
     rec = external_eval.held_out_record(log) or {}
     h = rec.get("neusight_held_out_mape_mean_over_seeds") or {}
     split = measured_kernels.split()
@@ -273,33 +274,6 @@ def execution_table(gpus=None, quick: bool = False, predictor="neusight", seeds=
         lambda v: v.dropna().all() if v.notna().any() else np.nan)
     out["fit"] = np.where(fits.isna(), "unknown", np.where(fits.fillna(True).astype(bool), "fits", "does not fit"))
     return out
-
-
-def plot_execution(t: pd.DataFrame, model: str = "llama2_7b"):
-    """Predicted ms per GPU for ``model``'s prefill and decode step, one bar per ``EXECUTION_VARIANTS``, the floor
-    as a black tick; hatched bars do not fit in the GPU's memory."""
-    import matplotlib.pyplot as plt
-    d = t[(t["model"] == model) & (t["seed"] == t["seed"].min())]
-    works = list(dict.fromkeys(d["workload"]))
-    fig, axes = plt.subplots(1, len(works), figsize=(6.5 * len(works), 4.2), squeeze=False)
-    labels = [v[0] for v in EXECUTION_VARIANTS]
-    for ax, work in zip(axes[0], works):
-        x = d[d["workload"] == work]
-        gpus = list(dict.fromkeys(x["device"]))
-        for j, lab in enumerate(labels):
-            y = x[x["variant"] == lab].set_index("device").reindex(gpus)
-            bars = ax.bar(np.arange(len(gpus)) + (j - 1) * 0.27, y["e2e_ms"], 0.27, label=lab)
-            for bar, fit in zip(bars, y["fit"]):
-                if fit != "fits":
-                    bar.set_hatch("//")
-        fl = x.drop_duplicates("device").set_index("device").reindex(gpus)["floor_ms"]
-        ax.scatter(np.arange(len(gpus)), fl, marker="_", s=300, c="k", zorder=3, label="physical floor")
-        ax.set_xticks(np.arange(len(gpus)), [g.replace("NVIDIA_", "") for g in gpus], rotation=60, ha="right",
-                      fontsize=8)
-        ax.set(yscale="log", ylabel="predicted ms (extrapolation)", title=f"{model} bf16, {work}, batch 1")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
 
 
 def tokens(sc: dict) -> int:

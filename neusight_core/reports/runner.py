@@ -1,6 +1,6 @@
 """Runs the artifact: every notebook in order with papermill, then SUMMARY.md, env capture, tarball.
 
-``./run_all.sh`` is a thin wrapper (set-up, then ``python -m neusight_core.runner``).
+``./run_all.sh`` is a thin wrapper (set-up, then ``python -m neusight_core.reports.runner``).
 Layout of one run, ``results/<timestamp>/``:
   <NN_name>.ipynb, <NN_name>.html     executed notebook (kept when it fails: it is the evidence)
   <NN_name>/                          the notebook's own outputs: tables/, figures/, metrics.json
@@ -33,9 +33,9 @@ import time
 import traceback
 from pathlib import Path
 
-from . import paths  # stdlib only: run_all.sh checks the arguments with any python3 before set-up
-from .run_record import LOCK_FILE, RESERVE_FILE, environment, make_tarball, tarball_path, write_record
-from .run_summary import NotebookResult, format_params, verdict_block, write_atomic
+from neusight_core import paths  # stdlib only: run_all.sh checks the arguments with any python3 before set-up
+from neusight_core.reports.run_record import LOCK_FILE, RESERVE_FILE, environment, make_tarball, tarball_path, write_record
+from neusight_core.reports.run_summary import NotebookResult, format_params, verdict_block, write_atomic
 
 __all__ = ["NotebookResult", "claim", "discover", "main", "run_notebook", "verdict_block", "write_atomic",
            "write_record"]   # the record's names are run_record's / run_summary's, named here for the run
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     print(f"NeuSight artifact: {len(notebooks)} notebook(s), {'quick' if a.quick else 'full'} mode -> {run_dir}", flush=True)
     if not a.only:       # a whole run (the figures are for whole runs)
-        from neusight_core import run_estimate
+        from neusight_core.reports import run_estimate
         print(f"  {run_estimate.line(run_dir.parent, a.quick)}", flush=True)
     for stem, given in a.params.items():
         if given:

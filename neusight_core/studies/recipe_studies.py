@@ -13,7 +13,7 @@ import pandas as pd
 
 from neusight_core import predictors as P
 from neusight_core.predictors.base import PREDICTION_ONLY_KEYS
-from neusight_core import recipe_eval as R
+from neusight_core.studies import recipe_eval as R
 
 # ---------------------------------------------------------------- graph rows of the ablation (prediction only)
 # The kernel tables a recipe can be asked to time: our aten trace (section 2b), the authors' one-layer graph,
@@ -22,12 +22,13 @@ GRAPHS = {"trace": "our aten trace", "authors": "authors' graph", "no_mask": "ou
 
 
 def _authors_table(config: str) -> pd.DataFrame:
-    from neusight_core import opgraph
+    from neusight_core.studies import opgraph
     return opgraph.kernel_table(config)
 
 
 def _no_mask_table(config: str) -> pd.DataFrame:
-    from neusight_core import opgraph, sweep, trace
+    from neusight_core import sweep, trace
+    from neusight_core.studies import opgraph
     d = opgraph.parse_name(config)
     if d["fusion"] or d["plan"]:
         raise opgraph.OpGraphError(f"{config}: only single-GPU, unfused configurations")
@@ -43,7 +44,8 @@ def predict_tables(configs: pd.DataFrame, trained: dict, table_of, progress: boo
     table from ``table_of(config name)``: ``engine.predict`` of the configurations with that table instead of the
     trace; e2e = the phases' sum of per-launch time x ``count`` (single GPU). Prediction only: the same trained
     networks. A table that cannot be built gives its reason in ``error``."""
-    from neusight_core import engine, reproduce
+    from neusight_core import engine
+    from neusight_core.studies import reproduce
     cfg = configs.reset_index(drop=True)
     requests = [dict(model=r.model, device=r.gpu, batch=int(r.batch), seq=int(r.seq), mode=r.mode,
                      **reproduce.option_kwargs(r.option)) for r in cfg.itertuples(index=False)]
@@ -198,28 +200,6 @@ def ablation_table(per_seed: pd.DataFrame, plan_rows, groups=R.HEADLINE_GROUPS[:
                 row[f"{g} vs base"] = d.loc[g, "mean"] - base.loc[g, "mean"] if g in base.index else np.nan
         out.append(row)
     return pd.DataFrame(out)
-
-
-def plot_ablation(table: pd.DataFrame, groups=R.HEADLINE_GROUPS[:3], title: str = "", base_line: bool = True):
-    """Horizontal bars: each ablation row's mean MAPE per group, whiskers min-max over seeds; a dashed line
-    at the first row's mean (``base_line``)."""
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 0.45 * len(table) + 1.5), sharey=True)
-    y = np.arange(len(table))[::-1]
-    for ax, g in zip(np.atleast_1d(axes), groups):
-        mean = table[f"{g} mean"].to_numpy(float)
-        lo_hi = table[f"{g} min-max"].str.split("-", n=1, expand=True).astype(float).to_numpy()
-        # the min-max strings are rounded to 0.1: clip the whiskers at 0 where rounding crosses the mean
-        err = np.clip(np.nan_to_num([mean - lo_hi[:, 0], lo_hi[:, 1] - mean]), 0, None)
-        ax.barh(y, mean, xerr=err, capsize=2, color="#8172b3")
-        if base_line:
-            ax.axvline(mean[0], color="k", lw=0.7, ls="--")
-        ax.set_title(g, fontsize=9)
-        ax.set_xlabel("MAPE (%)")
-    np.atleast_1d(axes)[0].set_yticks(y, table["row"], fontsize=8)
-    fig.suptitle(title or "Ablation: the authors' recipe with one difference switched to ours")
-    fig.tight_layout()
-    return fig
 
 
 # ---------------------------------------------------------------- epoch cut of the authors' recipe

@@ -1,4 +1,4 @@
-"""Figures in the paper's style, from the long cell frames of :mod:`neusight_core.evaluation`.
+"""Figures in the paper's style, from the long cell frames of :mod:`neusight_core.studies.evaluation`.
 
 Every function takes frames, not files, so the same code draws the authors' predictions and ours:
 pass cells whose ``predictor_display`` says e.g. ``NeuSight (ours)`` next to the authors' rows, or a
@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from . import evaluation as ev
-from . import registry
+from neusight_core.studies import evaluation as ev, live_kernels, live_modern, recipe_eval, whatif
+from neusight_core import registry
 
 # Colours fixed per predictor so the authors' and our figures read the same way in every notebook:
 # NeuSight blue as the authors predicted it, red for our re-implementation (never a baseline's colour).
@@ -271,4 +271,112 @@ def plot_latency_heatmap(rows: pd.DataFrame, title: str, note: str, ncols: int =
     fig.suptitle(title, fontsize=10)
     fig.text(0.5, 0.005, note, ha="center", fontsize=8)
     fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+    return fig
+
+
+# ---------------------------------------------------------------- the studies' own figures
+def plot_live_kernels(k: pd.DataFrame):
+    """Predicted against measured ms of the measured kernel rows, one colour per ``kernel_kind``, log axes, the
+    exact line dashed. Returns the matplotlib figure."""
+    m = k.dropna(subset=["measured_ms", "pred_ms"])
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    for kind, g in m.groupby(live_kernels.kernel_kind(m), sort=False):
+        ax.scatter(g["measured_ms"].astype(float), g["pred_ms"].astype(float), s=14, label=kind)
+    if len(m):
+        lo = float(m[["measured_ms", "pred_ms"]].astype(float).min().min()) / 2
+        hi = float(m[["measured_ms", "pred_ms"]].astype(float).max().max()) * 2
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+    ax.set_xscale("log"); ax.set_yscale("log")
+    ax.set_xlabel("measured (ms)"); ax.set_ylabel("predicted (ms)")
+    ax.set_title("Kernels on this GPU (dashed: exact)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def plot_live_modern(pred):
+    """Predicted against measured per variant (graph: kernel sums; eager: wall times), one colour per phase."""
+    variants = [v for v in live_modern.VARIANTS if v in set(pred["variant"])]
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 4.0), squeeze=False)
+    d = pred[pred["predictor"] == pred["predictor"].iloc[0]] if len(pred) else pred
+    for ax, v in zip(axes[0], variants):
+        x = d[d["variant"] == v]
+        for ph, c in zip(live_modern.PHASES, ("tab:blue", "tab:orange", "tab:green")):
+            y = x[x["phase"] == ph]
+            ax.scatter(y["measured_ms"], y["predicted_ms"], s=18, c=c, label=ph)
+        lo = max(1e-2, float(min(x["measured_ms"].min(), x["predicted_ms"].min())) / 1.5) if len(x) else 0.1
+        hi = float(max(x["measured_ms"].max(), x["predicted_ms"].max())) * 1.5 if len(x) else 10
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlabel=f"measured ms ({live_modern.VARIANTS[v][0]})", ylabel="predicted ms",
+               title=f"{d['predictor'].iloc[0] if len(d) else ''}: {v}")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_per_gpu(summary: pd.DataFrame, authors: dict, recipes=recipe_eval.RECIPES, title: str = ""):
+    """Bars: MAPE per GPU x mode for the authors' shipped predictions and each recipe (mean over seeds,
+    error bars min-max)."""
+    groups = [g for g in summary["group"].unique() if g.endswith(" inf") or g.endswith(" train")]
+    fig, ax = plt.subplots(figsize=(max(8, 0.75 * len(groups) + 2), 3.8))
+    width = 0.8 / (1 + len(recipes))
+    x = np.arange(len(groups))
+    ax.bar(x - 0.4 + width / 2, [authors.get(g, np.nan) for g in groups], width, label="authors' shipped predictions",
+           color=PALETTE["authors"])
+    for i, r in enumerate(recipes, 1):
+        s = summary[summary["predictor"] == r].set_index("group").reindex(groups)
+        ax.bar(x - 0.4 + width * (i + 0.5), s["mean"], width, label=f"{r} (mean over seeds, bars min-max)",
+               yerr=[s["mean"] - s["min"], s["max"] - s["mean"]], capsize=2,
+               color=PALETTE.get(r))
+    ax.set_xticks(x, groups, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("MAPE (%)")
+    ax.set_title(title or "End-to-end MAPE per GPU and mode (Figure 7 / 8 cells)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_ablation(table: pd.DataFrame, groups=recipe_eval.HEADLINE_GROUPS[:3], title: str = "", base_line: bool = True):
+    """Horizontal bars: each ablation row's mean MAPE per group, whiskers min-max over seeds; a dashed line
+    at the first row's mean (``base_line``)."""
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 0.45 * len(table) + 1.5), sharey=True)
+    y = np.arange(len(table))[::-1]
+    for ax, g in zip(np.atleast_1d(axes), groups):
+        mean = table[f"{g} mean"].to_numpy(float)
+        lo_hi = table[f"{g} min-max"].str.split("-", n=1, expand=True).astype(float).to_numpy()
+        # the min-max strings are rounded to 0.1: clip the whiskers at 0 where rounding crosses the mean
+        err = np.clip(np.nan_to_num([mean - lo_hi[:, 0], lo_hi[:, 1] - mean]), 0, None)
+        ax.barh(y, mean, xerr=err, capsize=2, color="#8172b3")
+        if base_line:
+            ax.axvline(mean[0], color="k", lw=0.7, ls="--")
+        ax.set_title(g, fontsize=9)
+        ax.set_xlabel("MAPE (%)")
+    np.atleast_1d(axes)[0].set_yticks(y, table["row"], fontsize=8)
+    fig.suptitle(title or "Ablation: the authors' recipe with one difference switched to ours")
+    fig.tight_layout()
+    return fig
+
+
+def plot_execution(t: pd.DataFrame, model: str = "llama2_7b"):
+    """Predicted ms per GPU for ``model``'s prefill and decode step, one bar per ``whatif.EXECUTION_VARIANTS``, the
+    floor as a black tick; hatched bars do not fit in the GPU's memory."""
+    d = t[(t["model"] == model) & (t["seed"] == t["seed"].min())]
+    works = list(dict.fromkeys(d["workload"]))
+    fig, axes = plt.subplots(1, len(works), figsize=(6.5 * len(works), 4.2), squeeze=False)
+    labels = [v[0] for v in whatif.EXECUTION_VARIANTS]
+    for ax, work in zip(axes[0], works):
+        x = d[d["workload"] == work]
+        gpus = list(dict.fromkeys(x["device"]))
+        for j, lab in enumerate(labels):
+            y = x[x["variant"] == lab].set_index("device").reindex(gpus)
+            bars = ax.bar(np.arange(len(gpus)) + (j - 1) * 0.27, y["e2e_ms"], 0.27, label=lab)
+            for bar, fit in zip(bars, y["fit"]):
+                if fit != "fits":
+                    bar.set_hatch("//")
+        fl = x.drop_duplicates("device").set_index("device").reindex(gpus)["floor_ms"]
+        ax.scatter(np.arange(len(gpus)), fl, marker="_", s=300, c="k", zorder=3, label="physical floor")
+        ax.set_xticks(np.arange(len(gpus)), [g.replace("NVIDIA_", "") for g in gpus], rotation=60, ha="right",
+                      fontsize=8)
+        ax.set(yscale="log", ylabel="predicted ms (extrapolation)", title=f"{model} bf16, {work}, batch 1")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
     return fig

@@ -10,23 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
+from neusight_core.datafile import jsonable
+from neusight_core.paths import out_dir
 
-def out_dir(output_dir: str | Path) -> Path:
-    """The notebook's output folder (created); a relative path is taken from the repository root, so a
-    notebook writes to the same place whether it runs from notebooks/ (JupyterLab) or from the root."""
-    p = Path(output_dir)
-    if not p.is_absolute():
-        from neusight_core import paths
-        p = paths.REPO_ROOT / p
-    (p / "tables").mkdir(parents=True, exist_ok=True)
-    (p / "figures").mkdir(parents=True, exist_ok=True)
-    return p
+
 
 
 def save_table(df: pd.DataFrame, output_dir: str | Path, name: str, floatfmt: str = ".1f",
@@ -70,21 +61,6 @@ def save_figure(fig, output_dir: str | Path, name: str) -> Path:
     return png
 
 
-def jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.floating, float)):
-        x = float(x)
-        return None if math.isnan(x) or math.isinf(x) else x
-    if isinstance(x, (np.bool_,)):
-        return bool(x)
-    if isinstance(x, Path):
-        return str(x)
-    return x
 
 
 def write_metrics(output_dir: str | Path, metrics: dict, status: str = "OK", reason: str | None = None) -> Path:
@@ -109,29 +85,3 @@ def write_summary(output_dir: str | Path, markdown: str) -> Path:
     p = out_dir(output_dir) / "summary.md"
     p.write_text(markdown.rstrip() + "\n")
     return p
-
-
-def ape(measured, predicted, nonpositive: str = "raise"):
-    """Absolute percentage error, |measured - predicted| / measured x 100 (SPEC section 2).
-
-    A measured value <= 0 has no relative error: ``nonpositive="raise"`` (default) raises,
-    ``"nan"`` gives NaN there (tables where a class can be absent, e.g. per-op sums of 0)."""
-    m = np.asarray(measured, dtype=float)
-    p = np.asarray(predicted, dtype=float)
-    if nonpositive == "raise":
-        if np.any(m <= 0):
-            raise ValueError("measured latency must be positive to compute an APE")
-        return np.abs(m - p) / m * 100.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.abs(m - p) / m * 100.0
-    return np.where(m > 0, out, np.nan)
-
-
-def mape(measured, predicted) -> float:
-    """Plain mean of the APEs; NaN pairs (missing prediction or label) are dropped."""
-    m = np.asarray(measured, dtype=float)
-    p = np.asarray(predicted, dtype=float)
-    ok = ~(np.isnan(m) | np.isnan(p))
-    if not ok.any():
-        return float("nan")
-    return float(np.mean(ape(m[ok], p[ok])))

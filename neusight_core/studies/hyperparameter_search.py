@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from neusight_core import dataset, report
+from neusight_core import dataset
+from neusight_core.studies import errors
 from neusight_core.dataset import TrainingData
 
 
@@ -37,7 +38,7 @@ def logo_scores(make_predictor, train: TrainingData, classes, folds=None) -> pd.
         val = k[k["device"] == held].reset_index(drop=True)
         # the held-out GPU is predicted as an unseen GPU: its tiles come from the lookup
         pred = p.predict(val.drop(columns=["tile_m", "tile_k", "tile"]), held)
-        ape = report.ape(val["latency_ms"], pred)
+        ape = errors.ape(val["latency_ms"], pred)
         y = val["latency_ms"].to_numpy(float)
         for cls, idx in pd.Series(np.arange(len(val))).groupby(val["op_class"].to_numpy()):
             i = idx.to_numpy()
@@ -64,14 +65,14 @@ def grid_search(make, grid: dict, classes, folds=None, quick: bool = False) -> p
 
 
 def main(argv=None) -> int:
-    """``python -m neusight_core.hyperparameter_search --base neusight --classes BMM LINEAR --seeds 0 1
+    """``python -m neusight_core.studies.hyperparameter_search --base neusight --classes BMM LINEAR --seeds 0 1
     --try '{"hidden": 64}' '{"layers": 4}'``: LOGO scores of each override of a recipe (training GPUs
     only), one line per (override, seed, class), for the search log (docs/search_log_logo.yaml)."""
     import argparse
     import json
 
     from neusight_core import predictors as P
-    ap = argparse.ArgumentParser(prog="python -m neusight_core.hyperparameter_search")
+    ap = argparse.ArgumentParser(prog="python -m neusight_core.studies.hyperparameter_search")
     ap.add_argument("--base", default="neusight-logo", help="recipe the overrides start from")
     ap.add_argument("--classes", nargs="+", required=True)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from neusight_core import evaluation as ev
-from neusight_core import paper_tables as pt
+from neusight_core.studies import evaluation as ev
+from neusight_core.studies import paper_tables as pt
 from neusight_core import paths, schema
 
 _NUM = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*%?\s*$")

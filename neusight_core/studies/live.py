@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 
 # the harness and the kernel section (live_harness, live_kernels)
-from neusight_core.live_harness import (FASTEST, RUNS, WARMUP, DetectedDevice, HarnessConfig,
+from neusight_core.studies.live_harness import (FASTEST, RUNS, WARMUP, DetectedDevice, HarnessConfig,
                                         Measurement, TimeBudget, _dtype, _free_cuda, _is_oom, _one_line, gpu_count,
                                         identify, local_properties, measure, no_gpu_reason, section_budget,
                                         set_precision, software_versions)
-from neusight_core.live_kernels import conv_kernel_sweep, kernel_sweep, measure_kernels, skipped_measurements
+from neusight_core.studies.live_kernels import conv_kernel_sweep, kernel_sweep, measure_kernels, skipped_measurements
 
 
 # ---------------------------------------------------------------- whole models on the GPU
@@ -279,16 +279,16 @@ def author_label(device_name: str, scenario_name: str) -> float | None:
 
 def label_gap(measured_ms, label_ms, threshold_pct: float = 15.0) -> dict:
     """Our measurement vs the authors' label for the same GPU/config; > 15 % apart = software stack differs."""
-    from neusight_core import report
-    gap = float(report.ape(label_ms, measured_ms)) if (measured_ms is not None and label_ms) else None
+    from neusight_core.studies import errors
+    gap = float(errors.ape(label_ms, measured_ms)) if (measured_ms is not None and label_ms) else None
     return {"author_label_ms": label_ms, "label_gap_pct": gap,
             "flag_stack_differs": None if gap is None else bool(gap > threshold_pct)}
 
 
 def write_json(output_dir, name: str, body: dict) -> Path:
-    from neusight_core import report
-    p = report.out_dir(output_dir) / f"{name}.json"
-    p.write_text(json.dumps(report.jsonable(body), indent=2, allow_nan=False))
+    from neusight_core import datafile, paths
+    p = paths.out_dir(output_dir) / f"{name}.json"
+    p.write_text(json.dumps(datafile.jsonable(body), indent=2, allow_nan=False))
     return p
 
 
@@ -314,7 +314,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     Without a GPU every measured field is null with ``skipped_reason``; predictions are made for
     ``target_gpu`` and labelled prediction-only. Writes live_*.json, fusion_*.json, parallel_*.json.
     """
-    from neusight_core import report
+    from neusight_core.studies import errors
     budget = TimeBudget(time_budget_s)
     skip = no_gpu_reason()
     props = local_properties()
@@ -341,7 +341,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     k["pred_ms"] = pred if pred is not None else None
     k["pred_reason"] = why
     if pred is not None:
-        k["ape"] = [report.ape(m, p) if m is not None and not pd.isna(m) else None for m, p in zip(k["measured_ms"], pred)]
+        k["ape"] = [errors.ape(m, p) if m is not None and not pd.isna(m) else None for m, p in zip(k["measured_ms"], pred)]
     write_json(output_dir, "live_kernels", {**head, "rows": k.to_dict(orient="records")})
 
     def _models(scen, name, prec=precision, section=None):
