@@ -170,7 +170,7 @@ def _choose_quick(a, names, seeds) -> bool:
 
 def _train(a) -> int:
     import time
-    from neusight_core import predictors as _pred
+    from neusight_core import paths, predictors as _pred
     names, seeds = _csv_list(a.predictor, "predictor"), _seeds(a.seed)
     unknown = [x for x in names if x not in PREDICTORS]
     if unknown:
@@ -178,7 +178,7 @@ def _train(a) -> int:
     todo = [(n, a.quick, s, None, None) for n in names for s in seeds if not _pred.is_trained(n, a.quick, s)]
     for n in dict.fromkeys(j[0] for j in todo):
         if _pred.trains_long(n) and not a.quick:
-            print(f"training `{n}`: {_pred.full_training_estimate(n)}; weights go to {_pred.paths.trained_dir()}",
+            print(f"training `{n}`: {_pred.full_training_estimate(n)}; weights go to {paths.trained_dir()}",
                   flush=True)
     t0 = time.perf_counter()
     _pred.train_parallel(todo, progress=True)
@@ -357,8 +357,7 @@ def _sweep(a) -> int:
                 print(f"NOTE: {n}: the convolutions of the image models (column CONV_ms) are predicted by the roofline: "
                       "no trained convolution model (issue 26); an extrapolation, no measured latency of an image "
                       "model validates it", file=sys.stderr)
-    from neusight_core import predictors as _pred
-    weighted = [n for n in names if _pred.REGISTRY[n].has_weights]
+    weighted = [n for n in names if registry.CLASSES[n].has_weights]
     said = (f"{'quick' if quick else 'full'} weights of {', '.join(weighted)} seed(s) {', '.join(map(str, seeds))}"
             if weighted else "no weights (nothing to train)")
     print(f"{rows} rows ({bad} with an error) -> {target.path}; tables {tables_s:.1f} s, total {total_s:.1f} s; {said}")

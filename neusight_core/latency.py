@@ -42,7 +42,7 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     """Predict one configuration.
 
     ``model``: a config name known to ``trace.load_config`` or a path; ``device``: anything
-    ``devices.get_device`` accepts or a Device; ``predictor``: a name in ``predictors.NAMES`` or a
+    ``devices.get_device`` accepts or a Device; ``predictor``: a name in ``predictors.names()`` or a
     fitted KernelPredictor. For ``parallel`` in dp/tp/pp, ``batch`` is the global batch and
     ``link_gbs`` defaults to the device's catalogue link bandwidth. ``past`` > 0 (inference,
     extension): ``seq`` new tokens on a KV cache of ``past`` tokens (``seq=1``: one decode step).

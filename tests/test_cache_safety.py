@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import datafile, dataset, paths, trace_cache
+from neusight_core import datafile, dataset, paths, registry, trace_cache
 from neusight_core import predictors as P
 from neusight_core.predictors.base import STATE_FILE, read_state
 
@@ -225,7 +225,7 @@ def test_truncated_or_crafted_weights_warn_once_and_retrain(tdir, tmp_path, monk
     assert not marker.exists() and np.array_equal(again.predict(k, "L4"), want)
 
     # good weights load without a warning and without training
-    monkeypatch.setattr(P.REGISTRY["li"], "fit", lambda *a, **kw: pytest.fail("retrained good weights"))
+    monkeypatch.setattr(registry.CLASSES["li"], "fit", lambda *a, **kw: pytest.fail("retrained good weights"))
     _, msgs = cache_warnings(P.get, "li", quick=True)
     assert msgs == []
     assert json.loads((f.parent / "meta.json").read_text())["name"] == "li"

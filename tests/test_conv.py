@@ -11,6 +11,7 @@ from neusight_core import dataset, devices
 from neusight_core.studies import kernel_eval
 from neusight_core import predictors as P
 from neusight_core.predictors import common
+from neusight_core.predictors.base import config_hash
 from neusight_core.predictors.li import LiPredictor
 
 # the CONV network alone (the 1 x 1 rows too: no LINEAR network here to take them)
@@ -199,7 +200,7 @@ def test_1x1_convolutions_predicted_by_the_linear_network(release_root):
     assert (off.as_gemm(one)["op_class"] == "CONV").all()
     assert not np.allclose(off.predict(one, "Tesla_T4"), p.predict(one, "Tesla_T4"))
     # prediction only: the key does not change which weights are loaded
-    assert P.config_hash("neusight", {**p.config}) == P.config_hash("neusight", {**off.config})
+    assert config_hash("neusight", {**p.config}) == config_hash("neusight", {**off.config})
 
 
 def test_wgrad_reduction_split_across_the_sms(release_root):
@@ -233,7 +234,7 @@ def test_wgrad_reduction_split_across_the_sms(release_root):
     off.fitted = True
     on_ms, off_ms = p.predict(stem, "Tesla_V100-PCIE-32GB"), off.predict(stem, "Tesla_V100-PCIE-32GB")
     assert on_ms[0] == off_ms[0] and on_ms[1] < off_ms[1] / 5
-    assert P.config_hash("neusight", {**p.config}) == P.config_hash("neusight", {**off.config})
+    assert config_hash("neusight", {**p.config}) == config_hash("neusight", {**off.config})
 
 
 # ---------------------------------------------------------------- the other classes as they were

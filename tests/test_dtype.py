@@ -8,7 +8,7 @@ from neusight_core import devices, latency, predictors, trace
 from neusight_core.predictors import common
 
 
-@pytest.mark.parametrize("name", predictors.NAMES)
+@pytest.mark.parametrize("name", predictors.names())
 def test_fp32_predictions_do_not_depend_on_the_precision_column(name):
     # the code path before issue 11 had no `precision` column: dropping it must not change fp32 numbers
     k = latency.trace("gpt2_large", 2, 256, "train")

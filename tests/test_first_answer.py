@@ -5,6 +5,7 @@ import json
 import pytest
 
 from neusight_core import latency, predictors
+from neusight_core.predictors import training
 from neusight_core.__main__ import main as cli
 
 ASK = ["predict", "--model", "gpt2_large", "--device", "H100", "--batch", "1", "--seq", "128"]
@@ -14,7 +15,7 @@ ASK = ["predict", "--model", "gpt2_large", "--device", "H100", "--batch", "1", "
 def no_full_weights(monkeypatch, release_root):
     """As on a fresh machine: no full weights of any seed; loading or training them is a test failure."""
     real_is_trained, real_get = predictors.is_trained, predictors.get
-    monkeypatch.setattr(predictors, "is_trained", lambda n, quick=False, *a, **k: quick and real_is_trained(n, quick, *a, **k))
+    monkeypatch.setattr(training, "is_trained", lambda n, quick=False, *a, **k: quick and real_is_trained(n, quick, *a, **k))
 
     def get(name, quick=False, *a, **k):
         if not quick and predictors.trains_long(name):

@@ -24,13 +24,13 @@ def trained(release_root, tmp_path_factory):
     same), so that tests may rewrite them. The trained_dir is patched only while loading: a session-long
     patch sent later modules' training into this folder."""
     folder = tmp_path_factory.mktemp("trained")
-    for n in P.NAMES:
+    for n in P.names():
         P.get(n, quick=True)
         shutil.copytree(P.folder(n, True, 0), folder / P.folder(n, True, 0).name)
     shutil.copytree(paths.trained_dir() / "datasets", folder / "datasets")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(paths, "trained_dir", lambda: folder)
-        preds = {n: P.get(n, quick=True) for n in P.NAMES}
+        preds = {n: P.get(n, quick=True) for n in P.names()}
     yield preds, folder, None
 
 
@@ -144,7 +144,7 @@ def test_never_faster_than_roofline_and_utilisation_in_range(trained, gpu):
     assert np.isfinite(u).all() and (u > 0).all() and (u <= 1).all()
 
 
-@pytest.mark.parametrize("name", P.NAMES)
+@pytest.mark.parametrize("name", P.names())
 def test_positive_finite_for_extreme_dims(trained, name):
     preds, _, _ = trained
     rows = []
@@ -169,11 +169,11 @@ def test_memory_kernels_are_bytes_over_bandwidth(trained):
     k = kernel_rows([("MEM", "", 1024, np.nan, np.nan, np.nan, 1024), ("UNCLASSIFIED", "", 8, np.nan, np.nan, np.nan, 8)])
     bw = devices.get_device("H100").mem_bw_gbs * 1e9
     want = (k.bytes_read + k.bytes_written).to_numpy() / bw * 1e3
-    for name in P.NAMES:
+    for name in P.names():
         assert preds[name].predict(k, "H100") == pytest.approx(want)
 
 
-SAVED = list(P.NAMES)
+SAVED = list(P.names())
 
 
 def test_our_recipe_is_the_authors_plus_transformer_kernels(trained):
@@ -208,7 +208,7 @@ def test_save_load_round_trip(trained, name, tmp_path):
     k = random_kernels(200, seed=3)
     p = preds[name]
     p.save(tmp_path / name)
-    q = P.REGISTRY[name].load(tmp_path / name)
+    q = P.load(name, tmp_path / name)
     for gpu in ("Tesla_T4", "NVIDIA_L4", "NVIDIA_H200"):
         assert np.array_equal(p.predict(k, gpu), q.predict(k, gpu))
 

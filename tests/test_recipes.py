@@ -15,7 +15,8 @@ from neusight_core import dataset, devices, paths
 from neusight_core.studies import recipe_eval as R, recipe_studies as S
 from neusight_core import predictors as P
 from neusight_core.predictors import common
-from neusight_core.predictors.base import STATE_FILE, hparams, read_state, write_state
+from neusight_core.predictors.base import STATE_FILE, read_state, write_state
+from neusight_core.registry import hparams
 from neusight_core.predictors.nets import relative_loss
 from neusight_core.predictors.features import AUTHORS_UNITS, FEATURE_NAMES, features, utilisation
 from neusight_core.predictors.neusight import per_class
@@ -453,11 +454,11 @@ def test_smallest_cut_per_class_reads_each_class_history():
 
 
 def test_uncut_paper_folder_is_the_recipe_itself_when_it_trains_100_epochs(monkeypatch):
-    from neusight_core.predictors import base
-    real = base.hparams
-    monkeypatch.setattr(base, "hparams", lambda n: {**real(n), "epochs": 100} if n == "neusight-paper" else real(n))
+    from neusight_core import registry
+    real = registry.hparams
+    monkeypatch.setattr(registry, "hparams", lambda n: {**real(n), "epochs": 100} if n == "neusight-paper" else real(n))
     assert S.uncut_paper_folder(0) == P.folder("neusight-paper", False, 0)
-    monkeypatch.setattr(base, "hparams", lambda n: {**real(n), "epochs": {"BMM": 40, "VEC": 100}}
+    monkeypatch.setattr(registry, "hparams", lambda n: {**real(n), "epochs": {"BMM": 40, "VEC": 100}}
                         if n == "neusight-paper" else real(n))
     assert S.uncut_paper_folder(1) == P.folder("neusight-paper", False, 1, {"epochs": 100})
 

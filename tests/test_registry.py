@@ -10,17 +10,30 @@ import textwrap
 import pytest
 
 from neusight_core import paths, registry
+from neusight_core.predictors.base import KernelPredictor
+from neusight_core.registry import hparams
 
 TOY_MODULE = '''
 import neusight_core.predictors.common as common
-from neusight_core.predictors.roofline import RooflinePredictor
+from neusight_core.predictors.base import KernelPredictor
 
-class ToyPredictor(RooflinePredictor):
-    """A test predictor: twice the roofline time."""
-    name = "toy"
+
+class ToyPredictor(KernelPredictor):
+    """A test predictor written as docs/architecture.md says: no name (the registry key names it), its factor from
+    its registry entry's config, a fit that records nothing but its state."""
+
+    def fit(self, train, quick=False):
+        self.scale = float(self.config["factor"])
+        self.fitted = True
 
     def _predict_model(self, kernels, device, dev):
-        return 2.0 * common.roofline_ms(kernels, dev)
+        return self.scale * common.roofline_ms(kernels, dev)
+
+    def get_state(self):
+        return {"scale": self.scale}
+
+    def set_state(self, state):
+        self.scale = float(state["scale"])
 '''
 
 TOY_ENTRY = '''
@@ -30,6 +43,7 @@ toy:
   seeded: false
   reported: true
   class: toy_pred:ToyPredictor
+  config: {factor: 2.0}
 '''
 
 
@@ -58,8 +72,27 @@ def test_package_registry_lists_every_predictor_once():
     assert {"neusight", "neusight-paper", "roofline", "habitat", "li"} <= set(names)
     assert registry.reported("recipe") == ("neusight-paper", "neusight")
     assert registry.reported("baseline") == ("roofline", "habitat", "li")
-    for n in names:         # every class loads and answers to its registry name
-        assert registry.load_class(n).name == n
+    for n in names:         # every entry makes its predictor, named by its key, configured by its recipe or config
+        p = registry.create(n, seed=1)
+        assert p.name == n and p.seed == 1 and isinstance(p, registry.CLASSES[n])
+        assert all(p.config[k] == v for k, v in hparams(n).items())
+    assert registry.create("neusight").config != registry.create("neusight-paper").config
+    with pytest.raises(registry.UnknownPredictorError, match="unknown predictor 'nope'; choose one of roofline"):
+        registry.create("nope")
+
+
+def test_the_predictor_contract_is_enforced():
+    class NoPredict(KernelPredictor):
+        def fit(self, train, quick=False):
+            pass
+    with pytest.raises(TypeError, match="abstract method"):
+        NoPredict(name="x")
+
+    class Nameless(NoPredict):
+        def _predict_model(self, kernels, device, dev):
+            return 0
+    with pytest.raises(TypeError, match="has no name: make it with registry.create"):
+        Nameless()
 
 
 def test_a_toy_predictor_from_one_entry_reaches_cli_sweep_tables_and_colours(toy_env, tmp_path):
@@ -68,6 +101,9 @@ def test_a_toy_predictor_from_one_entry_reaches_cli_sweep_tables_and_colours(toy
     assert r.returncode == 0, r.stderr
     toy = json.loads(r.stdout)
     assert toy["weights"]["predictor"] == "toy"
+    meta = json.loads((tmp_path / "trained" / "toy-seed0" / "meta.json").read_text())
+    assert meta["name"] == "toy" and meta["config"]["factor"] == 2.0 and meta["info"]["data_checksum"]
+    saved = (tmp_path / "trained" / "toy-seed0" / "meta.json").stat().st_mtime_ns
     base = _run(toy_env, "-m", "neusight_core", "predict", "--model", "gpt2_large", "--device", "H100", "--batch",
                 "1", "--seq", "128", "--predictor", "roofline", "--execution", "graph", "--json")
     assert base.returncode == 0, base.stderr
@@ -82,6 +118,8 @@ def test_a_toy_predictor_from_one_entry_reaches_cli_sweep_tables_and_colours(toy
     import pandas as pd
     swept = pd.read_csv(out)
     assert set(swept.predictor) == {"toy", "roofline"}
+    # the sweep's process loaded the weights the first one saved (their checksum matched): not trained again
+    assert (tmp_path / "trained" / "toy-seed0" / "meta.json").stat().st_mtime_ns == saved
 
     script = textwrap.dedent('''
         import json

@@ -11,7 +11,7 @@ from neusight_core import dataset, latency, paths
 from neusight_core import predictors as P
 from neusight_core.__main__ import main as cli
 from neusight_core.predictors.base import STATE_FILE, config_hash
-from neusight_core.predictors.neusight import NeuSightOursPredictor
+from neusight_core.predictors.neusight import NeuSightPredictor
 
 ASK = ["predict", "--model", "gpt2_large", "--device", "H100", "--batch", "1", "--seq", "128"]
 
@@ -44,13 +44,13 @@ def weights(shared_quick, tmp_path, monkeypatch):
     shutil.copy(P.folder("neusight", True, 0) / STATE_FILE, full / STATE_FILE)
     assert P.is_trained("neusight", False, 0)
 
-    real_fit = NeuSightOursPredictor.fit
+    real_fit = NeuSightPredictor.fit
 
     def fit(self, train, quick=False):
         if not quick:
             raise AssertionError("the full neusight weights were retrained unasked")
         return real_fit(self, train, quick)
-    monkeypatch.setattr(NeuSightOursPredictor, "fit", fit)
+    monkeypatch.setattr(NeuSightPredictor, "fit", fit)
     latency.loaded_predictor.cache_clear()
     yield full
     latency.loaded_predictor.cache_clear()

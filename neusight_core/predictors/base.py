@@ -2,7 +2,7 @@
 saving/loading with the config and data checksum, and the small MLP training loop."""
 from __future__ import annotations
 
-import functools
+import abc
 import hashlib
 import json
 import math
@@ -17,33 +17,6 @@ import neusight_core.predictors.common as common
 
 VERSION = 3          # bump when a change of code makes saved weights stale (2: the authors' form trains unclamped;
                      # 3: fused Adam/AdamW, the same update with other float rounding)
-RECIPES_DIR = Path(__file__).with_name("recipes")
-
-
-def hparams(name: str) -> dict:
-    """The chosen hyper-parameters of predictor ``name``: its recipe file (the NeuSight recipes,
-    ``predictors/recipes/<name>.yaml``) or the ``config`` of its registry entry (the baselines);
-    a recipe name that is not registered (an ablation's base) is read from ``recipes/<name>.yaml``.
-    A fresh copy each call (callers may change it); the files are parsed once per process and version."""
-    import copy
-    from neusight_core import registry
-    entry = registry.entries().get(name)
-    recipe = entry.recipe if entry is not None and entry.recipe is not None else RECIPES_DIR / f"{name}.yaml"
-    if recipe.is_file():
-        own = dict(copy.deepcopy(_yaml(str(recipe), recipe.stat().st_mtime_ns)) or {})
-        # a recipe may name a ``base`` recipe and list only what it changes (our recipe: the authors' + ...)
-        base = own.pop("base", None)
-        return {**hparams(base), **own} if base else own
-    return dict(copy.deepcopy(entry.config or {})) if entry is not None else {}
-
-
-@functools.lru_cache(maxsize=16)
-def _yaml(path: str, mtime_ns: int):
-    import yaml
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(Path(path).read_text(), Loader=loader)
-
-
 class PredictorLoadError(RuntimeError):
     """Saved weights that cannot be used (one line naming the folder and the problem)."""
 
@@ -128,34 +101,46 @@ def without_attrs(kernels: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-class KernelPredictor:
-    """One per method. ``predict`` returns ms per launch (not times ``count``), > 0; COMM rows 0."""
-    name = "base"
+class KernelPredictor(abc.ABC):
+    """One per method. ``predict`` returns ms per launch (not times ``count``), > 0; COMM rows 0.
+
+    The plug-in contract (docs/architecture.md, "A predictor"): a subclass implements ``fit`` and
+    ``_predict_model`` (and ``get_state`` / ``set_state`` when it learns anything); ``registry.create`` makes it,
+    with its registry key as ``name`` and the entry's recipe or config as ``config`` (over ``default_config``,
+    the class's own defaults); ``predictors.get`` trains or loads it, records the training data's checksum in
+    ``info`` and saves it."""
+    #: the name of a predictor made without the registry (the registry's key wins)
+    name: str | None = None
     #: whether ``fit`` trains torch MLPs (``nets.train_loop``: on the GPU when there is one); the others fit
     #: with numpy on the CPU
     trains_mlps = False
     #: whether ``fit`` learns anything (the roofline has nothing to train: its answers name no weights)
     has_weights = True
 
-    def __init__(self, config: dict | None = None, seed: int = 0):
+    def __init__(self, config: dict | None = None, seed: int = 0, name: str | None = None):
+        self.name = name or type(self).name
+        if not self.name:
+            raise TypeError(f"{type(self).__name__} has no name: make it with registry.create(<its registry key>)")
         self.config = {**self.default_config(), **(config or {})}
         self.seed = int(seed)
         self.fitted = False
         self.info: dict = {}            # data checksum, wall time, validation numbers
-        # why this predictor's BF16 tensor-core networks are absent (one line; ``predictors._fit``), or None
+        # why this predictor's BF16 tensor-core networks are absent (one line; ``predictors.training``), or None
         self.missing_networks: str | None = None
 
     @classmethod
     def default_config(cls) -> dict:
+        """The class's own defaults, under the registry entry's recipe or config."""
         return {}
 
     # ------------------------------------------------------------ to implement
+    @abc.abstractmethod
     def fit(self, train, quick: bool = False) -> None:
-        raise NotImplementedError
+        """Learn from ``train`` (``dataset.TrainingData``: ``kernels``, ``checksum``) and set ``fitted``."""
 
+    @abc.abstractmethod
     def _predict_model(self, kernels: pd.DataFrame, device, dev: dict) -> np.ndarray:
         """ms for rows of the modelled classes (BMM, LINEAR, VEC, SOFTMAX, LAYERNORM)."""
-        raise NotImplementedError
 
     def get_state(self) -> dict:
         return {}
@@ -218,24 +203,6 @@ class KernelPredictor:
                 "config_hash": config_hash(self.name, {**self.config, "seed": self.seed}), "info": self.info}
         (folder / "meta.json").write_text(json.dumps(meta, indent=2, default=_json_default))
         return folder
-
-    @classmethod
-    def load(cls, folder) -> "KernelPredictor":
-        folder = Path(folder)
-        try:
-            meta = json.loads((folder / "meta.json").read_text())
-            state = read_state(folder)
-        except PredictorLoadError:
-            raise
-        except (OSError, ValueError, KeyError, RuntimeError) as e:
-            raise PredictorLoadError(f"{folder}: cannot load saved predictor ({str(e).splitlines()[0]})") from None
-        if meta.get("name") != cls.name:
-            raise PredictorLoadError(f"{folder}: holds predictor {meta.get('name')!r}, not {cls.name!r}")
-        p = cls(meta["config"], seed=meta.get("seed", 0))
-        p.set_state(state)
-        p.info = meta.get("info", {})
-        p.fitted = True
-        return p
 
 
 def _json_default(x):

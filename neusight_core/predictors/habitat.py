@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from neusight_core import devices
 import neusight_core.predictors.common as common
-from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, hparams, split_validation
+from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, split_validation
 
 FEATURES = ("B", "M", "N", "K")
 # Habitat's conv2d MLP takes the layer's parameters (batch, channels, kernel, image size, stride, padding)
@@ -51,10 +51,10 @@ class HabitatPredictor(KernelPredictor):
 
     @classmethod
     def default_config(cls) -> dict:
-        return {"reference": REFERENCE, **hparams("habitat")}
+        return {"reference": REFERENCE}
 
-    def __init__(self, config=None, seed=0):
-        super().__init__(config, seed)
+    def __init__(self, config=None, seed=0, name=None):
+        super().__init__(config, seed, name)
         self.nets: dict = {}
         self.norm: dict = {}
         self.curves: dict = {}      # key (sub_op or class) -> (log bytes, log ms) of the reference GPU

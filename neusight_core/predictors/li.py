@@ -35,8 +35,8 @@ def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 class LiPredictor(KernelPredictor):
     name = "li"
 
-    def __init__(self, config=None, seed=0):
-        super().__init__(config, seed)
+    def __init__(self, config=None, seed=0, name=None):
+        super().__init__(config, seed, name)
         self.lines: dict = {}        # cls -> {device: (a, b)}
         self.bw_fit: dict = {}       # cls -> (c0, c1): 1/a = c0 + c1 * bandwidth
 

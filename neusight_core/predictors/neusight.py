@@ -65,7 +65,7 @@ from tqdm.auto import tqdm
 
 import neusight_core.predictors.common as common
 from neusight_core import devices
-from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, hparams, split_validation, without_attrs
+from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, split_validation, without_attrs
 from neusight_core.predictors.features import (CONV_TILE, FEATURE_NAMES, U_MIN, features,
                                                utilisation)
 from neusight_core.predictors.tensor_core import TensorCoreNets
@@ -111,18 +111,13 @@ def split_k_wgrad(df: pd.DataFrame, dev: dict, geo: dict, tile_m, tile_k) -> dic
             "tile_bytes": tile_bytes, "padded_flops": tiles * tile_flops}
 
 class NeuSightPredictor(KernelPredictor):
-    """Runs a recipe config; registered as ``neusight-logo``: our leave-one-GPU-out recipe
-    (``recipes/neusight-logo.yaml``, chosen on the training GPUs' kernels only). The authors' recipe and
-    ours are the subclasses below."""
-    name = "neusight-logo"
+    """Runs a NeuSight recipe: each registry entry of this class names its recipe file (``neusight``: ours,
+    ``neusight-paper``: the authors' as their code runs it, ``neusight-logo``: our earlier leave-one-GPU-out
+    recipe; docs/recipes.md), and ``registry.create`` passes the entry's name and recipe."""
     trains_mlps = True
 
-    @classmethod
-    def default_config(cls) -> dict:
-        return hparams(cls.name)
-
-    def __init__(self, config=None, seed=0):
-        super().__init__(config, seed)
+    def __init__(self, config=None, seed=0, name=None):
+        super().__init__(config, seed, name)
         self.nets: dict = {}
         self.norm: dict = {}
         self.range: dict = {}       # per class: min and max of every MLP input in the training data
@@ -474,14 +469,3 @@ class NeuSightPredictor(KernelPredictor):
         self.tiles = TileLookup.from_state(state["tiles"])
         if self.tc is not None and "tensor_core" in state:
             self.tc.set_state(state["tensor_core"])
-
-
-class NeuSightOursPredictor(NeuSightPredictor):
-    """Our recipe (``recipes/neusight.yaml``): the authors' recipe trained also on the training GPUs'
-    transformer-shaped kernels, with an alignment input (docs/recipes.md)."""
-    name = "neusight"
-
-
-class NeuSightPaperPredictor(NeuSightPredictor):
-    """The authors' recipe as their code runs it (``recipes/neusight-paper.yaml``, docs/recipes.md)."""
-    name = "neusight-paper"

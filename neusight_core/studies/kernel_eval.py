@@ -266,7 +266,7 @@ def _conv_fold(job: tuple):
     name, quick, seed, cfg, held = job
     f = P.folder(name, quick, seed, cfg)
     if P.is_trained(name, quick, seed, cfg):
-        return P.REGISTRY[name].load(f)
+        return P.load(name, f)
     p = P.create(name, seed, cfg)
     p.fit(conv_training_data(quick, drop_gpu=held), quick=quick)
     p.save(f)

@@ -110,7 +110,7 @@ PREDICTION_ONLY = ("tile_lookup",) + PREDICTION_ONLY_KEYS
 def _plan(plan: str) -> dict:
     import yaml
 
-    from neusight_core.predictors.base import RECIPES_DIR
+    from neusight_core.registry import RECIPES_DIR
     return yaml.safe_load((RECIPES_DIR / f"{plan}.yaml").read_text())
 
 
@@ -119,7 +119,7 @@ def ablation_plan(epochs: int | None = None, plan: str = "ablation") -> list[tup
     A step that switches no value (both recipes agree on its keys) is kept with a note in its name.
     ``epochs`` (CPU budget) overrides the training length of every row that keeps the base's optimiser.
     ``plan``: ``ablation`` (the authors' recipe -> ours) or ``ablation-logo`` (-> our earlier recipe)."""
-    from neusight_core.predictors.base import hparams
+    from neusight_core.registry import hparams
     plan = _plan(plan)
     base, target = hparams(plan["base"]), hparams(plan["target"])
     budget = {} if epochs is None else {"epochs": int(epochs)}
@@ -241,7 +241,7 @@ def uncut_paper_folder(seed: int = 0, epochs: int = 100):
     """Where the uncut (``epochs``-epoch) run of the authors' recipe lives: the recipe's own folder when it
     trains that many epochs on every class, else the folder of the ``{"epochs": epochs}`` variant
     (``benchmarks/paper_epoch_cut.py`` makes it)."""
-    from neusight_core.predictors.base import hparams
+    from neusight_core.registry import hparams
     e = hparams("neusight-paper")["epochs"]
     uncut = all(v == epochs for v in e.values()) if isinstance(e, dict) else e == epochs
     return P.folder("neusight-paper", False, seed, None if uncut else {"epochs": epochs})
