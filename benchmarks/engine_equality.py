@@ -162,7 +162,10 @@ def _compare(a, b, where: str, diffs: list):
         try:
             fa, fb = a.astype(float), b.astype(float)
         except (TypeError, ValueError):
-            bad = [i for i, (x, y) in enumerate(zip(a, b)) if not (x == y or (pd.isna(x) and pd.isna(y)))]
+            def same(x, y):      # a missing value (None, NaN, pd.NA) equals only a missing one
+                nx, ny = (bool(pd.isna(v)) if np.ndim(v) == 0 else False for v in (x, y))
+                return (nx and ny) or (not nx and not ny and bool(np.all(x == y)))
+            bad = [i for i, (x, y) in enumerate(zip(a, b)) if not same(x, y)]
             if bad:
                 diffs.append((np.inf, f"{where}: {len(bad)} values differ, e.g. {a[bad[0]]!r} vs {b[bad[0]]!r}"))
             return

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from neusight_core import __version__, registry, schema
+from neusight_core.schema import Precision
 
 # the registry (no torch, no pandas): the parser stays fast. A bad NEUSIGHT_PREDICTORS file is said in one line
 # by ``main`` (here it would be a traceback at import)
@@ -64,39 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"%(prog)s {__version__} (neusight_core)")
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_OneLineParser)
     p = sub.add_parser("predict", help="predict one configuration")
-    p.add_argument("--model", required=True, help="config name (see `models`) or path to a HF config JSON")
-    p.add_argument("--device", required=True, help="GPU name, file stem or alias (see `devices`)")
-    p.add_argument("--batch", type=int, required=True, help="global batch size")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (text models)")
-    p.add_argument("--image-size", type=int, default=None,
-                   help="image side in pixels (image models: resnet50, vit_b16; default 224)")
-    p.add_argument("--mode", choices=("inf", "train"), default="inf",
-                   help="inf (a forward pass: prefill, or one decode step with --seq 1 --past N) or train (forward, "
-                        "backward, optimizer step)")
-    p.add_argument("--fusion", action="store_true", help="operator fusion as torch.compile would do")
-    p.add_argument("--parallel", choices=("dp", "tp", "pp"), default=None)
-    p.add_argument("--gpus", type=int, default=None,
-                   help="GPUs for --parallel (default 4, the paper's setting; 1 without --parallel)")
-    p.add_argument("--link-gbs", type=_link_gbs, default=None, help="link peak GB/s (default: catalogue)")
-    p.add_argument("--micro-batches", type=int, default=1, help="PP micro-batches (default 1)")
-    p.add_argument("--past", type=int, default=0,
-                   help="inference on a KV cache of this many tokens (extension; --seq 1 = one decode step)")
-    p.add_argument("--dtype", choices=schema.PRECISIONS, default="fp32",
-                   help="precision (default fp32 = the paper, TF32 off; the others are extrapolations: "
-                        "GEMMs at the dense tensor-core peak, 2-byte elements for fp16/bf16)")
-    p.add_argument("--attention", choices=schema.ATTENTIONS, default=None,
-                   help="eager (the paper's: Q K^T, softmax, P V as separate kernels) or sdpa (one fused kernel per "
-                        "layer); default: what Hugging Face picks for the model (sdpa where it supports it)")
-    p.add_argument("--execution", choices=schema.EXECUTIONS, default=None,
-                   help="eager (default: eager PyTorch, the host launching each kernel: the step takes at least the "
-                        "host's launch time, NEUSIGHT_HOST_LAUNCH_US) or graph (CUDA graphs, torch.compile "
-                        "with cudagraphs, serving engines: the kernel sum)")
-    p.add_argument("--predictor", default="neusight", choices=PREDICTORS,
-                   help="neusight (ours: the authors' recipe also trained on the training GPUs' transformer-shaped "
-                        "kernels, seed 0), neusight-paper (the authors' recipe, "
-                        "docs/recipes.md), neusight-logo (our earlier leave-one-GPU-out recipe) or a baseline")
-    p.add_argument("--seed", type=_seed, default=0, help="the predictor's training seed (default 0)")
-    _add_weights_options(p)
+    _add_question_options(p, many=False)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_sweep_parser(sub)
     t = sub.add_parser("train", help="train a predictor's full weights once (NeuSight: minutes per seed)")
@@ -221,7 +190,7 @@ def _predict(a) -> int:
     print(f"{a.model} {a.mode} batch={a.batch} {size}{f' past={a.past}' if a.past else ''}"
           f"{' fused' if a.fusion else ''}{plan} {a.dtype} {r['attention']} attention, {r['execution']} execution "
           f"on {r['device']} ({r['predictor']})"
-          + ("" if a.dtype == "fp32" else f"  [{a.dtype}: extrapolation, the predictors are validated on FP32]"))
+          + ("" if a.dtype == Precision.FP32 else f"  [{a.dtype}: extrapolation, the predictors are validated on FP32]"))
     if r["dtype_note"]:
         print(f"NOTE: {r['dtype_note']}")
     if r.get("conv_note"):
@@ -247,34 +216,63 @@ def _predict(a) -> int:
     return 0
 
 
+def _add_question_options(p, many: bool) -> None:
+    """The options of a question, one builder for ``predict`` (one value each, checked by argparse) and ``sweep``
+    (``many``: comma-separated lists where a sweep multiplies, checked per value by ``_choices`` / ``_csv_list``)."""
+    def opt(flag, one: dict, lists: dict | None = None, **both):
+        p.add_argument(flag, **both, **(lists if many and lists is not None else one))
+    opt("--model", dict(help="config name (see `models`) or path to a HF config JSON"),
+        dict(help="model name(s) or config path(s), comma-separated"), required=True)
+    opt("--device", dict(help="GPU name, file stem or alias (see `devices`)"),
+        dict(help="GPU name(s), comma-separated"), required=True)
+    opt("--batch", dict(type=int, help="global batch size"), dict(help="batch size(s), e.g. 1,2,4,8"), required=True)
+    opt("--seq", dict(type=int, help="sequence length (text models)"),
+        dict(help="sequence length(s) of the text models, e.g. 512,1024"), default=None)
+    opt("--image-size", dict(type=int, help="image side in pixels (image models: resnet50, vit_b16; default 224)"),
+        dict(help="image side(s) of the image models, e.g. 224,384 (default 224)"), default=None)
+    opt("--mode", dict(choices=("inf", "train"),
+                       help="inf (a forward pass: prefill, or one decode step with --seq 1 --past N) or train "
+                            "(forward, backward, optimizer step)"),
+        dict(help="inf, train or inf,train (a decode step: --seq 1 --past N)"), default="inf")
+    opt("--fusion", dict(help="operator fusion as torch.compile would do"), action="store_true")
+    opt("--parallel", dict(choices=("dp", "tp", "pp")), dict(help="dp, tp or pp (comma-separated for several)"),
+        default=None)
+    opt("--gpus", dict(type=int, help="GPUs for --parallel (default 4, the paper's setting; 1 without --parallel)"),
+        dict(help="GPUs for --parallel (default 4)"), default=None)
+    opt("--link-gbs", dict(help="link peak GB/s (default: catalogue)"),
+        dict(help="link peak GB/s of --parallel (default: the catalogue's, per GPU)"), type=_link_gbs, default=None)
+    opt("--micro-batches", dict(help="PP micro-batches (default 1)"), type=int, default=1)
+    opt("--past", dict(help="inference on a KV cache of this many tokens (extension; --seq 1 = one decode step)"),
+        dict(help="inference on a KV cache of this many tokens (a decode step: --seq 1 --past N)"), type=int, default=0)
+    opt("--dtype", dict(choices=schema.PRECISIONS,
+                        help="precision (default fp32 = the paper, TF32 off; the others are extrapolations: "
+                             "GEMMs at the dense tensor-core peak, 2-byte elements for fp16/bf16)"),
+        dict(help="precision(s), comma-separated, of fp32 (the paper), tf32, fp16, bf16 (extrapolations)"),
+        default=Precision.FP32)
+    opt("--attention", dict(choices=schema.ATTENTIONS,
+                            help="eager (the paper's: Q K^T, softmax, P V as separate kernels) or sdpa (one fused "
+                                 "kernel per layer); default: what Hugging Face picks for the model (sdpa where it "
+                                 "supports it)"),
+        dict(help="eager or sdpa, comma-separated for both (default: what Hugging Face picks per model)"), default=None)
+    opt("--execution", dict(choices=schema.EXECUTIONS,
+                            help="eager (default: eager PyTorch, the host launching each kernel: the step takes at "
+                                 "least the host's launch time, NEUSIGHT_HOST_LAUNCH_US) or graph (CUDA graphs, "
+                                 "torch.compile with cudagraphs, serving engines: the kernel sum)"),
+        dict(help="eager (default) or graph, comma-separated for both"), default=None)
+    opt("--predictor", dict(choices=PREDICTORS,
+                            help="neusight (ours: the authors' recipe also trained on the training GPUs' "
+                                 "transformer-shaped kernels, seed 0), neusight-paper (the authors' recipe, "
+                                 "docs/recipes.md), neusight-logo (our earlier leave-one-GPU-out recipe) or a baseline"),
+        dict(help=f"predictor(s), comma-separated, of: {', '.join(PREDICTORS)}"), default="neusight")
+    opt("--seed", dict(type=_seed, default=0, help="the predictor's training seed (default 0)"),
+        dict(default="0", help="predictor seed(s), comma-separated"))
+    _add_weights_options(p)
+
+
 def _add_sweep_parser(sub) -> None:
     """``sweep``: the product of comma-separated lists, one CSV row per configuration x predictor."""
     p = sub.add_parser("sweep", help="predict many configurations (comma-separated lists) into a CSV")
-    p.add_argument("--model", required=True, help="model name(s) or config path(s), comma-separated")
-    p.add_argument("--device", required=True, help="GPU name(s), comma-separated")
-    p.add_argument("--batch", required=True, help="batch size(s), e.g. 1,2,4,8")
-    p.add_argument("--seq", default=None, help="sequence length(s) of the text models, e.g. 512,1024")
-    p.add_argument("--image-size", default=None,
-                   help="image side(s) of the image models, e.g. 224,384 (default 224)")
-    p.add_argument("--mode", default="inf",
-                   help="inf, train or inf,train (a decode step: --seq 1 --past N)")
-    p.add_argument("--fusion", action="store_true", help="operator fusion as torch.compile would do")
-    p.add_argument("--parallel", default=None, help="dp, tp or pp (comma-separated for several)")
-    p.add_argument("--gpus", default=None, help="GPUs for --parallel (default 4)")
-    p.add_argument("--link-gbs", type=_link_gbs, default=None,
-                   help="link peak GB/s of --parallel (default: the catalogue's, per GPU)")
-    p.add_argument("--micro-batches", type=int, default=1, help="PP micro-batches (default 1)")
-    p.add_argument("--past", type=int, default=0,
-                   help="inference on a KV cache of this many tokens (a decode step: --seq 1 --past N)")
-    p.add_argument("--predictor", default="neusight",
-                   help=f"predictor(s), comma-separated, of: {', '.join(PREDICTORS)}")
-    p.add_argument("--seed", default="0", help="predictor seed(s), comma-separated")
-    _add_weights_options(p)
-    p.add_argument("--dtype", default="fp32",
-                   help="precision(s), comma-separated, of fp32 (the paper), tf32, fp16, bf16 (extrapolations)")
-    p.add_argument("--attention", default=None,
-                   help="eager or sdpa, comma-separated for both (default: what Hugging Face picks per model)")
-    p.add_argument("--execution", default=None, help="eager (default) or graph, comma-separated for both")
+    _add_question_options(p, many=True)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--chunk", type=int, default=5000,
                    help="configurations predicted together (the CSV is written part by part; default 5000)")

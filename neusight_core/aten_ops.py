@@ -10,6 +10,7 @@ import re
 import torch
 
 from neusight_core import schema
+from neusight_core.schema import OpClass
 
 _NO_CONV = (math.nan,) * len(schema.CONV_COLUMNS)
 
@@ -24,7 +25,7 @@ NO_KERNEL = {
     "transpose_", "unsqueeze_", "squeeze_", "as_strided_", "_unsafe_index_put_",
     "is_nonzero", "item", "numpy_T", "movedim", "_to_copy_noop",
 }
-GEMM = {"mm": "LINEAR", "addmm": "LINEAR", "bmm": "BMM", "baddbmm": "BMM"}
+GEMM = {"mm": OpClass.LINEAR, "addmm": OpClass.LINEAR, "bmm": OpClass.BMM, "baddbmm": OpClass.BMM}
 SOFTMAX = {"_softmax", "_safe_softmax", "_log_softmax", "_softmax_backward_data",
            "_log_softmax_backward_data"}
 LAYERNORM = {"native_layer_norm", "native_layer_norm_backward"}
@@ -77,7 +78,7 @@ MEM = {
     "_adaptive_avg_pool2d_backward",
 }
 # FLOPs per output element (SPEC 3.1: 1 for element-wise ops, 5 softmax, 6 layernorm).
-OPS_PER_ELEMENT = {"VEC": 1, "SOFTMAX": 5, "LAYERNORM": 6}
+OPS_PER_ELEMENT = {OpClass.VEC: 1, OpClass.SOFTMAX: 5, OpClass.LAYERNORM: 6}
 
 _LAYER_RE = re.compile(r"(?:^|\.)(?:h|layers|layer|block|blocks)\.(\d+)(?:\.|$)")
 
@@ -121,7 +122,7 @@ def classify(base: str, args, kwargs, outs: list[torch.Tensor], ins: list[torch.
             a, b = args[0], args[1]
         else:                        # addmm(bias, a, b), baddbmm(c, a, b)
             a, b = args[1], args[2]
-        if GEMM[base] == "LINEAR":
+        if GEMM[base] == OpClass.LINEAR:
             Bd, (M, N), K = 1, a.shape, b.shape[1]
         else:
             Bd, M, N = a.shape
@@ -132,32 +133,32 @@ def classify(base: str, args, kwargs, outs: list[torch.Tensor], ins: list[torch.
     H = int(out.shape[-1]) if out.dim() > 0 else 1
     rows = numel // H if H else 0
     if base in SOFTMAX:
-        return "SOFTMAX", "", rows, nan, nan, nan, H, float(OPS_PER_ELEMENT["SOFTMAX"] * numel)
+        return OpClass.SOFTMAX, "", rows, nan, nan, nan, H, float(OPS_PER_ELEMENT[OpClass.SOFTMAX] * numel)
     if base in LAYERNORM:
         H = int(out.shape[-1]) if out.dim() else 1
-        return "LAYERNORM", "", numel // max(H, 1), nan, nan, nan, H, float(OPS_PER_ELEMENT["LAYERNORM"] * numel)
+        return OpClass.LAYERNORM, "", numel // max(H, 1), nan, nan, nan, H, float(OPS_PER_ELEMENT[OpClass.LAYERNORM] * numel)
     if base in BATCHNORM or base in BATCHNORM_INFERENCE:
         # the forward ops take (input, weight, bias, running_mean, running_var, training, ...): eval() runs
         # them with training=False, i.e. with the running statistics
         inference = base in BATCHNORM_INFERENCE or (not base.endswith("backward") and len(args) > 5
                                                     and isinstance(args[5], bool) and not args[5])
-        per = 2 if inference else OPS_PER_ELEMENT["LAYERNORM"]
-        return "VEC", "mul", rows, nan, nan, nan, H, float(per * numel)
+        per = 2 if inference else OPS_PER_ELEMENT[OpClass.LAYERNORM]
+        return OpClass.VEC, "mul", rows, nan, nan, nan, H, float(per * numel)
     if base in REDUCTION:
         src = ins[0] if ins else out
         n_in = src.numel()
         n_out = max(numel, 1)
-        return "VEC", "add", n_out, nan, nan, nan, n_in // n_out, float(n_in)
+        return OpClass.VEC, "add", n_out, nan, nan, nan, n_in // n_out, float(n_in)
     if base in BINARY and BINARY[base] is not None:
         op = BINARY[base]
         tensor_args = [a for a in args[:2] if isinstance(a, torch.Tensor) and a.dim() > 0]
         scalar = len(tensor_args) < 2 and any(_is_scalar_arg(a) for a in args[:2])
-        return "VEC", op + ("u" if scalar else ""), rows, nan, nan, nan, H, float(numel)
+        return OpClass.VEC, op + ("u" if scalar else ""), rows, nan, nan, nan, H, float(numel)
     if base in UNARY:
-        return "VEC", UNARY[base], rows, nan, nan, nan, H, float(numel)
+        return OpClass.VEC, UNARY[base], rows, nan, nan, nan, H, float(numel)
     if base in MEM:
-        return "MEM", "", rows, nan, nan, nan, H, 0.0
-    return "UNCLASSIFIED", "", rows, nan, nan, nan, H, 0.0
+        return OpClass.MEM, "", rows, nan, nan, nan, H, 0.0
+    return OpClass.UNCLASSIFIED, "", rows, nan, nan, nan, H, 0.0
 
 
 def _square(v) -> int | None:
@@ -196,19 +197,19 @@ def conv_rows(base: str, args, out) -> list[tuple] | None:
     red_in, red_out = cin * k * k // g, cout * k * k // g
     if base == "convolution":
         M, N, K = B * o * o, red_in, cout
-        rows = [("fwd", "CONV", B, M, N, K, nan, 2.0 * M * N * K, [x, w], [out], params)]
+        rows = [("fwd", OpClass.CONV, B, M, N, K, nan, 2.0 * M * N * K, [x, w], [out], params)]
         if isinstance(bias, torch.Tensor):
-            rows.append(("add", "VEC", B * cout * o, nan, nan, nan, o, float(out.numel()), [out, bias], [out],
+            rows.append(("add", OpClass.VEC, B * cout * o, nan, nan, nan, o, float(out.numel()), [out, bias], [out],
                          _NO_CONV))
         return rows
     gx, gw, gb = out
     rows = []
     if mask[0] and isinstance(gx, torch.Tensor):
         M, N, K = B * size * size, red_out, cin
-        rows.append(("dgrad", "CONV", B, M, N, K, nan, 2.0 * M * N * K, [gy, w], [gx], params))
+        rows.append(("dgrad", OpClass.CONV, B, M, N, K, nan, 2.0 * M * N * K, [gy, w], [gx], params))
     if mask[1] and isinstance(gw, torch.Tensor):
         M, N, K = cout, B * o * o, red_in
-        rows.append(("wgrad", "CONV", B, M, N, K, nan, 2.0 * M * N * K, [gy, x], [gw], params))
+        rows.append(("wgrad", OpClass.CONV, B, M, N, K, nan, 2.0 * M * N * K, [gy, x], [gw], params))
     if len(mask) > 2 and mask[2] and isinstance(gb, torch.Tensor):
-        rows.append(("add", "VEC", cout, nan, nan, nan, B * o * o, float(gy.numel()), [gy], [gb], _NO_CONV))
+        rows.append(("add", OpClass.VEC, cout, nan, nan, nan, B * o * o, float(gy.numel()), [gy], [gb], _NO_CONV))
     return rows

@@ -77,6 +77,8 @@ def _enc(v, arrays: dict):
     t = type(v)
     if v is None or t in (bool, int, float, str):
         return v
+    if isinstance(v, str):          # an enum of the vocabulary (schema.OpClass, Precision): stored as its text
+        return str(v)
     if isinstance(v, np.generic):
         if v.dtype.kind not in "biufU":
             raise DataFileError(f"cannot store a numpy {v.dtype} scalar")
@@ -86,8 +88,8 @@ def _enc(v, arrays: dict):
     if t in (tuple, set, frozenset):
         return {_TAG: t.__name__, "v": [_enc(x, arrays) for x in v]}
     if t is dict or t is Shared:
-        if all(type(k) is str for k in v) and _TAG not in v:
-            return {k: _enc(x, arrays) for k, x in v.items()}
+        if all(isinstance(k, str) for k in v) and _TAG not in v:
+            return {str(k): _enc(x, arrays) for k, x in v.items()}
         return {_TAG: "dict", "v": [[_enc(k, arrays), _enc(x, arrays)] for k, x in v.items()]}
     if t is np.ndarray:
         if v.dtype.kind not in _NUMPY_KINDS + "U":

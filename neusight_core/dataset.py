@@ -45,17 +45,18 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import datafile, devices, paths, schema
+from neusight_core.schema import OpClass
 
 TRAIN_OPS = ("bmm", "linear", "add", "addu", "mul", "mulu", "div", "divu", "pow", "powu",
              "relu", "gelu", "tanh", "softmax", "ln")
 VEC_OPS = TRAIN_OPS[2:13]
 UNARY_VEC_OPS = ("addu", "mulu", "divu", "powu", "relu", "gelu", "tanh")
-OP_CLASS = {"bmm": "BMM", "linear": "LINEAR", "softmax": "SOFTMAX", "ln": "LAYERNORM",
-            **{op: "VEC" for op in VEC_OPS}}
+OP_CLASS = {"bmm": OpClass.BMM, "linear": OpClass.LINEAR, "softmax": OpClass.SOFTMAX, "ln": OpClass.LAYERNORM,
+            **{op: OpClass.VEC for op in VEC_OPS}}
 # FLOPs per output element (SPEC 3.1)
 OPS_PER_OUTPUT = {**{op: 1.0 for op in VEC_OPS}, "softmax": 5.0, "ln": 6.0}
-ATEN_OP = {"BMM": "aten.bmm.default", "LINEAR": "aten.mm.default", "SOFTMAX": "aten._softmax.default",
-           "LAYERNORM": "aten.native_layer_norm.default"}
+ATEN_OP = {OpClass.BMM: "aten.bmm.default", OpClass.LINEAR: "aten.mm.default", OpClass.SOFTMAX: "aten._softmax.default",
+           OpClass.LAYERNORM: "aten.native_layer_norm.default"}
 VEC_ATEN = {"add": "aten.add.Tensor", "mul": "aten.mul.Tensor", "div": "aten.div.Tensor",
             "pow": "aten.pow.Tensor_Tensor", "addu": "aten.add.Tensor", "mulu": "aten.mul.Tensor",
             "divu": "aten.div.Tensor", "powu": "aten.pow.Tensor_Scalar", "relu": "aten.relu.default",
@@ -163,7 +164,7 @@ def process(raw: pd.DataFrame, source: str = "") -> pd.DataFrame:
     })
     for c in ("B", "M", "N", "K", "H"):
         out[c] = raw[c].astype(float) if c in raw else np.nan
-    gemm = out["op_class"].isin(["BMM", "LINEAR"])
+    gemm = out["op_class"].isin([OpClass.BMM, OpClass.LINEAR])
     tiles = _parse_gemm_tiles(out["kernel"])
     out["tile_m"] = np.where(gemm, tiles["tile_m"], np.nan)
     out["tile_k"] = np.where(gemm, tiles["tile_k"], np.nan)
@@ -276,7 +277,7 @@ def process_conv(raw: pd.DataFrame, source: str = "") -> pd.DataFrame:
     if set(raw["OPName"]) != {CONV_OP}:
         raise DatasetError(f"{source}: not convolution records (ops {', '.join(sorted(map(str, set(raw['OPName']))))})")
     out = pd.DataFrame({
-        "op": CONV_OP, "op_class": "CONV", "sub_op": "fwd",
+        "op": CONV_OP, "op_class": OpClass.CONV, "sub_op": "fwd",
         "device": raw["Device"].map({d: _device_name(d) for d in raw["Device"].unique()}),
         "latency_ms": raw["Latency"].astype(float),
         "kernel": raw["Kernel Name"].astype(str),
@@ -330,7 +331,7 @@ def to_kernels(df: pd.DataFrame) -> pd.DataFrame:
     ``latency_ms``, ``op``, ``tile_m``, ``tile_k``, ``tile`` and the ``conv_*`` parameters.
     """
     cls = df["op_class"]
-    gemm = cls.isin(["BMM", "LINEAR"]).to_numpy()
+    gemm = cls.isin([OpClass.BMM, OpClass.LINEAR]).to_numpy()
     B, M, N, K, H = (df[c].to_numpy(float) for c in ("B", "M", "N", "K", "H"))
     with np.errstate(invalid="ignore"):
         elem = B * H
@@ -341,8 +342,8 @@ def to_kernels(df: pd.DataFrame) -> pd.DataFrame:
                       + np.where(df["op"].eq("ln"), 8.0 * H, 0.0))
         wr = np.where(gemm, 4.0 * B * M * K, 4.0 * elem)
     # convolutions: their implicit GEMM (M, N, K already include the batch) and each tensor moved once
-    conv = cls.eq("CONV").to_numpy()
-    aten = np.where(cls.eq("VEC"), df["sub_op"].map(VEC_ATEN), cls.map(ATEN_OP))
+    conv = cls.eq(OpClass.CONV).to_numpy()
+    aten = np.where(cls.eq(OpClass.VEC), df["sub_op"].map(VEC_ATEN), cls.map(ATEN_OP))
     if conv.any():
         c = df[conv]
         g = conv_gemm(c["B"], c["conv_cin"], c["conv_cout"], c["conv_k"], c["conv_in"], c["conv_stride"],

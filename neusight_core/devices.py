@@ -24,6 +24,7 @@ Lookup (:func:`get_device`) accepts the canonical name (release file stem), the 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
 import os
@@ -36,6 +37,7 @@ import yaml
 
 from neusight_core import paths
 from neusight_core import schema
+from neusight_core.schema import Precision
 
 CATALOGUE_YAML = Path(__file__).with_name("devices.yaml")
 ENV_USER_DEVICES = "NEUSIGHT_DEVICES"
@@ -82,9 +84,9 @@ class Device:
         ``precision`` (fp32 | tf32 | fp16 | bf16); never for fp32 (the paper's setting, TF32 off)."""
         if precision not in schema.PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(schema.PRECISIONS)}, got {precision!r}")
-        return precision != "fp32" and bool(getattr(self, f"{precision}_tensor_gflops", None))
+        return precision != Precision.FP32 and bool(getattr(self, f"{precision}_tensor_gflops", None))
 
-    def gemm_peak_gflops(self, precision: str = "fp32") -> float:
+    def gemm_peak_gflops(self, precision: str = Precision.FP32) -> float:
         """GEMM peak of ``precision`` (fp32 | tf32 | fp16 | bf16): the dense tensor-core peak when the
         GPU has one for it (:meth:`has_tensor_peak`), else the FP32 (non-tensor) peak."""
         if self.has_tensor_peak(precision):
@@ -94,7 +96,7 @@ class Device:
     def precision_note(self, precision: str) -> str:
         """One sentence when ``precision`` (not fp32) has no tensor-core peak here, so that its GEMMs are
         predicted at the FP32 peak (e.g. bf16 on a P100); "" otherwise."""
-        if precision == "fp32" or self.has_tensor_peak(precision):
+        if precision == Precision.FP32 or self.has_tensor_peak(precision):
             return ""
         return (f"{self.name} has no {precision} tensor cores in the catalogue: {precision} GEMMs use its "
                 f"FP32 peak ({self.fp32_gflops:,.0f} GFLOPS)")
@@ -107,8 +109,8 @@ def _tensor_fields(path, name: str, d: dict) -> dict:
     """``tensor_gflops: {tf32, fp16, bf16}`` + ``tensor_source`` of a catalogue/user entry -> Device kwargs."""
     t = d.get("tensor_gflops")
     t = {} if t is None else t
-    if not isinstance(t, dict) or set(t) - {"tf32", "fp16", "bf16"}:
-        got = ", ".join(map(repr, set(t) - {"tf32", "fp16", "bf16"})) if isinstance(t, dict) else repr(t)
+    if not isinstance(t, dict) or set(t) - set(schema.TENSOR_PRECISIONS):
+        got = ", ".join(map(repr, set(t) - set(schema.TENSOR_PRECISIONS))) if isinstance(t, dict) else repr(t)
         raise DeviceFileError(f"{path}: tensor_gflops of {name!r} must map tf32/fp16/bf16 to dense GFLOPS, got {got}")
     out = {f"{k}_tensor_gflops": _num(path, f"tensor_gflops.{k}", v) for k, v in t.items() if v is not None}
     if out and not d.get("tensor_source"):
@@ -358,6 +360,19 @@ def _build() -> _Catalogue:
 
 
 # ---------------------------------------------------------------- public lookup
+def short_name(name: str) -> str:
+    """How the paper's tables and our figures name a catalogue GPU (``short`` in devices.yaml: H100, A100x4, ...),
+    else ``name`` itself. Reads devices.yaml alone (no release data needed)."""
+    return _short_names().get(name, name)
+
+
+@functools.lru_cache(maxsize=1)
+def _short_names() -> dict:
+    cfg = yaml.safe_load(CATALOGUE_YAML.read_text())
+    return {str(n): str(e["short"]) for section in ("release", "spec_sheet") for n, e in (cfg.get(section) or {}).items()
+            if isinstance(e, dict) and e.get("short")}
+
+
 def get_device(name: "str | Device") -> Device:
     """File stem, display name or alias (case/space/-/_ insensitive); unknown -> UnknownDeviceError."""
     if isinstance(name, Device):

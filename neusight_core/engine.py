@@ -34,6 +34,7 @@ import pandas as pd
 from neusight_core import derive, host, memory, network, schema
 from neusight_core.request import INPUTS, message, requests, table_key
 from neusight_core.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
+from neusight_core.schema import OpClass
 
 PHASES = ["e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"]
 CLASS_MS = [f"{c}_ms" for c in schema.OP_CLASSES]
@@ -223,7 +224,7 @@ class _Pool:
         # no scenario produced a table (every one failed): an empty table with the kernel columns
         self.cls = rows["op_class"].to_numpy() if "op_class" in rows else np.full(len(rows), "", dtype=object)
         self.count = rows["count"].to_numpy(float)
-        comm_row = self.cls == "COMM"
+        comm_row = self.cls == OpClass.COMM
         stage = rows["stage"].fillna(0).to_numpy() if "stage" in rows else np.zeros(len(rows))
         # tables that need the full aggregation (communication or pipeline stages)
         self.slow_tab = {t for t in range(len(starts) - 1)
@@ -261,7 +262,7 @@ def _comm_per_launch(ctx: _Pool, i: int, per: np.ndarray) -> np.ndarray:
     """``per`` (scenario ``i``'s compact rows) with its COMM rows timed by the network model."""
     t = ctx.tab_of[i]
     sub = ctx.rows.iloc[ctx.starts[t]:ctx.starts[t + 1]]
-    c = (sub["op_class"] == "COMM").to_numpy()
+    c = (sub["op_class"] == OpClass.COMM).to_numpy()
     if not c.any():
         return per
     r = ctx.norm[i]

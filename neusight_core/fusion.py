@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from neusight_core.schema import OpClass
 
-FUSIBLE = {"VEC", "SOFTMAX", "LAYERNORM", "MEM"}
+FUSIBLE = {OpClass.VEC, OpClass.SOFTMAX, OpClass.LAYERNORM, OpClass.MEM}
 # a fused group takes the class of its most specific member: the predictors have one MLP per class
-_CLASS_RANK = {"SOFTMAX": 3, "LAYERNORM": 2, "VEC": 1, "MEM": 0}
+_CLASS_RANK = {OpClass.SOFTMAX: 3, OpClass.LAYERNORM: 2, OpClass.VEC: 1, OpClass.MEM: 0}
 
 
 def _groups(k: pd.DataFrame) -> list[list[int]]:
@@ -111,7 +112,7 @@ def fuse(kernels: pd.DataFrame) -> pd.DataFrame:
         big = int(np.argmax((sub["B"].fillna(1) * sub["H"].fillna(1)).to_numpy()))
         cls = max(sub["op_class"], key=lambda c: _CLASS_RANK.get(c, 0))
         r = k.iloc[g[int(np.argmax([_CLASS_RANK.get(c, 0) for c in sub["op_class"]]))]
-                   if cls in ("SOFTMAX", "LAYERNORM") else g[big]].to_dict()
+                   if cls in (OpClass.SOFTMAX, OpClass.LAYERNORM) else g[big]].to_dict()
         r.update(op_class=cls, sub_op="fused", aten_op="+".join(a.split(".")[1] for a in sub["aten_op"]),
                  flops=float(sub["flops"].sum()), bytes_read=float(rd), bytes_written=float(wr),
                  module=k.at[lo, "module"], layer=int(k.at[lo, "layer"]),

@@ -28,6 +28,7 @@ from neusight_core import network
 # read them as latency.*
 from neusight_core.tables import aggregate, loaded_predictor, predict_kernels, trace, trace_cached
 from neusight_core.scenario import LatencyInputError, device_of, is_image, scenario
+from neusight_core.schema import OpClass, Precision
 
 __all__ = ["LatencyInputError", "aggregate", "conv_by_roofline", "conv_note", "loaded_predictor", "predict_kernels",
            "predict_model", "predict_scenario", "trace", "trace_cached"]
@@ -37,7 +38,7 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
                   fusion: bool = False, parallel: str | None = None, gpus: int = 1,
                   link_gbs: float | None = None, micro_batches: int = 1,
                   efficiency: float = network.DEFAULT_EFFICIENCY, quick: bool = False, past: int = 0,
-                  dtype: str = "fp32", optimizer: str = "adamw", master_weights: bool = True,
+                  dtype: str = Precision.FP32, optimizer: str = "adamw", master_weights: bool = True,
                   attention: str | None = None, execution: str | None = None) -> dict:
     """Predict one configuration.
 
@@ -102,10 +103,10 @@ def conv_by_roofline(predictor="neusight", quick: bool = False) -> bool:
         return False
     cin = cout = 256
     k, size, b = 3, 14, 32
-    row = pd.DataFrame([{"op_class": "CONV", "sub_op": "fwd", "B": b, "M": b * size * size, "N": cin * k * k,
+    row = pd.DataFrame([{"op_class": OpClass.CONV, "sub_op": "fwd", "B": b, "M": b * size * size, "N": cin * k * k,
                          "K": cout, "H": np.nan, "flops": 2.0 * b * size * size * cin * k * k * cout,
                          "bytes_read": 4.0 * (b * cin * size * size + cout * cin * k * k),
-                         "bytes_written": 4.0 * b * cout * size * size, "precision": "fp32", "count": 1,
+                         "bytes_written": 4.0 * b * cout * size * size, "precision": Precision.FP32, "count": 1,
                          "conv_cin": cin, "conv_cout": cout, "conv_k": k, "conv_in": size, "conv_stride": 1,
                          "conv_pad": 1, "conv_groups": 1}])
     dev = device_of("A100")
@@ -117,7 +118,7 @@ def conv_note(kernels: pd.DataFrame, predictor="neusight", quick: bool = False) 
     """"" or the sentence that says the convolutions of this prediction are timed by the roofline (issue 26:
     a predictor without a convolution model, ``conv_by_roofline``), or, for one with a model, what share of the
     predicted time is in convolutions unlike the release's measured ones (forward 3 x 3 stride-1 FP32)."""
-    conv = (kernels["op_class"] == "CONV").to_numpy()
+    conv = (kernels["op_class"] == OpClass.CONV).to_numpy()
     if not conv.any():
         return ""
     pred_ms = kernels["pred_ms"].to_numpy(float)
@@ -135,9 +136,9 @@ def conv_note(kernels: pd.DataFrame, predictor="neusight", quick: bool = False) 
         # recipe predicts as GEMMs (``as_gemm``: its LINEAR network, trained on GEMMs, not on convolutions)
         measured = (conv & col("sub_op", "").eq("fwd").to_numpy() & col("conv_k", np.nan).eq(3).to_numpy()
                     & col("conv_stride", np.nan).eq(1).to_numpy()
-                    & col("precision", "fp32").isin(["fp32"]).to_numpy())
+                    & col("precision", Precision.FP32).isin([Precision.FP32]).to_numpy())
         as_gemm = getattr(pred, "as_gemm", None)
-        gemm = (conv & (as_gemm(kernels)["op_class"] != "CONV").to_numpy()) if as_gemm else np.zeros_like(conv)
+        gemm = (conv & (as_gemm(kernels)["op_class"] != OpClass.CONV).to_numpy()) if as_gemm else np.zeros_like(conv)
         outside = conv & ~measured & ~gemm
         parts = []
         if outside.any():

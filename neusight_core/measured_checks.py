@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import devices, schema
+from neusight_core.schema import OpClass, Precision
 
 
 class MeasuredDataError(ValueError):
@@ -43,7 +44,7 @@ def validate(kernels: pd.DataFrame, source, fix: str = "") -> pd.DataFrame:
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         checks = [("latency_ms", ~(np.isfinite(lat) & (lat > 0)), "not a positive finite latency"),
                   ("latency_ms", lat > LATENCY_MAX_MS, f"longer than {LATENCY_MAX_MS:g} ms")]
-        dims = ("M", "N", "K") if (kernels["op_class"] == "LINEAR").all() else ("B",) + schema.ATTN_COLUMNS
+        dims = ("M", "N", "K") if (kernels["op_class"] == OpClass.LINEAR).all() else ("B",) + schema.ATTN_COLUMNS
         for c in dims:
             v = kernels[c].to_numpy(float)
             checks.append((c, ~(np.isfinite(v) & (v > 0)), "not a positive number"))
@@ -80,5 +81,5 @@ def _device_limits(device: pd.Series):
         except LookupError:         # a GPU outside the catalogue: no bound (NaN compares false)
             peak[name] = bw[name] = np.nan
             continue
-        peak[name], bw[name] = d.gemm_peak_gflops("bf16") * 1e9, d.mem_bw_gbs * 1e9
+        peak[name], bw[name] = d.gemm_peak_gflops(Precision.BF16) * 1e9, d.mem_bw_gbs * 1e9
     return device.map(peak).to_numpy(float), device.map(bw).to_numpy(float)

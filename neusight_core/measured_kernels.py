@@ -72,6 +72,7 @@ import pandas as pd
 
 from neusight_core.measured_checks import MeasuredDataError, validate
 from neusight_core import dataset, devices
+from neusight_core.schema import OpClass, Precision
 
 PACKAGE = "aiconfigurator_core"
 DISTRIBUTION = "aiconfigurator-core"
@@ -300,7 +301,7 @@ def _kernel_frame(op: str, op_class: str, sub_op, B, M, N, K) -> pd.DataFrame:
 
 def _provenance(out: pd.DataFrame, latency, system: str, framework: str, version: str, kernel_source) -> pd.DataFrame:
     out["dtype"] = "bfloat16"
-    out["precision"] = "bf16"
+    out["precision"] = Precision.BF16
     out["device"] = CATALOGUE.get(system, system)
     out["latency_ms"] = np.asarray(latency, float)
     out["system"] = system
@@ -319,7 +320,7 @@ def gemm_kernels(raw: pd.DataFrame, system: str, framework: str = "", version: s
     y written."""
     raw = raw[raw["gemm_dtype"] == "bfloat16"].reset_index(drop=True)
     m, n, k = (raw[c].to_numpy(float) for c in ("m", "n", "k"))
-    out = _kernel_frame("linear", "LINEAR", "", np.ones(len(raw)), m, k, n)
+    out = _kernel_frame("linear", OpClass.LINEAR, "", np.ones(len(raw)), m, k, n)
     e = ELEMENT_BYTES["bfloat16"]
     out["flops"] = 2.0 * m * n * k
     out["bytes_read"] = e * (m * k + k * n)
@@ -378,7 +379,7 @@ def attention_kernels(raw: pd.DataFrame, kind: str, system: str, framework: str 
         "batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim", "window_size"))
     seq_q, seq_kv = isl, isl + step
     nan = np.full(len(raw), np.nan)
-    out = _kernel_frame("attention", "ATTN", kind, b, nan, nan, nan)
+    out = _kernel_frame("attention", OpClass.ATTN, kind, b, nan, nan, nan)
     out["aten_op"] = ATTENTION_ATEN
     e = ELEMENT_BYTES["bfloat16"]
     kv_e = raw["kv_cache_dtype"].map(ELEMENT_BYTES).to_numpy(float)

@@ -53,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import schema
+from neusight_core.schema import OpClass, Precision
 
 GIB = float(2**30)
 OPTIMIZERS = {"adamw": 8.0, "adam": 8.0, "sgd": 4.0, "none": 0.0}   # FP32 state bytes per parameter
@@ -109,7 +110,7 @@ def param_counts(kernels: pd.DataFrame) -> list[float]:
 def _row_frame(kernels: pd.DataFrame, rows: int) -> pd.DataFrame | None:
     """The kernel rows in trace order (COMM rows of a plan dropped), or None if they do not line up
     with the trace (e.g. a fused table: its memory is the unfused trace's)."""
-    k = kernels[kernels["op_class"] != "COMM"] if "op_class" in kernels else kernels
+    k = kernels[kernels["op_class"] != OpClass.COMM] if "op_class" in kernels else kernels
     if len(k) != rows or kernels.attrs.get("fused"):
         return None
     return k.reset_index(drop=True)
@@ -201,7 +202,7 @@ def footprint(kernels: pd.DataFrame, device=None, optimizer: str = "adamw", mast
     a = kernels.attrs
     if "params" not in a or "mode" not in a:
         raise MemoryInputError("footprint needs a kernel table from trace.trace_model (its attrs are missing)")
-    dtype = a.get("dtype", "fp32")
+    dtype = a.get("dtype", Precision.FP32)
     e = schema.element_bytes(dtype)
     train = a["mode"] == "train"
     plan, n = a.get("plan"), int(a.get("gpus", 1) or 1)
@@ -338,7 +339,7 @@ def build_cpu_model(config, seed: int = 0):
 
 
 def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: int, past: int = 0,
-                  dtype: str = "fp32") -> float:
+                  dtype: str = Precision.FP32) -> float:
     """A lower bound of the memory one GPU needs (GB, in ``dtype``): the weights (attention 4h^2 + MLP 2hI per
     layer + embeddings, sharded over the GPUs for TP/PP) + one hidden-state tensor + the KV cache.
     Training needs far more (gradients, optimizer-free activations); the full footprint is not modelled here."""

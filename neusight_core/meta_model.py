@@ -7,10 +7,11 @@ import torch
 
 from neusight_core import configs
 from neusight_core.configs import TraceError
+from neusight_core.schema import Precision
 
 # Precision of a trace (``trace_model(..., dtype=)``) -> storage dtype of the model's tensors.
 # tf32 = FP32 tensors, GEMMs on TF32 tensor cores; fp32 = the paper's setting (TF32 off).
-TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+TORCH_DTYPES = {p.value: getattr(torch, p.torch_dtype) for p in Precision}
 
 
 # The release's BERT config names BertLMHeadModel, but the authors' op graphs (and so the measured
@@ -127,7 +128,7 @@ def filled_cache(cfg, batch: int, past: int, dtype=torch.float32):
     return cache
 
 
-def build_model(cfg, mode: str | None = None, dtype: str = "fp32", attention: str = "eager"):
+def build_model(cfg, mode: str | None = None, dtype: str = Precision.FP32, attention: str = "eager"):
     """The model of ``cfg`` on the meta device: FP32 (or ``dtype``), eager (or ``attention``) attention, no KV
     cache."""
     cls = _model_class(cfg, mode)

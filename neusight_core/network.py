@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from neusight_core.schema import OpClass
 
 #: The authors' derating of the NVLink peak (SPEC 3.3).
 DEFAULT_EFFICIENCY = 0.72
@@ -61,7 +62,7 @@ class NetworkModel:
         out = np.zeros(len(kernels))
         if len(kernels) == 0 or "op_class" not in kernels:
             return out
-        comm = (kernels["op_class"] == "COMM").to_numpy()
+        comm = (kernels["op_class"] == OpClass.COMM).to_numpy()
         if not comm.any():
             return out
         kinds = kernels["comm_kind"].to_numpy()

@@ -34,6 +34,7 @@ import pandas as pd
 
 from neusight_core import trace
 from neusight_core import schema
+from neusight_core.schema import OpClass, Precision
 
 PLANS = ("dp", "tp", "pp")
 
@@ -79,7 +80,7 @@ def module_kind(module: str) -> str:
 def _comm_row(phase_after: str, kind: str, nbytes: float, overlap: bool, module: str, layer: int,
               stage: int = 0) -> dict:
     nan = math.nan
-    return {"phase": "comm", "aten_op": f"comm.{kind}", "op_class": "COMM", "sub_op": "",
+    return {"phase": "comm", "aten_op": f"comm.{kind}", "op_class": OpClass.COMM, "sub_op": "",
             "B": nan, "M": nan, "N": nan, "K": nan, "H": nan, "flops": 0.0, "bytes_read": 0.0,
             "bytes_written": 0.0, "dtype": "float32", "module": module, "layer": layer, "count": 1,
             "comm_kind": kind, "comm_bytes": float(nbytes), "overlap": bool(overlap),
@@ -88,14 +89,14 @@ def _comm_row(phase_after: str, kind: str, nbytes: float, overlap: bool, module:
 
 def _elem(kernels: pd.DataFrame) -> float:
     """Bytes per element of the trace's activations/gradients (attrs ``dtype``; fp32 if absent)."""
-    return float(schema.element_bytes(kernels.attrs.get("dtype", "fp32")))
+    return float(schema.element_bytes(kernels.attrs.get("dtype", Precision.FP32)))
 
 
 def _retrace(kernels: pd.DataFrame, batch: int) -> pd.DataFrame:
     a = kernels.attrs
     if batch == a["batch"]:
         return kernels.copy()
-    k = trace.trace_model(a["config"], batch, a["seq"], a["mode"], dtype=a.get("dtype", "fp32"),
+    k = trace.trace_model(a["config"], batch, a["seq"], a["mode"], dtype=a.get("dtype", Precision.FP32),
                           attention=a.get("attention", "eager"))
     if a.get("fused"):  # a fused table stays fused at the new batch
         from neusight_core import fusion
@@ -172,7 +173,7 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
         return kvw if _KV.search(module) else n
 
     # (in, out) of every split linear from its forward GEMM
-    fw_gemm = k[(k.phase == "fw") & (k.op_class == "LINEAR")]
+    fw_gemm = k[(k.phase == "fw") & (k.op_class == OpClass.LINEAR)]
     shape = {}
     for m, g in fw_gemm.groupby("module"):
         if kinds.get(m):
@@ -191,13 +192,13 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     inside, votes = False, {}
     for i in k.index[k.phase == "fw"]:
         m, c = k.at[i, "module"], k.at[i, "op_class"]
-        if c == "LINEAR" and kinds.get(m) == "col" and m in shape:
+        if c == OpClass.LINEAR and kinds.get(m) == "col" and m in shape:
             inside = not m.endswith("lm_head") and not m.endswith("decoder")
             continue
-        if c == "LINEAR" and kinds.get(m) == "row":
+        if c == OpClass.LINEAR and kinds.get(m) == "row":
             inside = False
             continue
-        if c in ("LINEAR", "BMM"):
+        if c in (OpClass.LINEAR, OpClass.BMM):
             votes.setdefault(m, []).append(inside)
             continue
         votes.setdefault(m, []).append(inside)
@@ -205,7 +206,7 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     split_h = {o // 1 for m, (i, o) in shape.items() if kinds[m] == "col"}
 
     # first kernel of the vocab-parallel loss, located before the vocabulary dims are split
-    loss = k.index[(k.phase == "fw") & (k.H == vocab) & (k.op_class != "LINEAR")] if vocab else []
+    loss = k.index[(k.phase == "fw") & (k.H == vocab) & (k.op_class != OpClass.LINEAR)] if vocab else []
     recs = k.to_dict("records")
     vocab_h = {vocab} if vocab else set()
     # K/V heads replicated (n > KV heads): forward kernels on K/V (rotary embedding, the cache append) work
@@ -215,12 +216,12 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     kv_bufs = set()
     if kvw != n and "reads" in k.columns:
         for r in recs:
-            if r["phase"] == "fw" and r["op_class"] == "LINEAR" and r["module"] in shape and _KV.search(r["module"]):
+            if r["phase"] == "fw" and r["op_class"] == OpClass.LINEAR and r["module"] in shape and _KV.search(r["module"]):
                 kv_bufs.update(b for b, _ in r["writes"])
     for r in recs:
         ph, c, m = r["phase"], r["op_class"], r["module"]
         split, d = False, n
-        if c == "LINEAR" and m in shape:
+        if c == OpClass.LINEAR and m in shape:
             fi, fo = shape[m]
             D = fo if kinds[m] == "col" else fi
             M, N = int(r["M"]), int(r["N"])
@@ -237,11 +238,11 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
             r["bytes_written"] = e * r["M"] * r["K"]
             r["flops"] = 2.0 * r["M"] * r["N"] * r["K"]
             continue
-        elif c == "BMM":
+        elif c == OpClass.BMM:
             if m in sharded:
                 r["B"] = float(math.ceil(r["B"] / n))
                 split = True
-        elif c == "ATTN":
+        elif c == OpClass.ATTN:
             # fused attention (issue 33): each GPU runs its 1/n of the query heads and 1/kvw of the K/V heads;
             # FLOPs and traffic follow the query heads (the K/V part of the traffic is approximated the same way)
             h = float(r["heads"])
@@ -255,7 +256,7 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
             if kinds.get(mod) == "col" or (kinds.get(mod) == "row" and leaf == "weight") or _EMBED.search(mod):
                 split, d = True, ways(mod)
                 _split_vec(r, d, split_h | vocab_h)
-        elif c in ("VEC", "SOFTMAX", "MEM", "LAYERNORM", "UNCLASSIFIED"):
+        elif c in (OpClass.VEC, OpClass.SOFTMAX, OpClass.MEM, OpClass.LAYERNORM, OpClass.UNCLASSIFIED):
             split = m in sharded
             if kinds.get(m) == "col" and ph == "bw":   # bias gradient of a column-parallel linear
                 split, d = True, ways(m)
@@ -283,7 +284,7 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     # communication
     inserts = []
     act = e * tokens * hidden
-    for i in k.index[(k.phase == "fw") & (k.op_class == "LINEAR")]:
+    for i in k.index[(k.phase == "fw") & (k.op_class == OpClass.LINEAR)]:
         m = k.at[i, "module"]
         if kinds.get(m) == "row" and m in shape:
             inserts.append((i, _comm_row("fw", "allreduce", e * tokens * shape[m][1], False, m,

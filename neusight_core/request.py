@@ -11,6 +11,7 @@ import pandas as pd
 
 from neusight_core.scenario import LatencyInputError, Scenario
 from neusight_core.scenario import scenario as make_scenario
+from neusight_core.schema import Precision
 
 INPUTS = ["model", "device", "batch", "seq", "image_size", "mode", "fusion", "parallel", "gpus", "micro_batches",
           "link_gbs", "past", "dtype", "attention", "execution"]
@@ -72,7 +73,7 @@ def normalise(r: dict) -> dict:
     sc = make_scenario(
         r.get("model"), str(r.get("device")), _int(r.get("batch"), "batch"), opt_int("seq", "seq"),
         _given(r.get("mode")) or "inf", image_size=opt_int("image_size", "image_size"),
-        past=opt_int("past", "past", 0) or 0, dtype=dt if dt not in (None, "") else "fp32", fusion=bool(fusion),
+        past=opt_int("past", "past", 0) or 0, dtype=dt if dt not in (None, "") else Precision.FP32, fusion=bool(fusion),
         parallel=plan, gpus=opt_int("gpus", "gpus"), micro_batches=opt_int("micro_batches", "micro_batches") or 1,
         link_gbs=None if link is None else float(link), attention=_given(r.get("attention")) or None,
         execution=_given(r.get("execution")) or None)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from neusight_core import configs, memory, schema
+from neusight_core.schema import Precision
 
 MODES = ("inf", "train")
 PLANS = ("dp", "tp", "pp")
@@ -151,7 +152,7 @@ def check_image_request(name, past, parallel) -> None:
 
 
 def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link_gbs=None, micro_batches=1,
-                    past=0, dtype="fp32", attention="eager", execution="graph"):
+                    past=0, dtype=Precision.FP32, attention="eager", execution="graph"):
     """Every check of a prediction request, in one place (the CLI and predict_model both use it).
 
     Raises LatencyInputError with one line for anything a GPU run could not be: non-positive or
@@ -237,7 +238,7 @@ class Scenario:
     seq: int
     mode: str = "inf"
     past: int = 0
-    dtype: str = "fp32"
+    dtype: str = Precision.FP32
     fusion: bool = False
     parallel: str | None = None
     gpus: int = 1
@@ -265,7 +266,7 @@ class Scenario:
 PAPER = {"attention": "eager", "execution": "graph"}
 
 
-def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=None, past=0, dtype: str = "fp32",
+def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=None, past=0, dtype: str = Precision.FP32,
              fusion: bool = False, parallel: str | None = None, gpus=None, micro_batches=1,
              link_gbs=None, attention: str | None = None, execution: str | None = None) -> Scenario:
     """Validate a request and return it as a :class:`Scenario` (``gpus`` defaults to 4 with a plan, the

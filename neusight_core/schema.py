@@ -1,23 +1,135 @@
-"""The kernel table's vocabulary, in one place (issue 23): op classes, precisions and element sizes.
+"""The kernel table's vocabulary, in one place (issues 23, 35): op classes and precisions as enums that carry their
+attributes, and the column groups of a kernel table.
 
 No torch and no pandas here (numpy only), so that the CLI's parser, the sweep and the evaluation side can import it
-for free. A new op class or precision is added here and nowhere else; the modules that need a subset
-(the classes a predictor learns, the ones the paper's tables report) take it from the names below.
+for free. A new op class or precision is added here and nowhere else; a module that needs a subset asks a member's
+attribute (``OpClass.is_gemm``, ``Precision.is_half``) or takes one of the derived tuples below, never a list of
+names of its own (tests/test_vocabulary.py fails on an op-class or precision literal outside this module).
+The members are ``str`` (``StrEnum``): a kernel table's ``op_class`` and ``precision`` cells are plain strings and
+compare equal to them, hash like them, print and format as them (``repr`` too, so messages read as before).
 The kernel table's columns are documented in docs/interfaces.md ("Kernel table").
 """
 from __future__ import annotations
 
+from enum import StrEnum
+
 import numpy as np
 
-#: Every ``op_class`` a kernel table may hold, in the order tables and sweep columns list them.
-#: MEM: copies / layout changes; COMM: collectives of a parallel plan; UNCLASSIFIED: aten ops the tracer
-#: does not know (predicted as memory-bound).
-#: CONV (issue 26): 2-D convolutions (forward, gradient of the input, gradient of the weight), with their
-#: implicit-GEMM dims and conv parameters (docs/interfaces.md, "Kernel table").
-#: ATTN (issue 25): a fused attention kernel (FlashAttention-style prefill or decode, ``sub_op``), measured in
-#: NVIDIA's database (``measured_kernels``); the tracer emits it with ``attention="sdpa"`` (issue 33: one row per
-#: layer and phase, ``sub_op`` prefill / decode / backward), eager attention is traced as BMM + softmax.
-OP_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "CONV", "ATTN", "MEM", "COMM", "UNCLASSIFIED")
+
+class OpClass(StrEnum):
+    """Every ``op_class`` a kernel table may hold, in the order tables and sweep columns list them.
+
+    MEM: copies / layout changes; COMM: collectives of a parallel plan; UNCLASSIFIED: aten ops the tracer does not
+    know (predicted as memory-bound). CONV (issue 26): 2-D convolutions (forward, gradient of the input, gradient of
+    the weight), with their implicit-GEMM dims and conv parameters. ATTN (issue 25): a fused attention kernel
+    (FlashAttention-style prefill or decode, ``sub_op``), measured in NVIDIA's database (``measured_kernels``); the
+    tracer emits it with ``attention="sdpa"`` (issue 33: one row per layer and phase, ``sub_op`` prefill / decode /
+    backward), eager attention is traced as BMM + softmax."""
+    BMM = "BMM"
+    LINEAR = "LINEAR"
+    VEC = "VEC"
+    SOFTMAX = "SOFTMAX"
+    LAYERNORM = "LAYERNORM"
+    CONV = "CONV"
+    ATTN = "ATTN"
+    MEM = "MEM"
+    COMM = "COMM"
+    UNCLASSIFIED = "UNCLASSIFIED"
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    @property
+    def is_gemm(self) -> bool:
+        """A matrix product NeuSight decomposes into output tiles (m x n x k): BMM, LINEAR."""
+        return self in (OpClass.BMM, OpClass.LINEAR)
+
+    @property
+    def is_vector(self) -> bool:
+        """An element-wise or row-wise kernel, bounded by memory: VEC, SOFTMAX, LAYERNORM."""
+        return self in (OpClass.VEC, OpClass.SOFTMAX, OpClass.LAYERNORM)
+
+    @property
+    def is_row_tiled(self) -> bool:
+        """A row-wise kernel: one row (H elements) per tile: SOFTMAX, LAYERNORM."""
+        return self in (OpClass.SOFTMAX, OpClass.LAYERNORM)
+
+    @property
+    def is_memory(self) -> bool:
+        """A copy or an unknown op, predicted as bytes over the bandwidth: MEM, UNCLASSIFIED."""
+        return self in (OpClass.MEM, OpClass.UNCLASSIFIED)
+
+    @property
+    def on_matrix_units(self) -> bool:
+        """Its FLOPs run on the GEMM / tensor-core units, so the matrix peak bounds it: BMM, LINEAR, CONV, ATTN."""
+        return self.is_gemm or self in (OpClass.CONV, OpClass.ATTN)
+
+    @property
+    def in_paper(self) -> bool:
+        """A class of the paper's kernel data and tables (Tables 3-4, Figure 7): the ones the release measures and
+        NeuSight's networks learn."""
+        return self.is_gemm or self.is_vector
+
+    @property
+    def label(self) -> str:
+        """How the paper's tables name the class (FC, EW, LN, ...); the other classes by their name."""
+        return {"LINEAR": "FC", "VEC": "EW", "SOFTMAX": "Softmax", "LAYERNORM": "LN", "CONV": "Conv",
+                "ATTN": "Fused attention"}.get(self.value, self.value)
+
+
+class Precision(StrEnum):
+    """Precisions a prediction can be made in. fp32 = the paper's setting (FP32 storage, TF32 off); tf32 keeps FP32
+    tensors with GEMMs on TF32 tensor cores; fp16 / bf16 store 2-byte elements."""
+    FP32 = "fp32"
+    TF32 = "tf32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of one stored element."""
+        return 2 if self.is_half else 4
+
+    @property
+    def is_half(self) -> bool:
+        """2-byte elements: fp16, bf16."""
+        return self in (Precision.FP16, Precision.BF16)
+
+    @property
+    def has_tensor_peak(self) -> bool:
+        """GEMMs run on tensor cores with a peak of their own (``devices.yaml`` ``tensor_tflops``): tf32, fp16, bf16."""
+        return self is not Precision.FP32
+
+    @property
+    def torch_dtype(self) -> str:
+        """The torch dtype its tensors are stored in (a name: this module imports no torch)."""
+        return {"fp16": "float16", "bf16": "bfloat16"}.get(self.value, "float32")
+
+
+def op_classes(where=lambda c: True) -> tuple:
+    """The op-class names (plain strings) for which ``where(OpClass)`` holds, in table order."""
+    return tuple(c.value for c in OpClass if where(c))
+
+
+def precisions(where=lambda p: True) -> tuple:
+    """The precision names (plain strings) for which ``where(Precision)`` holds, in table order."""
+    return tuple(p.value for p in Precision if where(p))
+
+
+#: Every op class, in table order (plain strings: the CLI's choices and the sweep's columns read them).
+OP_CLASSES = op_classes()
+#: The classes of the paper's kernel data and tables.
+PAPER_CLASSES = op_classes(lambda c: c.in_paper)
+#: How the paper's tables name the classes.
+CLASS_LABEL = {c.value: c.label for c in OpClass if c.in_paper or c in (OpClass.CONV, OpClass.ATTN)}
+#: Every precision; the tensor-core ones; the 2-byte ones; bytes per element.
+PRECISIONS = precisions()
+TENSOR_PRECISIONS = precisions(lambda p: p.has_tensor_peak)
+HALF_PRECISIONS = precisions(lambda p: p.is_half)
+ELEMENT_BYTES = {p.value: p.bytes for p in Precision}
 
 #: The columns of a CONV row's parameters (issue 26; NaN on other rows): in- / out-channels, kernel side,
 #: input side, stride, padding, groups (docs/interfaces.md, "Kernel table").
@@ -43,22 +155,6 @@ ATTENTIONS = ("eager", "sdpa")
 #: cudagraphs, serving engines): the step is the kernel sum; ``eager`` = eager PyTorch, the host dispatching each
 #: kernel (``host.py``): the step is at least the host's launch time.
 EXECUTIONS = ("eager", "graph")
-
-#: The classes of the paper's kernel data and tables (Tables 3-4, Figure 7): the ones the release
-#: measures and NeuSight's networks learn.
-PAPER_CLASSES = ("BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM")
-
-#: How the paper's tables name the classes.
-CLASS_LABEL = {"BMM": "BMM", "LINEAR": "FC", "VEC": "EW", "SOFTMAX": "Softmax", "LAYERNORM": "LN", "CONV": "Conv",
-               "ATTN": "Fused attention"}
-
-#: Precisions a prediction can be made in. fp32 = the paper's setting (FP32 storage, TF32 off); tf32 keeps
-#: FP32 tensors with GEMMs on TF32 tensor cores; fp16 / bf16 store 2-byte elements.
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-TENSOR_PRECISIONS = ("tf32", "fp16", "bf16")     # GEMM precisions with a tensor-core peak
-HALF_PRECISIONS = ("fp16", "bf16")               # 2-byte elements
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
-
 
 def element_bytes(precision: str) -> int:
     """Bytes of one stored element in ``precision`` (4 for anything that is not fp16 / bf16)."""

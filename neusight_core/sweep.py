@@ -36,6 +36,7 @@ from neusight_core import engine
 # the engine's names for a configuration frame; compact_table / kernel_table: the tables it predicts from
 from neusight_core.engine import RESULTS
 from neusight_core.request import INPUTS, SweepInputError
+from neusight_core.schema import Precision
 
 #: the memory columns a sweep keeps: whether the configuration fits (False / None when unknown) and why
 MEMORY_VERDICT = ["memory_fits", "memory_verdict"]
@@ -62,7 +63,7 @@ def _image_model(model) -> bool:
 
 
 def grid(models, devices, batches, seqs=None, modes=("inf",), fusion=False, parallel=None, gpus=None,
-         micro_batches=1, link_gbs=None, past=0, dtype="fp32", image_sizes=None, attention=None,
+         micro_batches=1, link_gbs=None, past=0, dtype=Precision.FP32, image_sizes=None, attention=None,
          execution=None) -> pd.DataFrame:
     """The full product of the arguments (each a value or a list; repeated values count once) as a
     configuration frame. An empty list is an error (it would make an empty sweep). Text models take the

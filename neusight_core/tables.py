@@ -13,19 +13,20 @@ import pandas as pd
 
 from neusight_core import network, trace_cache
 from neusight_core.scenario import LatencyInputError, device_of
+from neusight_core.schema import OpClass, Precision
 
 BOOKKEEPING = ("module", "layer", "reads", "writes")   # not read by any predictor: dropped when compacting
 
 
 @functools.lru_cache(maxsize=64)
-def trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32",
+def trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dtype: str = Precision.FP32,
                  attention: str = "eager") -> pd.DataFrame:
     # on disk across processes (trace_cache: keyed by config content, arguments and versions; a hit
     # does not import transformers), and in memory within the process
     return trace_cache.trace(model, batch, seq, mode, past=past, dtype=dtype, attention=attention)
 
 
-def trace(model, batch: int, seq: int, mode: str, past: int = 0, dtype: str = "fp32",
+def trace(model, batch: int, seq: int, mode: str, past: int = 0, dtype: str = Precision.FP32,
           attention: str = "eager") -> pd.DataFrame:
     """Kernel table of a model; traces of named models are cached on disk and per process."""
     if isinstance(model, (str, Path)):
@@ -43,7 +44,7 @@ def loaded_predictor(name: str, quick: bool, seed: int = 0):
 
 def kernel_table(model, batch: int, seq: int, mode: str, past: int = 0, fusion: bool = False,
                  parallel: str | None = None, gpus: int = 1, micro_batches: int = 1,
-                 dtype: str = "fp32", attention: str = "eager") -> pd.DataFrame:
+                 dtype: str = Precision.FP32, attention: str = "eager") -> pd.DataFrame:
     """A full kernel table (trace -> fusion -> plan), a real trace: plain tables from :func:`trace`, fused and
     planned ones cached on disk as well (a plan costs seconds on a large model)."""
     if not fusion and parallel is None:
@@ -93,7 +94,7 @@ def predict_kernels(kernels: pd.DataFrame, device, predictor="neusight", quick: 
     dev = device_of(device)
     pred = loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     per_launch = np.asarray(pred.predict(kernels, dev), dtype=float)
-    comm = (kernels["op_class"] == "COMM").to_numpy()
+    comm = (kernels["op_class"] == OpClass.COMM).to_numpy()
     if comm.any():
         if net is None:
             raise LatencyInputError("the kernel table has communication rows but no network model was given")
@@ -107,7 +108,7 @@ def aggregate(kernels: pd.DataFrame, micro_batches: int = 1) -> dict:
     """Sum a kernel table that already has ``pred_ms`` (per row, times ``count``) into phase totals
     (the rules: ``latency``'s module docstring)."""
     k = kernels
-    comm = (k["op_class"] == "COMM").to_numpy()
+    comm = (k["op_class"] == OpClass.COMM).to_numpy()
     phase = k["phase"].to_numpy()
     pred = k["pred_ms"].to_numpy(float)
     fw = float(pred[(phase == "fw") & ~comm].sum())

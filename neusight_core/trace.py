@@ -32,6 +32,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+from neusight_core.schema import OpClass, Precision
 
 COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "flops",
            "bytes_read", "bytes_written", "dtype", "module", "layer", "count",
@@ -41,7 +42,7 @@ COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "f
 # `precision` (fp32 | tf32 | fp16 | bf16): the arithmetic the kernel runs in, which picks the GEMM peak.
 # Then CONV_COLUMNS (issue 26, below): the parameters of a 2-D convolution, NaN on every other row.
 
-_DTYPE_PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+_DTYPE_PRECISION = {p.torch_dtype: p.value for p in Precision if p is not Precision.TF32}
 
 
 
@@ -162,7 +163,7 @@ class _Recorder(TorchDispatchMode):
             self.skipped[full] += 1
             return out
         op_class, sub_op, Bd, M, N, K, H, flops = c
-        if op_class == "UNCLASSIFIED":
+        if op_class == OpClass.UNCLASSIFIED:
             self.unclassified[full] += 1
         phase, module = self._where()
         # in-place / out= ops: the written tensor is also an input; count it once as written
@@ -211,7 +212,7 @@ class _Recorder(TorchDispatchMode):
         b, flops, cols = fused_attention.geometry(sub_op, q, k, causal)
         phase, module = self._where()
         nan = math.nan
-        self._append(phase, module, "aten._scaled_dot_product_flash_attention.default", "ATTN", sub_op,
+        self._append(phase, module, "aten._scaled_dot_product_flash_attention.default", OpClass.ATTN, sub_op,
                      (b, nan, nan, nan, nan), flops, read_t, write_t, _NO_CONV + cols)
 
 
@@ -271,7 +272,7 @@ def _install_module_hooks(model, stack: list[str]):
 
 def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
                 accumulate_grads: bool = True, authors_heads: bool = True, past: int = 0,
-                dtype: str = "fp32", attention: str = "eager") -> pd.DataFrame:
+                dtype: str = Precision.FP32, attention: str = "eager") -> pd.DataFrame:
     """Kernel table of one forward pass (``inf``) or forward + loss + backward (``train``).
 
     ``accumulate_grads``: in training, parameters already hold a gradient (as in the authors'
@@ -393,7 +394,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
         warnings.warn(f"{sum(rec.unclassified.values())} kernels of aten ops without an op class kept as "
                       f"UNCLASSIFIED (memory-bound): {dict(rec.unclassified)}", stacklevel=2)
     df = pd.DataFrame.from_records(rec.rows, columns=COLUMNS[:15] + ["reads", "writes"] + CONV_COLUMNS + ATTN_COLUMNS)
-    attn = df[ATTN_COLUMNS].astype(float) if (df["op_class"] == "ATTN").any() else None
+    attn = df[ATTN_COLUMNS].astype(float) if (df["op_class"] == OpClass.ATTN).any() else None
     df["count"] = 1
     df["comm_kind"] = ""
     df["comm_bytes"] = 0.0
@@ -403,9 +404,9 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     df = df[COLUMNS + ["reads", "writes"]]
     for c in ("B", "M", "N", "K", "H", "flops", "bytes_read", "bytes_written"):
         df[c] = df[c].astype(float)
-    df["precision"] = df["dtype"].map(_DTYPE_PRECISION).fillna("fp32")
-    if dtype == "tf32":   # cuDNN convolutions use TF32 tensor cores when allowed, as cuBLAS GEMMs do
-        df.loc[df["op_class"].isin(["BMM", "LINEAR", "CONV"]) & (df["precision"] == "fp32"), "precision"] = "tf32"
+    df["precision"] = df["dtype"].map(_DTYPE_PRECISION).fillna(Precision.FP32)
+    if dtype == Precision.TF32:   # cuDNN convolutions use TF32 tensor cores when allowed, as cuBLAS GEMMs do
+        df.loc[df["op_class"].isin([OpClass.BMM, OpClass.LINEAR, OpClass.CONV]) & (df["precision"] == Precision.FP32), "precision"] = Precision.TF32
     df[CONV_COLUMNS] = conv
     if attn is not None:      # only tables with fused attention carry its columns (eager tables are unchanged)
         df[ATTN_COLUMNS] = attn
@@ -432,9 +433,9 @@ def attention_mask_ops(kernels: pd.DataFrame) -> np.ndarray:
     added to the scores (for Switch / T5 the mask and the position bias in one add). The model-level ops that
     build the mask once from the input are not counted: they touch batch x seq elements, not the scores."""
     k = kernels
-    soft = k[(k["op_class"] == "SOFTMAX") & (k["phase"] == "fw")]
+    soft = k[(k["op_class"] == OpClass.SOFTMAX) & (k["phase"] == "fw")]
     scores = set(zip(soft["layer"], soft["B"], soft["H"]))
-    cand = ((k["op_class"] == "VEC") & (k["sub_op"] == "add") & (k["phase"] == "fw") & (k["layer"] >= 0)).to_numpy()
+    cand = ((k["op_class"] == OpClass.VEC) & (k["sub_op"] == "add") & (k["phase"] == "fw") & (k["layer"] >= 0)).to_numpy()
     return cand & np.fromiter((key in scores for key in zip(k["layer"], k["B"], k["H"])), bool, len(k))
 
 

@@ -77,16 +77,23 @@ def versions() -> dict:
 @functools.lru_cache(maxsize=1)
 def _trace_signature() -> inspect.Signature:
     """``trace.trace_model``'s signature read from the source (importing trace.py imports torch,
-    which a cache hit must not pay for); its defaults must be literals."""
+    which a cache hit must not pay for); its defaults must be literals or vocabulary members."""
     import ast
 
     src = (Path(__file__).resolve().parent / "trace.py").read_text()
     fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == "trace_model")
     a = fn.args
-    defaults = [inspect.Parameter.empty] * (len(a.args) - len(a.defaults)) + [ast.literal_eval(d) for d in a.defaults]
+
+    def value(d):
+        # a literal, or a member of the vocabulary (``Precision.FP32``): its text, as a request spells it
+        if isinstance(d, ast.Attribute) and isinstance(d.value, ast.Name) and d.value.id in ("OpClass", "Precision"):
+            from neusight_core import schema
+            return getattr(schema, d.value.id)[d.attr].value
+        return ast.literal_eval(d)
+    defaults = [inspect.Parameter.empty] * (len(a.args) - len(a.defaults)) + [value(d) for d in a.defaults]
     params = [inspect.Parameter(x.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d) for x, d in zip(a.args, defaults)]
     params += [inspect.Parameter(x.arg, inspect.Parameter.KEYWORD_ONLY,
-                                 default=inspect.Parameter.empty if d is None else ast.literal_eval(d))
+                                 default=inspect.Parameter.empty if d is None else value(d))
                for x, d in zip(a.kwonlyargs, a.kw_defaults)]
     return inspect.Signature(params)
 

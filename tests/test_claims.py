@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from neusight_core import devices
 from neusight_core.studies import claims as cl
 from neusight_core.studies import evaluation as ev
 
@@ -14,7 +15,7 @@ H100, A100X4, V100 = "NVIDIA_H100_80GB_HBM3", "NVIDIA_A100-SXM4-40GB", "Tesla_V1
 
 def _row(gpu, model, mode, seq, batch, option="none", label=100.0, **apes):
     """One index row whose predictions have the given signed APEs (pred = label x (1 + ape/100))."""
-    r = {"gpu": gpu, "gpu_short": ev.GPU_SHORT[gpu], "vendor": "NVIDIA", "model": model, "mode": mode,
+    r = {"gpu": gpu, "gpu_short": devices.short_name(gpu), "vendor": "NVIDIA", "model": model, "mode": mode,
          "seq": seq, "batch": batch, "option": option, "label_e2e_ms": label}
     for p in ev.PREDICTORS:
         r[f"pred_{p}_ms"] = label * (1 + apes[p] / 100) if p in apes else np.nan

@@ -96,13 +96,30 @@ def test_figure10_c9_with_our_predictor_and_the_authors_tp_device_equivalence():
     assert np.isfinite(detail["computed"].iloc[0])
 
 
-def test_predict_unique_equals_predict_kernels():
+def test_whatif_rows_equal_the_engine_row_for_row():
+    """Issue 35: the what-if is a grid of scenarios through the engine; each row's time is what a single question
+    (``latency.predict_model``) answers for the plan it chose, and the plan is the smallest TP size that fits."""
+    from neusight_core import devices
     from neusight_core.studies import whatif
-    k = latency.trace("llama2_7b", 1, 64, "inf", 0, "bf16")
-    p = latency.loaded_predictor("neusight", True)
-    a = latency.predict_kernels(k, "H100", p)["pred_ms"].to_numpy()
-    b = whatif.predict_unique(k, "H100", p)["pred_ms"].to_numpy()
-    np.testing.assert_allclose(a, b, rtol=1e-5)   # float32 MLP batches differ in the last bits only
+    gpus = ["NVIDIA_H100_80GB_HBM3", "NVIDIA_L4", "Tesla_T4"]
+    res = whatif.run(gpus=gpus, dtypes=("bf16",), quick=True, predictor="roofline", max_gpus=8)
+    assert len(res) == len(whatif.scenarios(True)) * len(gpus)
+    timed = res[res["latency_ms"].notna()]
+    assert len(timed) >= 12 and set(timed["gpus"]) >= {1}
+    for _, r in timed.iterrows():
+        one = latency.predict_model(r["model"], r["gpu"], int(r["batch"]), int(r["seq"]),
+                                    "train" if r["workload"] == "training" else "inf", predictor="roofline",
+                                    past=int(r["past"]), dtype="bf16", parallel="tp" if r["gpus"] > 1 else None,
+                                    gpus=int(r["gpus"]), attention="eager", execution="graph")
+        assert r["latency_ms"] == pytest.approx(one["e2e_ms"], rel=1e-9)
+        assert r["mem_total_gib"] == pytest.approx(one["memory"]["total_gib"], rel=1e-9)
+        assert r["mem_total_gib"] <= devices.get_device(r["gpu"]).mem_gb
+    # a split is chosen only where one GPU is too small
+    split = res[res["gpus"] > 1]
+    for _, r in split.iterrows():
+        single = res[(res["model"] == r["model"]) & (res["workload"] == r["workload"]) & (res["batch"] == r["batch"])
+                     & (res["gpus"] == 1)]
+        assert single.empty or single["mem_total_gib"].iloc[0] > devices.get_device(r["gpu"]).mem_gb
 
 
 def test_bf16_without_tensor_cores_says_it_uses_the_fp32_peak(capsys):

@@ -93,3 +93,14 @@ def test_a_sweep_says_when_a_gpu_has_no_tensor_cores_for_its_dtype(cache_dir, tm
     err = capsys.readouterr().err
     assert "NOTE: Tesla_P100-PCIE-16GB has no bf16 tensor cores in the catalogue" in err
     assert "H100" not in err.split("NOTE:", 1)[1].split("\n")[0]
+
+
+def test_predict_and_sweep_take_the_same_question_options():
+    """Issue 35: one argument builder serves both commands, so an option added for one reaches the other."""
+    from neusight_core.__main__ import _parser
+    sub = next(a for a in _parser()._actions if a.dest == "cmd").choices
+
+    def flags(cmd):
+        return {f for a in sub[cmd]._actions for f in a.option_strings if f.startswith("--")} - {"--help"}
+    assert flags("predict") - {"--json"} == flags("sweep") - {"--no-progress", "--chunk", "--out"}
+    assert {"--seed", "--past", "--attention", "--execution", "--dtype", "--quick", "--full"} <= flags("sweep")

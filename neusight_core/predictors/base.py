@@ -14,6 +14,7 @@ import pandas as pd
 
 from neusight_core import datafile
 import neusight_core.predictors.common as common
+from neusight_core.schema import OpClass, Precision
 
 VERSION = 3          # bump when a change of code makes saved weights stale (2: the authors' form trains unclamped;
                      # 3: fused Adam/AdamW, the same update with other float rounding)
@@ -156,8 +157,8 @@ class KernelPredictor(abc.ABC):
             # weights trained without the measured-kernel database: their BF16 rows would silently go through the
             # FP32 networks (issue 36); ``predict_extrapolated`` (use_tensor_core False) asks for exactly that
             # the rows tensor_core.network_of gives a network (not imported: tensor_core imports this module)
-            half = kernels["precision"].isin(("fp16", "bf16")) if "precision" in kernels else False
-            if (half & kernels["op_class"].isin(("LINEAR", "BMM", "ATTN"))).any():
+            half = kernels["precision"].isin((Precision.FP16, Precision.BF16)) if "precision" in kernels else False
+            if (half & kernels["op_class"].isin((OpClass.LINEAR, OpClass.BMM, OpClass.ATTN))).any():
                 raise common.PredictorInputError(self.missing_networks)
         if not self.fitted:
             raise RuntimeError(f"predictor {self.name!r} is not trained: call fit() or predictors.get()")
@@ -183,13 +184,13 @@ class KernelPredictor(abc.ABC):
         if usable.any():
             sub = kernels[usable]
             out[usable] = self._predict_model(sub, device, {k: v[usable] for k, v in dev.items()})
-        other = ~usable & (cls != "COMM")
+        other = ~usable & (cls != OpClass.COMM)
         # CONV (issue 26) and fused attention (ATTN, issue 25) rows no model of this predictor covers: their FLOPs
         # run on the GEMM / tensor-core units, so the roofline, not bytes / bandwidth
-        roof = modelled[other] | np.isin(cls[other], ("CONV", "ATTN"))
+        roof = modelled[other] | np.isin(cls[other], (OpClass.CONV, OpClass.ATTN))
         out[other] = np.where(roof, common.roofline_ms(kernels[other], {k: v[other] for k, v in dev.items()}),
                               common.memory_ms(kernels[other], {k: v[other] for k, v in dev.items()}))
-        bad = (cls != "COMM") & ~(np.isfinite(out) & (out > 0))
+        bad = (cls != OpClass.COMM) & ~(np.isfinite(out) & (out > 0))
         if bad.any():
             raise FloatingPointError(f"{self.name}: {int(bad.sum())} non-positive or non-finite predictions "
                                      f"(first row: {kernels[bad].iloc[0].to_dict()})")

@@ -9,19 +9,20 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import devices, schema
+from neusight_core.schema import OpClass, Precision
 
-GEMM_CLASSES = ("BMM", "LINEAR")
+GEMM_CLASSES = schema.op_classes(lambda c: c.is_gemm)
 # classes that run on the GEMM units and so take the GEMM (tensor-core) peak at tf32 / fp16 / bf16: the GEMMs,
 # CONV (issue 26; cuDNN's implicit GEMM) and fused attention (issue 25; its two GEMMs, QK^T and PV, dominate)
-PEAK_GEMM_CLASSES = GEMM_CLASSES + ("CONV", "ATTN")
-VECTOR_CLASSES = ("VEC", "SOFTMAX", "LAYERNORM")
+PEAK_GEMM_CLASSES = schema.op_classes(lambda c: c.on_matrix_units)
+VECTOR_CLASSES = schema.op_classes(lambda c: c.is_vector)
 MODEL_CLASSES = GEMM_CLASSES + VECTOR_CLASSES
 # convolutions (issue 26): tiles and waves of their implicit GEMM, whose M already includes the batch
-CONV_CLASSES = ("CONV",)
+CONV_CLASSES = (OpClass.CONV,)
 IGEMM_CLASSES = GEMM_CLASSES + CONV_CLASSES   # [M x N] @ [N x K] tile geometry
 PREDICTED_CLASSES = MODEL_CLASSES + CONV_CLASSES   # every class a predictor models (the others: memory-bound)
-MEMORY_CLASSES = ("MEM", "UNCLASSIFIED")
-ROW_TILE_CLASSES = ("SOFTMAX", "LAYERNORM")   # one row (H elements) per tile
+MEMORY_CLASSES = schema.op_classes(lambda c: c.is_memory)
+ROW_TILE_CLASSES = schema.op_classes(lambda c: c.is_row_tiled)   # one row (H elements) per tile
 MIN_BYTES = 4.0                                # a kernel moves at least one FP32 element
 
 
@@ -86,7 +87,7 @@ def element_bytes(kernels: pd.DataFrame) -> np.ndarray:
 
 
 #: Memory-bound classes whose FP16 / BF16 rows are predicted as their byte-equivalent FP32 kernel (issue 33).
-HALF_AS_FP32 = ("VEC", "SOFTMAX", "LAYERNORM")
+HALF_AS_FP32 = schema.op_classes(lambda c: c.is_vector)
 
 
 def half_as_fp32(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -107,7 +108,7 @@ def half_as_fp32(kernels: pd.DataFrame) -> pd.DataFrame:
     out.loc[rows, "B"] = np.where(B >= 2, np.ceil(B / 2), B)
     out.loc[rows, "H"] = np.where(B >= 2, H, np.ceil(H / 2))
     out.loc[rows, "flops"] = out.loc[rows, "flops"].to_numpy(float) / 2
-    out.loc[rows, "precision"] = "fp32"
+    out.loc[rows, "precision"] = Precision.FP32
     return out
 
 

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from neusight_core import devices
 import neusight_core.predictors.common as common
 from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, split_validation
+from neusight_core.schema import OpClass
 
 FEATURES = ("B", "M", "N", "K")
 # Habitat's conv2d MLP takes the layer's parameters (batch, channels, kernel, image size, stride, padding)
@@ -98,7 +99,7 @@ class HabitatPredictor(KernelPredictor):
                 if rc.empty:
                     continue
                 self.curves[cls] = self._curve(rc)
-                if cls == "VEC":
+                if cls == OpClass.VEC:
                     for sub, g in rc.groupby("sub_op"):
                         self.curves[f"VEC:{sub}"] = self._curve(g)
         self.info["train_seconds"] = t.seconds
@@ -114,7 +115,7 @@ class HabitatPredictor(KernelPredictor):
     def _reference_ms(self, kernels: pd.DataFrame) -> np.ndarray:
         out = np.empty(len(kernels))
         lb = np.log(common.total_bytes(kernels))
-        keys = np.where(kernels["op_class"].eq("VEC"), "VEC:" + kernels["sub_op"].fillna("").astype(str),
+        keys = np.where(kernels["op_class"].eq(OpClass.VEC), "VEC:" + kernels["sub_op"].fillna("").astype(str),
                         kernels["op_class"].astype(str))
         for key in np.unique(keys):
             rows = keys == key

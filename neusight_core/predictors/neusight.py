@@ -70,6 +70,7 @@ from neusight_core.predictors.features import (CONV_TILE, FEATURE_NAMES, U_MIN, 
                                                utilisation)
 from neusight_core.predictors.tensor_core import TensorCoreNets
 from neusight_core.predictors.tiles import TileLookup
+from neusight_core.schema import OpClass
 
 _REQUIRED = object()
 
@@ -398,7 +399,7 @@ class NeuSightPredictor(KernelPredictor):
         if not cls or "conv_k" not in kernels or "op_class" not in kernels:
             return kernels
         f = {c: kernels[c].to_numpy(float) for c in ("conv_k", "conv_stride", "conv_pad", "conv_groups")}
-        rows = ((kernels["op_class"].to_numpy() == "CONV") & (f["conv_k"] == 1) & (f["conv_stride"] == 1)
+        rows = ((kernels["op_class"].to_numpy() == OpClass.CONV) & (f["conv_k"] == 1) & (f["conv_stride"] == 1)
                 & (f["conv_pad"] == 0) & (f["conv_groups"] == 1))
         if not rows.any():
             return kernels

@@ -49,10 +49,11 @@ import neusight_core.predictors.common as common
 from neusight_core import schema
 from neusight_core.predictors.features import features, utilisation
 from neusight_core.predictors.base import NumpyMLP, Timer, split_validation
+from neusight_core.schema import OpClass, Precision
 
 NETWORKS = ("GEMM", "ATTN_prefill", "ATTN_decode")
 #: precisions whose GEMM / attention rows the networks answer (2-byte tensor-core precisions)
-PRECISIONS = ("bf16", "fp16")
+PRECISIONS = (Precision.BF16, Precision.FP16)
 ATTN_COLUMNS = schema.ATTN_COLUMNS
 TILE_INPUTS = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per_sm_l2",
                "tile_intensity_per_ridge", "waves", "wave_bytes_per_sm_bw")
@@ -73,7 +74,7 @@ def _backward_as_forward(kernels: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarra
     """``kernels`` with ATTN backward rows turned into the forward of their shape, and the factor per row."""
     if "sub_op" not in kernels.columns:
         return kernels, np.ones(len(kernels))
-    bw = (kernels["op_class"].to_numpy() == "ATTN") & (kernels["sub_op"].astype(str).to_numpy() == "backward")
+    bw = (kernels["op_class"].to_numpy() == OpClass.ATTN) & (kernels["sub_op"].astype(str).to_numpy() == "backward")
     if not bw.any():
         return kernels, np.ones(len(kernels))
     k = kernels.copy()
@@ -99,7 +100,7 @@ def network_of(kernels: pd.DataFrame) -> np.ndarray:
     out[half & np.isin(cls, common.GEMM_CLASSES)
         & kernels[["B", "M", "N", "K"]].notna().all(axis=1).to_numpy()] = "GEMM"
     if "sub_op" in kernels.columns and all(c in kernels.columns for c in ATTN_COLUMNS):
-        ok = half & (cls == "ATTN") & kernels[list(ATTN_COLUMNS)].notna().all(axis=1).to_numpy()
+        ok = half & (cls == OpClass.ATTN) & kernels[list(ATTN_COLUMNS)].notna().all(axis=1).to_numpy()
         sub = kernels["sub_op"].astype(str).to_numpy()
         for kind in ("prefill", "decode"):
             out[ok & (sub == kind)] = f"ATTN_{kind}"

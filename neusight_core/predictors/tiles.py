@@ -18,11 +18,12 @@ import pandas as pd
 
 from neusight_core import devices
 from neusight_core.predictors.common import GEMM_CLASSES
+from neusight_core.schema import OpClass
 
 HW = ("num_sm", "fp32_gflops", "mem_bw_gbs", "l2_mb", "mem_gb")
 #: the GPU features that can change a kernel's speed: ``memory=False`` looks tiles up on these alone (issue 34)
 SPEED_HW = ("num_sm", "fp32_gflops", "mem_bw_gbs", "l2_mb")
-LOOKUP_CLASSES = ("BMM", "LINEAR", "VEC")
+LOOKUP_CLASSES = (OpClass.BMM, OpClass.LINEAR, OpClass.VEC)
 
 
 def _dims(df: pd.DataFrame, cls: str) -> np.ndarray:

@@ -21,6 +21,7 @@ from neusight_core import paths
 from neusight_core.datafile import CacheWarning
 from neusight_core.predictors.base import STATE_FILE, KernelPredictor, PredictorLoadError, config_hash, read_state
 from neusight_core.registry import create
+from neusight_core.schema import OpClass
 
 
 def folder(name: str, quick: bool = False, seed: int = 0, config: dict | None = None,
@@ -118,7 +119,7 @@ def worker_environment():
 
 # records per op class that the full NeuSight recipes train on (the authors' filter applied): only for
 # ordering jobs by their cost
-_ROWS_HINT = {"BMM": 88_000, "LINEAR": 32_000, "VEC": 8_300, "SOFTMAX": 1_500, "LAYERNORM": 1_500}
+_ROWS_HINT = {OpClass.BMM: 88_000, OpClass.LINEAR: 32_000, OpClass.VEC: 8_300, OpClass.SOFTMAX: 1_500, OpClass.LAYERNORM: 1_500}
 
 
 def training_cost(name: str, quick: bool = False, seed: int = 0, config: dict | None = None,

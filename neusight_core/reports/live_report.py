@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core.studies.live import MODEL_SECTIONS, NOT_POSSIBLE
+from neusight_core.schema import Precision
 
 def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "neusight",
                          quick: bool = False) -> pd.DataFrame:
@@ -20,7 +21,7 @@ def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "ne
     from neusight_core.studies import errors
     rows = []
     preds = {s: predictors.get(predictor, quick=quick, seed=s) for s in seeds}
-    for table, default_dtype in (("live_paper", "fp32"), ("live_llama", "bf16"), ("live_vision", "fp32")):
+    for table, default_dtype in (("live_paper", Precision.FP32), ("live_llama", Precision.BF16), ("live_vision", Precision.FP32)):
         f = Path(folder) / f"{table}.csv"
         if not f.is_file():
             continue

@@ -14,7 +14,7 @@ import pandas as pd
 
 from neusight_core.studies import evaluation as ev
 from neusight_core.studies import paper_tables as pt
-from neusight_core import paths, schema
+from neusight_core import devices, paths, schema
 
 _NUM = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*%?\s*$")
 _PRED_ERR = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*\(\s*(-?\d+(?:\.\d+)?)%\)\s*$")
@@ -69,7 +69,7 @@ def read_authors_table(name: str, summary_dir: str | Path | None = None) -> pd.D
         spec = pt.FIGURES[name]
         cols = pt.figure_columns(spec)
         data = {r[0]: [_num(r[j + 1] if j + 1 < len(r) else "", f"{path}:{i + 1}") for j in range(len(cols))]
-                for i, r in enumerate(rows) if r and r[0] in {ev.GPU_SHORT[g] for g in spec.gpus}}
+                for i, r in enumerate(rows) if r and r[0] in {devices.short_name(g) for g in spec.gpus}}
         return pd.DataFrame.from_dict(data, orient="index", columns=cols).rename_axis("gpu")
     if name == "perop":
         tmpl = table_perop_template()

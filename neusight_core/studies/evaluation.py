@@ -65,6 +65,7 @@ import pandas as pd
 from neusight_core import paths
 from neusight_core.studies import errors
 from neusight_core import devices, registry, schema
+from neusight_core.schema import OpClass
 
 PREDICTORS = ("neusight", "roofline", "habitat", "li")
 # Release folder name of each predictor (Li et al. ships as "micro").
@@ -80,20 +81,6 @@ OP_CLASSES = schema.PAPER_CLASSES   # the columns of the release's tables
 OPTIONS = ("none", "fusion", "dp4", "tp4", "pp4_1")
 MODES = ("inf", "train")
 
-GPU_SHORT = {
-    "NVIDIA_H100_80GB_HBM3": "H100",
-    "NVIDIA_L4": "L4",
-    "NVIDIA_A100-PCIE-40GB": "A100-40GB",
-    "NVIDIA_A100_80GB_PCIe": "A100-80GB",
-    "NVIDIA_A100-SXM4-40GB": "A100x4",
-    "Tesla_V100-PCIE-32GB": "V100",
-    "Tesla_P100-PCIE-16GB": "P100",
-    "Tesla_T4": "T4",
-    "Tesla_P4": "P4",
-    "AMD_Instinct_MI100": "MI100",
-    "AMD_Instinct_MI210": "MI210",
-    "AMD_Instinct_MI250": "MI250",
-}
 # Unseen GPUs (SPEC section 4); the authors' Table 6 uses the NVIDIA three.
 OOD_MODELS = ("gpt3_xl", "gpt3_27", "opt_13")
 
@@ -183,11 +170,11 @@ def _op_class_sums(per_opname: pd.Series) -> dict:
     """Authors' op classes from OpName sums (summarize.py: VEC excludes softmax and layernorm)."""
     names = per_opname.index.astype(str)
     masks = {
-        "BMM": names == "BMM",
-        "LINEAR": names == "Linear",
-        "VEC": names.str.contains(r"VEC(?!softmax|ln$)", regex=True),
-        "SOFTMAX": names.str.match("VECsoftmax"),
-        "LAYERNORM": names.str.match("VECln"),
+        OpClass.BMM: names == OpClass.BMM,
+        OpClass.LINEAR: names == "Linear",
+        OpClass.VEC: names.str.contains(r"VEC(?!softmax|ln$)", regex=True),
+        OpClass.SOFTMAX: names.str.match("VECsoftmax"),
+        OpClass.LAYERNORM: names.str.match("VECln"),
     }
     return {op: float(per_opname[np.asarray(m)].sum()) for op, m in masks.items()}
 
@@ -255,7 +242,7 @@ def build_index(labels_dir: str | Path | None = None, predictions_dir: str | Pat
         if lab["e2e_latency"] <= 0:
             raise LabelFileError(f"{f}: 'e2e_latency' must be positive, got {lab['e2e_latency']!r}")
         row = {
-            "gpu": gpu, "gpu_short": GPU_SHORT.get(gpu, gpu),
+            "gpu": gpu, "gpu_short": devices.short_name(gpu),
             "vendor": "AMD" if gpu.startswith("AMD") else "NVIDIA",
             **cfg, "model_display": MODEL_DISPLAY.get(cfg["model"], cfg["model"]), "config": stem,
             "num_layer": -1 if np.isnan(lab["num_layer"]) else int(lab["num_layer"]),
@@ -331,7 +318,7 @@ def fill_per_op_from_authors_summary(index: pd.DataFrame, summary_csv: str | Pat
     is the only reason Table 6 differs. Returns a new index with ``per_op_source`` =
     ``raw`` | ``authors_summary``; the Tier-0 tables are never built from it."""
     p = Path(summary_csv) if summary_csv else paths.summary_dir() / "summary.csv"
-    cols = {f"label_{'Linear' if op == 'LINEAR' else 'VECsoftmax' if op == 'SOFTMAX' else 'VECln' if op == 'LAYERNORM' else op}_e2e_latency": f"label_{op}_ms"
+    cols = {f"label_{'Linear' if op == OpClass.LINEAR else 'VECsoftmax' if op == OpClass.SOFTMAX else 'VECln' if op == OpClass.LAYERNORM else op}_e2e_latency": f"label_{op}_ms"
             for op in OP_CLASSES}
     s = pd.read_csv(p, usecols=["model_name", "mode", "seqlen", "batch", "device", "option", *cols])
     s = s.rename(columns={"model_name": "model", "seqlen": "seq", "device": "gpu", **cols})

@@ -32,6 +32,7 @@ import pandas as pd
 from neusight_core import measured_kernels as mk
 from neusight_core.studies import errors
 from neusight_core.predictors import tensor_core as tc, trees
+from neusight_core.schema import OpClass, Precision
 
 PREDICTORS = ("neusight", "neusight FP32-extrapolated", "roofline", "shape-only tree", "structural tree")
 BASELINE = "structural tree"     # the reference regression the tile/wave networks have to beat on each held-out GPU
@@ -89,7 +90,7 @@ def measure_local_gemms(shapes: pd.DataFrame, device_name: str, timer=None, budg
     from neusight_core.studies import live_harness, live_kernels
     rows = mk.gemm_kernels(shapes.assign(latency=np.nan), device_name, framework=f"local torch {torch.__version__}")
     rows["role"] = LOCAL_ROLE
-    cfg = live_harness.HarnessConfig(precision="bf16")
+    cfg = live_harness.HarnessConfig(precision=Precision.BF16)
     lat, status = [], []
     for _, r in rows.iterrows():
         try:
@@ -290,8 +291,8 @@ def headline(table: pd.DataFrame, predictor: str = "neusight") -> dict:
     rows pooled as the mean of the two kinds), and the per-GPU GEMM numbers."""
     t = table[(table["role"] == "held_out") & (table["predictor"] == predictor)]
     gemm = t[t["kind"] == "GEMM"]
-    attn = t[t["kind"].isin([k for k in KINDS if k.startswith("ATTN")] + [v for k, v in KINDS.items()
-                                                                          if k.startswith("ATTN")])]
+    attn = t[t["kind"].isin([k for k in KINDS if k.startswith(OpClass.ATTN)] + [v for k, v in KINDS.items()
+                                                                          if k.startswith(OpClass.ATTN)])]
     return {"gemm_mape": float(gemm["mape"].mean()) if len(gemm) else None,
             "attention_mape": float(attn["mape"].mean()) if len(attn) else None,
             "gemm_per_gpu": {r.device: round(float(r.mape), 2) for r in gemm.itertuples()},

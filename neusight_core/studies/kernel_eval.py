@@ -14,6 +14,7 @@ from neusight_core import dataset, paths
 from neusight_core.studies import errors
 from neusight_core import registry, schema
 from neusight_core import predictors as P
+from neusight_core.schema import OpClass
 
 CLASS_LABEL = schema.CLASS_LABEL
 PRED_LABEL = {n: e.label for n, e in registry.entries().items()}
@@ -137,7 +138,7 @@ def tile_lookup_accuracy(neusight, test: pd.DataFrame | None = None) -> pd.DataF
     (evaluation only: the lookup never sees the test sets)."""
     test = dataset.test_kernels() if test is None else test
     rows = []
-    g = test[test["op_class"].isin(["BMM", "LINEAR"])]
+    g = test[test["op_class"].isin([OpClass.BMM, OpClass.LINEAR])]
     for dev, d in g.groupby("device"):
         d = d.reset_index(drop=True)
         tm, tk, _ = neusight.tiles.lookup(d, dev)
@@ -201,7 +202,7 @@ def gemms_in_model_vs_alone(labels_dir=None, test: pd.DataFrame | None = None) -
     """
     labels = paths.labels_dir() if labels_dir is None else labels_dir
     test = dataset.test_kernels() if test is None else test
-    lin = test[test["op_class"].eq("LINEAR") & test["B"].eq(1)]
+    lin = test[test["op_class"].eq(OpClass.LINEAR) & test["B"].eq(1)]
     alone = lin.groupby(["device", "M", "N", "K"])["latency_ms"].median()
     parts = []
     for gdir in sorted(p for p in labels.iterdir() if p.is_dir()):
@@ -241,7 +242,7 @@ def in_model_vs_alone_summary(nodes: pd.DataFrame) -> pd.DataFrame:
 CONV_PREDICTORS = ("roofline", "habitat", "li", "neusight")
 # what NeuSight trains in the check: the CONV network only, on the conv records alone (the recipe's other
 # classes and its extra training sets do not touch CONV, and would cost minutes per fold)
-CONV_ONLY = {"classes": ["CONV"], "extra_training": None}
+CONV_ONLY = {"classes": [OpClass.CONV], "extra_training": None}
 
 
 def conv_training_data(quick: bool = False, seed: int = 0, drop_gpu: str | None = None) -> dataset.TrainingData:

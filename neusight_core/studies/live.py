@@ -26,6 +26,7 @@ from neusight_core.studies.live_harness import (FASTEST, RUNS, WARMUP, DetectedD
                                         identify, local_properties, measure, no_gpu_reason, section_budget,
                                         set_precision, software_versions)
 from neusight_core.studies.live_kernels import conv_kernel_sweep, kernel_sweep, measure_kernels, skipped_measurements
+from neusight_core.schema import Precision
 
 
 # ---------------------------------------------------------------- whole models on the GPU
@@ -301,8 +302,8 @@ def detected_to_dict(d: DetectedDevice) -> dict:
 
 # ---------------------------------------------------------------- the notebook's driver
 def run_live(output_dir, quick: bool = False, models=None, batches=None, time_budget_s: float = 3600,
-             target_gpu: str = "NVIDIA_H100_80GB_HBM3", precision: str = "fp32", timer=None,
-             llama_precision: str = "bf16") -> dict:
+             target_gpu: str = "NVIDIA_H100_80GB_HBM3", precision: str = Precision.FP32, timer=None,
+             llama_precision: str = Precision.BF16) -> dict:
     """Every section of notebooks/05_live_gpu: measure what the machine allows, predict the rest.
 
     ``precision`` is that of the paper's models (fp32 = the paper's protocol); ``llama_precision`` that
@@ -327,7 +328,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
         dev_name = dev_arg.name
     head = {"device": detected_to_dict(det) if det else None, "predicted_for": dev_name,
             "prediction_only": det is None, "precision": precision,
-            "precision_label": "paper protocol (FP32, TF32 off)" if precision == "fp32" else f"extension: {precision}",
+            "precision_label": "paper protocol (FP32, TF32 off)" if precision == Precision.FP32 else f"extension: {precision}",
             "protocol": f"{WARMUP} warm-up, {RUNS} timed runs, mean of {FASTEST} fastest (CUDA events)",
             "software": software_versions(), "skipped_reason": skip}
     cfg = HarnessConfig(precision=precision)

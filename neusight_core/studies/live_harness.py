@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+from neusight_core.schema import Precision
 
 RUNS = 25
 FASTEST = 5
@@ -93,7 +94,7 @@ class HarnessConfig:
     runs: int = RUNS
     fastest: int = FASTEST
     warmup: int = WARMUP
-    precision: str = "fp32"        # "fp32" (paper), extensions: "tf32", "bf16" (labelled as such)
+    precision: str = Precision.FP32        # "fp32" (paper), extensions: "tf32", "bf16" (labelled as such)
 
 
 class TimeBudget:
@@ -145,16 +146,16 @@ class CudaEventTimer:
 def set_precision(precision: str) -> None:
     """FP32 with TF32 off by default; TF32 is an extension and is labelled in every output."""
     import torch
-    if precision not in ("fp32", "tf32", "bf16"):
+    if precision not in (Precision.FP32, Precision.TF32, Precision.BF16):
         raise ValueError(f"precision must be fp32, tf32 or bf16, not {precision!r}")
-    allow = precision == "tf32"
+    allow = precision == Precision.TF32
     torch.backends.cuda.matmul.allow_tf32 = allow
     torch.backends.cudnn.allow_tf32 = allow
 
 
 def _dtype(cfg: "HarnessConfig | None"):
     import torch
-    return torch.bfloat16 if (cfg is not None and cfg.precision == "bf16") else torch.float32
+    return torch.bfloat16 if (cfg is not None and cfg.precision == Precision.BF16) else torch.float32
 
 
 def _is_oom(e: BaseException) -> bool:

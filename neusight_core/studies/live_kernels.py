@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core.studies.live_harness import HarnessConfig, Measurement, TimeBudget, _dtype, _is_oom, measure
+from neusight_core.schema import OpClass
 
 def kernel_sweep(quick: bool = False) -> pd.DataFrame:
     """Kernel shapes (transformer-derived) in the kernel-table convention of docs/interfaces.md.
@@ -24,19 +25,19 @@ def kernel_sweep(quick: bool = False) -> pd.DataFrame:
     if quick:
         gemm, bmm, vec = gemm[:2], bmm[:1], vec[:1]
     for m, n, k in gemm:
-        rows.append(dict(op_class="LINEAR", sub_op="", B=1, M=m, N=n, K=k, H=np.nan,
+        rows.append(dict(op_class=OpClass.LINEAR, sub_op="", B=1, M=m, N=n, K=k, H=np.nan,
                          flops=2 * m * n * k, bytes_read=4 * (m * n + n * k + k), bytes_written=4 * m * k))
     for b, m, n, k in bmm:
-        rows.append(dict(op_class="BMM", sub_op="", B=b, M=m, N=n, K=k, H=np.nan,
+        rows.append(dict(op_class=OpClass.BMM, sub_op="", B=b, M=m, N=n, K=k, H=np.nan,
                          flops=2 * b * m * n * k, bytes_read=4 * b * (m * n + n * k), bytes_written=4 * b * m * k))
     for b, h in vec:
         n = b * h
         for sub, ins, ops in (("add", 2, 1), ("mul", 2, 1), ("gelu", 1, 1)):
-            rows.append(dict(op_class="VEC", sub_op=sub, B=b, M=np.nan, N=np.nan, K=np.nan, H=h,
+            rows.append(dict(op_class=OpClass.VEC, sub_op=sub, B=b, M=np.nan, N=np.nan, K=np.nan, H=h,
                              flops=ops * n, bytes_read=4 * ins * n, bytes_written=4 * n))
-        rows.append(dict(op_class="SOFTMAX", sub_op="", B=b, M=np.nan, N=np.nan, K=np.nan, H=h,
+        rows.append(dict(op_class=OpClass.SOFTMAX, sub_op="", B=b, M=np.nan, N=np.nan, K=np.nan, H=h,
                          flops=5 * n, bytes_read=4 * n, bytes_written=4 * n))
-        rows.append(dict(op_class="LAYERNORM", sub_op="", B=b, M=np.nan, N=np.nan, K=np.nan, H=h,
+        rows.append(dict(op_class=OpClass.LAYERNORM, sub_op="", B=b, M=np.nan, N=np.nan, K=np.nan, H=h,
                          flops=6 * n, bytes_read=4 * n + 8 * h, bytes_written=4 * n))
     df = pd.DataFrame(rows)
     df["dtype"] = "float32"
@@ -52,18 +53,18 @@ def kernel_callable(row, device: str = "cuda", dtype=None, bias: bool = True) ->
     dt = dtype or torch.float32
     mk = lambda *s: torch.randn(*[int(x) for x in s], device=device, dtype=dt)  # noqa: E731
     c = row["op_class"]
-    if c == "LINEAR":
+    if c == OpClass.LINEAR:
         x, w, b = mk(row["M"], row["N"]), mk(row["K"], row["N"]), (mk(row["K"]) if bias else None)
         return lambda: F.linear(x, w, b)
-    if c == "BMM":
+    if c == OpClass.BMM:
         a, b = mk(row["B"], row["M"], row["N"]), mk(row["B"], row["N"], row["K"])
         return lambda: torch.bmm(a, b)
-    if c == "CONV":
+    if c == OpClass.CONV:
         return _conv_callable(row, mk)
     x = mk(row["B"], row["H"])
-    if c == "SOFTMAX":
+    if c == OpClass.SOFTMAX:
         return lambda: torch.softmax(x, dim=-1)
-    if c == "LAYERNORM":
+    if c == OpClass.LAYERNORM:
         w, b = mk(row["H"]), mk(row["H"])
         return lambda: F.layer_norm(x, (int(row["H"]),), w, b)
     y = mk(row["B"], row["H"])
@@ -106,13 +107,13 @@ def conv_kernel_sweep(quick: bool = False) -> pd.DataFrame:
     from neusight_core import trace_cache
     model, batch, size = CONV_SWEEP
     t = trace_cache.trace(model, 2 if quick else batch, size, "train")
-    conv = t[t["op_class"] == "CONV"]
+    conv = t[t["op_class"] == OpClass.CONV]
     keys = ["sub_op", "B", "conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups"]
     rows = (conv.groupby(keys, sort=False, dropna=False)
             .agg(**{c: (c, "first") for c in ("M", "N", "K", "H", "flops", "bytes_read", "bytes_written")},
                  count=("count", "sum"))
             .reset_index())
-    rows.insert(0, "op_class", "CONV")
+    rows.insert(0, "op_class", OpClass.CONV)
     rows["dtype"] = "float32"
     if quick:
         rows = rows.groupby("sub_op", sort=False).head(1)
@@ -153,7 +154,7 @@ def skipped_measurements(df: pd.DataFrame, reason: str) -> pd.DataFrame:
 
 def kernel_kind(k: pd.DataFrame) -> pd.Series:
     """A kernel row's kind: its op class, a CONV row by its sub_op (``CONV fwd``, ``CONV dgrad``, ``CONV wgrad``)."""
-    return k["op_class"].where(k["op_class"] != "CONV", "CONV " + k["sub_op"].astype(str))
+    return k["op_class"].where(k["op_class"] != OpClass.CONV, "CONV " + k["sub_op"].astype(str))
 
 
 def kernel_mape(k: pd.DataFrame) -> pd.DataFrame:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from neusight_core.studies import live, live_harness
+from neusight_core.schema import Precision
 
 # current open models of ours (neusight_core/model_configs), small to large: the small ones are host-bound in
 # eager PyTorch at batch 1, the 7-8B ones are not
@@ -269,7 +270,7 @@ def measure_case(m, cfg, case: ModernCase, device: str, graph: bool = True) -> t
 
 
 def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cuda", time_budget_s: float = 300,
-               dtype: str = "bf16", num_layers: int | None = None, log: Callable[[str], None] = print) -> list[dict]:
+               dtype: str = Precision.BF16, num_layers: int | None = None, log: Callable[[str], None] = print) -> list[dict]:
     """Measure ``cases`` (default ``modern_cases()``), model by model, into ``out_dir``/modern_steps.csv (written
     after every case, so a run cut short keeps what it measured), modern_kernels.json (top kernels per case) and
     modern_host.json (``host_calibration``). Cases the budget leaves out say BUDGET."""
@@ -277,7 +278,7 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cases = list(cases if cases is not None else modern_cases())
-    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    tdt = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16, Precision.FP32: torch.float32}[dtype]
     clock = live_harness.TimeBudget(time_budget_s)
     host = host_calibration(device)
     host.update(live_harness.software_versions())
@@ -329,7 +330,7 @@ def request_of(row, device: str, execution: str) -> dict:
     """The engine request of a measured step (``modern_steps.csv`` row): prefill = inference of ``seq`` tokens,
     decode = one token on a KV cache of ``seq``, train = forward + backward of ``seq`` tokens; BF16."""
     phase, s = row["phase"], int(row["seq"])
-    req = dict(model=row["model"], device=device, batch=int(row["batch"]), dtype="bf16",
+    req = dict(model=row["model"], device=device, batch=int(row["batch"]), dtype=Precision.BF16,
                mode="train" if phase == "train" else "inf", seq=1 if phase == "decode" else s,
                past=s if phase == "decode" else 0)
     if execution == "before":

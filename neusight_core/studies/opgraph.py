@@ -27,14 +27,15 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import fusion, parallel, paths, trace
+from neusight_core.schema import OpClass
 
-CLASSES = ["GEMM", "BMM", "LINEAR", "VEC", "SOFTMAX", "LAYERNORM", "MEM", "COMM"]
+CLASSES = ["GEMM", OpClass.BMM, OpClass.LINEAR, OpClass.VEC, OpClass.SOFTMAX, OpClass.LAYERNORM, OpClass.MEM, OpClass.COMM]
 _LAYER = re.compile(r"(?:^|_)(?:h|layer|layers|block)_(\d+)(?:_|$)")
 # names of graph nodes that are module calls of the model (not per-layer functional nodes)
 _MODULE_PREFIX = re.compile(r"^(transformer|bert|model|lm_head|cls|encoder|decoder|shared|final)")
 _NAME = re.compile(r"^(?P<model>.+?)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\d+)(?:-(?P<suffix>.+))?$")
 _BINARY = {"VECadd", "VECmul", "VECdiv", "VECpow", "VECsub"}
-_RANK = {"SOFTMAX": 3, "LAYERNORM": 2, "VEC": 1, "MEM": 0}
+_RANK = {OpClass.SOFTMAX: 3, OpClass.LAYERNORM: 2, OpClass.VEC: 1, OpClass.MEM: 0}
 
 
 class OpGraphError(ValueError):
@@ -68,24 +69,24 @@ def _kernel(entry) -> tuple[str, float, float]:
     kind, dims = entry[0], entry[1]
     if kind == "Linear":
         M, N, K = dims
-        return "LINEAR", 2.0 * M * N * K, 4.0 * (M * N + N * K + M * K)
-    if kind == "BMM":
+        return OpClass.LINEAR, 2.0 * M * N * K, 4.0 * (M * N + N * K + M * K)
+    if kind == OpClass.BMM:
         B, M, N, K = dims
-        return "BMM", 2.0 * B * M * N * K, 4.0 * B * (M * N + N * K + M * K)
-    if kind.startswith("VEC"):
+        return OpClass.BMM, 2.0 * B * M * N * K, 4.0 * B * (M * N + N * K + M * K)
+    if kind.startswith(OpClass.VEC):
         rows, H = dims
         e = float(rows) * float(H)
         if kind == "VECsoftmax":
-            return "SOFTMAX", 5 * e, 8 * e
+            return OpClass.SOFTMAX, 5 * e, 8 * e
         if kind == "VECln":
-            return "LAYERNORM", 6 * e, 8 * e
-        return "VEC", e, (12 if kind in _BINARY else 8) * e
-    if kind == "MEM":
+            return OpClass.LAYERNORM, 6 * e, 8 * e
+        return OpClass.VEC, e, (12 if kind in _BINARY else 8) * e
+    if kind == OpClass.MEM:
         shapes = [s for s in dims if isinstance(s, tuple)]
-        return "MEM", 0.0, 4.0 * sum(_numel(s) for s in shapes)
+        return OpClass.MEM, 0.0, 4.0 * sum(_numel(s) for s in shapes)
     if kind in ("ALLREDUCE", "ALLREDUCE_ASYNC", "SENDRECV"):
-        return "COMM", 0.0, 4.0 * _numel(dims)
-    return "MEM", 0.0, 0.0
+        return OpClass.COMM, 0.0, 4.0 * _numel(dims)
+    return OpClass.MEM, 0.0, 0.0
 
 
 def _parse_ops(text: str):
@@ -138,7 +139,7 @@ def load_opgraph(path, num_layers: int) -> pd.DataFrame:
         if r.OpName == "fused":
             ks = [_kernel(e) for e in ops]
             cls = max((k[0] for k in ks), key=lambda c: _RANK.get(c, 0))
-            big = max((_numel(e[1]) if e[0] != "MEM" else 0) for e in ops)
+            big = max((_numel(e[1]) if e[0] != OpClass.MEM else 0) for e in ops)
             rows.append((phase, cls, sum(k[1] for k in ks), 8.0 * big, mult, r.Name))
         else:
             for e in ops:
@@ -168,7 +169,7 @@ def _totals(df: pd.DataFrame, flops="flops", nbytes="bytes") -> pd.DataFrame:
     d = df.assign(_n=df["count"], _f=df[flops] * df["count"], _b=df[nbytes] * df["count"])
     # GEMM = BMM + LINEAR: graphs disagree on which matmuls are batched (e.g. Inductor lowers
     # some bmm to mm), the sum is comparable
-    g = d[d.op_class.isin(["BMM", "LINEAR"])].assign(op_class="GEMM")
+    g = d[d.op_class.isin([OpClass.BMM, OpClass.LINEAR])].assign(op_class="GEMM")
     d = pd.concat([d, g], ignore_index=True)
     out = []
     for scope, ph in (("forward", ["fw", "comm_fw"]), ("total", ["fw", "bw", "acc", "comm", "comm_fw"])):
@@ -197,7 +198,7 @@ def compare(config: str, cache: dict | None = None) -> pd.DataFrame:
     t_ours = time.perf_counter() - t0
     nl = mine.attrs.get("num_layers") or trace.num_layers(trace.load_config(d["model"]))
     theirs = load_opgraph(path, nl)
-    m = mine.assign(bytes=np.where(mine.op_class == "COMM", mine.comm_bytes,
+    m = mine.assign(bytes=np.where(mine.op_class == OpClass.COMM, mine.comm_bytes,
                                    mine.bytes_read + mine.bytes_written))
     # communication placed before the first backward kernel belongs to the forward pass
     bw = np.flatnonzero(m.phase.isin(["bw", "acc"]).to_numpy())
@@ -206,7 +207,7 @@ def compare(config: str, cache: dict | None = None) -> pd.DataFrame:
     ph[(ph == "comm") & (np.arange(len(m)) < first_bw)] = "comm_fw"
     m["phase"] = ph
     # authors: all-reduce / send-recv kernels listed in FwOps are forward communication
-    theirs.loc[(theirs.op_class == "COMM") & (theirs.phase == "fw"), "phase"] = "comm_fw"
+    theirs.loc[(theirs.op_class == OpClass.COMM) & (theirs.phase == "fw"), "phase"] = "comm_fw"
     a, b = _totals(m), _totals(theirs)
     t = a.merge(b, on=["scope", "op_class"], suffixes=("_ours", "_theirs"))
     for c in ("kernels", "flops", "bytes"):
@@ -258,11 +259,11 @@ def worst_by_class(table: pd.DataFrame, metric: str = "flops") -> pd.DataFrame:
 # Known, checked causes of differences in forward GEMM FLOPs above 1 %; each was verified by
 # reading the authors' graph (see notebook 02). Matched on configuration name and op class.
 KNOWN_CAUSES = [
-    (re.compile(r"^switchxl4|-fusion$"), ("BMM", "LINEAR"),
+    (re.compile(r"^switchxl4|-fusion$"), (OpClass.BMM, OpClass.LINEAR),
      "the authors' graph records some attention matmuls as Linear with the batch folded into M "
      "(Switch: 11, e.g. 16384 x 128 x 512; fused GPT-2: 11, e.g. 81920 x 64 x 1024; fused BERT: 9) "
      "instead of BMM; same FLOPs, so the GEMM total (BMM + LINEAR) agrees"),
-    (re.compile(r"-tp\d+$"), ("LINEAR", "GEMM"),
+    (re.compile(r"-tp\d+$"), (OpClass.LINEAR, "GEMM"),
      "vocabulary split: we pad the LM head to ceil(V / n) columns (Megatron), the authors use floor"),
 ]
 
@@ -276,7 +277,7 @@ def explain(config: str, op_class: str) -> str:
 
 def flagged_gemm_differences(table: pd.DataFrame, threshold: float = 0.01) -> pd.DataFrame:
     """Forward GEMM rows whose FLOPs differ by more than ``threshold`` (relative), with the cause."""
-    t = table[table.scope.isin(["forward", "forward-fused"]) & table.op_class.isin(["GEMM", "BMM", "LINEAR"])
+    t = table[table.scope.isin(["forward", "forward-fused"]) & table.op_class.isin(["GEMM", OpClass.BMM, OpClass.LINEAR])
               & (table.flops_rel.abs() > threshold)]
     t = t[["config", "op_class", "kernels_ours", "kernels_theirs", "flops_ours", "flops_theirs", "flops_rel"]]
     return t.assign(cause=[explain(c, o) for c, o in zip(t.config, t.op_class)]).reset_index(drop=True)
@@ -308,13 +309,13 @@ def kernel_table(config: str, num_layers: int | None = None) -> pd.DataFrame:
     modelled, mem = [], []
     for r, phase, ops, mult in _walk(pd.read_csv(path), num_layers):
         for kind, dims in ops:
-            if kind in ("Linear", "BMM"):
+            if kind in ("Linear", OpClass.BMM):
                 B, M, N, K = (1, *dims) if kind == "Linear" else dims
                 modelled.append((phase, kind.lower(), B, M, N, K, np.nan, mult, r.Name))
-            elif kind.startswith("VEC"):
+            elif kind.startswith(OpClass.VEC):
                 rows, H = dims
                 modelled.append((phase, kind[3:], rows, np.nan, np.nan, np.nan, H, mult, r.Name))
-            elif kind == "MEM":
+            elif kind == OpClass.MEM:
                 shapes = [s for s in dims if isinstance(s, tuple)]
                 mem.append((phase, 4.0 * sum(_numel(s) for s in shapes), mult, r.Name))
             else:
@@ -324,11 +325,11 @@ def kernel_table(config: str, num_layers: int | None = None) -> pd.DataFrame:
     if unknown:
         raise OpGraphError(f"{config}: unknown kernel kind(s) {', '.join(sorted(unknown))}")
     k["op_class"] = k["op"].map(dataset.OP_CLASS)
-    k["sub_op"] = np.where(k["op_class"] == "VEC", k["op"], "")
+    k["sub_op"] = np.where(k["op_class"] == OpClass.VEC, k["op"], "")
     out = dataset.to_kernels(k).drop(columns=["op"], errors="ignore")
     out["phase"], out["count"], out["module"] = k["phase"].to_numpy(), k["count"].to_numpy(), k["module"].to_numpy()
     m = pd.DataFrame(mem, columns=["phase", "bytes_read", "count", "module"])
-    m = m.assign(aten_op="authors.MEM", op_class="MEM", sub_op="", B=np.nan, M=np.nan, N=np.nan, K=np.nan,
+    m = m.assign(aten_op="authors.MEM", op_class=OpClass.MEM, sub_op="", B=np.nan, M=np.nan, N=np.nan, K=np.nan,
                  H=np.nan, flops=0.0, bytes_written=0.0, dtype="float32", layer=-1, comm_kind="",
                  comm_bytes=0.0, overlap=False, stage=0)
     out = pd.concat([out, m[out.columns]], ignore_index=True)

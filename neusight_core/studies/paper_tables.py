@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from neusight_core import paths, schema
-from neusight_core.studies.evaluation import (FIGURE_PREDICTORS, GPU_SHORT, KEY, MODEL_DISPLAY, MODEL_SEQ, OP_CLASSES,
+from neusight_core import devices, paths, schema
+from neusight_core.studies.evaluation import (FIGURE_PREDICTORS, KEY, MODEL_DISPLAY, MODEL_SEQ, OP_CLASSES,
                                       PREDICTOR_DISPLAY, EvaluationError, LabelFileError, _read_csv, safe_ape)
 
 # ------------------------------------------------------------------------------- table builders
@@ -79,7 +79,7 @@ def figure_cells(index: pd.DataFrame, figure: str, predictors=None) -> pd.DataFr
                     raise EvaluationError(f"{figure}: {len(hit)} index rows for {gpu} {model} b{b}")
                 r = hit.iloc[0]
                 for p, disp in preds.items():
-                    rows.append({"figure": figure, "gpu": gpu, "gpu_short": GPU_SHORT.get(gpu, gpu),
+                    rows.append({"figure": figure, "gpu": gpu, "gpu_short": devices.short_name(gpu),
                                  "model": model, "model_display": MODEL_DISPLAY[model], "batch": b,
                                  "predictor": p, "predictor_display": disp,
                                  "label_ms": r["label_e2e_ms"], "pred_ms": r[f"pred_{p}_ms"],
@@ -119,7 +119,7 @@ def _amd_table(index: pd.DataFrame, spec: FigureSpec, predictors) -> pd.DataFram
     preds = _pred_keys(predictors if predictors is not None else {"neusight": "NeuSight"})
     t = _figure_table(index, spec, preds)
     if len(preds) == 1:  # the authors' layout: one row per GPU (short name), NeuSight only
-        t.index = pd.Index([GPU_SHORT[g] for g in t.index.get_level_values("gpu")], name="gpu")
+        t.index = pd.Index([devices.short_name(g) for g in t.index.get_level_values("gpu")], name="gpu")
     return t
 
 
@@ -183,7 +183,7 @@ def fusion_cells(index: pd.DataFrame, predictor: str = "neusight") -> pd.DataFra
                 if hit.empty:
                     continue
                 r = hit.iloc[0]
-                rows.append({"gpu": gpu, "gpu_short": GPU_SHORT[gpu], "model": model, "model_display": disp,
+                rows.append({"gpu": gpu, "gpu_short": devices.short_name(gpu), "model": model, "model_display": disp,
                              "batch": b, "fused": fused, "label_ms": r["label_e2e_ms"],
                              "pred_ms": r[f"pred_{predictor}_ms"],
                              "ape": float(safe_ape([r["label_e2e_ms"]], [r[f"pred_{predictor}_ms"]])[0])})
@@ -197,7 +197,7 @@ def table_fusion_inf(index: pd.DataFrame, predictor: str = "neusight") -> pd.Dat
     """Table 7 (operator fusion): rows (model, batch, quantity), columns (GPU, Non-fused/Fused).
     The authors print prediction and APE in one cell, ``pred (APE%)``; here they are two rows."""
     cells = fusion_cells(index, predictor)
-    cols = pd.MultiIndex.from_tuples([(GPU_SHORT[g], f) for g in FUSION_GPUS for f in ("Non-fused", "Fused")],
+    cols = pd.MultiIndex.from_tuples([(devices.short_name(g), f) for g in FUSION_GPUS for f in ("Non-fused", "Fused")],
                                      names=["gpu", "fusion"])
     rows = pd.MultiIndex.from_tuples([(d, f"batch={b}", q) for _, d, b in FUSION_ROWS for q in QUANTITIES],
                                      names=["model", "batch", "quantity"])

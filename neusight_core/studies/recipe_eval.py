@@ -35,7 +35,7 @@ import pandas as pd
 
 from neusight_core.studies import evaluation as ev
 from neusight_core.studies import paper_tables as pt
-from neusight_core import registry
+from neusight_core import devices, registry
 from neusight_core.studies import errors
 from neusight_core import predictors as P
 
@@ -68,7 +68,7 @@ def group_masks(index: pd.DataFrame, per_gpu: bool = True) -> dict:
             for gpu in pt.FIGURES["nvidia_inf" if name == "inf" else "nvidia_train"].gpus:
                 m = fig & (index["gpu"] == gpu).to_numpy()
                 if m.any():
-                    out[f"{ev.GPU_SHORT.get(gpu, gpu)} {name}"] = m
+                    out[f"{devices.short_name(gpu)} {name}"] = m
     return out
 
 

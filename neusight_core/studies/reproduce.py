@@ -29,6 +29,7 @@ from neusight_core.studies import paper_tables as pt
 from neusight_core import latency
 from neusight_core import schema
 from neusight_core.studies.errors import ape
+from neusight_core.schema import OpClass
 
 PREDICTORS = ev.PREDICTORS     # the release's four: ours next to theirs
 OP_CLASSES = schema.PAPER_CLASSES
@@ -306,7 +307,7 @@ def small_kernel_report(model: str, device: str, batch: int, seq: int, mode: str
     from neusight_core import devices
     dev = devices.get_device(device)
     k = latency.predict_model(model, dev, batch, seq, mode, quick=quick, **option_kwargs(option))["kernels"]
-    k = k[k["op_class"].isin(["VEC", "MEM"])].copy()
+    k = k[k["op_class"].isin([OpClass.VEC, OpClass.MEM])].copy()
     per_launch_roof = (k["bytes_read"] + k["bytes_written"]) / (dev.mem_bw_gbs * 1e9) * 1e3
     k["roofline_ms"] = per_launch_roof * k["count"]
     k["size"] = np.where(per_launch_roof * 1e3 < threshold_us, f"< {threshold_us:g} us at roofline",
@@ -316,7 +317,7 @@ def small_kernel_report(model: str, device: str, batch: int, seq: int, mode: str
             .reset_index())
 
 
-def training_floor(op_class: str = "VEC", max_elems: int = 2**16) -> pd.DataFrame:
+def training_floor(op_class: str = OpClass.VEC, max_elems: int = 2**16) -> pd.DataFrame:
     """Median measured latency of the smallest kernels of a class in the training data, per training GPU:
     the fixed per-kernel cost the predictors learn (device, kernels, median_us)."""
     from neusight_core import dataset

@@ -23,7 +23,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import configs, devices, latency, memory, parallel, schema, tables
+from neusight_core import configs, devices, latency, memory, schema
+from neusight_core.schema import OpClass, Precision
 
 H100 = "NVIDIA_H100_80GB_HBM3"
 SPARSE_FP16_H100 = 1979000.0    # the release's _TP device and the datasheet's "with sparsity" figure
@@ -31,12 +32,12 @@ PEAKS = ("dense", "sparse", "authors")
 
 
 # ------------------------------------------------------------------------------ Figure 10 / C9
-def fp16mm_kernels(fp16: pd.DataFrame, elem_bytes: float = 2.0, precision: str = "fp16") -> pd.DataFrame:
+def fp16mm_kernels(fp16: pd.DataFrame, elem_bytes: float = 2.0, precision: str = Precision.FP16) -> pd.DataFrame:
     """The Figure 10 BMM shapes as a kernel table (release convention: [M x N] @ [N x K])."""
     B, M, N, K = (fp16[c].astype(float).to_numpy() for c in ("B", "M", "N", "K"))
     n = len(fp16)
     return pd.DataFrame({
-        "phase": "fw", "aten_op": "aten.bmm.default", "op_class": "BMM", "sub_op": "",
+        "phase": "fw", "aten_op": "aten.bmm.default", "op_class": OpClass.BMM, "sub_op": "",
         "B": B, "M": M, "N": N, "K": K, "H": np.nan, "flops": 2.0 * B * M * N * K,
         "bytes_read": elem_bytes * B * (M * N + N * K), "bytes_written": elem_bytes * B * M * K,
         "dtype": "float16" if elem_bytes == 2 else "float32", "module": "", "layer": -1, "count": 1,
@@ -59,7 +60,7 @@ def fp16mm_ours(predictor="neusight", quick: bool = False, peak: str = "dense", 
     fp16 = paper_tables.load_fp16mm() if fp16 is None else fp16
     pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     if peak == "authors":
-        k, dev = fp16mm_kernels(fp16, 4.0, "fp32"), devices.get_device("NVIDIA_H100_80GB_HBM3_TP")
+        k, dev = fp16mm_kernels(fp16, 4.0, Precision.FP32), devices.get_device("NVIDIA_H100_80GB_HBM3_TP")
     else:
         k, dev = fp16mm_kernels(fp16), devices.get_device(H100)
         if peak == "sparse":
@@ -111,10 +112,10 @@ def validation(model: str, gpu, dtype: str, past: int = 0, tensor_core: bool = F
     why = []
     if dev.source.startswith("spec sheet") or "authors' release" not in dev.source:
         why.append("unseen GPU (spec sheet)")
-    if dtype != "fp32" and tensor_core and dtype in schema.HALF_PRECISIONS:
+    if dtype != Precision.FP32 and tensor_core and dtype in schema.HALF_PRECISIONS:
         why.append(f"precision {dtype}: GEMMs from networks trained on measured kernels of 4 GPUs (notebook 07), "
                    "other kernels untested")
-    elif dtype != "fp32":
+    elif dtype != Precision.FP32:
         why.append(f"precision {dtype} untested")
         if not dev.has_tensor_peak(dtype):
             why.append(f"no {dtype} tensor cores: FP32 peak")
@@ -146,7 +147,7 @@ def bf16_validation(tensor_core: bool = True, log=None) -> pd.DataFrame:
     if not tensor_core:
         why = "extrapolation: this predictor has no BF16 networks (FP32-trained networks at the BF16 peak)"
         return pd.DataFrame([{"kernels": k, "op classes": c, "status": why, "trained on": "", "held-out MAPE": ""}
-                             for k, c in (("GEMM", "LINEAR, BMM"), ("fused attention", "ATTN"),
+                             for k, c in (("GEMM", "LINEAR, BMM"), ("fused attention", OpClass.ATTN),
                                           ("element-wise, softmax, layernorm", "VEC, SOFTMAX, LAYERNORM"))])
     gemm = held(h.get("gemm_per_gpu", {}))
     p90 = h.get("gemm_p90_per_gpu", {})
@@ -175,26 +176,27 @@ def floors(kernels: pd.DataFrame, gpu, weight_bytes: float) -> dict:
     gemm = kernels["op_class"].isin(common.PEAK_GEMM_CLASSES).to_numpy()
     prec = kernels["precision"].dropna().unique() if "precision" in kernels else []
     half = [p for p in prec if p in schema.HALF_PRECISIONS]
-    peak = dev.gemm_peak_gflops(half[0] if half else "fp32") * 1e9
+    peak = dev.gemm_peak_gflops(half[0] if half else Precision.FP32) * 1e9
     flops = float((kernels["flops"].fillna(0) * kernels["count"].fillna(1)).to_numpy(float)[gemm].sum())
     return {"gemm_flops": flops, "peak_tflops": peak / 1e12, "flops_floor_ms": flops / peak * 1e3,
             "weight_bytes": float(weight_bytes), "bandwidth_tbs": dev.mem_bw_gbs / 1e3,
             "bytes_floor_ms": float(weight_bytes) / (dev.mem_bw_gbs * 1e9) * 1e3}
 
 
-def floors_table(model: str = "llama2_7b", gpu=H100, dtype: str = "bf16", seq: int = 2048, predictor="neusight",
+def floors_table(model: str = "llama2_7b", gpu=H100, dtype: str = Precision.BF16, seq: int = 2048, predictor="neusight",
                  quick: bool = False) -> pd.DataFrame:
     """One request (batch 1) of ``model``: prefill of ``seq`` tokens and one decode step on a ``seq - 1`` KV cache,
     predicted on one GPU, beside its ``floors`` and the predicted time per kernel family (GEMM = LINEAR + BMM)."""
+    from neusight_core import engine
     from neusight_core.predictors import common
     pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
+    steps = (("prefill", seq, 0), ("decode", 1, seq - 1))
+    got = engine.predict([dict(model=model, batch=1, seq=s, mode="inf", past=past, dtype=dtype, device=gpu,
+                               attention="eager", execution="graph") for _, s, past in steps], [pred],
+                         keep_kernels=True, raise_errors=True)
     rows = []
-    for work, s, past in (("prefill", seq, 0), ("decode", 1, seq - 1)):
-        k = latency.trace(model, 1, s, "inf", past, dtype)
-        w = memory.footprint(k)["weights_gib"] * 2**30
-        pk = predict_unique(k, gpu, pred)
-        f = floors(k, gpu, w)
-        total = latency.aggregate(pk)["e2e_ms"]
+    for (work, s, past), total, pk, m in zip(steps, got["e2e_ms"], got.attrs["kernels"], got.attrs["memory"]):
+        f = floors(pk, gpu, m["weights_gib"] * 2**30)
         gemm = pk["op_class"].isin(common.PEAK_GEMM_CLASSES)
         # the floor of the GEMMs alone: the larger of their FLOPs at the peak and the weights at the bandwidth
         rows.append({"workload": work, "tokens": s, "kv_cache": past, "predicted_ms": total,
@@ -215,7 +217,7 @@ def floors_sentence(t: pd.DataFrame) -> str:
     out = []
     for r in t.to_dict("records"):
         bound = "GEMM FLOPs at the dense peak" if r["flops_floor_ms"] >= r["bytes_floor_ms"] else "weights at the bandwidth"
-        other = {k[:-3]: v for k, v in r.items() if k.endswith(" ms") and k[:-3] not in ("LINEAR", "BMM", "ATTN")}
+        other = {k[:-3]: v for k, v in r.items() if k.endswith(" ms") and k[:-3] not in (OpClass.LINEAR, OpClass.BMM, OpClass.ATTN)}
         top = max(other, key=other.get) if other else None
         out.append(f"{r['workload']} ({r['tokens']} token(s), KV cache {r['kv_cache']}): predicted {r['predicted_ms']:.1f} ms, "
                    f"{r['predicted / floor']:.1f}x its floor of {r['floor_ms']:.1f} ms ({bound}); the GEMMs alone "
@@ -251,7 +253,7 @@ def execution_table(gpus=None, quick: bool = False, predictor="neusight", seeds=
         for g in gpus:
             for work, s, past in (("prefill", seq, 0), ("decode", 1, seq)):
                 for label, att, ex in EXECUTION_VARIANTS:
-                    reqs.append(dict(model=model, device=g, batch=1, seq=s, past=past, dtype="bf16", attention=att,
+                    reqs.append(dict(model=model, device=g, batch=1, seq=s, past=past, dtype=Precision.BF16, attention=att,
                                      execution=ex, **({"parallel": "tp", "gpus": tp} if tp else {})))
                     meta.append({"model": model, "plan": f"tp{tp}" if tp else "1 GPU", "workload": work,
                                  "tokens": s, "variant": label})
@@ -261,7 +263,7 @@ def execution_table(gpus=None, quick: bool = False, predictor="neusight", seeds=
     dev = {g: devices.get_device(g) for g in out["device"].dropna().unique()}
     # the weights per GPU of each (model, plan, GPU); derived tables (eager attention) have no memory columns
     w = out.groupby(["model", "plan", "device"])["memory_weights_gib"].transform("max").to_numpy(float) * 2**30
-    peak = out["device"].map(lambda g: dev[g].gemm_peak_gflops("bf16") * 1e9 if g in dev else np.nan).to_numpy(float)
+    peak = out["device"].map(lambda g: dev[g].gemm_peak_gflops(Precision.BF16) * 1e9 if g in dev else np.nan).to_numpy(float)
     bw = out["device"].map(lambda g: dev[g].mem_bw_gbs * 1e9 if g in dev else np.nan).to_numpy(float)
     # GEMM parameters per GPU: the weights (2 bytes each) less the input embedding, a lookup (split like the rest)
     emb = out["model"].map(lambda m: float(configs.config_content(m)["vocab_size"])
@@ -279,20 +281,6 @@ def execution_table(gpus=None, quick: bool = False, predictor="neusight", seeds=
 def tokens(sc: dict) -> int:
     """Tokens one step processes (prefill/training: batch x seq; decode: one per sequence)."""
     return sc["batch"] * (1 if sc["workload"] == "decode" else sc["seq"])
-
-
-def predict_unique(kernels: pd.DataFrame, dev, pred, net=None) -> pd.DataFrame:
-    """``latency.predict_kernels`` on the distinct kernels only (a predictor's answer depends on the row
-    alone, and the layers of a model repeat: 80 identical blocks in Llama-2-70B), broadcast back.
-    Same numbers, tens of times faster over 17 GPUs. Distinct = the engine's compaction (``tables.compact_codes``)."""
-    k = kernels.reset_index(drop=True)
-    codes = tables.compact_codes(k).astype(int)
-    first = pd.Series(np.arange(len(k))).groupby(codes).first().to_numpy()
-    uniq = k.iloc[first].copy()
-    u = latency.predict_kernels(uniq, dev, pred, net=net)
-    count = k["count"].fillna(1).to_numpy(float)
-    per_launch = u["pred_ms"].to_numpy(float) / u["count"].fillna(1).to_numpy(float)
-    return k.assign(pred_ms=per_launch[codes] * count)
 
 
 def _tp_degrees(max_gpus: int) -> list[int]:
@@ -318,64 +306,73 @@ def check_parameters(gpu_price_per_hour=None, max_gpus=8) -> tuple[float | None,
     return price, int(max_gpus)
 
 
-def run(gpus=None, dtypes=("bf16", "fp32"), quick: bool = False, predictor="neusight",
+def run(gpus=None, dtypes=(Precision.BF16, Precision.FP32), quick: bool = False, predictor="neusight",
         gpu_price_per_hour: float | None = None, max_gpus: int = 8, optimizer: str = "adamw",
         progress=None) -> pd.DataFrame:
     """One row per (scenario, dtype, GPU): the single-GPU prediction, or the smaller TP split (2 or
     ``max_gpus`` GPUs) whose per-GPU memory fits, or ``does not fit on max_gpus`` with no latency (a time for a
-    run that cannot happen would show in every table and figure). GPUs without NVLink get no TP latency. Predictions
-    of identical kernels are shared (``predict_unique``)."""
+    run that cannot happen would show in every table and figure). GPUs without NVLink get no TP latency.
+
+    A grid of scenarios through the engine (issue 35: no second pipeline): the engine's memory columns choose the
+    plan (one call per TP size, for the cells still without one; a footprint does not depend on the GPU), one
+    more call predicts the chosen plans; this module adds tokens, price and the validation label."""
+    from neusight_core import engine
     gpu_price_per_hour, max_gpus = check_parameters(gpu_price_per_hour, max_gpus)
     gpus = list(gpus or catalogue_gpus())
     pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     tensor_core = bool(getattr(getattr(pred, "tc", None), "nets", None))   # BF16 networks (issue 25)
-    rows = []
-    for sc in scenarios(quick):
-        for dt in dtypes:
-            if dt == "fp32" and (sc["batch"] != 1 or sc["model"] == "llama2_70b"):
-                continue   # fp32 (the paper's protocol): batch 1 of the smaller models, a reference
-            t0 = time.perf_counter()
-            k1 = latency.trace(sc["model"], sc["batch"], sc["seq"], sc["mode"], sc["past"], dt)
-            plans = {1: (k1, memory.footprint(k1, optimizer=optimizer))}
+    cells = [(sc, dt) for sc in scenarios(quick) for dt in dtypes
+             # fp32 (the paper's protocol): batch 1 of the smaller models, a reference
+             if not (dt == Precision.FP32 and (sc["batch"] != 1 or sc["model"] == "llama2_70b"))]
+    devs = {g: devices.get_device(g) for g in gpus}
 
-            def plan(n):
-                if n not in plans:
-                    try:
-                        kn = parallel.apply_plan(k1, "tp", n)
-                        plans[n] = (kn, memory.footprint(kn, optimizer=optimizer))
-                    except parallel.PlanError:
-                        plans[n] = (None, None)
-                return plans[n]
+    def request(sc, dt, n, g):
+        return dict(model=sc["model"], batch=sc["batch"], seq=sc["seq"], mode=sc["mode"], past=sc["past"], dtype=dt,
+                    device=g, parallel="tp" if n > 1 else None, gpus=n, attention="eager", execution="graph")
+
+    # the plan: per cell, the memory of each TP size asked once (on the first GPU still looking), smallest first
+    mem = {}                                    # (cell, n) -> engine row (memory columns) or None (no such plan)
+    chosen = {}                                 # (cell, gpu) -> n
+    for n in [1] + _tp_degrees(max_gpus):
+        ask = [(c, next(g for g in gpus if (c, g) not in chosen)) for c in range(len(cells))
+               if any((c, g) not in chosen for g in gpus)]
+        if not ask:
+            break
+        # a nominal link, so that the split of a GPU without NVLink is sized too (this call's times are not used)
+        m = engine.predict([{**request(*cells[c], n, g), "link_gbs": 1.0 if n > 1 else None} for c, g in ask],
+                           "roofline", use_derivation=False, optimizer=optimizer)
+        for (c, _), (_, row) in zip(ask, m.iterrows()):
+            mem[c, n] = None if pd.isna(row["memory_total_gib"]) else row
             for g in gpus:
-                dev = devices.get_device(g)
-                n_used, verdict = None, None
-                for n in [1] + _tp_degrees(max_gpus):
-                    kn, m = plan(n)
-                    if m is not None and m["total_gib"] <= dev.mem_gb:
-                        n_used = n
-                        break
-                if n_used is None:
-                    kn, m = plans[1]
-                    n_used = 1
-                    verdict = f"does not fit on {max_gpus}: needs {m['total_gib']:.1f} GiB on one GPU, has {dev.mem_gb:g} GiB"
-                if verdict:
-                    # issue 36 item 6: a run that cannot happen gets no time (a figure or table would show one)
-                    rows.append(_row(sc, dt, dev, n_used, m, None, verdict, quick, tensor_core=tensor_core))
-                    continue
-                if n_used > 1 and dev.link_gbs is None:
-                    # no NVLink: PCIe-only GPUs get no tensor-parallel latency (we have no link model for them)
-                    rows.append(_row(sc, dt, dev, n_used, m, None, f"fits on {n_used} (tp{n_used}); no NVLink: TP latency not modelled", quick,
-                                     tensor_core=tensor_core))
-                    continue
-                net = None
-                if n_used > 1:
-                    from neusight_core import network
-                    net = network.NetworkModel(link_gbs=dev.link_gbs, gpus=n_used)
-                agg = latency.aggregate(predict_unique(kn, dev, pred, net))
-                rows.append(_row(sc, dt, dev, n_used, m, agg["e2e_ms"], "fits", quick, gpu_price_per_hour,
+                if (c, g) not in chosen and mem[c, n] is not None and row["memory_total_gib"] <= devs[g].mem_gb:
+                    chosen[c, g] = n
+    runs = [(c, g) for c in range(len(cells)) for g in gpus
+            if (c, g) in chosen and (chosen[c, g] == 1 or devs[g].link_gbs is not None)]
+    t0 = time.perf_counter()
+    lat = engine.predict([request(*cells[c], chosen[c, g], g) for c, g in runs], [pred], quick=quick,
+                         use_derivation=False, memory_columns=False, raise_errors=True)
+    e2e = dict(zip(runs, lat["e2e_ms"]))
+    rows = []
+    for c, (sc, dt) in enumerate(cells):
+        for g in gpus:
+            dev = devs[g]
+            if (c, g) not in chosen:
+                # issue 36 item 6: a run that cannot happen gets no time (a figure or table would show one)
+                m = mem[c, 1]
+                rows.append(_row(sc, dt, dev, 1, m, None, f"does not fit on {max_gpus}: needs "
+                                 f"{m['memory_total_gib']:.1f} GiB on one GPU, has {dev.mem_gb:g} GiB", quick,
                                  tensor_core=tensor_core))
-            if progress:
-                progress(f"{sc['model']} {sc['workload']} b{sc['batch']} {dt}: {time.perf_counter() - t0:.1f} s")
+            elif (c, g) not in e2e:
+                # no NVLink: PCIe-only GPUs get no tensor-parallel latency (we have no link model for them)
+                n = chosen[c, g]
+                rows.append(_row(sc, dt, dev, n, mem[c, n], None, f"fits on {n} (tp{n}); no NVLink: TP latency not "
+                                 "modelled", quick, tensor_core=tensor_core))
+            else:
+                n = chosen[c, g]
+                rows.append(_row(sc, dt, dev, n, mem[c, n], e2e[c, g], "fits", quick, gpu_price_per_hour,
+                                 tensor_core=tensor_core))
+    if progress:
+        progress(f"{len(cells)} scenarios x {len(gpus)} GPUs, {len(runs)} predicted: {time.perf_counter() - t0:.1f} s")
     return pd.DataFrame(rows)
 
 
@@ -386,9 +383,9 @@ def _row(sc, dt, dev, n, m, e2e_ms, fit, quick, price=None, tensor_core: bool = 
     return {"model": sc["model"], "workload": sc["workload"], "batch": sc["batch"], "seq": sc["seq"],
             "past": sc["past"], "dtype": dt, "gpu": dev.name, "gpus": n, "plan": f"tp{n}" if n > 1 else "1 GPU",
             "latency_ms": e2e_ms if e2e_ms else np.nan, "tokens_per_s": tps, "cost_per_mtok": cost,
-            "mem_total_gib": m["total_gib"], "mem_weights_gib": m["weights_gib"], "mem_grads_gib": m["grads_gib"],
-            "mem_optimizer_gib": m["optimizer_gib"], "mem_activations_gib": m["activations_gib"],
-            "mem_kv_cache_gib": m["kv_cache_gib"], "device_gib": dev.mem_gb, "fit": fit,
+            **{f"mem_{k}_gib": m[f"memory_{k}_gib"] for k in ("total", "weights", "grads", "optimizer", "activations",
+                                                             "kv_cache")},
+            "device_gib": dev.mem_gb, "fit": fit,
             "validation": validation(sc["model"], dev, dt, sc["past"], tensor_core)}
 
 

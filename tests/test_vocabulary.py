@@ -1,0 +1,76 @@
+"""Issue 35: one vocabulary. Op classes and precisions are enums of ``schema`` that carry their attributes; no other
+module of the package spells one as a string literal, and the members behave as the text a kernel table holds."""
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from neusight_core import datafile, schema
+from neusight_core.predictors import common
+from neusight_core.schema import OpClass, Precision
+
+PKG = Path(__file__).resolve().parents[1] / "neusight_core"
+WORDS = {c.value for c in OpClass} | {p.value for p in Precision}
+
+
+def _literals(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every string constant that is a vocabulary word, docstrings and f-string text left out."""
+    tree = ast.parse(source)
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                skip.add(id(first.value))
+        if isinstance(node, ast.JoinedStr):
+            skip |= {id(v) for v in node.values}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in WORDS and id(n) not in skip]
+
+
+@pytest.mark.parametrize("path", sorted(p for p in PKG.rglob("*.py") if p != PKG / "schema.py"),
+                         ids=lambda p: str(p.relative_to(PKG)))
+def test_no_op_class_or_precision_literal_outside_the_vocabulary(path):
+    found = _literals(path.read_text())
+    assert not found, f"{path.relative_to(PKG)}: use schema.OpClass / schema.Precision, not {found}"
+
+
+def test_the_scan_finds_a_literal_and_spares_docstrings_and_text():
+    src = '"""LINEAR in a docstring."""\nx = f"bf16 {y}"\nif c == "LINEAR" or p in ("fp16", "other"):\n    pass\n'
+    assert _literals(src) == [(3, "LINEAR"), (3, "fp16")]
+
+
+def test_members_carry_their_attributes():
+    assert [p.bytes for p in Precision] == [4, 4, 2, 2]
+    assert schema.ELEMENT_BYTES == {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+    assert schema.HALF_PRECISIONS == ("fp16", "bf16") and schema.TENSOR_PRECISIONS == ("tf32", "fp16", "bf16")
+    torch = pytest.importorskip("torch")
+    for p in Precision:       # the named torch dtype exists and stores elements of the member's size
+        assert getattr(torch, p.torch_dtype).itemsize == p.bytes
+    # the subsets the predictors use are the members' predicates, in table order
+    assert common.GEMM_CLASSES == ("BMM", "LINEAR") and common.VECTOR_CLASSES == ("VEC", "SOFTMAX", "LAYERNORM")
+    assert common.PEAK_GEMM_CLASSES == ("BMM", "LINEAR", "CONV", "ATTN")
+    assert common.MEMORY_CLASSES == ("MEM", "UNCLASSIFIED") and common.ROW_TILE_CLASSES == ("SOFTMAX", "LAYERNORM")
+    assert schema.PAPER_CLASSES == common.GEMM_CLASSES + common.VECTOR_CLASSES
+    assert [OpClass(c).label for c in schema.PAPER_CLASSES] == ["BMM", "FC", "EW", "Softmax", "LN"]
+    assert schema.OP_CLASSES[-3:] == ("MEM", "COMM", "UNCLASSIFIED")
+
+
+def test_members_behave_as_the_text_a_kernel_table_holds(tmp_path):
+    m, p = OpClass.LINEAR, Precision.BF16
+    assert m == "LINEAR" and hash(p) == hash("bf16") and {"bf16": 2}[p] == 2
+    assert f"{m} {p}" == "LINEAR bf16" and str(p) == "bf16" and repr(p) == "'bf16'"
+    assert json.dumps({p: m}) == '{"bf16": "LINEAR"}'
+    table = pd.DataFrame({"op_class": [m, "VEC"], "precision": [p, "fp32"], "x": [1.0, 2.0]})
+    assert table["op_class"].isin(common.GEMM_CLASSES).tolist() == [True, False]
+    assert np.isin(table["precision"].to_numpy(), schema.HALF_PRECISIONS).tolist() == [True, False]
+    # written and read back as plain text (the trace cache's format), equal to the table written
+    datafile.write_frame(tmp_path / "t.npz", table, meta={"classes": {m: p}})
+    back, meta = datafile.read_frame(tmp_path / "t.npz")
+    assert [type(v) for v in back["op_class"]] == [str, str] and meta == {"classes": {"LINEAR": "bf16"}}
+    pd.testing.assert_frame_equal(back, table)
