@@ -164,7 +164,7 @@ def process(raw: pd.DataFrame, source: str = "") -> pd.DataFrame:
     })
     for c in ("B", "M", "N", "K", "H"):
         out[c] = raw[c].astype(float) if c in raw else np.nan
-    gemm = out["op_class"].isin([OpClass.BMM, OpClass.LINEAR])
+    gemm = out["op_class"].isin(schema.GEMM_CLASSES)
     tiles = _parse_gemm_tiles(out["kernel"])
     out["tile_m"] = np.where(gemm, tiles["tile_m"], np.nan)
     out["tile_k"] = np.where(gemm, tiles["tile_k"], np.nan)
@@ -331,7 +331,7 @@ def to_kernels(df: pd.DataFrame) -> pd.DataFrame:
     ``latency_ms``, ``op``, ``tile_m``, ``tile_k``, ``tile`` and the ``conv_*`` parameters.
     """
     cls = df["op_class"]
-    gemm = cls.isin([OpClass.BMM, OpClass.LINEAR]).to_numpy()
+    gemm = cls.isin(schema.GEMM_CLASSES).to_numpy()
     B, M, N, K, H = (df[c].to_numpy(float) for c in ("B", "M", "N", "K", "H"))
     with np.errstate(invalid="ignore"):
         elem = B * H

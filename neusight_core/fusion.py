@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from neusight_core import schema
 from neusight_core.schema import OpClass
 
-FUSIBLE = {OpClass.VEC, OpClass.SOFTMAX, OpClass.LAYERNORM, OpClass.MEM}
+FUSIBLE = set(schema.op_classes(lambda c: c.is_vector or c is OpClass.MEM))
 # a fused group takes the class of its most specific member: the predictors have one MLP per class
 _CLASS_RANK = {OpClass.SOFTMAX: 3, OpClass.LAYERNORM: 2, OpClass.VEC: 1, OpClass.MEM: 0}
 

@@ -38,6 +38,9 @@ from neusight_core.schema import OpClass, Precision
 
 PLANS = ("dp", "tp", "pp")
 
+#: the element-wise, row-wise and memory kernels: split with the tensor they read, not as a GEMM
+_ROW_CLASSES = schema.op_classes(lambda c: c.is_vector or c.is_memory)
+
 
 class PlanError(ValueError):
     """A parallel plan that cannot be applied (unknown plan, n < 1, batch not divisible...)."""
@@ -198,7 +201,7 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
         if c == OpClass.LINEAR and kinds.get(m) == "row":
             inside = False
             continue
-        if c in (OpClass.LINEAR, OpClass.BMM):
+        if c in schema.GEMM_CLASSES:
             votes.setdefault(m, []).append(inside)
             continue
         votes.setdefault(m, []).append(inside)
@@ -256,7 +259,7 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
             if kinds.get(mod) == "col" or (kinds.get(mod) == "row" and leaf == "weight") or _EMBED.search(mod):
                 split, d = True, ways(mod)
                 _split_vec(r, d, split_h | vocab_h)
-        elif c in (OpClass.VEC, OpClass.SOFTMAX, OpClass.MEM, OpClass.LAYERNORM, OpClass.UNCLASSIFIED):
+        elif c in _ROW_CLASSES:
             split = m in sharded
             if kinds.get(m) == "col" and ph == "bw":   # bias gradient of a column-parallel linear
                 split, d = True, ways(m)

@@ -125,6 +125,9 @@ OP_CLASSES = op_classes()
 PAPER_CLASSES = op_classes(lambda c: c.in_paper)
 #: How the paper's tables name the classes.
 CLASS_LABEL = {c.value: c.label for c in OpClass if c.in_paper or c in (OpClass.CONV, OpClass.ATTN)}
+#: The matrix products NeuSight tiles (BMM, LINEAR), and with the convolutions' implicit GEMM (+ CONV).
+GEMM_CLASSES = op_classes(lambda c: c.is_gemm)
+IGEMM_CLASSES = op_classes(lambda c: c.is_gemm or c is OpClass.CONV)
 #: Every precision; the tensor-core ones; the 2-byte ones; bytes per element.
 PRECISIONS = precisions()
 TENSOR_PRECISIONS = precisions(lambda p: p.has_tensor_peak)

@@ -406,7 +406,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
         df[c] = df[c].astype(float)
     df["precision"] = df["dtype"].map(_DTYPE_PRECISION).fillna(Precision.FP32)
     if dtype == Precision.TF32:   # cuDNN convolutions use TF32 tensor cores when allowed, as cuBLAS GEMMs do
-        df.loc[df["op_class"].isin([OpClass.BMM, OpClass.LINEAR, OpClass.CONV]) & (df["precision"] == Precision.FP32), "precision"] = Precision.TF32
+        df.loc[df["op_class"].isin(schema.IGEMM_CLASSES) & (df["precision"] == Precision.FP32), "precision"] = Precision.TF32
     df[CONV_COLUMNS] = conv
     if attn is not None:      # only tables with fused attention carry its columns (eager tables are unchanged)
         df[ATTN_COLUMNS] = attn

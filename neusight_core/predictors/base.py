@@ -14,7 +14,8 @@ import pandas as pd
 
 from neusight_core import datafile
 import neusight_core.predictors.common as common
-from neusight_core.schema import OpClass, Precision
+from neusight_core import schema
+from neusight_core.schema import OpClass
 
 VERSION = 3          # bump when a change of code makes saved weights stale (2: the authors' form trains unclamped;
                      # 3: fused Adam/AdamW, the same update with other float rounding)
@@ -157,7 +158,7 @@ class KernelPredictor(abc.ABC):
             # weights trained without the measured-kernel database: their BF16 rows would silently go through the
             # FP32 networks (issue 36); ``predict_extrapolated`` (use_tensor_core False) asks for exactly that
             # the rows tensor_core.network_of gives a network (not imported: tensor_core imports this module)
-            half = kernels["precision"].isin((Precision.FP16, Precision.BF16)) if "precision" in kernels else False
+            half = kernels["precision"].isin(schema.HALF_PRECISIONS) if "precision" in kernels else False
             if (half & kernels["op_class"].isin((OpClass.LINEAR, OpClass.BMM, OpClass.ATTN))).any():
                 raise common.PredictorInputError(self.missing_networks)
         if not self.fitted:

@@ -11,7 +11,7 @@ import pandas as pd
 from neusight_core import devices, schema
 from neusight_core.schema import OpClass, Precision
 
-GEMM_CLASSES = schema.op_classes(lambda c: c.is_gemm)
+GEMM_CLASSES = schema.GEMM_CLASSES
 # classes that run on the GEMM units and so take the GEMM (tensor-core) peak at tf32 / fp16 / bf16: the GEMMs,
 # CONV (issue 26; cuDNN's implicit GEMM) and fused attention (issue 25; its two GEMMs, QK^T and PV, dominate)
 PEAK_GEMM_CLASSES = schema.op_classes(lambda c: c.on_matrix_units)

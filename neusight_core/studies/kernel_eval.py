@@ -138,7 +138,7 @@ def tile_lookup_accuracy(neusight, test: pd.DataFrame | None = None) -> pd.DataF
     (evaluation only: the lookup never sees the test sets)."""
     test = dataset.test_kernels() if test is None else test
     rows = []
-    g = test[test["op_class"].isin([OpClass.BMM, OpClass.LINEAR])]
+    g = test[test["op_class"].isin(schema.GEMM_CLASSES)]
     for dev, d in g.groupby("device"):
         d = d.reset_index(drop=True)
         tm, tk, _ = neusight.tiles.lookup(d, dev)

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import fusion, parallel, paths, trace
+from neusight_core import schema
 from neusight_core.schema import OpClass
 
 CLASSES = ["GEMM", OpClass.BMM, OpClass.LINEAR, OpClass.VEC, OpClass.SOFTMAX, OpClass.LAYERNORM, OpClass.MEM, OpClass.COMM]
@@ -169,7 +170,7 @@ def _totals(df: pd.DataFrame, flops="flops", nbytes="bytes") -> pd.DataFrame:
     d = df.assign(_n=df["count"], _f=df[flops] * df["count"], _b=df[nbytes] * df["count"])
     # GEMM = BMM + LINEAR: graphs disagree on which matmuls are batched (e.g. Inductor lowers
     # some bmm to mm), the sum is comparable
-    g = d[d.op_class.isin([OpClass.BMM, OpClass.LINEAR])].assign(op_class="GEMM")
+    g = d[d.op_class.isin(schema.GEMM_CLASSES)].assign(op_class="GEMM")
     d = pd.concat([d, g], ignore_index=True)
     out = []
     for scope, ph in (("forward", ["fw", "comm_fw"]), ("total", ["fw", "bw", "acc", "comm", "comm_fw"])):
