@@ -278,9 +278,11 @@ def author_label(device_name: str, scenario_name: str) -> float | None:
         return None
 
 
-def label_gap(measured_ms, label_ms, threshold_pct: float = 15.0) -> dict:
-    """Our measurement vs the authors' label for the same GPU/config; > 15 % apart = software stack differs."""
-    from neusight_core.studies import errors
+def label_gap(measured_ms, label_ms, threshold_pct: float | None = None) -> dict:
+    """Our measurement vs the authors' label for the same GPU/config; further apart than ``threshold_pct`` (default
+    ``targets.yaml`` live.label_gap_pct, 15 %) = the software stack differs."""
+    from neusight_core.studies import errors, targets
+    threshold_pct = targets.section("live")["label_gap_pct"] if threshold_pct is None else threshold_pct
     gap = float(errors.ape(label_ms, measured_ms)) if (measured_ms is not None and label_ms) else None
     return {"author_label_ms": label_ms, "label_gap_pct": gap,
             "flag_stack_differs": None if gap is None else bool(gap > threshold_pct)}
