@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -69,15 +70,85 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     variants: the authors' graph, our trace without the mask ops); such tables are never derived. Wall times are in ``attrs`` (``tables_s``, ``predict_s``, ``total_s``)."""
     from tqdm.auto import tqdm
     t_start = time.perf_counter()
-    one = (isinstance(predictors, str) or hasattr(predictors, "predict")
-           or (isinstance(predictors, tuple) and len(predictors) == 2 and hasattr(predictors[1], "predict")))
-    predictors = [predictors] if one else list(predictors)     # one name, object or (label, object) pair
-    seeds = [int(seeds)] if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
     given, norm, err = requests(scenarios)
     n = len(given)
     use_derivation = use_derivation and not keep_kernels and table_of is None
 
-    # ---- kernel tables: one per table key
+    tabs = _tables(norm, use_derivation, memory_columns or keep_kernels, table_of, raise_errors, progress)
+    for i in range(n):
+        if tabs.tab_of[i] >= 0 and tabs.tab_of[i] in tabs.errors:
+            err[i] = tabs.errors[tabs.tab_of[i]]
+    ok = np.array([e == "" for e in err], dtype=bool)
+
+    t0 = time.perf_counter()
+    pool = _distinct_kernels(tabs, norm, ok)
+    mem = _memory(tabs.full, norm, ok, tabs.tab_of, optimizer, master_weights, raise_errors) if memory_columns else {}
+
+    # ---- one predictor call per job (predictor x seed) over the pool
+    out_frames, kept = [], []
+    ctx = _Pool(pool.rows, pool.kid, pool.starts, tabs.tab_of, pool.cfg_dev, norm, ok, efficiency, raise_errors)
+    todo = jobs(predictors, seeds)
+    pbar = tqdm(total=len(todo), desc="predicting", disable=not progress, leave=False)
+    for job in todo:
+        per_launch, p_err = _per_launch(job.predictor, job.seed, job.obj, quick, pool.request, pool.req_k, pool.req_d,
+                                        pool.n_kid, pool.dev_names, raise_errors)
+        frame, comm = _aggregate(ctx, given, err, per_launch, p_err, job.predictor, job.seed, tabs.derived, mem)
+        out_frames.append(frame)
+        if keep_kernels:
+            kept += [_kernels_of(ctx, tabs.full, i, per_launch, comm, frame["error"].iloc[i]) for i in range(n)]
+        pbar.update()
+    pbar.close()
+    out = pd.concat(out_frames, ignore_index=True) if out_frames else pd.DataFrame(columns=COLUMNS)
+    out.attrs.update(tables_s=tabs.seconds, predict_s=time.perf_counter() - t0,
+                     total_s=time.perf_counter() - t_start, tables=tabs.n, distinct_kernels=pool.n_kid,
+                     derived_tables=int(sum(tabs.derived.values())))
+    if keep_kernels:
+        out.attrs["kernels"] = kept
+        # the full footprint (notes, PP stages) of each row: latency.predict_model returns it
+        out.attrs["memory"] = [mem.get((ctx.tab_of[i % n], ctx.cfg_dev[i % n]), {}).get("footprint") for i in range(len(out))]
+    return out
+
+
+class Job(NamedTuple):
+    """One predictor run over the pool: a registered ``predictor`` name with its ``seed`` (trained weights from
+    ``predictors.get``), or a trained object ``obj`` (its label as ``predictor``, its own seed)."""
+    predictor: str
+    seed: int
+    obj: object = None
+
+
+def jobs(predictors, seeds=(0,)) -> list[Job]:
+    """The jobs of ``predict``'s ``predictors`` and ``seeds``: a name runs once per seed; a trained object, or a
+    (label, object) pair (the ablation's variants), runs once with its own seed."""
+    one = (isinstance(predictors, str) or hasattr(predictors, "predict")
+           or (isinstance(predictors, tuple) and len(predictors) == 2 and hasattr(predictors[1], "predict")))
+    predictors = [predictors] if one else list(predictors)     # one name, object or (label, object) pair
+    seeds = [int(seeds)] if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
+    out = []
+    for p in predictors:
+        if isinstance(p, str):
+            out += [Job(p, seed) for seed in seeds]
+        elif isinstance(p, tuple):
+            out.append(Job(p[0], int(getattr(p[1], "seed", 0)), p[1]))
+        else:
+            out.append(Job(p.name, int(getattr(p, "seed", 0)), p))
+    return out
+
+
+class _Tables(NamedTuple):
+    tab_of: np.ndarray        # request -> table index (-1: the request failed its checks)
+    n: int                    # tables
+    parts: list               # compact rows of every table (``_tab`` = its index)
+    derived: dict             # table -> built from a derived family (no trace, no footprint)
+    full: dict                # table -> traced kernel table (kept for memory / keep_kernels)
+    errors: dict              # table -> one-line error
+    seconds: float
+
+
+def _tables(norm, use_derivation: bool, keep_full: bool, table_of, raise_errors: bool, progress: bool) -> _Tables:
+    """Stage 2: one kernel table per table key (not per device), each reduced to its distinct kernels."""
+    from tqdm.auto import tqdm
+    n = len(norm)
     tab_of = np.full(n, -1)
     keys: dict[tuple, int] = {}
     fields: dict[tuple, dict] = {}        # the validated fields of each table's first request (table_of)
@@ -137,7 +208,7 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
                               dtype=dt, attention=att))
             parts.append(compact_table(k).assign(_tab=t))
             tab_derived[t] = False
-            if memory_columns or keep_kernels:
+            if keep_full:
                 full[t] = k
         except Exception as e:  # noqa: BLE001 - recorded in the rows of this table
             if raise_errors:
@@ -145,14 +216,24 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
             tab_err[t] = message(e)
         bar.update()
     bar.close()
-    tables_s = time.perf_counter() - t0
-    for i in range(n):
-        if tab_of[i] >= 0 and tab_of[i] in tab_err:
-            err[i] = tab_err[tab_of[i]]
-    ok = np.array([e == "" for e in err], dtype=bool)
+    return _Tables(tab_of, len(keys), parts, tab_derived, full, tab_err, time.perf_counter() - t0)
 
-    # ---- pool of distinct kernels
-    t0 = time.perf_counter()
+
+class _Distinct(NamedTuple):
+    rows: pd.DataFrame        # every table's compact rows, sorted by table
+    kid: np.ndarray           # row -> distinct-kernel id
+    n_kid: int
+    starts: np.ndarray        # table t's rows are rows[starts[t]:starts[t + 1]]
+    dev_names: list
+    cfg_dev: np.ndarray       # request -> device index (-1: failed)
+    request: pd.DataFrame     # the distinct kernels x the devices that need them: what the predictors are asked
+    req_k: np.ndarray
+    req_d: np.ndarray
+
+
+def _distinct_kernels(tabs: _Tables, norm, ok) -> _Distinct:
+    """Stage 3's input: the distinct kernels of all tables, and which devices need each."""
+    parts, tab_of, n = tabs.parts, tabs.tab_of, len(norm)
     rows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["_tab", "count"])
     rows = rows.sort_values("_tab", kind="stable").reset_index(drop=True)
     # conv columns NaN throughout (no image model among the scenarios) tell no kernels apart: not grouped on
@@ -164,7 +245,7 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     first_row[kid[::-1]] = np.arange(len(kid))[::-1]
     pool = rows.iloc[first_row][ident].reset_index(drop=True) if n_kid else rows[ident]
     tab_col = rows["_tab"].to_numpy()
-    n_tab = len(keys)
+    n_tab = tabs.n
     starts = np.searchsorted(tab_col, np.arange(n_tab + 1))
 
     dev_names = sorted({norm[i]["device"] for i in range(n) if ok[i]})
@@ -178,39 +259,7 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     req_k, req_d = np.nonzero(need)
     request = pool.iloc[req_k].reset_index(drop=True)
     request["device"] = np.asarray(dev_names, dtype=object)[req_d] if len(req_d) else pd.Series(dtype=object)
-    mem = _memory(full, norm, ok, tab_of, optimizer, master_weights, raise_errors) if memory_columns else {}
-
-    # ---- one predictor call per predictor x seed over the pool
-    # a predictor is a name (trained weights by name x seed), an object or a (label, object) pair (the
-    # ablation's variants), which runs once with its own seed
-    jobs = []
-    for p in predictors:
-        if isinstance(p, str):
-            jobs += [(p, seed, None) for seed in seeds]
-        elif isinstance(p, tuple):
-            jobs.append((p[0], int(getattr(p[1], "seed", 0)), p[1]))
-        else:
-            jobs.append((p.name, int(getattr(p, "seed", 0)), p))
-    out_frames, kept = [], []
-    ctx = _Pool(rows, kid, starts, tab_of, cfg_dev, norm, ok, efficiency, raise_errors)
-    pbar = tqdm(total=len(jobs), desc="predicting", disable=not progress, leave=False)
-    for p, seed, obj in jobs:
-        per_launch, p_err = _per_launch(p, seed, obj, quick, request, req_k, req_d, n_kid, dev_names, raise_errors)
-        frame, comm = _aggregate(ctx, given, err, per_launch, p_err, p, seed, tab_derived, mem)
-        out_frames.append(frame)
-        if keep_kernels:
-            kept += [_kernels_of(ctx, full, i, per_launch, comm, frame["error"].iloc[i]) for i in range(n)]
-        pbar.update()
-    pbar.close()
-    out = pd.concat(out_frames, ignore_index=True) if out_frames else pd.DataFrame(columns=COLUMNS)
-    out.attrs.update(tables_s=tables_s, predict_s=time.perf_counter() - t0,
-                     total_s=time.perf_counter() - t_start, tables=n_tab, distinct_kernels=n_kid,
-                     derived_tables=int(sum(tab_derived.values())))
-    if keep_kernels:
-        out.attrs["kernels"] = kept
-        # the full footprint (notes, PP stages) of each row: latency.predict_model returns it
-        out.attrs["memory"] = [mem.get((ctx.tab_of[i % n], ctx.cfg_dev[i % n]), {}).get("footprint") for i in range(len(out))]
-    return out
+    return _Distinct(rows, kid, n_kid, starts, dev_names, cfg_dev, request, req_k, req_d)
 
 
 class _Pool:

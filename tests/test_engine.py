@@ -79,3 +79,19 @@ def test_one_predictor_object_or_pair_is_one_predictor():
         out = engine.predict(SCENARIOS[:1], arg, quick=True)
         assert len(out) == 1 and out["predictor"].iloc[0] == label and out["error"].iloc[0] == ""
         assert out["e2e_ms"].iloc[0] == by_name["e2e_ms"].iloc[0]
+
+
+def test_jobs_are_typed_predictor_seed_pairs():
+    """Issue 35: the engine runs a list of jobs (predictor, seed, trained object or None) built from what a caller
+    gives: names once per seed, an object or a (label, object) pair once with its own seed."""
+    class Trained:
+        name, seed = "mine", 7
+
+        def predict(self, kernels, device):
+            raise AssertionError("not called here")
+    obj = Trained()
+    assert engine.jobs("roofline", 2) == [engine.Job("roofline", 2)]
+    assert engine.jobs(["neusight", "li"], (0, 1)) == [("neusight", 0, None), ("neusight", 1, None),
+                                                      ("li", 0, None), ("li", 1, None)]
+    assert engine.jobs(obj, (0, 1)) == [engine.Job("mine", 7, obj)]
+    assert engine.jobs([("variant A", obj), "roofline"], [3]) == [("variant A", 7, obj), ("roofline", 3, None)]
