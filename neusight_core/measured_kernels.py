@@ -85,10 +85,6 @@ SEALED = ("b300_sxm", "gb300", "rtx_pro_6000_server", "b60")
 #: package system -> catalogue name (devices.yaml / the release); sealed GPUs have none, by design
 CATALOGUE = {"a100_sxm": "NVIDIA_A100-SXM4-80GB", "h100_sxm": "NVIDIA_H100_80GB_HBM3", "h200_sxm": "NVIDIA_H200",
              "l40s": "NVIDIA_L40S", "b200_sxm": "NVIDIA_B200", "gb200": "NVIDIA_GB200"}
-# other names accepted for them (normalised: case, spaces, '-' and '_' ignored)
-_ALIASES = {"a100sxm": "a100_sxm", "a100sxm480gb": "a100_sxm", "h100sxm": "h100_sxm", "h100": "h100_sxm",
-            "h200sxm": "h200_sxm", "h200": "h200_sxm", "l40s": "l40s", "b200sxm": "b200_sxm", "b200": "b200_sxm",
-            "gb200": "gb200"}
 # names of sealed GPUs, refused before anything is looked up (a prefix match: "B300 SXM6 AC" is B300 too)
 _SEALED_KEYS = ("b300", "gb300", "rtxpro6000", "b60")
 
@@ -168,7 +164,7 @@ def _is_sealed(name: str) -> bool:
 
 
 def resolve(gpu: str, allow_sealed: bool = False) -> str:
-    """Package system name of ``gpu`` (system name, catalogue name or alias, display name).
+    """Package system name of ``gpu`` (system name, or what the GPU catalogue resolves: name, alias, display name).
 
     Sealed GPUs raise :class:`SealedGPUError` unless ``allow_sealed``; GPUs outside the split raise
     :class:`MeasuredDataError`. Nothing is read."""
@@ -180,14 +176,7 @@ def resolve(gpu: str, allow_sealed: bool = False) -> str:
         return next((s for s in SEALED if devices.normalise_name(s) == devices.normalise_name(gpu)), gpu)
     if gpu in CATALOGUE:
         return gpu
-    k = devices.normalise_name(gpu)
-    k = k[len("nvidia"):] if k.startswith("nvidia") and k[len("nvidia"):] in _ALIASES else k
-    if k in _ALIASES:
-        return _ALIASES[k]
-    by_name = {devices.normalise_name(n): s for s, n in CATALOGUE.items()}
-    if k in by_name:
-        return by_name[k]
-    try:                                          # any catalogue alias / display name of a split GPU
+    try:         # any catalogue name, alias or display name: one meaning per name (devices.yaml), no list of our own
         name = devices.get_device(gpu).name
     except LookupError:
         name = None

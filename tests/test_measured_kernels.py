@@ -112,10 +112,20 @@ def test_split_is_disjoint_and_named_in_the_catalogue():
 
 
 @pytest.mark.parametrize("name,system", [("h100_sxm", "h100_sxm"), ("H100", "h100_sxm"), ("NVIDIA H200", "h200_sxm"),
-                                         ("A100 SXM", "a100_sxm"), ("NVIDIA_A100-SXM4-80GB", "a100_sxm"),
-                                         ("L40S", "l40s"), ("B200", "b200_sxm"), ("NVIDIA_GB200", "gb200")])
+                                         ("A100-SXM4-80GB", "a100_sxm"), ("NVIDIA_A100-SXM4-80GB", "a100_sxm"),
+                                         ("L40S", "l40s"), ("B200", "b200_sxm"), ("B200 SXM", "b200_sxm"),
+                                         ("NVIDIA_GB200", "gb200")])
 def test_resolve_names(name, system):
     assert mk.resolve(name) == system
+
+
+def test_a_gpu_name_means_what_the_catalogue_says():
+    """Issue 35, one meaning per name: "A100 SXM" is the catalogue's A100-SXM4-40GB (the release's 4-GPU system),
+    so the measured-kernel loader does not read it as the database's 80 GB A100 SXM; it says it is not in the split."""
+    from neusight_core import devices
+    assert devices.get_device("A100 SXM").name == "NVIDIA_A100-SXM4-40GB"
+    with pytest.raises(mk.MeasuredDataError, match="'A100 SXM' is not in issue 25's split"):
+        mk.resolve("A100 SXM")
 
 
 SEALED_NAMES = ["b300_sxm", "B300", "NVIDIA B300 SXM6 AC", "gb300", "NVIDIA GB300", "rtx_pro_6000_server",
