@@ -19,7 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PREDICTORS = ["roofline", "neusight", "neusight-paper", "habitat", "li"]
 CHILD = """
 import sys
-from neusight_core.studies import evaluation as ev, reproduce
+try:
+    from neusight_core.studies import evaluation as ev, reproduce
+except ImportError:                 # a commit before the studies/ folder
+    from neusight_core import evaluation as ev, reproduce
 configs = reproduce.select_configs(ev.build_index(), False)
 long = reproduce.sweep_configs(configs, sys.argv[2].split(","), quick=True, progress=False)
 long[["gpu", "config", "option", "predictor", "e2e_ms", "error"]].to_csv(sys.argv[1], index=False)

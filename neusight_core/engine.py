@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import derive, host, memory, network, schema
-from neusight_core.request import INPUTS, message, requests, table_key
+from neusight_core.request import INPUTS, message, requests, table_key, tracer_size
 from neusight_core.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
 from neusight_core.schema import OpClass
 
@@ -408,10 +408,9 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
 def _lower_bound_verdict(r: dict) -> tuple:
     """(fits, verdict) of a request without a footprint: "does not fit" when even ``memory.min_memory_gb`` exceeds
     the GPU's memory, else unknown (None) with that bound."""
-    from neusight_core import devices, scenario
+    from neusight_core import devices
     dims = _dims(r["model"] if isinstance(r["model"], str) else id(r["model"]), r["model"])
-    size = r["seq"] if r.get("image_size") is None else r["image_size"]
-    need = memory.min_memory_gb(dims, r["batch"], size, r["mode"], r["parallel"], r["gpus"], r["past"], r["dtype"])
+    need = memory.min_memory_gb(dims, r["batch"], tracer_size(r), r["mode"], r["parallel"], r["gpus"], r["past"], r["dtype"])
     have = devices.get_device(r["device"]).mem_gb
     per = " per GPU" if r["parallel"] else ""
     if need > have:

@@ -86,10 +86,14 @@ def message(e: BaseException) -> str:
     return f"{type(e).__name__}: {s.splitlines()[0] if s else ''}"[:300]
 
 
+def tracer_size(r: dict) -> int:
+    """The tracer's one size argument of a request: its sequence length, or an image model's side (a request keeps
+    the two apart, ``seq`` / ``image_size``; only the tracer takes either)."""
+    return r["seq"] if r.get("image_size") is None else r["image_size"]
+
+
 def table_key(r: dict) -> tuple:
-    # the tracer's size argument: the sequence length, or an image model's side
-    size = r["seq"] if r.get("image_size") is None else r["image_size"]
-    return (str(r["model"]), r["batch"], size, r["mode"], r["past"], r["fusion"], r["parallel"],
+    return (str(r["model"]), r["batch"], tracer_size(r), r["mode"], r["past"], r["fusion"], r["parallel"],
             r["gpus"] if r["parallel"] else 1, r["micro_batches"] if r["parallel"] == "pp" else 1, r["dtype"],
             r.get("attention") or "eager")
 
