@@ -82,3 +82,19 @@ def test_section_without_gpu_predicts_the_recorded_run(tmp_path):
     assert r["steps"] is None
     assert set(r["pred"]["run"]) == {"recorded H100"}
     assert r["pred"]["predicted_ms"].notna().all()
+
+
+def test_the_module_on_its_own_says_skipped_without_a_gpu(tmp_path):
+    """``python -m neusight_core.studies.live_modern`` (benchmarks/gpu_session.sh's last step) on a machine without
+    a CUDA GPU: one SKIPPED line with the reason and exit 0, as the notebook says it; nothing written."""
+    import subprocess
+    import sys
+    from neusight_core import paths
+    from neusight_core.studies import live_harness
+    if live_harness.no_gpu_reason() is None:
+        pytest.skip("this machine has a CUDA GPU: the module measures")
+    r = subprocess.run([sys.executable, "-m", "neusight_core.studies.live_modern", "--out", str(tmp_path / "m")],
+                       capture_output=True, text=True, timeout=120, cwd=paths.REPO_ROOT)
+    assert r.returncode == 0, r.stderr[-800:]
+    assert r.stdout.startswith("SKIPPED: no CUDA GPU") and len(r.stdout.strip().splitlines()) == 1
+    assert not (tmp_path / "m").exists()

@@ -428,4 +428,10 @@ if __name__ == "__main__":
     p.add_argument("--quick", action="store_true")
     p.add_argument("--device", default="cuda")
     a = p.parse_args()
+    if a.device == "cuda":
+        from neusight_core.studies import live_harness
+        why = live_harness.no_gpu_reason()
+        if why:                       # as the notebook says it: one line, nothing measured, not a failure
+            print(f"SKIPPED: {why}")
+            raise SystemExit(0)
     run_modern(a.out, modern_cases(quick=a.quick), device=a.device, time_budget_s=a.budget_s)
