@@ -6,8 +6,9 @@
 checksum match, otherwise it trains on the five training GPUs' kernels and saves (``meta.json`` records the config,
 the data checksum, the training wall time, where it trained and the validation errors). Weights that match but
 cannot be loaded (a truncated or damaged ``state.npz``) give one warning line naming the file and are retrained.
-The predictors themselves are made by ``registry.create``; nothing here knows one method from another beyond
-``has_weights`` / ``trains_mlps`` and the BF16 networks a NeuSight recipe may lack.
+The predictors themselves are made by ``registry.create``. What this module knows of the methods: ``has_weights`` /
+``trains_mlps``, that the NeuSight recipes train for long (``trains_long``, ``training_cost``), and the BF16 networks a
+NeuSight recipe may lack.
 """
 from __future__ import annotations
 
