@@ -16,7 +16,14 @@ from enum import StrEnum
 import numpy as np
 
 
-class OpClass(StrEnum):
+class _Word(StrEnum):
+    """A word of the vocabulary: its ``repr`` is its text's, so messages read as they did with plain strings."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class OpClass(_Word):
     """Every ``op_class`` a kernel table may hold, in the order tables and sweep columns list them.
 
     MEM: copies / layout changes; COMM: collectives of a parallel plan; UNCLASSIFIED: aten ops the tracer does not
@@ -35,9 +42,6 @@ class OpClass(StrEnum):
     MEM = "MEM"
     COMM = "COMM"
     UNCLASSIFIED = "UNCLASSIFIED"
-
-    def __repr__(self) -> str:
-        return repr(self.value)
 
     @property
     def is_gemm(self) -> bool:
@@ -77,16 +81,13 @@ class OpClass(StrEnum):
                 "ATTN": "Fused attention"}.get(self.value, self.value)
 
 
-class Precision(StrEnum):
+class Precision(_Word):
     """Precisions a prediction can be made in. fp32 = the paper's setting (FP32 storage, TF32 off); tf32 keeps FP32
     tensors with GEMMs on TF32 tensor cores; fp16 / bf16 store 2-byte elements."""
     FP32 = "fp32"
     TF32 = "tf32"
     FP16 = "fp16"
     BF16 = "bf16"
-
-    def __repr__(self) -> str:
-        return repr(self.value)
 
     @property
     def bytes(self) -> int:
