@@ -72,6 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--predictor", default="neusight", help="predictor(s), comma-separated (default neusight)")
     t.add_argument("--seed", default="0", help="seed(s), comma-separated (default 0)")
     t.add_argument("--quick", action="store_true", help="the quick weights instead (seconds)")
+    t.add_argument("--workers", type=int, default=None,
+                   help="processes to train in (default: one per CPU core; more cores than seeds also train the "
+                        "networks of one seed side by side)")
     d = sub.add_parser("devices", help="list the GPUs in the catalogue")
     d.add_argument("--all", action="store_true", help="every field with its source, one GPU per block")
     sub.add_parser("models", help="list the model configs known by name")
@@ -149,8 +152,10 @@ def _train(a) -> int:
         if _pred.trains_long(n) and not a.quick:
             print(f"training `{n}`: {_pred.full_training_estimate(n)}; weights go to {paths.trained_dir()}",
                   flush=True)
+    if a.workers is not None and a.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {a.workers}")
     t0 = time.perf_counter()
-    _pred.train_parallel(todo, progress=True)
+    _pred.train_parallel(todo, workers=a.workers, progress=True)
     for n in names:
         for s in seeds:
             p = _pred.get(n, quick=a.quick, seed=s)

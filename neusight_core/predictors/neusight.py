@@ -64,6 +64,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 import neusight_core.predictors.common as common
+import neusight_core.predictors.members as members
 from neusight_core import devices
 from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, split_validation, without_attrs
 from neusight_core.predictors.features import (CONV_TILE, FEATURE_NAMES, U_MIN, features,
@@ -130,12 +131,6 @@ class NeuSightPredictor(KernelPredictor):
         self.tc = TensorCoreNets(tc_config, seed=self.seed) if tc_config else None
         self.use_tensor_core = True     # False: predict_extrapolated (the FP32 networks on BF16 rows)
 
-    def _net(self, cls: str):
-        from neusight_core.predictors.nets import MLP
-        n_out = 3 if self._form == "authors" else 2
-        return MLP(len(self._input_names(cls)), n_out, per_class(self.config["hidden"], cls),
-                   per_class(self.config["layers"], cls))
-
     @property
     def _form(self) -> str:
         return self.config.get("output_form", "ours")
@@ -196,11 +191,14 @@ class NeuSightPredictor(KernelPredictor):
         self.info = {"data_checksum": train.checksum, "quick": quick, "classes": {},
                      "rows_before_filter": int(len(train.kernels)), "rows_after_filter": int(len(k))}
         with Timer() as t, tqdm(total=sum(epochs[c] * self._members(c) for c in classes), desc=f"train {self.name} (seed {self.seed})",
-                                unit="epoch") as bar:
+                                unit="epoch", disable=members.pooled()) as bar:
+            # every class's members are started before any is waited for: with a pool of processes
+            # (members.pool) they all train side by side; without one, each trains when its class finishes
+            started = {c: self._start_class(k[k["op_class"] == c].reset_index(drop=True), c, epochs[c], bar)
+                       for c in classes}
             for c in classes:
                 bar.set_description(f"train {self.name} {c} (seed {self.seed})")
-                self.info["classes"][c] = self._fit_class(k[k["op_class"] == c].reset_index(drop=True),
-                                                          c, epochs[c], bar)
+                self.info["classes"][c] = self._finish_class(c, *started[c])
             if self.tc is not None:
                 bar.set_description(f"train {self.name} BF16 tensor-core networks (seed {self.seed})")
                 self.info["tensor_core"] = self.tc.fit(quick=quick)
@@ -257,47 +255,39 @@ class NeuSightPredictor(KernelPredictor):
         mu, sd = self.norm[cls]
         return (X - mu) / sd
 
-    def _fit_class(self, df: pd.DataFrame, cls: str, epochs: int, bar) -> dict:
-        import torch
-
-        from neusight_core.predictors.nets import as_tensors, train_loop
+    def _start_class(self, df: pd.DataFrame, cls: str, epochs: int, bar) -> tuple:
+        """Inputs of ``cls`` and its members started (``members.start``); ``_finish_class`` waits for them."""
         dev = common.device_arrays(df)
         X, waves, base = self._inputs(df, dev, df["tile_m"], df["tile_k"], df["tile"])
         y = df["latency_ms"].to_numpy(float)
         mu, sd = X.mean(0), X.std(0) + 1e-6
         self.norm[cls] = (mu, sd)
         self.range[cls] = (X.min(0), X.max(0))
-        # work with base / y (the roofline's ratio to the measurement) so the loss sees ratios only
-        Xt, wt, by = as_tensors(self._scale(cls, X), waves, base / y)
         val = split_validation(len(df), self.config["val_fraction"], self.seed)
         # "time": validation APE weighted by the measured time, so the best epoch is the one that is
         # right about the kernels that dominate a model's run time, not about the many tiny ones
         vw = y if self.config.get("val_weight", "none") == "time" else None
-        form = self._form
-        self.nets[cls] = []
-        results = []
-        for i in range(self._members(cls)):
-            # every ensemble member has its own initialisation and batch order
-            member_seed = self.seed * 1000 + i
-            torch.manual_seed(member_seed)
-            net = self._net(cls)
-            self.nets[cls].append(net)
+        # every ensemble member has its own initialisation and batch order (seed * 1000 + i); the loss
+        # sees base / y, the roofline's ratio to the measurement, so it works with ratios only
+        n_out = 3 if self._form == "authors" else 2
+        todo = [members.Member(
+            n_in=len(self._input_names(cls)), n_out=n_out, hidden=int(per_class(self.config["hidden"], cls)),
+            layers=int(per_class(self.config["layers"], cls)), seed=self.seed * 1000 + i,
+            X=np.asarray(self._scale(cls, X), np.float32), waves=np.asarray(waves, np.float32),
+            ratio=np.asarray(base / y, np.float32), val=val, epochs=epochs,
+            batch=int(per_class(self.config["batch"], cls)), lr=float(per_class(self.config["lr"], cls)),
+            loss=per_class(self.config["loss"], cls), form=self._form,
+            weight_decay=float(self.config.get("weight_decay", 0.0)), optimizer=self.config.get("optimizer", "adam"),
+            schedule=self.config.get("schedule", "onecycle"), val_weight=vw, grad_clip=self._grad_clip(cls))
+            for i in range(self._members(cls))]
+        return members.start(todo, bar), X, waves, base, y, val, epochs
 
-            def ratio(idx, net=net):
-                # the authors' form trains unclamped, as their code does (a clamp at U_MIN gave rows with
-                # u <= 0 no gradient: seed 1 of their recipe kept BMM validation MAPE at 148 %)
-                return by[idx] / utilisation(net(Xt[idx]), wt[idx], form, clamp_u=form != "authors")
-
-            results.append(train_loop(net, ratio, len(df), val, epochs, int(per_class(self.config["batch"], cls)),
-                                      float(per_class(self.config["lr"], cls)), per_class(self.config["loss"], cls),
-                                      member_seed, bar,
-                                      weight_decay=float(self.config.get("weight_decay", 0.0)),
-                                      optimizer=self.config.get("optimizer", "adam"),
-                                      schedule=self.config.get("schedule", "onecycle"), val_weight=vw,
-                                      grad_clip=self._grad_clip(cls)))
+    def _finish_class(self, cls: str, pending: list, X, waves, base, y, val, epochs: int) -> dict:
+        trained = [wait() for wait in pending]
+        results = [rec for _, rec in trained]
         kept = self._kept_members([r["val_mape"] if len(val) else None for r in results])
         # from here on the members are evaluated with numpy, as every prediction is
-        self.nets[cls] = [NumpyMLP(self.nets[cls][i].state_dict()) for i in kept]
+        self.nets[cls] = [NumpyMLP(trained[i][0]) for i in kept]
         Xs = self._scale(cls, X)
         if self._form == "authors":
             self.u_floor[cls] = self._training_floor(cls, Xs, waves)
@@ -306,7 +296,7 @@ class NeuSightPredictor(KernelPredictor):
         ens = float(ape.mean()) if ape is not None else None
         # the same, weighted by measured time (the large kernels that dominate a model's run time)
         ens_w = float((ape * y[val]).sum() / y[val].sum()) if ape is not None else None
-        return {"rows": len(df), "val_mape_members": [r["val_mape"] for r in results], "members_kept": kept,
+        return {"rows": len(y), "val_mape_members": [r["val_mape"] for r in results], "members_kept": kept,
                 "val_mape": ens,
                 "val_wmape": ens_w,
                 "best_epochs": [r["best_epoch"] for r in results], "epochs": epochs,

@@ -81,10 +81,11 @@ def train_parallel(jobs, workers: int | None = None, progress: bool = True) -> l
     # longest first: with two workers, three 100-epoch seeds of the authors' recipe and three shorter
     # seeds of ours end together instead of one long job running alone at the end
     todo.sort(key=lambda j: -training_cost(*j))
-    workers = max(1, min(len(todo), workers or os.cpu_count() or 1))
+    cores = max(1, workers or os.cpu_count() or 1)
+    workers = min(len(todo), cores)
     done = []
     with tqdm(total=len(todo), desc=f"training {len(todo)} predictor(s), {workers} at a time", disable=not progress) as bar:
-        if workers == 1:        # in this process, with its progress bars (training itself runs on one thread:
+        if workers == 1 and not (cores > 1 and not todo[0][1]):        # in this process, with its progress bars (training itself runs on one thread:
             #                     nets.one_thread, so the weights are those a worker would train)
             for j in todo:
                 t0 = time.perf_counter()
@@ -92,12 +93,49 @@ def train_parallel(jobs, workers: int | None = None, progress: bool = True) -> l
                 done.append((j, time.perf_counter() - t0))
                 bar.update(1)
             return done
-        with worker_environment(), ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            for job, secs in pool.map(_train_job, todo):
+        with contextlib.ExitStack() as stack:
+            if cores > len(todo) and not all(j[1] for j in todo):
+                # more cores than full trainings: every job in a thread of this process, every MLP member of
+                # every job in one pool of processes (members.pool), so the cores that one process per seed
+                # leaves idle train too (a member's weights are the same bits wherever it trains:
+                # predictors/members.py). Quick weights train in seconds: not worth the pool's start.
+                runs = _train_members_pooled(todo, cores)
+            else:
+                pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")))
+                runs = pool.map(_train_job, todo)
+            stack.enter_context(worker_environment())
+            for job, secs in runs:
                 done.append((job, secs))
                 bar.update(1)
                 bar.set_postfix_str(f"{job[0]} seed {job[2]}: {secs / 60:.1f} min")
     return done
+
+
+def _train_members_pooled(todo: list, cores: int):
+    """``train_parallel``'s jobs each in a thread, their members in a pool of ``cores`` processes; yields
+    (job, seconds) as jobs finish. Torch runs on one thread and with denormals flushed for the whole block
+    (nets.one_thread / flush_denormals set and restore process-wide state, which threads would race on)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    import torch
+
+    import neusight_core.predictors.members as members
+    import neusight_core.predictors.nets as nets
+
+    def one(job):
+        t0 = time.perf_counter()
+        get(job[0], quick=job[1], seed=job[2], config=job[3], rows=job[4])
+        return job, time.perf_counter() - t0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with worker_environment(), nets.flush_denormals(), members.pool(cores), \
+                ThreadPoolExecutor(len(todo)) as ex:
+            for f in as_completed([ex.submit(one, j) for j in todo]):
+                yield f.result()
+    finally:
+        torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager
