@@ -47,9 +47,9 @@ fi
     >> "$OUT/machine.txt" 2>/dev/null; sleep 15; done ) &
 SMI=$!
 ts=${TRAIN_S:-330}
-workers=${WORKERS:-$(( $(nproc) - HAS_GPU ))}
+workers=${WORKERS:-$(( $(nproc) - HAS_GPU * ${GPU_SEED:-1} ))}
 t1=$(date +%s)
-if [ "$HAS_GPU" = 1 ]; then
+if [ "$HAS_GPU" = 1 ] && [ "${GPU_SEED:-1}" = 1 ]; then
   NEUSIGHT_TRAIN_DEVICE=cuda NEUSIGHT_TRAINED=/tmp/gpu_trained OMP_NUM_THREADS=1 timeout "$ts" \
     $PY -m neusight_core train --predictor neusight --seed 0 --workers 1 $Q > "$OUT/train_gpu_log.txt" 2>&1 &
   GPU_TRAIN=$!
@@ -57,7 +57,7 @@ fi
 NEUSIGHT_TRAIN_DEVICE=cpu OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 timeout "$ts" $PY -m neusight_core train \
   --predictor "${RECIPES:-neusight-paper,neusight}" --seed 0,1,2 --workers "$workers" $Q > "$OUT/train_log.txt" 2>&1
 echo "[train cpu, $workers workers] exit $? after $(( $(date +%s) - t1 )) s" | tee -a "$OUT/train_log.txt"
-if [ "$HAS_GPU" = 1 ]; then
+if [ "$HAS_GPU" = 1 ] && [ "${GPU_SEED:-1}" = 1 ]; then
   wait $GPU_TRAIN
   echo "[train gpu, neusight seed 0] exit $? after $(( $(date +%s) - t1 )) s" | tee -a "$OUT/train_gpu_log.txt"
 fi

@@ -43,11 +43,15 @@ class Member:
     schedule: str
     val_weight: np.ndarray | None
     grad_clip: float | None
+    label: str = ""          # for the pool's progress lines: recipe, class, seed, member
 
 
 def train(m: Member, bar=None) -> tuple[dict, dict]:
-    """Train one member; returns (its best state dict, ``train_loop``'s record)."""
+    """Train one member; returns (its best state dict, ``train_loop``'s record with its ``seconds``)."""
+    import time
+
     import torch
+    t0 = time.perf_counter()
 
     from neusight_core.predictors.features import utilisation
     from neusight_core.predictors.nets import MLP, as_tensors, train_loop
@@ -63,11 +67,33 @@ def train(m: Member, bar=None) -> tuple[dict, dict]:
     rec = train_loop(net, ratio, len(m.X), m.val, m.epochs, m.batch, m.lr, m.loss, m.seed, bar,
                      weight_decay=m.weight_decay, optimizer=m.optimizer, schedule=m.schedule,
                      val_weight=m.val_weight, grad_clip=m.grad_clip)
+    rec["seconds"] = round(time.perf_counter() - t0, 2)
     return {k: v.detach().cpu() for k, v in net.state_dict().items()}, rec
 
 
+class _EpochLog:
+    """A worker's progress: one line per tenth of its epochs (a pool's members have no bars; a run cut short
+    still says how far each member got and at what rate)."""
+
+    def __init__(self, label: str, epochs: int):
+        import time
+        self.label, self.epochs, self.done, self.t0 = label, epochs, 0, time.perf_counter()
+        self.every = max(1, epochs // 10)
+
+    def update(self, n: int = 1) -> None:
+        import sys
+        import time
+        self.done += n
+        if self.done % self.every == 0 or self.done >= self.epochs:
+            print(f"[member {self.label}] epoch {self.done}/{self.epochs} at {time.perf_counter() - self.t0:.0f} s",
+                  file=sys.stderr, flush=True)
+
+    def set_postfix(self, **_) -> None:
+        pass
+
+
 def _train_in_worker(m: Member) -> tuple[dict, dict]:
-    return train(m)
+    return train(m, _EpochLog(m.label, m.epochs))
 
 
 def start(members: list[Member], bar=None) -> list:

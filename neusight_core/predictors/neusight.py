@@ -278,7 +278,8 @@ class NeuSightPredictor(KernelPredictor):
             batch=int(per_class(self.config["batch"], cls)), lr=float(per_class(self.config["lr"], cls)),
             loss=per_class(self.config["loss"], cls), form=self._form,
             weight_decay=float(self.config.get("weight_decay", 0.0)), optimizer=self.config.get("optimizer", "adam"),
-            schedule=self.config.get("schedule", "onecycle"), val_weight=vw, grad_clip=self._grad_clip(cls))
+            schedule=self.config.get("schedule", "onecycle"), val_weight=vw, grad_clip=self._grad_clip(cls),
+            label=f"{self.name} {cls} seed {self.seed} #{i}")
             for i in range(self._members(cls))]
         return members.start(todo, bar), X, waves, base, y, val, epochs
 
@@ -297,6 +298,7 @@ class NeuSightPredictor(KernelPredictor):
         # the same, weighted by measured time (the large kernels that dominate a model's run time)
         ens_w = float((ape * y[val]).sum() / y[val].sum()) if ape is not None else None
         return {"rows": len(y), "val_mape_members": [r["val_mape"] for r in results], "members_kept": kept,
+                "member_seconds": [r["seconds"] for r in results],
                 "val_mape": ens,
                 "val_wmape": ens_w,
                 "best_epochs": [r["best_epoch"] for r in results], "epochs": epochs,
