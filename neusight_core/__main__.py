@@ -143,6 +143,8 @@ def _choose_quick(a, names, seeds) -> bool:
 def _train(a) -> int:
     import time
     from neusight_core import paths, predictors as _pred
+    if a.workers is not None and a.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {a.workers}")
     names, seeds = _csv_list(a.predictor, "predictor"), _seeds(a.seed)
     unknown = [x for x in names if x not in PREDICTORS]
     if unknown:
@@ -152,8 +154,6 @@ def _train(a) -> int:
         if _pred.trains_long(n) and not a.quick:
             print(f"training `{n}`: {_pred.full_training_estimate(n)}; weights go to {paths.trained_dir()}",
                   flush=True)
-    if a.workers is not None and a.workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {a.workers}")
     t0 = time.perf_counter()
     _pred.train_parallel(todo, workers=a.workers, progress=True)
     for n in names:

@@ -80,8 +80,12 @@ def test_section_without_gpu_predicts_the_recorded_run(tmp_path):
     r = lm.section(tmp_path, quick=True, predictors=("roofline",))
     assert r["status"] == "SKIPPED" and "no CUDA GPU" in r["reason"]
     assert r["steps"] is None
-    assert set(r["pred"]["run"]) == {"recorded H100"}
+    assert set(r["pred"]["run"]) == {"recorded H100", "recorded H200"}
     assert r["pred"]["predicted_ms"].notna().all()
+    # each recorded run is predicted on its own GPU: the H200's faster memory gives it the smaller roofline
+    p = r["pred"].query("variant == 'graph'").set_index(["run", "model", "phase", "batch", "seq", "attention"])
+    both = p.loc["recorded H100"].join(p.loc["recorded H200"], lsuffix="_h100", rsuffix="_h200", how="inner")
+    assert len(both) and (both["predicted_ms_h200"] <= both["predicted_ms_h100"]).all()
 
 
 def test_the_module_on_its_own_says_skipped_without_a_gpu(tmp_path):

@@ -194,8 +194,15 @@ class NeuSightPredictor(KernelPredictor):
                                 unit="epoch", disable=members.pooled()) as bar:
             # every class's members are started before any is waited for: with a pool of processes
             # (members.pool) they all train side by side; without one, each trains when its class finishes
+            # (longest first, in optimiser steps x hidden width squared, so that a pool ends its queue together)
+            rows = k["op_class"].value_counts()
+            cost = {c: epochs[c] * rows[c] / int(per_class(self.config["batch"], c))
+                    * int(per_class(self.config["hidden"], c)) ** 2 for c in classes}
             started = {c: self._start_class(k[k["op_class"] == c].reset_index(drop=True), c, epochs[c], bar)
-                       for c in classes}
+                       for c in sorted(classes, key=lambda c: -cost[c])}
+            # the saved state keeps the classes' order (its arrays are stored in dict order)
+            self.norm = {c: self.norm[c] for c in classes}
+            self.range = {c: self.range[c] for c in classes}
             for c in classes:
                 bar.set_description(f"train {self.name} {c} (seed {self.seed})")
                 self.info["classes"][c] = self._finish_class(c, *started[c])

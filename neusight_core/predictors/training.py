@@ -114,7 +114,14 @@ def train_parallel(jobs, workers: int | None = None, progress: bool = True) -> l
 def _train_members_pooled(todo: list, cores: int):
     """``train_parallel``'s jobs each in a thread, their members in a pool of ``cores`` processes; yields
     (job, seconds) as jobs finish. Torch runs on one thread and with denormals flushed for the whole block
-    (nets.one_thread / flush_denormals set and restore process-wide state, which threads would race on)."""
+    (nets.one_thread / flush_denormals set and restore process-wide state, which threads would race on).
+
+    On the CPU unless ``NEUSIGHT_TRAIN_DEVICE=cuda`` asks for the GPU: on a lent H200 machine (16 cores,
+    docs/tier2/2026-11-26-h200-training) one `neusight` seed alone on the GPU had 554 of its 720 epochs done
+    after 330 s (its networks' small batches leave the GPU 10-17 % busy, and seeds sharing it time-slice),
+    while the pool on the 16 cores had every member of both recipes' three seeds done or a third through in
+    190 s, the longest (`neusight-paper` BMM, 40 epochs) at 11-12 s an epoch."""
+    import os
     import time
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
@@ -129,6 +136,9 @@ def _train_members_pooled(todo: list, cores: int):
         return job, time.perf_counter() - t0
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    device = os.environ.get("NEUSIGHT_TRAIN_DEVICE")
+    if (device or "auto").strip().lower() == "auto":
+        os.environ["NEUSIGHT_TRAIN_DEVICE"] = "cpu"       # the pool's workers inherit it when they start
     try:
         with worker_environment(), nets.flush_denormals(), members.pool(cores), \
                 ThreadPoolExecutor(len(todo)) as ex:
@@ -136,6 +146,10 @@ def _train_members_pooled(todo: list, cores: int):
                 yield f.result()
     finally:
         torch.set_num_threads(threads)
+        if device is None:
+            os.environ.pop("NEUSIGHT_TRAIN_DEVICE", None)
+        else:
+            os.environ["NEUSIGHT_TRAIN_DEVICE"] = device
 
 
 @contextlib.contextmanager

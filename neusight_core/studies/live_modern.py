@@ -379,7 +379,7 @@ def step_mape(pred):
 
 
 #: The recorded runs of this section (docs/tier2/<run>/modern_steps.csv): GPU and folder.
-RECORDED = {"H100": "docs/tier2/2026-11-26-h100-modern"}
+RECORDED = {"H100": "docs/tier2/2026-11-26-h100-modern", "H200": "docs/tier2/2026-11-26-h200-modern"}
 
 
 def section(out_dir, quick: bool = False, time_budget_s: float = 300, predictors=("neusight", "roofline"),
