@@ -63,3 +63,36 @@ def test_train_workers_must_be_positive(capsys):
     assert main(["train", "--predictor", "roofline", "--workers", "0"]) == 2
     err = capsys.readouterr().err
     assert "--workers must be at least 1, got 0" in err and "Traceback" not in err
+
+
+def test_a_threads_torch_settings_are_its_own():
+    """Jobs train in threads of one process (the pooled path): each sets one torch thread and flush-to-zero for
+    itself (nets.one_thread / flush_denormals), so a thread that finishes cannot switch them back under another.
+    That holds because both are per-thread state (OpenMP's thread count, the CPU's MXCSR flags)."""
+    import threading
+
+    import torch
+
+    from neusight_core.predictors import nets
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    inside, release, seen = threading.Event(), threading.Event(), []
+
+    def job():
+        with nets.one_thread():
+            inside.set()
+            release.wait(10)
+            seen.append(torch.get_num_threads())
+
+    t = threading.Thread(target=job)
+    t.start()
+    inside.wait(10)
+    seen.append(torch.get_num_threads())       # this thread's count, while the other is inside one_thread
+    with nets.one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 2
+    release.set()
+    t.join(10)
+    assert seen == [2, 1]
+    assert torch.get_num_threads() == 2
+    torch.set_num_threads(before)

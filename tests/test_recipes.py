@@ -556,7 +556,7 @@ def test_ensemble_cut_drops_a_member_that_failed_to_train(release_root, monkeypa
         p = P.create("neusight", 0, config={"ensemble": {"LINEAR": 3}, "ensemble_cut": cut, "extra_training": None})
         k = p.filter_training(train.kernels)
         df = k[k["op_class"] == "LINEAR"].head(300).reset_index(drop=True)
-        info = p._fit_class(df, "LINEAR", 1, None)
+        info = p._finish_class("LINEAR", *p._start_class(df, "LINEAR", 1, None))
         assert info["members_kept"] == kept and len(p.nets["LINEAR"]) == len(kept)
         assert info["val_mape_members"] == [10.0, 40.0, 11.0]
         # the kept networks are those members, in order (the three members differ: own initialisation)

@@ -83,10 +83,16 @@ def train_parallel(jobs, workers: int | None = None, progress: bool = True) -> l
     todo.sort(key=lambda j: -training_cost(*j))
     cores = max(1, workers or os.cpu_count() or 1)
     workers = min(len(todo), cores)
+    # more cores than full trainings: every job in a thread of this process, every MLP member of every job in
+    # one pool of processes (members.pool), so the cores that one process per seed leaves idle train too (a
+    # member's weights are the same bits wherever it trains: predictors/members.py). Quick weights train in
+    # seconds: not worth the pool's start.
+    pooled = cores > len(todo) and not all(j[1] for j in todo)
     done = []
     with tqdm(total=len(todo), desc=f"training {len(todo)} predictor(s), {workers} at a time", disable=not progress) as bar:
-        if workers == 1 and not (cores > 1 and not todo[0][1]):        # in this process, with its progress bars (training itself runs on one thread:
-            #                     nets.one_thread, so the weights are those a worker would train)
+        if workers == 1 and not pooled:
+            # in this process, with its progress bars (training itself runs on one thread: nets.one_thread, so
+            # the weights are those a worker would train)
             for j in todo:
                 t0 = time.perf_counter()
                 get(j[0], quick=j[1], seed=j[2], config=j[3], rows=j[4])
@@ -94,16 +100,12 @@ def train_parallel(jobs, workers: int | None = None, progress: bool = True) -> l
                 bar.update(1)
             return done
         with contextlib.ExitStack() as stack:
-            if cores > len(todo) and not all(j[1] for j in todo):
-                # more cores than full trainings: every job in a thread of this process, every MLP member of
-                # every job in one pool of processes (members.pool), so the cores that one process per seed
-                # leaves idle train too (a member's weights are the same bits wherever it trains:
-                # predictors/members.py). Quick weights train in seconds: not worth the pool's start.
+            stack.enter_context(worker_environment())        # before any worker starts: they inherit it
+            if pooled:
                 runs = _train_members_pooled(todo, cores)
             else:
                 pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")))
                 runs = pool.map(_train_job, todo)
-            stack.enter_context(worker_environment())
             for job, secs in runs:
                 done.append((job, secs))
                 bar.update(1)
@@ -113,39 +115,33 @@ def train_parallel(jobs, workers: int | None = None, progress: bool = True) -> l
 
 def _train_members_pooled(todo: list, cores: int):
     """``train_parallel``'s jobs each in a thread, their members in a pool of ``cores`` processes; yields
-    (job, seconds) as jobs finish. Torch runs on one thread and with denormals flushed for the whole block
-    (nets.one_thread / flush_denormals set and restore process-wide state, which threads would race on).
+    (job, seconds) as jobs finish. What a job trains in its thread runs on one thread with denormals flushed as
+    in a process of its own: torch's thread count and the flush-to-zero flag are per thread
+    (nets.one_thread / flush_denormals set and restore the calling thread's; tests/test_members.py).
 
     On the CPU unless ``NEUSIGHT_TRAIN_DEVICE=cuda`` asks for the GPU: on a lent H200 machine (16 cores,
     docs/tier2/2026-11-26-h200-training) one `neusight` seed alone on the GPU had 554 of its 720 epochs done
     after 330 s (its networks' small batches leave the GPU 10-17 % busy, and seeds sharing it time-slice),
-    while the pool on the 16 cores had every member of both recipes' three seeds done or a third through in
-    190 s, the longest (`neusight-paper` BMM, 40 epochs) at 11-12 s an epoch."""
+    while the pool on the 16 cores had 20 of the 45 networks of both recipes' three seeds done after 190 s, the
+    longest (`neusight-paper` BMM, 40 epochs) running at 11-12 s an epoch."""
     import os
     import time
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
-    import torch
-
     import neusight_core.predictors.members as members
-    import neusight_core.predictors.nets as nets
 
     def one(job):
         t0 = time.perf_counter()
         get(job[0], quick=job[1], seed=job[2], config=job[3], rows=job[4])
         return job, time.perf_counter() - t0
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     device = os.environ.get("NEUSIGHT_TRAIN_DEVICE")
     if (device or "auto").strip().lower() == "auto":
         os.environ["NEUSIGHT_TRAIN_DEVICE"] = "cpu"       # the pool's workers inherit it when they start
     try:
-        with worker_environment(), nets.flush_denormals(), members.pool(cores), \
-                ThreadPoolExecutor(len(todo)) as ex:
+        with members.pool(cores), ThreadPoolExecutor(len(todo)) as ex:
             for f in as_completed([ex.submit(one, j) for j in todo]):
                 yield f.result()
     finally:
-        torch.set_num_threads(threads)
         if device is None:
             os.environ.pop("NEUSIGHT_TRAIN_DEVICE", None)
         else:
