@@ -260,7 +260,11 @@ def full_training_estimate(name: str) -> str:
             times.append(t)
     if times:
         return f"about {min(times) / 60:.0f}-{max(times) / 60:.0f} min per seed (earlier seeds on this machine)"
-    return "about 8-30 min per seed on 2 cores, measured 460-1,650 s (docs/recipes.md)"
+    import os
+    many = (os.cpu_count() or 1) > 6
+    return ("about 8-30 min per seed on 2 cores, measured 460-1,650 s (docs/recipes.md)"
+            + ("; here every network of every seed trains side by side on the cores (16 cores: about 8 min for "
+               "both recipes' three seeds, extrapolated from a 190 s run, docs/evaluators.md)" if many else ""))
 
 
 def describe(p: KernelPredictor, quick: bool) -> dict:

@@ -294,21 +294,26 @@ def plot_live_kernels(k: pd.DataFrame):
 
 
 def plot_live_modern(pred):
-    """Predicted against measured per variant (graph: kernel sums; eager: wall times), one colour per phase."""
+    """Predicted against measured per variant (graph: kernel sums; eager: wall times), one colour per phase and,
+    when several runs are shown (the local one, the recorded H100 and H200 runs), one marker per run."""
     variants = [v for v in live_modern.VARIANTS if v in set(pred["variant"])]
     fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 4.0), squeeze=False)
     d = pred[pred["predictor"] == pred["predictor"].iloc[0]] if len(pred) else pred
+    runs = list(dict.fromkeys(d["run"])) if "run" in d else [None]
     for ax, v in zip(axes[0], variants):
         x = d[d["variant"] == v]
-        for ph, c in zip(live_modern.PHASES, ("tab:blue", "tab:orange", "tab:green")):
-            y = x[x["phase"] == ph]
-            ax.scatter(y["measured_ms"], y["predicted_ms"], s=18, c=c, label=ph)
+        for run, marker in zip(runs, "o^sDv"):
+            r = x if run is None else x[x["run"] == run]
+            for ph, c in zip(live_modern.PHASES, ("tab:blue", "tab:orange", "tab:green")):
+                y = r[r["phase"] == ph]
+                ax.scatter(y["measured_ms"], y["predicted_ms"], s=18, c=c, marker=marker,
+                           label=ph if len(runs) == 1 else f"{ph}, {run}")
         lo = max(1e-2, float(min(x["measured_ms"].min(), x["predicted_ms"].min())) / 1.5) if len(x) else 0.1
         hi = float(max(x["measured_ms"].max(), x["predicted_ms"].max())) * 1.5 if len(x) else 10
         ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
         ax.set(xscale="log", yscale="log", xlabel=f"measured ms ({live_modern.VARIANTS[v][0]})", ylabel="predicted ms",
                title=f"{d['predictor'].iloc[0] if len(d) else ''}: {v}")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7 if len(runs) > 1 else 8)
     fig.tight_layout()
     return fig
 
