@@ -173,7 +173,7 @@ def _predict(a) -> int:
                            dtype=a.dtype, fusion=a.fusion, parallel=a.parallel, gpus=a.gpus,
                            micro_batches=a.micro_batches, link_gbs=a.link_gbs, attention=a.attention,
                            execution=a.execution)
-    a.gpus, a.seq, image = sc.gpus, sc.seq, sc.image
+    a.gpus, a.seq, image = sc.gpus, sc.size, sc.image
     quick = _choose_quick(a, [a.predictor], [a.seed])
     r = latency.predict_scenario(sc, predictor=a.predictor, quick=quick, seed=a.seed)
     k = r.pop("kernels")

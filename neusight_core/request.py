@@ -45,12 +45,9 @@ def _given(v):
 
 
 def _row_of(sc: Scenario, r: dict | None = None) -> dict:
-    """A validated scenario as the frame's fields (over the request ``r`` as given): ``seq`` / ``image_size`` split
-    by the model's kind again."""
+    """A validated scenario as the frame's fields (over the request ``r`` as given)."""
     out = dict(r or {})
     out.update(sc.as_dict())
-    del out["image"]
-    out["seq"], out["image_size"] = sc.seq_len, sc.image_size
     return out
 
 

@@ -229,13 +229,14 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
 # ------------------------------------------------------------------------------ the request
 @dataclass(frozen=True)
 class Scenario:
-    """A validated request. ``seq`` is the tracer's size argument: the sequence length of a text model,
-    the image side of an image model (``image`` True). ``link_gbs`` is resolved (given, or the catalogue's
-    link of the device when a plan needs one; None without a plan)."""
+    """A validated request. Its size is ``seq``, the sequence length of a text model, or ``image_size``, the
+    image side of an image model: exactly one of the two is set (``size`` is the tracer's argument, either).
+    ``link_gbs`` is resolved (given, or the catalogue's link of the device when a plan needs one; None without a
+    plan)."""
     model: object          # config name, path, or a config object / dict
     device: str            # catalogue name
     batch: int
-    seq: int
+    seq: int | None = None           # tokens of a text model (None for an image model)
     mode: str = "inf"
     past: int = 0
     dtype: str = Precision.FP32
@@ -244,18 +245,23 @@ class Scenario:
     gpus: int = 1
     micro_batches: int = 1
     link_gbs: float | None = None
-    image: bool = False
+    image_size: int | None = None    # side of an image model's input (None for a text model)
     attention: str = "eager"      # eager | sdpa (schema.ATTENTIONS); scenario() defaults to what HF picks
     execution: str = "graph"      # eager | graph (schema.EXECUTIONS); scenario() defaults to eager PyTorch
 
-    @property
-    def image_size(self) -> int | None:
-        return self.seq if self.image else None
+    def __post_init__(self):
+        if (self.seq is None) == (self.image_size is None):
+            raise LatencyInputError("a scenario has a sequence length (text model) or an image size (image "
+                                    f"model), exactly one: got seq={self.seq}, image_size={self.image_size}")
 
     @property
-    def seq_len(self) -> int | None:
-        """The sequence length of a text model (None for an image model)."""
-        return None if self.image else self.seq
+    def image(self) -> bool:
+        return self.image_size is not None
+
+    @property
+    def size(self) -> int:
+        """The tracer's size argument: the sequence length, or the image side."""
+        return self.image_size if self.image else self.seq
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -285,7 +291,8 @@ def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=No
         if link is None and gpus > 1:
             raise LatencyInputError(f"no link bandwidth known for {dev.name}: give the link bandwidth "
                                             "(--link-gbs / link_gbs)")
+    image = is_image(model)
     return Scenario(model=str(model) if isinstance(model, Path) else model, device=dev.name, batch=int(batch),
-                    seq=int(size), mode=mode, past=int(past), dtype=dtype, fusion=bool(fusion), parallel=parallel,
-                    gpus=int(gpus), micro_batches=int(micro_batches), link_gbs=link, image=is_image(model),
-                    attention=attention, execution=execution)
+                    seq=None if image else int(size), mode=mode, past=int(past), dtype=dtype, fusion=bool(fusion),
+                    parallel=parallel, gpus=int(gpus), micro_batches=int(micro_batches), link_gbs=link,
+                    image_size=int(size) if image else None, attention=attention, execution=execution)

@@ -40,10 +40,15 @@ def test_sweep_rows_are_refused_like_predict(over):
 def test_scenario_defaults_and_image_sizes():
     sc = scenario.scenario("gpt2_large", "H100", 8, 128, "train", parallel="dp")
     assert sc.gpus == 4 and sc.link_gbs == 900.0 and sc.device == "NVIDIA_H100_80GB_HBM3"   # the paper's 4, NVLink
-    assert not sc.image and sc.seq_len == 128 and sc.image_size is None
+    assert not sc.image and sc.seq == 128 and sc.image_size is None and sc.size == 128
     im = scenario.scenario("resnet50", "A100", 32, mode="inf")
-    assert im.image and im.image_size == 224 and im.seq == 224 and im.seq_len is None
+    assert im.image and im.image_size == 224 and im.seq is None and im.size == 224
     with pytest.raises(LatencyInputError, match="image model"):
         scenario.scenario("resnet50", "A100", 32, 128)
+    # one field per meaning: a scenario is a text request or an image request, never both or neither
+    with pytest.raises(LatencyInputError, match="exactly one: got seq=128, image_size=224"):
+        scenario.Scenario("gpt2_large", "NVIDIA_H100_80GB_HBM3", 1, seq=128, image_size=224)
+    with pytest.raises(LatencyInputError, match="exactly one: got seq=None, image_size=None"):
+        scenario.Scenario("gpt2_large", "NVIDIA_H100_80GB_HBM3", 1)
     with pytest.raises(LatencyInputError, match="no link bandwidth known"):
         scenario.scenario("gpt2_large", "L4", 4, 128, parallel="dp", gpus=2)   # L4: PCIe only, no link in the catalogue

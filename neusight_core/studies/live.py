@@ -201,7 +201,9 @@ MODEL_SECTIONS = ("paper", "llama", "vision", "parallel")
 
 
 @dataclass(frozen=True)
-class Scenario:
+class LiveCase:
+    """One configuration notebook 05 measures on the local GPU and predicts (not a ``scenario.Scenario``: it
+    names the case, the GPU it is stated for and whether it extends the paper; ``seq`` is an image model's side)."""
     name: str
     model: str
     batch: int
@@ -219,7 +221,7 @@ class Scenario:
 SEQ = {"bert_large": 512, "switchxl4": 512, "gpt2_large": 1024, "gpt3_xl": 2048, "gpt3_27": 2048, "opt_13": 2048}
 
 
-def paper_scenarios(models=None, batches=None, quick: bool = False) -> list[Scenario]:
+def paper_scenarios(models=None, batches=None, quick: bool = False) -> list[LiveCase]:
     models = models or (["gpt2_large"] if quick else ["bert_large", "gpt2_large", "gpt3_xl", "opt_13", "gpt3_27"])
     batches = batches or ([4] if quick else [2, 4, 8])
     out = []
@@ -227,40 +229,40 @@ def paper_scenarios(models=None, batches=None, quick: bool = False) -> list[Scen
         seq = SEQ.get(m, 2048)
         for b in batches:
             for mode in ("inf", "train"):
-                out.append(Scenario(f"{m}-{mode}-{seq}-{b}", m, b, seq, mode))
+                out.append(LiveCase(f"{m}-{mode}-{seq}-{b}", m, b, seq, mode))
     return out
 
 
-def llama_scenarios(quick: bool = False) -> list[Scenario]:
-    s = [Scenario("llama2_7b-prefill-2048", "llama2_7b", 1, 2048, "inf", extension=True),
-         Scenario("llama2_13b-prefill-2048", "llama2_13b", 1, 2048, "inf", extension=True),
-         Scenario("llama2_70b-prefill-2048", "llama2_70b", 1, 2048, "inf", extension=True,
+def llama_scenarios(quick: bool = False) -> list[LiveCase]:
+    s = [LiveCase("llama2_7b-prefill-2048", "llama2_7b", 1, 2048, "inf", extension=True),
+         LiveCase("llama2_13b-prefill-2048", "llama2_13b", 1, 2048, "inf", extension=True),
+         LiveCase("llama2_70b-prefill-2048", "llama2_70b", 1, 2048, "inf", extension=True,
                   note="measured with fewer layers; full model = measured x 80 / measured layers "
                        "(transformer blocks are identical; embedding/head counted once, a small error)")]
     # one decode step after a 2048-token prompt: 1 new token attending to 2048 cached ones
-    s += [Scenario(f"{m}-decode-after-2048", m, 1, 1, "inf", extension=True, past=2048,
+    s += [LiveCase(f"{m}-decode-after-2048", m, 1, 1, "inf", extension=True, past=2048,
                    note="one decode step on a KV cache of 2048 tokens (measured with the cache filled by a prefill, "
                         "cropped back after each step)")
           for m in ("llama2_7b", "llama2_13b", "llama2_70b")]
     return [s[0], s[3]] if quick else s
 
 
-def vision_scenarios(quick: bool = False) -> list[Scenario]:
+def vision_scenarios(quick: bool = False) -> list[LiveCase]:
     """ResNet-50 and ViT-B/16 (issue 26) at 224 x 224, inference and training, in the paper's protocol (FP32, TF32
     off): models the paper did not measure, so extensions. ``seq`` is the image side."""
     note = "image model (issue 26); seq is the image side in pixels"
-    s = [Scenario(f"{m}-{mode}-224px-{b}", m, b, 224, mode, extension=True, note=note)
+    s = [LiveCase(f"{m}-{mode}-224px-{b}", m, b, 224, mode, extension=True, note=note)
          for m, mode, b in (("resnet50", "inf", 32), ("resnet50", "inf", 128), ("resnet50", "train", 64),
                             ("vit_b16", "inf", 32), ("vit_b16", "train", 32))]
     return s[:1] if quick else s
 
 
-def parallel_scenarios() -> list[Scenario]:
-    return [Scenario("gpt2_large-train-dp8-a100", "gpt2_large", 8, 1024, "train", "dp", 8, "NVIDIA_A100-SXM4-40GB", True),
-            Scenario("llama2_13b-inf-tp4-a100", "llama2_13b", 1, 2048, "inf", "tp", 4, "NVIDIA_A100-SXM4-40GB", True),
-            Scenario("gpt2_large-train-1024-4-dp4", "gpt2_large", 4, 1024, "train", "dp", 4, "NVIDIA_A100-SXM4-40GB"),
-            Scenario("gpt2_large-train-1024-4-tp4", "gpt2_large", 4, 1024, "train", "tp", 4, "NVIDIA_A100-SXM4-40GB"),
-            Scenario("gpt2_large-train-1024-4-pp4_1", "gpt2_large", 4, 1024, "train", "pp", 4, "NVIDIA_A100-SXM4-40GB")]
+def parallel_scenarios() -> list[LiveCase]:
+    return [LiveCase("gpt2_large-train-dp8-a100", "gpt2_large", 8, 1024, "train", "dp", 8, "NVIDIA_A100-SXM4-40GB", True),
+            LiveCase("llama2_13b-inf-tp4-a100", "llama2_13b", 1, 2048, "inf", "tp", 4, "NVIDIA_A100-SXM4-40GB", True),
+            LiveCase("gpt2_large-train-1024-4-dp4", "gpt2_large", 4, 1024, "train", "dp", 4, "NVIDIA_A100-SXM4-40GB"),
+            LiveCase("gpt2_large-train-1024-4-tp4", "gpt2_large", 4, 1024, "train", "tp", 4, "NVIDIA_A100-SXM4-40GB"),
+            LiveCase("gpt2_large-train-1024-4-pp4_1", "gpt2_large", 4, 1024, "train", "pp", 4, "NVIDIA_A100-SXM4-40GB")]
 
 
 def multi_gpu_skip_reason(needed: int) -> str | None:
