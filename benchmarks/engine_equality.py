@@ -44,8 +44,8 @@ SINGLE = [  # latency.predict_model keyword sets
     dict(model="gpt2_large", device="H100", batch=8, seq=256, mode="train", parallel="dp", gpus=4),
     dict(model="gpt2_large", device="H100", batch=4, seq=512, mode="inf", dtype="bf16"),
     dict(model="gpt2_large", device="L4", batch=2, seq=1, mode="inf", past=255),
-    dict(model="resnet50", device="A100", batch=32, seq=224, mode="inf"),
-    dict(model="vit_b16", device="H100", batch=8, seq=224, mode="train"),
+    dict(model="resnet50", device="A100", batch=32, image_size=224, mode="inf"),
+    dict(model="vit_b16", device="H100", batch=8, image_size=224, mode="train"),
 ]
 SWEEP_ROWS = [
     dict(model="gpt2_large", device="H100", batch=4, seq=512, mode="inf"),

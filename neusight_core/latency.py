@@ -27,20 +27,21 @@ from neusight_core import network
 # the tables' pieces and the request's error, named here too: their callers (whatif, live, the CLI, the tests)
 # read them as latency.*
 from neusight_core.tables import aggregate, loaded_predictor, predict_kernels, trace, trace_cached
-from neusight_core.scenario import LatencyInputError, device_of, is_image, scenario
+from neusight_core.scenario import LatencyInputError, device_of, scenario
 from neusight_core.schema import OpClass, Precision
 
 __all__ = ["LatencyInputError", "aggregate", "conv_by_roofline", "conv_note", "loaded_predictor", "predict_kernels",
            "predict_model", "predict_scenario", "trace", "trace_cached"]
 
 
-def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neusight",
+def predict_model(model, device, batch: int, seq: int | None = None, mode: str = "inf", predictor="neusight",
                   fusion: bool = False, parallel: str | None = None, gpus: int = 1,
                   link_gbs: float | None = None, micro_batches: int = 1,
                   efficiency: float = network.DEFAULT_EFFICIENCY, quick: bool = False, past: int = 0,
                   dtype: str = Precision.FP32, optimizer: str = "adamw", master_weights: bool = True,
-                  attention: str | None = None, execution: str | None = None) -> dict:
-    """Predict one configuration.
+                  attention: str | None = None, execution: str | None = None, image_size: int | None = None) -> dict:
+    """Predict one configuration: a text model at ``seq`` tokens, or an image model at ``image_size`` pixels a side
+    (default 224; ``seq`` for an image model, or ``image_size`` for a text one, is refused, as on the CLI).
 
     ``model``: a config name known to ``trace.load_config`` or a path; ``device``: anything
     ``devices.get_device`` accepts or a Device; ``predictor``: a name in ``predictors.names()`` or a
@@ -60,9 +61,7 @@ def predict_model(model, device, batch: int, seq: int, mode: str, predictor="neu
     ``dtype_note`` ("" or the sentence of ``Device.precision_note``: this GPU has no tensor cores for
     ``dtype``, its GEMMs use the FP32 peak) and ``kernels`` (the kernel table with ``pred_ms``).
     """
-    image = is_image(model)       # ``seq`` is the image side of an image model
-    sc = scenario(model, device, batch, None if image else seq, mode, image_size=seq if image else None,
-                  past=past, dtype=dtype, fusion=fusion, parallel=parallel, gpus=gpus, micro_batches=micro_batches,
+    sc = scenario(model, device, batch, seq, mode, image_size=image_size, past=past, dtype=dtype, fusion=fusion, parallel=parallel, gpus=gpus, micro_batches=micro_batches,
                   link_gbs=link_gbs, attention=attention, execution=execution)
     return predict_scenario(sc, predictor, quick=quick, efficiency=efficiency, optimizer=optimizer,
                             master_weights=master_weights)

@@ -247,7 +247,7 @@ def test_failed_prediction_is_failed_not_skipped():
                                 "predicted_reason": live.NOT_POSSIBLE + "impossible on H100: at least 237 GB"}])
     assert live_report.outcome(_live_result(paper=impossible))[0] == "SKIPPED"
     # a malformed user device file, end to end: every prediction fails
-    p, why = live.predict_model("gpt2_large", "No_Such_GPU", 1, 128, "inf", quick=True)
+    p, why = live.predict_case(live.LiveCase("a", "gpt2_large", 1, 128, "inf"), "No_Such_GPU", quick=True)
     assert p is None and why.startswith("prediction unavailable")
 
 
@@ -294,7 +294,7 @@ def test_live_model_predictions_count_no_optimizer_state(monkeypatch, tmp_path):
     """The measured training step has no optimizer step, so the predicted memory beside its measured peak holds no
     optimizer state (the first H100 run compared a peak without it to a prediction with AdamW's 8 B per weight)."""
     seen = []
-    monkeypatch.setattr(live, "predict_model", lambda *a, **k: seen.append(k) or (None, live.NOT_POSSIBLE + "fake"))
+    monkeypatch.setattr(live, "predict_case", lambda *a, **k: seen.append(k) or (None, live.NOT_POSSIBLE + "fake"))
     monkeypatch.setattr(live, "predict_kernels", lambda *a, **k: (None, "fake"))
     live.run_live(tmp_path, quick=True, time_budget_s=1)
     model_calls = [k for k in seen if "dtype" in k]

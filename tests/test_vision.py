@@ -213,7 +213,7 @@ def test_every_catalogue_gpu_answers_resnet50_and_vit(cache_dir):
     assert (df.e2e_ms > 0).all() and (df.CONV_ms > 0).all() and df.seq.isna().all() and (df.image_size == 224).all()
     assert (df[df["mode"] == "train"].bw_ms > 0).all() and not df.derived.any()
     # the sweep and a single question give the same number
-    r = latency.predict_model("resnet50", "A100", 32, 224, "train", predictor="roofline", dtype="bf16")
+    r = latency.predict_model("resnet50", "A100", 32, mode="train", image_size=224, predictor="roofline", dtype="bf16")
     row = df[(df.model == "resnet50") & (df["mode"] == "train") & (df.dtype == "bf16")
              & (df.device == devices.get_device("A100").name)]
     assert row.e2e_ms.iloc[0] == pytest.approx(r["e2e_ms"], rel=1e-9)
@@ -230,13 +230,25 @@ def test_conv_rows_take_the_roofline_with_a_note_without_a_conv_model(cache_dir,
     out = capsys.readouterr().out
     assert "resnet50 inf batch=32 image=224x224 fp32" in out
     assert "NOTE: convolutions (" in out and "predicted by the roofline" in out
-    ours = latency.predict_model("resnet50", "A100", 32, 224, "inf", quick=True)
+    ours = latency.predict_model("resnet50", "A100", 32, image_size=224, quick=True)
     # ours: ResNet-50's 1 x 1 and strided convolutions are outside the measured set, and the note says so
     assert ours["e2e_ms"] > 0 and "extrapolations" in ours["conv_note"] and "roofline" not in ours["conv_note"]
-    r = latency.predict_model("resnet50", "A100", 32, 224, "inf", quick=True, predictor="neusight-paper")
+    r = latency.predict_model("resnet50", "A100", 32, image_size=224, quick=True, predictor="neusight-paper")
     k = r["kernels"]
     conv = k[k.op_class == "CONV"]
     dev = common.device_arrays(conv, "A100")
     # compute-bound: FLOPs / the FP32 GEMM peak (not bytes / bandwidth as a MEM row)
     assert np.allclose(conv.pred_ms, common.roofline_ms(conv, dev))
     assert conv.pred_ms.sum() > (conv.bytes_read + conv.bytes_written).sum() / (dev["mem_bw_gbs"][0] * 1e9) * 1e3
+
+
+def test_the_python_api_takes_an_image_size_not_a_seq_for_an_image_model():
+    """One field per meaning (issue 35): ``seq`` is a text model's length, ``image_size`` an image model's side, in
+    ``latency.predict_model`` as on the command line."""
+    with pytest.raises(latency.LatencyInputError, match="--seq is for text models: resnet50 is an image model"):
+        latency.predict_model("resnet50", "A100", 32, 224, predictor="roofline")
+    with pytest.raises(latency.LatencyInputError, match="--image-size is for image models"):
+        latency.predict_model("gpt2_large", "A100", 1, image_size=224, predictor="roofline")
+    a = latency.predict_model("resnet50", "A100", 32, predictor="roofline")                  # 224 by default
+    b = latency.predict_model("resnet50", "A100", 32, image_size=224, predictor="roofline")
+    assert a["e2e_ms"] == b["e2e_ms"] > 0

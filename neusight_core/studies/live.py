@@ -176,13 +176,14 @@ def predict_kernels(kernels: pd.DataFrame, device_name: str, predictor: str = "n
 NOT_POSSIBLE = "not possible: "
 
 
-def predict_model(model: str, device_name: str, batch: int, seq: int, mode: str, **kw) -> tuple[dict | None, str | None]:
-    """latency.predict_model's headline numbers, or (None, reason); in the paper's setting (eager attention, the
-    kernel sum: ``scenario.PAPER``, what these sections measure) unless ``kw`` says otherwise."""
+def predict_case(case: "LiveCase", device_name: str, **kw) -> tuple[dict | None, str | None]:
+    """latency.predict_model's headline numbers for ``case`` on ``device_name``, or (None, reason); in the paper's
+    setting (eager attention, the kernel sum: ``scenario.PAPER``, what these sections measure) unless ``kw`` says
+    otherwise."""
     from neusight_core import latency
     from neusight_core.scenario import PAPER
     try:
-        r = latency.predict_model(model, device_name, batch, seq, mode, **{**PAPER, **kw})
+        r = latency.predict_model(case.model, device_name, case.batch, mode=case.mode, **case.size, **{**PAPER, **kw})
         out = {k: float(r[k]) for k in ("e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms") if k in r}
         mem = r.get("memory") or {}
         out.update({f"mem_{k}": float(mem[k]) for k in ("total_gib", "weights_gib", "activations_gib", "kv_cache_gib") if k in mem})
@@ -215,6 +216,12 @@ class LiveCase:
     extension: bool = False
     note: str = ""
     past: int = 0                  # KV-cache length for a decode step (extension)
+
+    @property
+    def size(self) -> dict:
+        """``seq`` as the predictor takes it: ``seq`` of a text model, ``image_size`` of an image model."""
+        from neusight_core.scenario import is_image
+        return {"image_size": self.seq} if is_image(self.model) else {"seq": self.seq}
 
 
 # sequence length of each paper model in the release's label names
@@ -356,7 +363,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
         for s in scen:
             # optimizer "none": the measured training step has no optimizer step (the paper's protocol), so its
             # peak memory holds no optimizer state; the predicted memory is that of the same step
-            p, why = predict_model(s.model, dev_arg if not s.gpu else s.gpu, s.batch, s.seq, s.mode, quick=quick,
+            p, why = predict_case(s, dev_arg if not s.gpu else s.gpu, quick=quick,
                                    **({"parallel": s.parallel, "gpus": s.gpus} if s.parallel else {}),
                                    **({"past": s.past} if s.past else {}), dtype=prec, optimizer="none")
             mskip = skip or (multi_gpu_skip_reason(s.gpus) if s.gpus > 1 else None)
@@ -389,8 +396,8 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     for s in paper_scenarios(models, batches, quick):
         if s.mode != "inf":
             continue
-        pe, w1 = predict_model(s.model, dev_arg, s.batch, s.seq, s.mode, fusion=False, quick=quick)
-        pf, w2 = predict_model(s.model, dev_arg, s.batch, s.seq, s.mode, fusion=True, quick=quick)
+        pe, w1 = predict_case(s, dev_arg, fusion=False, quick=quick)
+        pf, w2 = predict_case(s, dev_arg, fusion=True, quick=quick)
         me = mc = None
         if not skip:
             me = measure_model(s.model, s.batch, s.seq, s.mode, timer, cfg, fbudget)
