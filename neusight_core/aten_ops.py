@@ -12,7 +12,7 @@ import torch
 from neusight_core import schema
 from neusight_core.schema import OpClass
 
-_NO_CONV = (math.nan,) * len(schema.CONV_COLUMNS)
+_NO_CONV = (math.nan,) * len(schema.CONV_COLUMNS)   # the conv parameters of a non-CONV row (issue 26)
 
 # Ops that launch no kernel: views/metadata, allocation without initialisation, host syncs.
 NO_KERNEL = {

@@ -16,12 +16,12 @@ Members of the ``.npz``:
   distinct strings as JSON (missing = code -1, restored as the dtype's own NA); categoricals as
   their codes plus the categories (stored like a column), ``ordered`` kept; object columns (tuples,
   mixed values) as JSON of the values;
-* arrays found in ``attrs`` (and the fields of :data:`CLASSES`, e.g. ``schema.MemoryTimeline``) as
+* arrays found in ``attrs`` (and the fields of :data:`DECODABLE_CLASSES`, e.g. ``schema.MemoryTimeline``) as
   their own members;
 * ``__sha256__``: SHA-256 over the header and every other member (name, dtype, shape, bytes).
 
 Values in JSON keep their type: tuples, sets, dicts with non-string keys, numpy scalars and the
-classes of :data:`CLASSES` are tagged; decoding builds only those (an object of :data:`CLASSES` gets
+classes of :data:`DECODABLE_CLASSES` are tagged; decoding builds only those (an object of :data:`DECODABLE_CLASSES` gets
 its attributes set; none of its code runs). Any other type is refused when writing.
 
 :func:`read_frame` raises :class:`DataFileError` (one line) for anything wrong: not a zip, truncated,
@@ -43,7 +43,7 @@ import pandas as pd
 
 FORMAT = 1
 #: classes that may appear in attrs, stored as their ``__dict__`` (name -> module)
-CLASSES = {"MemoryTimeline": "neusight_core.schema"}
+DECODABLE_CLASSES = {"MemoryTimeline": "neusight_core.schema"}
 _TAG = "__t"
 _NUMPY_KINDS = "biufcmM"
 
@@ -97,7 +97,7 @@ def _enc(v, arrays: dict):
         name = f"a{len(arrays)}"
         arrays[name] = v
         return {_TAG: "ndarray", "v": name}
-    if CLASSES.get(t.__name__) == t.__module__:
+    if DECODABLE_CLASSES.get(t.__name__) == t.__module__:
         return {_TAG: "obj", "cls": t.__name__, "v": _enc(dict(vars(v)), arrays)}
     raise DataFileError(f"cannot store a value of type {t.__name__}")
 
@@ -123,8 +123,8 @@ def _decoder(arrays: dict):
             return dt.type(v)
         if tag == "ndarray":
             return arrays[v]
-        if tag == "obj" and d["cls"] in CLASSES and isinstance(v, dict):
-            cls = getattr(importlib.import_module(CLASSES[d["cls"]]), d["cls"])
+        if tag == "obj" and d["cls"] in DECODABLE_CLASSES and isinstance(v, dict):
+            cls = getattr(importlib.import_module(DECODABLE_CLASSES[d["cls"]]), d["cls"])
             obj = object.__new__(cls)
             obj.__dict__.update(v)
             return obj

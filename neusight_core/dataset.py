@@ -64,7 +64,6 @@ VEC_ATEN = {"add": "aten.add.Tensor", "mul": "aten.mul.Tensor", "div": "aten.div
 TEST_FILES = ("bmm", "linear", "vec")        # vec.csv = elem.csv + ln.csv + softmax.csv
 DEVICE_FEATURES = ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")
 CONV_OP = "conv"
-CONV_COLUMNS = schema.CONV_COLUMNS
 # the release's conv columns (``Kernel_Szie`` sic); groups are not recorded: every record is a dense conv
 CONV_RAW = {"Input_Channel": "conv_cin", "Output_Channel": "conv_cout", "Kernel_Szie": "conv_k",
             "Input_Size": "conv_in", "Stride": "conv_stride", "Padding": "conv_pad"}
@@ -363,7 +362,7 @@ def to_kernels(df: pd.DataFrame) -> pd.DataFrame:
         "flops": flops, "bytes_read": rd, "bytes_written": wr, "dtype": "float32", "module": "",
         "layer": -1, "count": 1, "comm_kind": "", "comm_bytes": 0.0, "overlap": False, "stage": 0,
     }, index=df.index)
-    for c in ("device", "latency_ms", "op", "tile_m", "tile_k", "tile", *CONV_COLUMNS):
+    for c in ("device", "latency_ms", "op", "tile_m", "tile_k", "tile", *schema.CONV_COLUMNS):
         if c in df:
             out[c] = df[c].to_numpy()
     return out

@@ -70,7 +70,7 @@ LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
 OTHER_DEPTH_KEYS = ("num_decoder_layers", "num_sparse_encoder_layers", "num_sparse_decoder_layers",
                     "decoder_layers", "encoder_layers", "first_k_dense_replace", "moe_layer_freq")
 DROP = ("reads", "writes")         # not derived (see module doc)
-_LAYER_RE = re.compile(r"((?:^|\.)(?:h|layers|layer|block|blocks)\.)(\d+)(?=\.|$)")
+_LAYER_NUMBER_RE = re.compile(r"((?:^|\.)(?:h|layers|layer|block|blocks)\.)(\d+)(?=\.|$)")
 
 
 class DeriveError(ValueError):
@@ -120,7 +120,7 @@ def _depth(content: dict) -> tuple[dict, int | None, int, str]:
 
 def _renumber(name: str, mapping) -> str:
     """Replace the block index in a module/parameter path by ``mapping(old)``."""
-    m = _LAYER_RE.search(name)
+    m = _LAYER_NUMBER_RE.search(name)
     if not m:
         return name
     new = mapping(int(m.group(2)))
@@ -322,8 +322,8 @@ class Family:
 
     def _column_order(self):
         from neusight_core import trace
-        rest = [c for c in self.struct_cols + self.num_cols if c not in trace.COLUMNS]
-        return list(trace.COLUMNS) + rest
+        rest = [c for c in self.struct_cols + self.num_cols if c not in trace.KERNEL_COLUMNS]
+        return list(trace.KERNEL_COLUMNS) + rest
 
     def _attrs(self, batch, seq, layers, seconds) -> dict:
         a = copy.deepcopy(self.attrs)
@@ -336,7 +336,7 @@ class Family:
             if "params" in a:
                 params = {}
                 for name, numel in a["params"].items():
-                    m = _LAYER_RE.search(name)
+                    m = _LAYER_NUMBER_RE.search(name)
                     blk = int(m.group(2)) if m else -1
                     if blk < 0:
                         params[name] = numel

@@ -37,14 +37,14 @@ from neusight_core.request import INPUTS, message, requests, table_key, tracer_s
 from neusight_core.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
 from neusight_core.schema import OpClass
 
-PHASES = ["e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"]
+PHASE_COLUMNS = ["e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"]
 CLASS_MS = [f"{c}_ms" for c in schema.OP_CLASSES]
 # kernel_ms: the step's kernel sum (what e2e_ms is with execution graph); host_ms: the host's launch time with
 # execution eager (host.py; 0 for graph); host_bound: the host, not the GPU, sets the step's time
-RESULTS = ["predictor", "seed"] + PHASES + CLASS_MS + ["kernels", "kernel_ms", "host_ms", "host_bound", "derived", "error"]
+RESULTS = ["predictor", "seed"] + PHASE_COLUMNS + CLASS_MS + ["kernels", "kernel_ms", "host_ms", "host_bound", "derived", "error"]
 MEMORY = ["memory_weights_gib", "memory_grads_gib", "memory_optimizer_gib", "memory_activations_gib",
           "memory_kv_cache_gib", "memory_total_gib", "memory_fits", "memory_verdict"]
-COLUMNS = INPUTS + RESULTS[:-1] + MEMORY + ["error"]
+RESULT_COLUMNS = INPUTS + RESULTS[:-1] + MEMORY + ["error"]
 PLACEMENT = ("_tab", "count", "phase", "stage", "overlap")   # not part of a kernel's identity
 MIN_FAMILY = 2       # tables of one model / mode / batch class before shape derivation is tried
 MIN_BUCKET = 4       # tables in one seq bucket before a per-bucket family is built
@@ -56,7 +56,7 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
             master_weights: bool = True, efficiency: float = network.DEFAULT_EFFICIENCY,
             keep_kernels: bool = False, raise_errors: bool = False, table_of=None) -> pd.DataFrame:
     """Predict every scenario with every predictor (and seed): one row per scenario x predictor x seed, in that
-    order (predictor-major: all scenarios of the first predictor and seed, then the next), columns ``COLUMNS``.
+    order (predictor-major: all scenarios of the first predictor and seed, then the next), columns ``RESULT_COLUMNS``.
 
     ``scenarios``: :class:`scenario.Scenario` objects, dicts of ``INPUTS`` fields, or a configuration frame with
     ``INPUTS`` columns (missing ones take defaults). ``predictors``: names (trained weights by name x seed from
@@ -98,7 +98,7 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
             kept += [_kernels_of(ctx, tabs.full, i, per_launch, comm, frame["error"].iloc[i]) for i in range(n)]
         pbar.update()
     pbar.close()
-    out = pd.concat(out_frames, ignore_index=True) if out_frames else pd.DataFrame(columns=COLUMNS)
+    out = pd.concat(out_frames, ignore_index=True) if out_frames else pd.DataFrame(columns=RESULT_COLUMNS)
     out.attrs.update(tables_s=tabs.seconds, predict_s=time.perf_counter() - t0,
                      total_s=time.perf_counter() - t_start, tables=tabs.n, distinct_kernels=pool.n_kid,
                      derived_tables=int(sum(tabs.derived.values())))
@@ -325,7 +325,7 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
     rows, kid, starts, tab_of, cfg_dev, norm, ok = (ctx.rows, ctx.kid, ctx.starts, ctx.tab_of, ctx.cfg_dev,
                                                     ctx.norm, ctx.ok)
     phase, cls, count = ctx.phase, ctx.cls, ctx.count
-    res = {c: np.full(n, np.nan) for c in PHASES + CLASS_MS}
+    res = {c: np.full(n, np.nan) for c in PHASE_COLUMNS + CLASS_MS}
     kernels = np.full(n, np.nan)
     errors = list(err)
     for i in range(n):
@@ -366,7 +366,7 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
                 raise
             errors[i] = message(e)
             continue
-        for k in PHASES:
+        for k in PHASE_COLUMNS:
             res[k][i] = agg[k]
         for cl in schema.OP_CLASSES:
             res[f"{cl}_ms"][i] = agg["breakdown"].get(cl, 0.0)
@@ -380,7 +380,7 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
     out["parallel"] = out["parallel"].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else v)
     out["predictor"] = p
     out["seed"] = int(seed)
-    for c in PHASES + CLASS_MS:
+    for c in PHASE_COLUMNS + CLASS_MS:
         out[c] = res[c]
     out["kernels"] = kernels
     # the step as it is executed (host.py): graph = the kernel sum; eager = at least the host's launch time
@@ -402,7 +402,7 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
     for i in np.flatnonzero(good & (out["memory_verdict"] == "").to_numpy()):
         out.loc[i, ["memory_fits", "memory_verdict"]] = _lower_bound_verdict(norm[i])
     out["error"] = errors
-    return out[COLUMNS], comm
+    return out[RESULT_COLUMNS], comm
 
 
 def _lower_bound_verdict(r: dict) -> tuple:

@@ -96,7 +96,7 @@ ATTENTION_COLUMNS = ("kernel_source", "batch_size", "isl", "num_heads", "num_key
 #: read when present, else this value (A100 SXM's SGLang 0.5.10 and vLLM 0.14 files predate sliding windows)
 ATTENTION_OPTIONAL = {"window_size": 0}
 ATTENTION_ATEN = "aten._scaled_dot_product_flash_attention.default"
-ELEMENT_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
+DB_DTYPE_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 #: what a file that fails ``measured_checks.validate`` asks for
 REINSTALL = (f"the file is damaged or not {DISTRIBUTION} {PINNED_VERSION}'s: reinstall it (pip install "
              f"--force-reinstall {DISTRIBUTION}=={PINNED_VERSION})")
@@ -310,7 +310,7 @@ def gemm_kernels(raw: pd.DataFrame, system: str, framework: str = "", version: s
     raw = raw[raw["gemm_dtype"] == "bfloat16"].reset_index(drop=True)
     m, n, k = (raw[c].to_numpy(float) for c in ("m", "n", "k"))
     out = _kernel_frame("linear", OpClass.LINEAR, "", np.ones(len(raw)), m, k, n)
-    e = ELEMENT_BYTES["bfloat16"]
+    e = DB_DTYPE_BYTES["bfloat16"]
     out["flops"] = 2.0 * m * n * k
     out["bytes_read"] = e * (m * k + k * n)
     out["bytes_written"] = e * m * n
@@ -370,8 +370,8 @@ def attention_kernels(raw: pd.DataFrame, kind: str, system: str, framework: str 
     nan = np.full(len(raw), np.nan)
     out = _kernel_frame("attention", OpClass.ATTN, kind, b, nan, nan, nan)
     out["aten_op"] = ATTENTION_ATEN
-    e = ELEMENT_BYTES["bfloat16"]
-    kv_e = raw["kv_cache_dtype"].map(ELEMENT_BYTES).to_numpy(float)
+    e = DB_DTYPE_BYTES["bfloat16"]
+    kv_e = raw["kv_cache_dtype"].map(DB_DTYPE_BYTES).to_numpy(float)
     keys = np.where(w > 0, np.minimum(seq_kv, seq_q - 1 + w), seq_kv)
     out["flops"] = 4.0 * b * h * d * attention_pairs(seq_q, seq_kv, w)
     out["bytes_read"] = e * b * seq_q * h * d + kv_e * 2.0 * b * keys * hkv * d

@@ -36,7 +36,6 @@ from neusight_core import trace
 from neusight_core import schema
 from neusight_core.schema import OpClass, Precision
 
-PLANS = ("dp", "tp", "pp")
 
 #: the element-wise, row-wise and memory kernels: split with the tensor they read, not as a GEMM
 _ROW_CLASSES = schema.op_classes(lambda c: c.is_vector or c.is_memory)
@@ -385,8 +384,8 @@ def _pp(kernels: pd.DataFrame, n: int, micro_batches: int) -> pd.DataFrame:
 
 def apply_plan(kernels: pd.DataFrame, plan: str, n: int, micro_batches: int = 1) -> pd.DataFrame:
     """Per-GPU kernel table of ``plan`` in ``dp | tp | pp`` over ``n`` GPUs (see module doc)."""
-    if plan not in PLANS:
-        raise PlanError(f"unknown parallel plan {plan!r}; use one of {', '.join(PLANS)}")
+    if plan not in schema.PLANS:
+        raise PlanError(f"unknown parallel plan {plan!r}; use one of {', '.join(schema.PLANS)}")
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise PlanError(f"number of GPUs must be a positive integer, got {n!r}")
     if isinstance(micro_batches, bool) or not isinstance(micro_batches, (int, np.integer)) or micro_batches < 1:

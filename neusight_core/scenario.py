@@ -17,9 +17,6 @@ import numpy as np
 from neusight_core import configs, memory, schema
 from neusight_core.schema import Precision
 
-MODES = ("inf", "train")
-PLANS = ("dp", "tp", "pp")
-
 
 class LatencyInputError(ValueError):
     """A request no GPU run could be (zero batch, unknown mode or plan, missing link bandwidth, ...): one line."""
@@ -172,10 +169,10 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
     gpus = _positive_int("GPU count", gpus)
     if not isinstance(past, (int, np.integer)) or isinstance(past, bool) or past < 0:
         raise LatencyInputError(f"past (KV cache length) must be a non-negative integer, got {past!r}")
-    if mode not in MODES:
-        raise LatencyInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if parallel is not None and parallel not in PLANS:
-        raise LatencyInputError(f"parallel plan must be one of {', '.join(PLANS)}, got {parallel!r}")
+    if mode not in schema.MODES:
+        raise LatencyInputError(f"mode must be one of {', '.join(schema.MODES)}, got {mode!r}")
+    if parallel is not None and parallel not in schema.PLANS:
+        raise LatencyInputError(f"parallel plan must be one of {', '.join(schema.PLANS)}, got {parallel!r}")
     if dtype not in schema.PRECISIONS:
         raise LatencyInputError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dtype!r}")
     if attention is not None and attention not in schema.ATTENTIONS:     # None: the model's default

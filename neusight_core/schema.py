@@ -155,6 +155,11 @@ ATTN_BACKWARD_FLOPS = 2.5
 #: Hugging Face picks by default for the models that support it).
 ATTENTIONS = ("eager", "sdpa")
 
+#: What a step is: ``inf`` (a forward pass: a prefill, or with a KV cache a decode step) or ``train`` (forward,
+#: loss and backward); and how a run is split over GPUs: data, tensor or pipeline parallelism.
+MODES = ("inf", "train")
+PLANS = ("dp", "tp", "pp")
+
 #: How a step is launched (issue 33): ``graph`` = the kernels back to back (CUDA graphs, torch.compile with
 #: cudagraphs, serving engines): the step is the kernel sum; ``eager`` = eager PyTorch, the host dispatching each
 #: kernel (``host.py``): the step is at least the host's launch time.

@@ -34,13 +34,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from neusight_core.schema import OpClass, Precision
 
-COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "flops",
+KERNEL_COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "flops",
            "bytes_read", "bytes_written", "dtype", "module", "layer", "count",
            "comm_kind", "comm_bytes", "overlap", "stage"]
-# Extra columns after COLUMNS: `reads` / `writes` = tuples of (buffer key, bytes) per kernel, the
+# Extra columns after KERNEL_COLUMNS: `reads` / `writes` = tuples of (buffer key, bytes) per kernel, the
 # data dependencies fusion.fuse needs (a key names one tensor buffer within one trace), and
 # `precision` (fp32 | tf32 | fp16 | bf16): the arithmetic the kernel runs in, which picks the GEMM peak.
-# Then CONV_COLUMNS (issue 26, below): the parameters of a 2-D convolution, NaN on every other row.
+# Then schema.CONV_COLUMNS (issue 26): the parameters of a 2-D convolution, NaN on every other row.
 
 _DTYPE_PRECISION = {p.torch_dtype: p.value for p in Precision if p is not Precision.TF32}
 
@@ -52,14 +52,11 @@ from neusight_core import schema  # noqa: E402
 from neusight_core.datafile import share_attrs  # noqa: E402
 from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs, load_config  # noqa: E402,F401
 
-CONV_COLUMNS = list(schema.CONV_COLUMNS)    # the conv parameters of CONV rows, NaN elsewhere (issue 26)
-_NO_CONV = (math.nan,) * len(CONV_COLUMNS)
-ATTN_COLUMNS = list(schema.ATTN_COLUMNS)    # the geometry of fused-attention rows (issue 33), NaN elsewhere
-_NO_ATTN = (math.nan,) * len(ATTN_COLUMNS)
+_NO_ATTN = (math.nan,) * len(schema.ATTN_COLUMNS)   # the fused-attention geometry of other rows (issue 33)
 
 
 from neusight_core import fused_attention  # noqa: E402
-from neusight_core.aten_ops import CONV, _nbytes, _op_name, classify, conv_rows, layer_of  # noqa: E402
+from neusight_core.aten_ops import CONV, _NO_CONV, _nbytes, _op_name, classify, conv_rows, layer_of  # noqa: E402
 # the model on the meta device; hidden_size / num_layers / load_config are re-exported (callers read them here)
 from neusight_core.meta_model import (TORCH_DTYPES, build_model, cache_tensors, filled_cache,  # noqa: E402,F401
                                       hidden_size, max_positions, model_inputs, num_layers, switch_routing_stand_in)
@@ -303,7 +300,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     ``attention`` (eager | sdpa, issue 33): eager is the paper's (Q K^T, softmax and P V as separate kernels, the
     S x S scores in memory); sdpa builds the model with fused attention, as Hugging Face does by default, and each
     attention call is one ATTN row (``sub_op`` prefill when more than one query token, decode for one, backward
-    for its gradient) with the ``ATTN_COLUMNS`` geometry; no S x S tensor is allocated.
+    for its gradient) with the ``schema.ATTN_COLUMNS`` geometry; no S x S tensor is allocated.
 
     Memory (``attrs["memory"]``, see :class:`_Recorder`): ``activation_peak_bytes`` = the peak of
     the bytes of buffers allocated while running (activations, saved tensors, temporaries, new
@@ -393,23 +390,23 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
 
         warnings.warn(f"{sum(rec.unclassified.values())} kernels of aten ops without an op class kept as "
                       f"UNCLASSIFIED (memory-bound): {dict(rec.unclassified)}", stacklevel=2)
-    df = pd.DataFrame.from_records(rec.rows, columns=COLUMNS[:15] + ["reads", "writes"] + CONV_COLUMNS + ATTN_COLUMNS)
-    attn = df[ATTN_COLUMNS].astype(float) if (df["op_class"] == OpClass.ATTN).any() else None
+    df = pd.DataFrame.from_records(rec.rows, columns=KERNEL_COLUMNS[:15] + ["reads", "writes"] + list(schema.CONV_COLUMNS + schema.ATTN_COLUMNS))
+    attn = df[list(schema.ATTN_COLUMNS)].astype(float) if (df["op_class"] == OpClass.ATTN).any() else None
     df["count"] = 1
     df["comm_kind"] = ""
     df["comm_bytes"] = 0.0
     df["overlap"] = False
     df["stage"] = 0
-    conv = df[CONV_COLUMNS].astype(float)
-    df = df[COLUMNS + ["reads", "writes"]]
+    conv = df[list(schema.CONV_COLUMNS)].astype(float)
+    df = df[KERNEL_COLUMNS + ["reads", "writes"]]
     for c in ("B", "M", "N", "K", "H", "flops", "bytes_read", "bytes_written"):
         df[c] = df[c].astype(float)
     df["precision"] = df["dtype"].map(_DTYPE_PRECISION).fillna(Precision.FP32)
     if dtype == Precision.TF32:   # cuDNN convolutions use TF32 tensor cores when allowed, as cuBLAS GEMMs do
         df.loc[df["op_class"].isin(schema.IGEMM_CLASSES) & (df["precision"] == Precision.FP32), "precision"] = Precision.TF32
-    df[CONV_COLUMNS] = conv
+    df[list(schema.CONV_COLUMNS)] = conv
     if attn is not None:      # only tables with fused attention carry its columns (eager tables are unchanged)
-        df[ATTN_COLUMNS] = attn
+        df[list(schema.ATTN_COLUMNS)] = attn
     df.attrs.update(config=dict(cfg.to_dict(), name=cfg.name_or_path), hidden=hidden_size(cfg), vocab=int(getattr(cfg, "vocab_size", 0) or 0),
                     params={n: int(p.numel()) for n, p in params.items()},
                     model=cfg.name_or_path or cfg.model_type, model_class=type(model).__name__,

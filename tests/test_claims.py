@@ -17,7 +17,7 @@ def _row(gpu, model, mode, seq, batch, option="none", label=100.0, **apes):
     """One index row whose predictions have the given signed APEs (pred = label x (1 + ape/100))."""
     r = {"gpu": gpu, "gpu_short": devices.short_name(gpu), "vendor": "NVIDIA", "model": model, "mode": mode,
          "seq": seq, "batch": batch, "option": option, "label_e2e_ms": label}
-    for p in ev.PREDICTORS:
+    for p in ev.RELEASE_PREDICTORS:
         r[f"pred_{p}_ms"] = label * (1 + apes[p] / 100) if p in apes else np.nan
     return r
 

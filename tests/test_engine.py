@@ -15,7 +15,7 @@ SCENARIOS = [
 
 def test_one_row_per_scenario_predictor_seed_with_the_documented_columns():
     out = engine.predict(SCENARIOS, ["neusight", "roofline"], seeds=(0, 1), quick=True)
-    assert list(out.columns) == engine.COLUMNS
+    assert list(out.columns) == engine.RESULT_COLUMNS
     # neusight x 2 seeds, roofline x 2 seeds (the seed picks its weights), 3 scenarios each, predictor-major
     assert len(out) == 4 * len(SCENARIOS)
     assert out.groupby(["predictor", "seed"]).size().to_dict() == {("neusight", 0): 3, ("neusight", 1): 3,
@@ -56,7 +56,7 @@ def test_engine_equals_predict_model_and_takes_predictor_objects():
     out = engine.predict([kw], [("ours s1", obj)], quick=True)
     row = out.iloc[0]
     assert row["predictor"] == "ours s1" and row["seed"] == 1 and row["error"] == ""
-    for c in engine.PHASES:
+    for c in engine.PHASE_COLUMNS:
         assert row[c] == pytest.approx(ref[c], rel=1e-9, abs=1e-12), c
     assert row["memory_total_gib"] == pytest.approx(ref["memory"]["total_gib"], rel=1e-12)
     # the kernel table predict_model returns sums to its own phases

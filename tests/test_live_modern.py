@@ -12,11 +12,11 @@ TINY = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
 
 
 def test_measures_every_case_on_cpu(tmp_path):
-    cases = [lm.ModernCase(TINY, p, 1, 16, a) for p in lm.PHASES for a in lm.ATTENTIONS]
+    cases = [lm.ModernCase(TINY, p, 1, 16, a) for p in lm.STEP_PHASES for a in lm.MEASURED_ATTENTIONS]
     rows = lm.run_modern(tmp_path, cases, device="cpu", time_budget_s=120, dtype="fp32", log=lambda s: None)
     assert [r["status"] for r in rows] == ["OK"] * len(cases)
     df = pd.read_csv(tmp_path / "modern_steps.csv")
-    assert list(df.columns) == list(lm.COLUMNS)
+    assert list(df.columns) == list(lm.STEP_COLUMNS)
     assert (df["events_ms"] > 0).all() and (df["wall_ms"] >= df["host_ms"]).all()
     host = (tmp_path / "modern_host.json").read_text()
     assert "cpu_dispatch_us" in host

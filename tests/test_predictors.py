@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import dataset, devices, paths
+from neusight_core import dataset, devices, paths, schema
 from neusight_core import predictors as P
 from neusight_core.predictors import common
 from neusight_core.predictors.neusight import NeuSightPredictor
@@ -38,7 +38,7 @@ def kernel_rows(rows) -> pd.DataFrame:
     """A kernel table (docs/interfaces.md columns) from (op_class, sub_op, B, M, N, K, H) tuples."""
     out = []
     for cls, sub, B, M, N, K, H in rows:
-        if cls in common.GEMM_CLASSES:
+        if cls in schema.GEMM_CLASSES:
             fl, rd, wr = 2.0 * B * M * N * K, 4.0 * B * (M * N + N * K), 4.0 * B * M * K
         else:
             e = B * H
@@ -62,7 +62,7 @@ def random_kernels(n=400, seed=0, extremes=(1, 65536)) -> pd.DataFrame:
         B, M, N, K, H = d
         if cls == "LINEAR":
             B = 1
-        if cls in common.GEMM_CLASSES:
+        if cls in schema.GEMM_CLASSES:
             rows.append((cls, "", B, M, N, K, np.nan))
         else:
             B = max(1, min(B, 2**26 // max(H, 1)))     # keep vector kernels below 2^26 elements

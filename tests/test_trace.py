@@ -143,7 +143,7 @@ def test_training_phases_and_accumulation(gpt2):
 
 def test_kernel_table_columns_and_bytes(gpt2):
     inf, _ = gpt2
-    assert list(inf.columns)[:len(trace.COLUMNS)] == trace.COLUMNS
+    assert list(inf.columns)[:len(trace.KERNEL_COLUMNS)] == trace.KERNEL_COLUMNS
     assert set(inf.op_class) <= set(schema.OP_CLASSES)
     assert inf.attrs["unclassified"] == {}
     # the first GEMM (c_attn) reads X [T x D], W [D x 3D], bias [3D] and writes [T x 3D], FP32

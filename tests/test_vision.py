@@ -75,7 +75,7 @@ def test_a_small_resnet_has_the_conv_rows_of_its_config():
         rows = conv[conv.sub_op == sub_op]
         assert (rows.phase == phase).all() and len(rows) == len(expect), sub_op
         got = sorted(tuple(int(v) for v in r[:6]) + tuple(float(v) for v in r[6:])
-                     for r in rows[trace.CONV_COLUMNS[:6] + ["M", "N", "K", "flops", "bytes_read", "bytes_written"]]
+                     for r in rows[list(schema.CONV_COLUMNS[:6]) + ["M", "N", "K", "flops", "bytes_read", "bytes_written"]]
                      .to_numpy())
         want = sorted(c + _expected(c, sub_op) for c in expect)
         assert got == [tuple(float(v) if j >= 6 else v for j, v in enumerate(w)) for w in want], sub_op
@@ -124,7 +124,7 @@ def test_vit_rows_patch_conv_attention_and_mlp():
     assert set(qk.N) == {16, tokens} and set(qk.K) == {16, tokens}
     lin = k[(k.op_class == "LINEAR") & (k.phase == "fw") & (k.layer >= 0)]
     assert len(lin) == 2 * 6 and set(lin.M) == {B * tokens}
-    assert k[k.op_class != "CONV"][trace.CONV_COLUMNS].isna().all().all()
+    assert k[k.op_class != "CONV"][list(schema.CONV_COLUMNS)].isna().all().all()
     # a ViT is built for the image side asked: 48 x 48 -> 36 patches + [CLS]
     k48 = trace.trace_model(dict(TINY_VIT), B, 48, "inf")
     assert set(k48[(k48.op_class == "BMM")].M) == {(48 // 8) ** 2 + 1}
@@ -138,7 +138,7 @@ def test_image_models_are_traced_not_derived(release_root):
 
 def test_text_traces_have_no_conv_rows_and_empty_conv_columns(release_root):
     k = trace.trace_model("gpt2_large", 1, 8, "inf")
-    assert "CONV" not in set(k.op_class) and k[trace.CONV_COLUMNS].isna().all().all()
+    assert "CONV" not in set(k.op_class) and k[list(schema.CONV_COLUMNS)].isna().all().all()
     assert k.attrs["image_size"] == 0
 
 

@@ -53,10 +53,10 @@ def test_members_carry_their_attributes():
     for p in Precision:       # the named torch dtype exists and stores elements of the member's size
         assert getattr(torch, p.torch_dtype).itemsize == p.bytes
     # the subsets the predictors use are the members' predicates, in table order
-    assert common.GEMM_CLASSES == ("BMM", "LINEAR") and common.VECTOR_CLASSES == ("VEC", "SOFTMAX", "LAYERNORM")
+    assert schema.GEMM_CLASSES == ("BMM", "LINEAR") and common.VECTOR_CLASSES == ("VEC", "SOFTMAX", "LAYERNORM")
     assert common.PEAK_GEMM_CLASSES == ("BMM", "LINEAR", "CONV", "ATTN")
     assert common.MEMORY_CLASSES == ("MEM", "UNCLASSIFIED") and common.ROW_TILE_CLASSES == ("SOFTMAX", "LAYERNORM")
-    assert schema.PAPER_CLASSES == common.GEMM_CLASSES + common.VECTOR_CLASSES
+    assert schema.PAPER_CLASSES == schema.GEMM_CLASSES + common.VECTOR_CLASSES
     assert [OpClass(c).label for c in schema.PAPER_CLASSES] == ["BMM", "FC", "EW", "Softmax", "LN"]
     assert schema.OP_CLASSES[-3:] == ("MEM", "COMM", "UNCLASSIFIED")
 
@@ -67,10 +67,24 @@ def test_members_behave_as_the_text_a_kernel_table_holds(tmp_path):
     assert f"{m} {p}" == "LINEAR bf16" and str(p) == "bf16" and repr(p) == "'bf16'"
     assert json.dumps({p: m}) == '{"bf16": "LINEAR"}'
     table = pd.DataFrame({"op_class": [m, "VEC"], "precision": [p, "fp32"], "x": [1.0, 2.0]})
-    assert table["op_class"].isin(common.GEMM_CLASSES).tolist() == [True, False]
+    assert table["op_class"].isin(schema.GEMM_CLASSES).tolist() == [True, False]
     assert np.isin(table["precision"].to_numpy(), schema.HALF_PRECISIONS).tolist() == [True, False]
     # written and read back as plain text (the trace cache's format), equal to the table written
     datafile.write_frame(tmp_path / "t.npz", table, meta={"classes": {m: p}})
     back, meta = datafile.read_frame(tmp_path / "t.npz")
     assert [type(v) for v in back["op_class"]] == [str, str] and meta == {"classes": {"LINEAR": "bf16"}}
     pd.testing.assert_frame_equal(back, table)
+
+
+def test_a_module_constant_has_one_meaning_in_the_package():
+    """``PREDICTORS``, ``OP_CLASSES``, ``COLUMNS`` ... once named different things in different modules (issue 35): a
+    module-level UPPER_CASE name is defined in one module of the package only; others import it from there."""
+    where: dict[str, list[str]] = {}
+    for f in sorted(PKG.rglob("*.py")):
+        for node in ast.parse(f.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id.isupper() and len(t.id) > 1:
+                    where.setdefault(t.id, []).append(str(f.relative_to(PKG)))
+    twice = {n: fs for n, fs in where.items() if len(fs) > 1}
+    assert not twice, f"defined in several modules: {twice}"

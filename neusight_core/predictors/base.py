@@ -181,7 +181,7 @@ class KernelPredictor(abc.ABC):
         # a modelled kernel without its dims (a malformed row) falls back to the roofline
         gemm_ok = kernels[["B", "M", "N", "K"]].notna().all(axis=1).to_numpy()
         vec_ok = kernels[["B", "H"]].notna().all(axis=1).to_numpy()
-        usable = modelled & np.where(np.isin(cls, common.IGEMM_CLASSES), gemm_ok, vec_ok)
+        usable = modelled & np.where(np.isin(cls, schema.IGEMM_CLASSES), gemm_ok, vec_ok)
         if usable.any():
             sub = kernels[usable]
             out[usable] = self._predict_model(sub, device, {k: v[usable] for k, v in dev.items()})

@@ -11,15 +11,13 @@ import pandas as pd
 from neusight_core import devices, schema
 from neusight_core.schema import OpClass, Precision
 
-GEMM_CLASSES = schema.GEMM_CLASSES
 # classes that run on the GEMM units and so take the GEMM (tensor-core) peak at tf32 / fp16 / bf16: the GEMMs,
 # CONV (issue 26; cuDNN's implicit GEMM) and fused attention (issue 25; its two GEMMs, QK^T and PV, dominate)
 PEAK_GEMM_CLASSES = schema.op_classes(lambda c: c.on_matrix_units)
 VECTOR_CLASSES = schema.op_classes(lambda c: c.is_vector)
-MODEL_CLASSES = GEMM_CLASSES + VECTOR_CLASSES
+MODEL_CLASSES = schema.GEMM_CLASSES + VECTOR_CLASSES
 # convolutions (issue 26): tiles and waves of their implicit GEMM, whose M already includes the batch
 CONV_CLASSES = (OpClass.CONV,)
-IGEMM_CLASSES = GEMM_CLASSES + CONV_CLASSES   # [M x N] @ [N x K] tile geometry
 PREDICTED_CLASSES = MODEL_CLASSES + CONV_CLASSES   # every class a predictor models (the others: memory-bound)
 MEMORY_CLASSES = schema.op_classes(lambda c: c.is_memory)
 ROW_TILE_CLASSES = schema.op_classes(lambda c: c.is_row_tiled)   # one row (H elements) per tile
@@ -143,7 +141,7 @@ def geometry(kernels: pd.DataFrame, dev: dict, tile_m, tile_k, tile) -> dict:
     waves = ceil(tiles / num_SM). ``padded_flops`` = tiles x tile FLOPs >= the kernel's FLOPs.
     """
     cls = kernels["op_class"].to_numpy()
-    gemm = np.isin(cls, IGEMM_CLASSES)
+    gemm = np.isin(cls, schema.IGEMM_CLASSES)
     rows = np.isin(cls, ROW_TILE_CLASSES)
     # a convolution's implicit-GEMM M is batch x output pixels already: its B does not multiply the tiles
     B = np.where(np.isin(cls, CONV_CLASSES), 1.0, np.maximum(kernels["B"].fillna(1).to_numpy(float), 1.0))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from neusight_core import schema
 import neusight_core.predictors.common as common
 
 U_MIN = 1e-6
@@ -29,7 +30,7 @@ ALIGN_CAP = 16
 
 def alignment(kernels: pd.DataFrame) -> np.ndarray:
     """min over the dims of (largest power of two dividing the dim), capped at ALIGN_CAP; >= 1."""
-    gemm = kernels["op_class"].isin(common.GEMM_CLASSES).to_numpy()
+    gemm = kernels["op_class"].isin(schema.GEMM_CLASSES).to_numpy()
     out = np.full(len(kernels), float(ALIGN_CAP))
     for c in ("M", "N", "K", "H"):
         x = kernels[c].to_numpy(float)

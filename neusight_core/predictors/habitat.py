@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from neusight_core import devices
+from neusight_core import devices, schema
 import neusight_core.predictors.common as common
 from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, split_validation
 from neusight_core.schema import OpClass
@@ -22,13 +22,13 @@ from neusight_core.schema import OpClass
 FEATURES = ("B", "M", "N", "K")
 # Habitat's conv2d MLP takes the layer's parameters (batch, channels, kernel, image size, stride, padding)
 CONV_FEATURES = ("B", "conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad")
-HW = ("mem_bw_gbs", "mem_gb", "num_sm", "fp32_gflops")
+HW_INPUTS = ("mem_bw_gbs", "mem_gb", "num_sm", "fp32_gflops")
 REFERENCE = "Tesla_V100-PCIE-32GB"
 
 
 def _gemm_x(kernels: pd.DataFrame, dev: dict, features=FEATURES) -> np.ndarray:
     dims = [kernels[c].fillna(1).to_numpy(float) for c in features]
-    return np.stack(dims + [dev[h] for h in HW], 1)
+    return np.stack(dims + [dev[h] for h in HW_INPUTS], 1)
 
 
 def _features(cls: str):
@@ -62,7 +62,7 @@ class HabitatPredictor(KernelPredictor):
 
     def _net(self, n_features: int = len(FEATURES)):
         from neusight_core.predictors.nets import MLP
-        return MLP(n_features + len(HW), 1, self.config["hidden"], self.config["layers"])
+        return MLP(n_features + len(HW_INPUTS), 1, self.config["hidden"], self.config["layers"])
 
     def fit(self, train, quick: bool = False) -> None:
         import torch
@@ -72,7 +72,7 @@ class HabitatPredictor(KernelPredictor):
         k = train.kernels
         ep = self.config["quick_epochs"] if quick else self.config["epochs"]
         # convolutions last: the GEMM networks draw their initialisation first, as before CONV existed
-        gemm_classes = [c for c in common.IGEMM_CLASSES if (k["op_class"] == c).any()]
+        gemm_classes = [c for c in schema.IGEMM_CLASSES if (k["op_class"] == c).any()]
         self.info = {"data_checksum": train.checksum, "quick": quick, "classes": {}}
         with Timer() as t, tqdm(total=ep * len(gemm_classes), desc=f"train {self.name}", unit="epoch") as bar:
             for cls in gemm_classes:

@@ -12,13 +12,13 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from neusight_core import devices
+from neusight_core import devices, schema
 import neusight_core.predictors.common as common
 from neusight_core.predictors.base import KernelPredictor, Timer
 
 
 def _x(kernels: pd.DataFrame) -> np.ndarray:
-    gemm = kernels["op_class"].isin(common.IGEMM_CLASSES).to_numpy()     # GEMMs and convolutions: FLOPs
+    gemm = kernels["op_class"].isin(schema.IGEMM_CLASSES).to_numpy()     # GEMMs and convolutions: FLOPs
     return np.where(gemm, kernels["flops"].fillna(0).to_numpy(float), common.total_bytes(kernels))
 
 

@@ -53,8 +53,7 @@ from neusight_core.schema import OpClass, Precision
 
 NETWORKS = ("GEMM", "ATTN_prefill", "ATTN_decode")
 #: precisions whose GEMM / attention rows the networks answer (2-byte tensor-core precisions)
-PRECISIONS = (Precision.BF16, Precision.FP16)
-ATTN_COLUMNS = schema.ATTN_COLUMNS
+TRAINED_PRECISIONS = (Precision.BF16, Precision.FP16)
 TILE_INPUTS = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per_sm_l2",
                "tile_intensity_per_ridge", "waves", "wave_bytes_per_sm_bw")
 
@@ -82,7 +81,7 @@ def _backward_as_forward(kernels: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarra
     k.loc[bw, "flops"] = k.loc[bw, "flops"] / ATTN_BACKWARD_FACTOR
     # the forward's traffic, as the tracer counts it: Q, K, V read; O and the FP32 softmax statistics written
     e = common.element_bytes(k)[bw]
-    b, sq, skv, h, hkv, d = (k.loc[bw, c].to_numpy(float) for c in ("B",) + ATTN_COLUMNS)
+    b, sq, skv, h, hkv, d = (k.loc[bw, c].to_numpy(float) for c in ("B",) + schema.ATTN_COLUMNS)
     k.loc[bw, "bytes_read"] = e * b * sq * h * d + 2 * e * b * skv * hkv * d
     k.loc[bw, "bytes_written"] = e * b * sq * h * d + 4.0 * b * h * sq
     return k, np.where(bw, ATTN_BACKWARD_FACTOR, 1.0)
@@ -95,12 +94,12 @@ def network_of(kernels: pd.DataFrame) -> np.ndarray:
     out = np.full(n, "", dtype=object)
     if "precision" not in kernels.columns or n == 0:
         return out
-    half = kernels["precision"].isin(PRECISIONS).to_numpy()
+    half = kernels["precision"].isin(TRAINED_PRECISIONS).to_numpy()
     cls = kernels["op_class"].to_numpy()
-    out[half & np.isin(cls, common.GEMM_CLASSES)
+    out[half & np.isin(cls, schema.GEMM_CLASSES)
         & kernels[["B", "M", "N", "K"]].notna().all(axis=1).to_numpy()] = "GEMM"
-    if "sub_op" in kernels.columns and all(c in kernels.columns for c in ATTN_COLUMNS):
-        ok = half & (cls == OpClass.ATTN) & kernels[list(ATTN_COLUMNS)].notna().all(axis=1).to_numpy()
+    if "sub_op" in kernels.columns and all(c in kernels.columns for c in schema.ATTN_COLUMNS):
+        ok = half & (cls == OpClass.ATTN) & kernels[list(schema.ATTN_COLUMNS)].notna().all(axis=1).to_numpy()
         sub = kernels["sub_op"].astype(str).to_numpy()
         for kind in ("prefill", "decode"):
             out[ok & (sub == kind)] = f"ATTN_{kind}"
@@ -182,7 +181,7 @@ def attention_geometry(kernels: pd.DataFrame, dev: dict, block_q: int = 128, til
                        kv_split: bool = True, min_kv_slice: int = 256) -> dict:
     """Tiles and waves of fused-attention rows (module docstring), keys as ``common.geometry`` returns them."""
     b = np.maximum(kernels["B"].fillna(1).to_numpy(float), 1.0)
-    sq, skv, h, hkv, d = (kernels[c].to_numpy(float) for c in ATTN_COLUMNS)
+    sq, skv, h, hkv, d = (kernels[c].to_numpy(float) for c in schema.ATTN_COLUMNS)
     w = kernels["window"].fillna(0).to_numpy(float) if "window" in kernels else np.zeros(len(kernels))
     decode = (kernels["sub_op"].astype(str).to_numpy() == "decode") if "sub_op" in kernels else sq <= 1
     flops = kernels["flops"].fillna(0).to_numpy(float)
@@ -213,7 +212,7 @@ def shape_inputs(kernels: pd.DataFrame, dev: dict, net: str) -> np.ndarray:
         dims = [kernels[c].fillna(1).to_numpy(float) for c in ("B", "M", "N", "K")]
     else:
         window = kernels["window"].fillna(0).to_numpy(float) if "window" in kernels else np.zeros(len(kernels))
-        dims = ([kernels["B"].fillna(1).to_numpy(float)] + [kernels[c].to_numpy(float) for c in ATTN_COLUMNS]
+        dims = ([kernels["B"].fillna(1).to_numpy(float)] + [kernels[c].to_numpy(float) for c in schema.ATTN_COLUMNS]
                 + [1.0 + window])
     return np.log2(np.maximum(np.stack(dims + [peak, dev["mem_bw_gbs"]], axis=1), 1e-9))
 

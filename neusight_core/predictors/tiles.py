@@ -16,22 +16,21 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices
-from neusight_core.predictors.common import GEMM_CLASSES
+from neusight_core import devices, schema
 from neusight_core.schema import OpClass
 
-HW = ("num_sm", "fp32_gflops", "mem_bw_gbs", "l2_mb", "mem_gb")
+LOOKUP_FEATURES = ("num_sm", "fp32_gflops", "mem_bw_gbs", "l2_mb", "mem_gb")
 #: the GPU features that can change a kernel's speed: ``memory=False`` looks tiles up on these alone (issue 34)
 SPEED_HW = ("num_sm", "fp32_gflops", "mem_bw_gbs", "l2_mb")
 LOOKUP_CLASSES = (OpClass.BMM, OpClass.LINEAR, OpClass.VEC)
 
 
 def _dims(df: pd.DataFrame, cls: str) -> np.ndarray:
-    cols = ("B", "M", "N", "K") if cls in GEMM_CLASSES else ("B", "H")
+    cols = ("B", "M", "N", "K") if cls in schema.GEMM_CLASSES else ("B", "H")
     return np.stack([np.maximum(df[c].fillna(1).to_numpy(float), 1.0) for c in cols], axis=1)
 
 
-def _hw(dev, fields=HW) -> np.ndarray:
+def _hw(dev, fields=LOOKUP_FEATURES) -> np.ndarray:
     return np.array([float(getattr(dev, f)) for f in fields])
 
 
@@ -43,7 +42,7 @@ class TileLookup:
             raise ValueError(f"tile lookup method must be 'scaled' or 'authors', not {method!r}")
         self.method = method
         self.memory = bool(memory)
-        self.hw = HW if self.memory else SPEED_HW
+        self.hw = LOOKUP_FEATURES if self.memory else SPEED_HW
         self.records: dict = {}     # cls -> {"device": [...], "dims": array, "tiles": array (n, 2)}
         self._trees: dict = {}
 
@@ -54,7 +53,7 @@ class TileLookup:
             df = kernels[kernels["op_class"] == cls]
             if df.empty:
                 continue
-            tiles = (df[["tile_m", "tile_k"]] if cls in GEMM_CLASSES else df[["tile"]].assign(z=0.0)).to_numpy(float)
+            tiles = (df[["tile_m", "tile_k"]] if cls in schema.GEMM_CLASSES else df[["tile"]].assign(z=0.0)).to_numpy(float)
             self.records[cls] = {"device": df["device"].astype(str).tolist(), "dims": _dims(df, cls), "tiles": tiles}
         self._trees = {}
         return self
@@ -121,7 +120,7 @@ class TileLookup:
             else:
                 tree, tiles = self._tree(cls, "all")
                 _, idx = tree.query(np.concatenate([q, np.tile(_hw(dev, self.hw), (len(q), 1))], 1))
-            if cls in GEMM_CLASSES:
+            if cls in schema.GEMM_CLASSES:
                 tile_m[rows], tile_k[rows] = tiles[idx, 0], tiles[idx, 1]
             else:
                 tile[rows] = tiles[idx, 0]

@@ -304,7 +304,7 @@ def plot_live_modern(pred):
         x = d[d["variant"] == v]
         for run, marker in zip(runs, "o^sDv"):
             r = x if run is None else x[x["run"] == run]
-            for ph, c in zip(live_modern.PHASES, ("tab:blue", "tab:orange", "tab:green")):
+            for ph, c in zip(live_modern.STEP_PHASES, ("tab:blue", "tab:orange", "tab:green")):
                 y = r[r["phase"] == ph]
                 ax.scatter(y["measured_ms"], y["predicted_ms"], s=18, c=c, marker=marker,
                            label=ph if len(runs) == 1 else f"{ph}, {run}")

@@ -107,7 +107,7 @@ def read_authors_table(name: str, summary_dir: str | Path | None = None) -> pd.D
 
 def table_perop_template() -> pd.DataFrame:
     cols = pd.MultiIndex.from_tuples([(dist, schema.CLASS_LABEL[op]) for dist in ("In Distribution", "Out of Distribution")
-                                      for op in ev.OP_CLASSES], names=["distribution", "op"])
+                                      for op in schema.PAPER_CLASSES], names=["distribution", "op"])
     return pd.DataFrame(np.nan, index=pd.Index(list(ev.FIGURE_PREDICTORS.values()), name="predictor"), columns=cols)
 
 

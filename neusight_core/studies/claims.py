@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from neusight_core import schema
 from neusight_core.studies import evaluation as ev
 from neusight_core.studies import paper_tables as pt
 
@@ -161,7 +162,7 @@ def _cells(source: str, index: pd.DataFrame, predictor: str, fp16: pd.DataFrame 
         return c
     if source in ("perop", "perop_authors_fill"):
         pt.check_columns(index, ["has_per_op", "vendor", "in_authors_summary", "ood"]
-                          + [f"{k}_{op}_ms" for k in ("label", f"pred_{predictor}") for op in ev.OP_CLASSES])
+                          + [f"{k}_{op}_ms" for k in ("label", f"pred_{predictor}") for op in schema.PAPER_CLASSES])
         idx = ev.fill_per_op_from_authors_summary(index) if source == "perop_authors_fill" else index
         t = pt.table_perop(idx, {predictor: predictor})
         return pd.DataFrame([{"dist": d, "op": o, "ape": t.loc[predictor, (d, o)]} for d, o in t.columns])

@@ -27,7 +27,7 @@ label_e2e_ms           measured end-to-end latency (``e2e_latency``)
 label_fw_ms            measured forward latency (``fw_latency``; 0 where the authors did not split)
 label_bw_ms            measured backward latency (``bwall_latency``: backward incl. accumulation)
 pred_<p>_ms            predictor ``p``'s end-to-end prediction (``e2e_latency`` of its JSON), NaN if
-                       the release has none; ``p`` in :data:`PREDICTORS`. ``li`` is Li et al.
+                       the release has none; ``p`` in :data:`RELEASE_PREDICTORS`. ``li`` is Li et al.
                        (MICRO'23), the release's ``micro`` folder.
 ape_<p>                APE of ``pred_<p>_ms`` against ``label_e2e_ms`` in %
 ood_gpu                the GPU is one of the unseen ones (H100, L4, A100-80GB; MI250 for AMD)
@@ -44,7 +44,7 @@ pred_<p>_<OP>_ms       predictor ``p``'s latency summed over the nodes of op cla
 ape_<p>_<OP>           APE of the two (NaN where the measured sum is 0)
 =====================  ==============================================================================
 
-``OP`` is one of :data:`OP_CLASSES` (``BMM``, ``LINEAR`` = FC, ``VEC`` = element-wise,
+``OP`` is one of :data:`schema.PAPER_CLASSES` (``BMM``, ``LINEAR`` = FC, ``VEC`` = element-wise,
 ``SOFTMAX``, ``LAYERNORM``), mapped from the authors' ``OpName`` exactly as their ``summarize.py``
 does: ``BMM``, ``Linear``, any ``VEC*`` except softmax/layernorm, ``VECsoftmax*``, ``VECln*``.
 Like the authors, the per-node traces hold one transformer block that is counted ``num_layer``
@@ -67,7 +67,7 @@ from neusight_core.studies import errors
 from neusight_core import devices, registry, schema
 from neusight_core.schema import OpClass
 
-PREDICTORS = ("neusight", "roofline", "habitat", "li")
+RELEASE_PREDICTORS = ("neusight", "roofline", "habitat", "li")
 # Release folder name of each predictor (Li et al. ships as "micro").
 RELEASE_PREDICTOR_DIR = {"neusight": "neusight", "roofline": "roofline", "habitat": "habitat", "li": "micro"}
 # Row order and names of the authors' figures (the release's predictors).
@@ -76,10 +76,8 @@ FIGURE_PREDICTORS = {"roofline": "Roofline", "habitat": "Habitat", "li": "Li et 
 # of each is shown under the same name next to the authors' column), the registry's label for the others.
 PREDICTOR_DISPLAY = {**{n: registry.label(n) for n in registry.names()}, **FIGURE_PREDICTORS}
 
-OP_CLASSES = schema.PAPER_CLASSES   # the columns of the release's tables
 
 OPTIONS = ("none", "fusion", "dp4", "tp4", "pp4_1")
-MODES = ("inf", "train")
 
 # Unseen GPUs (SPEC section 4); the authors' Table 6 uses the NVIDIA three.
 OOD_MODELS = ("gpt3_xl", "gpt3_27", "opt_13")
@@ -198,7 +196,7 @@ def _per_op(gpu: str, stem: str, model: str, n_layer: int, labels: Path, preds: 
         out["has_per_op"] = True
         for op, v in _op_class_sums(_replicated_sum(label, model, n_layer, "latency")).items():
             out[f"label_{op}_ms"] = v
-    for p in PREDICTORS:
+    for p in RELEASE_PREDICTORS:
         pcsv = preds / gpu / RELEASE_PREDICTOR_DIR[p] / f"{stem}.csv"
         if pcsv.is_file():
             trace = _read_csv(pcsv, ["Name", "OpName", "e2e_latency"])
@@ -249,7 +247,7 @@ def build_index(labels_dir: str | Path | None = None, predictions_dir: str | Pat
             "label_e2e_ms": lab["e2e_latency"], "label_fw_ms": lab["fw_latency"],
             "label_bw_ms": lab["bwall_latency"],
         }
-        for p in PREDICTORS:
+        for p in RELEASE_PREDICTORS:
             pj = preds / gpu / RELEASE_PREDICTOR_DIR[p] / f"{stem}.json"
             row[f"pred_{p}_ms"] = (_read_latency_json(pj, ("e2e_latency",))["e2e_latency"]
                                    if pj.is_file() else np.nan)
@@ -266,7 +264,7 @@ def build_index(labels_dir: str | Path | None = None, predictions_dir: str | Pat
     df["ood_gpu"] = df["gpu"].map(lambda g: unseen[g].unseen)
     df["ood_model"] = df["model"].isin(OOD_MODELS)
     df["ood"] = df["ood_model"] | df["gpu"].map(lambda g: unseen[g].unseen and unseen[g].vendor == "NVIDIA")
-    for col in [f"label_{op}_ms" for op in OP_CLASSES] + [f"pred_{p}_{op}_ms" for p in PREDICTORS for op in OP_CLASSES]:
+    for col in [f"label_{op}_ms" for op in schema.PAPER_CLASSES] + [f"pred_{p}_{op}_ms" for p in RELEASE_PREDICTORS for op in schema.PAPER_CLASSES]:
         if col not in df:
             df[col] = np.nan
     return _add_apes(df)
@@ -278,7 +276,7 @@ def _add_apes(df: pd.DataFrame) -> pd.DataFrame:
     for col in [c for c in df.columns if re.fullmatch(r"pred_[a-z0-9-]+_ms", c)]:
         p = col[len("pred_"):-len("_ms")]
         df[f"ape_{p}"] = safe_ape(df["label_e2e_ms"], df[col])
-        for op in OP_CLASSES:
+        for op in schema.PAPER_CLASSES:
             if f"pred_{p}_{op}_ms" in df and f"label_{op}_ms" in df:
                 df[f"ape_{p}_{op}"] = safe_ape(df[f"label_{op}_ms"], df[f"pred_{p}_{op}_ms"])
     return df
@@ -319,7 +317,7 @@ def fill_per_op_from_authors_summary(index: pd.DataFrame, summary_csv: str | Pat
     ``raw`` | ``authors_summary``; the Tier-0 tables are never built from it."""
     p = Path(summary_csv) if summary_csv else paths.summary_dir() / "summary.csv"
     cols = {f"label_{'Linear' if op == OpClass.LINEAR else 'VECsoftmax' if op == OpClass.SOFTMAX else 'VECln' if op == OpClass.LAYERNORM else op}_e2e_latency": f"label_{op}_ms"
-            for op in OP_CLASSES}
+            for op in schema.PAPER_CLASSES}
     s = pd.read_csv(p, usecols=["model_name", "mode", "seqlen", "batch", "device", "option", *cols])
     s = s.rename(columns={"model_name": "model", "seqlen": "seq", "device": "gpu", **cols})
     s["option"] = s["option"].fillna("none")
@@ -327,7 +325,7 @@ def fill_per_op_from_authors_summary(index: pd.DataFrame, summary_csv: str | Pat
     out["per_op_source"] = np.where(out["has_per_op"], "raw", "")
     m = out.merge(s, on=KEY, how="left", suffixes=("", "_authors"))
     fill = (~out["has_per_op"]) & (out["option"] == "none") & m["label_BMM_ms_authors"].notna().to_numpy()
-    for op in OP_CLASSES:
+    for op in schema.PAPER_CLASSES:
         out.loc[fill, f"label_{op}_ms"] = m.loc[fill.to_numpy(), f"label_{op}_ms_authors"].to_numpy()
     out.loc[fill, "per_op_source"] = "authors_summary"
     return _add_apes(out)

@@ -5,7 +5,7 @@ Rows: per GPU one GEMM file (``tensor_core.gemm_rows``) and vLLM's attention fil
 the training GPUs (A100 SXM, H100 SXM, H200 SXM, L40S: the networks were trained on them) and of the held-out
 Blackwell GPUs (B200, GB200: never trained, tuned or chosen on). Sealed GPUs are refused by the loader.
 
-Predictors (``PREDICTORS``):
+Predictors (``COMPARED``):
 
 - ``neusight``: ``predictors.get("neusight")``, whose recipe's ``tensor_core`` networks answer the BF16 rows;
 - ``neusight FP32-extrapolated``: the same trained predictor without them (``predict_extrapolated``: the
@@ -34,7 +34,7 @@ from neusight_core.studies import errors, targets as targets_file
 from neusight_core.predictors import tensor_core as tc, trees
 from neusight_core.schema import OpClass, Precision
 
-PREDICTORS = ("neusight", "neusight FP32-extrapolated", "roofline", "shape-only tree", "structural tree")
+COMPARED = ("neusight", "neusight FP32-extrapolated", "roofline", "shape-only tree", "structural tree")
 BASELINE = "structural tree"     # the reference regression the tile/wave networks have to beat on each held-out GPU
 KINDS = {"GEMM": "GEMM", "ATTN_prefill": "attention prefill", "ATTN_decode": "attention decode"}
 
@@ -123,7 +123,7 @@ def local_skip_reason(head: dict) -> str | None:
 def local_gpu_check(device_name: str, n: int = 200, seed: int = 0, quick: bool = False, timer=None, budget=None,
                     device: str = "cuda", neusight=None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """Notebook 05's part of issue 25: ``n`` of the database's BF16 GEMM shapes measured here
-    (``measure_local_gemms``) and every predictor of ``PREDICTORS`` on them (``predict_all``, ``seed``): (rows,
+    (``measure_local_gemms``) and every predictor of ``COMPARED`` on them (``predict_all``, ``seed``): (rows,
     per-predictor metrics with role ``LOCAL_ROLE``; None when nothing could be measured)."""
     rows = measure_local_gemms(local_gemm_shapes(n, seed), device_name, timer, budget, device)
     ok = rows[np.isfinite(rows["latency_ms"].to_numpy(float))].reset_index(drop=True)

@@ -16,7 +16,6 @@ from neusight_core import registry, schema
 from neusight_core import predictors as P
 from neusight_core.schema import OpClass
 
-CLASS_LABEL = schema.CLASS_LABEL
 PRED_LABEL = {n: e.label for n, e in registry.entries().items()}
 ORDER = registry.reported()   # row order of the paper's per-op table: baselines, then NeuSight
 DIST = {True: "In Distribution", False: "Out of Distribution"}
@@ -71,9 +70,9 @@ def perop_table(long: pd.DataFrame) -> pd.DataFrame:
     """MAPE in the layout of the paper's per-op table: predictors x (distribution, op class)."""
     g = long.groupby(["predictor", "seen", "op_class"])["ape"].mean().reset_index()
     g["dist"] = g["seen"].map(DIST)
-    g["cls"] = g["op_class"].map(CLASS_LABEL)
+    g["cls"] = g["op_class"].map(schema.CLASS_LABEL)
     t = g.pivot_table(index="predictor", columns=["dist", "cls"], values="ape")
-    cols = [(d, c) for d in DIST.values() for c in CLASS_LABEL.values() if (d, c) in t.columns]
+    cols = [(d, c) for d in DIST.values() for c in schema.CLASS_LABEL.values() if (d, c) in t.columns]
     t = t.reindex(columns=pd.MultiIndex.from_tuples(cols))
     t = t.reindex([n for n in ORDER if n in t.index])
     t.index = [PRED_LABEL[n] for n in t.index]
@@ -91,7 +90,7 @@ def flat(t: pd.DataFrame) -> pd.DataFrame:
 def per_gpu_table(long: pd.DataFrame) -> pd.DataFrame:
     """MAPE per GPU x op class for every predictor (rows: predictor, GPU)."""
     t = long.groupby(["predictor", "device", "op_class"])["ape"].mean().unstack("op_class")
-    t = t.rename(columns=CLASS_LABEL)
+    t = t.rename(columns=schema.CLASS_LABEL)
     t = t.reset_index()
     t["seen"] = t["device"].isin(long.loc[long["seen"], "device"].unique())
     t["predictor"] = t["predictor"].map(PRED_LABEL)

@@ -35,9 +35,9 @@ from neusight_core.schema import Precision
 # current open models of ours (neusight_core/model_configs), small to large: the small ones are host-bound in
 # eager PyTorch at batch 1, the 7-8B ones are not
 MODERN_MODELS = ("llama3_2_1b", "qwen2_5_1_5b", "llama2_7b", "llama3_8b")
-PHASES = ("prefill", "decode", "train")
-ATTENTIONS = ("sdpa", "eager")
-COLUMNS = ("model", "phase", "batch", "seq", "attention", "status", "reason", "events_ms", "wall_ms", "host_ms",
+STEP_PHASES = ("prefill", "decode", "train")
+MEASURED_ATTENTIONS = ("sdpa", "eager")
+STEP_COLUMNS = ("model", "phase", "batch", "seq", "attention", "status", "reason", "events_ms", "wall_ms", "host_ms",
            "graph_ms", "graph_status", "kernel_ms", "kernels", "attention_kernels", "peak_gib")
 
 
@@ -60,8 +60,8 @@ def modern_cases(models=MODERN_MODELS, quick: bool = False) -> list[ModernCase]:
     out = []
     for m in models:
         if quick:
-            out += [ModernCase(m, "prefill", 1, 64, a) for a in ATTENTIONS]
-            out += [ModernCase(m, "decode", 1, 64, a) for a in ATTENTIONS]
+            out += [ModernCase(m, "prefill", 1, 64, a) for a in MEASURED_ATTENTIONS]
+            out += [ModernCase(m, "decode", 1, 64, a) for a in MEASURED_ATTENTIONS]
             out += [ModernCase(m, "train", 1, 64, "sdpa")]
             continue
         out += [ModernCase(m, "prefill", 1, 2048, "sdpa"), ModernCase(m, "prefill", 8, 512, "sdpa"),
@@ -104,8 +104,8 @@ def build(model: str, device: str, dtype, num_layers: int | None = None):
 
 def set_attention(m, attention: str) -> None:
     """Switch a built model between sdpa and eager attention (transformers 5: ``set_attn_implementation``)."""
-    if attention not in ATTENTIONS:
-        raise ValueError(f"attention must be one of {ATTENTIONS}, not {attention!r}")
+    if attention not in MEASURED_ATTENTIONS:
+        raise ValueError(f"attention must be one of {MEASURED_ATTENTIONS}, not {attention!r}")
     if hasattr(m, "set_attn_implementation"):
         m.set_attn_implementation(attention)
     else:  # older transformers read the config at every forward
@@ -137,7 +137,7 @@ def step_callable(m, cfg, case: ModernCase, device: str) -> tuple[Callable[[], o
                 return m(input_ids=ids, use_cache=False)
         return prefill, [ids]
     if case.phase != "decode":
-        raise ValueError(f"phase must be one of {PHASES}, not {case.phase!r}")
+        raise ValueError(f"phase must be one of {STEP_PHASES}, not {case.phase!r}")
     with torch.no_grad():
         cache = m(input_ids=torch.randint(0, vocab, (case.batch, case.seq), device=device),
                   use_cache=True).past_key_values
@@ -234,7 +234,7 @@ def graph_time(fn: Callable[[], object], warmup: int = 3, runs: int = 25, fastes
 
 
 def measure_case(m, cfg, case: ModernCase, device: str, graph: bool = True) -> tuple[dict, list]:
-    """One case's row (``COLUMNS``) and its top kernels; OOM and errors are recorded in the row."""
+    """One case's row (``STEP_COLUMNS``) and its top kernels; OOM and errors are recorded in the row."""
     import torch
     row = {**asdict(case), "status": "OK", "reason": ""}
     top: list = []
@@ -414,7 +414,7 @@ def section(out_dir, quick: bool = False, time_budget_s: float = 300, predictors
 def _write_rows(path: Path, rows: list[dict]) -> None:
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=STEP_COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     tmp.replace(path)

@@ -30,7 +30,7 @@ from neusight_core import fusion, parallel, paths, trace
 from neusight_core import schema
 from neusight_core.schema import OpClass
 
-CLASSES = ["GEMM", OpClass.BMM, OpClass.LINEAR, OpClass.VEC, OpClass.SOFTMAX, OpClass.LAYERNORM, OpClass.MEM, OpClass.COMM]
+GRAPH_CLASSES = ["GEMM", OpClass.BMM, OpClass.LINEAR, OpClass.VEC, OpClass.SOFTMAX, OpClass.LAYERNORM, OpClass.MEM, OpClass.COMM]
 _LAYER = re.compile(r"(?:^|_)(?:h|layer|layers|block)_(\d+)(?:_|$)")
 # names of graph nodes that are module calls of the model (not per-layer functional nodes)
 _MODULE_PREFIX = re.compile(r"^(transformer|bert|model|lm_head|cls|encoder|decoder|shared|final)")
@@ -175,7 +175,7 @@ def _totals(df: pd.DataFrame, flops="flops", nbytes="bytes") -> pd.DataFrame:
     out = []
     for scope, ph in (("forward", ["fw", "comm_fw"]), ("total", ["fw", "bw", "acc", "comm", "comm_fw"])):
         s = d[d.phase.isin(ph)].groupby("op_class")[["_n", "_f", "_b"]].sum()
-        s = s.reindex(CLASSES, fill_value=0.0)
+        s = s.reindex(GRAPH_CLASSES, fill_value=0.0)
         s["scope"] = scope
         out.append(s.reset_index())
     return pd.concat(out).rename(columns={"_n": "kernels", "_f": "flops", "_b": "bytes"})

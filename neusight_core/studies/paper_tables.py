@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import devices, paths, schema
-from neusight_core.studies.evaluation import (FIGURE_PREDICTORS, KEY, MODEL_DISPLAY, MODEL_SEQ, OP_CLASSES,
+from neusight_core.studies.evaluation import (FIGURE_PREDICTORS, KEY, MODEL_DISPLAY, MODEL_SEQ,
                                       PREDICTOR_DISPLAY, EvaluationError, LabelFileError, _read_csv, safe_ape)
 
 # ------------------------------------------------------------------------------- table builders
@@ -148,15 +148,15 @@ def table_perop(index: pd.DataFrame, predictors=None, zero_label_as_zero: bool =
     measured sum of an op class is 0 (and predicted is not) into 0 before averaging; True keeps their
     rule so the table can be compared, False leaves such configurations out."""
     preds = _pred_keys(predictors)
-    check_columns(index, [f"pred_{p}_{op}_ms" for p in preds for op in OP_CLASSES] + ["ood"])
+    check_columns(index, [f"pred_{p}_{op}_ms" for p in preds for op in schema.PAPER_CLASSES] + ["ood"])
     pop = perop_population(index)
     cols = pd.MultiIndex.from_tuples([(dist, schema.CLASS_LABEL[op]) for dist in ("In Distribution", "Out of Distribution")
-                                      for op in OP_CLASSES], names=["distribution", "op"])
+                                      for op in schema.PAPER_CLASSES], names=["distribution", "op"])
     out = pd.DataFrame(np.nan, index=pd.Index(list(preds.values()), name="predictor"), columns=cols)
     for p, disp in preds.items():
         for ood, dist in ((False, "In Distribution"), (True, "Out of Distribution")):
             sub = pop[pop["ood"] == ood]
-            for op in OP_CLASSES:
+            for op in schema.PAPER_CLASSES:
                 lab, pr = sub[f"label_{op}_ms"].to_numpy(float), sub[f"pred_{p}_{op}_ms"].to_numpy(float)
                 a = safe_ape(lab, pr)
                 if zero_label_as_zero:

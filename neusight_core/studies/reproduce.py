@@ -31,8 +31,6 @@ from neusight_core import schema
 from neusight_core.studies.errors import ape
 from neusight_core.schema import OpClass
 
-PREDICTORS = ev.PREDICTORS     # the release's four: ours next to theirs
-OP_CLASSES = schema.PAPER_CLASSES
 
 
 def option_kwargs(option: str) -> dict:
@@ -60,7 +58,7 @@ def _reason_text(err: str, model: str) -> str:
     return err
 
 
-def predict_configs(index: pd.DataFrame, predictors=PREDICTORS,
+def predict_configs(index: pd.DataFrame, predictors=ev.RELEASE_PREDICTORS,
                     quick: bool = False, progress: bool = True, seeds=(0,)) -> pd.DataFrame:
     """Predict every row of ``index`` with each predictor; never fills in a number it did not compute.
 
@@ -74,14 +72,14 @@ def predict_configs(index: pd.DataFrame, predictors=PREDICTORS,
                   predictors, seeds)
 
 
-def spread(index: pd.DataFrame, long: pd.DataFrame, predictors=PREDICTORS, seeds=(0,)) -> pd.DataFrame:
+def spread(index: pd.DataFrame, long: pd.DataFrame, predictors=ev.RELEASE_PREDICTORS, seeds=(0,)) -> pd.DataFrame:
     """``predict_configs``' frame from ``sweep_configs``' tidy frame of the same ``index`` (notebook 04 sweeps
     once and reuses the frame for the seed tables)."""
     wall = long.attrs.get("total_s", np.nan) / max(len(index), 1)
     return _spread(index, long, [""] * len(index), wall, predictors, seeds)
 
 
-def sweep_configs(index: pd.DataFrame, predictors=PREDICTORS, quick: bool = False, progress: bool = True,
+def sweep_configs(index: pd.DataFrame, predictors=ev.RELEASE_PREDICTORS, quick: bool = False, progress: bool = True,
                   seeds=(0,)) -> pd.DataFrame:
     """The tidy sweep frame of the labelled configurations (``sweep.run`` columns, one row per
     configuration x predictor x seed) with the index's ``gpu``, ``config``, ``option`` and
@@ -136,7 +134,7 @@ def _spread(index, long, bad, wall, predictors, seeds) -> pd.DataFrame:
                 out[f"ours_{p}_ms"] = ms
                 out[f"ours_{p}_fw_ms"] = np.where(ok, g["fw_ms"].to_numpy(float), np.nan)
                 out[f"ours_{p}_bw_ms"] = np.where(ok, (g["bw_ms"] + g["acc_ms"]).to_numpy(float), np.nan)
-                for op in OP_CLASSES:
+                for op in schema.PAPER_CLASSES:
                     out[f"ours_{p}_{op}_ms"] = np.where(ok, g[f"{op}_ms"].to_numpy(float), np.nan)
                 per_class = g[[f"{c}_ms" for c in classes]].to_numpy(float)
                 top = np.where(ok & np.isfinite(per_class).any(axis=1),
@@ -156,7 +154,7 @@ def _spread(index, long, bad, wall, predictors, seeds) -> pd.DataFrame:
     return out
 
 
-def as_index(index: pd.DataFrame, ours: pd.DataFrame, predictors=PREDICTORS) -> pd.DataFrame:
+def as_index(index: pd.DataFrame, ours: pd.DataFrame, predictors=ev.RELEASE_PREDICTORS) -> pd.DataFrame:
     """The evaluation index with every ``pred_<p>_ms`` (and per-op ``pred_<p>_<OP>_ms``) replaced by
     ours, so that ``paper_tables.build_tables`` and ``claims.compute_claims`` regenerate the paper's
     tables and verdicts from our numbers with the same code as Tier 0."""
@@ -164,7 +162,7 @@ def as_index(index: pd.DataFrame, ours: pd.DataFrame, predictors=PREDICTORS) -> 
     out = index
     for p in predictors:
         out = evaluation.with_predictions(out, ours, predictor=p, column=f"ours_{p}_ms",
-                                          per_op_columns={op: f"ours_{p}_{op}_ms" for op in OP_CLASSES})
+                                          per_op_columns={op: f"ours_{p}_{op}_ms" for op in schema.PAPER_CLASSES})
     return out
 
 
@@ -178,7 +176,7 @@ def figure_mask(df: pd.DataFrame, figure: str) -> pd.Series:
                          in zip(df["model"], df["batch"], df["seq"])], index=df.index))
 
 
-def pooled_mape(df: pd.DataFrame, predictors=PREDICTORS) -> pd.DataFrame:
+def pooled_mape(df: pd.DataFrame, predictors=ev.RELEASE_PREDICTORS) -> pd.DataFrame:
     """MAPE per group for ours and the authors', tidy: group, predictor, source, mape, n.
 
     One definition per group, the paper's: NVIDIA inference = the labelled cells of Figure 7,
@@ -263,7 +261,7 @@ def prediction_time(model: str, device: str, batch: int, seq: int, mode: str, pr
             "predictor": predictor, "load_s": load, "cold_s": cold, "disk_hit_s": disk_hit, "warm_s": min(warm)}
 
 
-def per_gpu_mape(df: pd.DataFrame, predictors=PREDICTORS) -> pd.DataFrame:
+def per_gpu_mape(df: pd.DataFrame, predictors=ev.RELEASE_PREDICTORS) -> pd.DataFrame:
     """MAPE per GPU and mode (plain configurations), ours next to the authors': gpu, mode, predictor,
     ours, authors, n."""
     plain = df[df["option"] == "none"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from neusight_core.studies.live_modern import COLUMNS
+from neusight_core.studies.live_modern import STEP_COLUMNS
 
 here = Path(__file__).parent
 pat = re.compile(r"\[modern\] (\S+) (\w+) b(\d+) s(\d+) (\w+): OK events ([\d.]+) ms, wall ([\d.]+), host ([\d.]+), "
@@ -21,5 +21,5 @@ for line in (here / "console.txt").read_text().splitlines():
                      "events_ms": float(ev), "wall_ms": float(wall), "host_ms": float(host),
                      "graph_ms": float(graph), "graph_status": "OK" if graph != "nan" else "",
                      "kernel_ms": float(kms), "kernels": int(nk)})
-pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(here / "modern_steps.csv", index=False)
+pd.DataFrame(rows, columns=list(STEP_COLUMNS)).to_csv(here / "modern_steps.csv", index=False)
 print(len(rows), "steps")
