@@ -180,7 +180,7 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     assert metrics["summary_line"].startswith("BF16 on unseen Blackwell GPUs, measured by others: GEMM ")
     t = pd.read_csv(out / "tables" / "metrics.csv")
     from neusight_core.studies import external_eval as xe
-    assert set(t["predictor"]) == set(xe.PREDICTORS) >= {"neusight", "roofline", "shape-only tree", "structural tree"}
+    assert set(t["predictor"]) == set(xe.COMPARED) >= {"neusight", "roofline", "shape-only tree", "structural tree"}
     assert set(t["device"]) == set(mk.split()["training"] + mk.split()["held_out"])
     assert not t["device"].str.contains("B300|GB300|RTX|B60").any()
     assert math.isfinite(metrics["headline"]["gemm_mape"]) and math.isfinite(metrics["headline"]["attention_mape"])
@@ -374,7 +374,7 @@ def test_local_gpu_gemms_with_a_fake_timer(neusight_quick, tmp_path):
     import unittest.mock as um
     with um.patch.object(xe, "local_gemm_shapes", lambda n, seed: small):
         got, table = xe.local_gpu_check(H100, n=3, quick=True, timer=timer, device="cpu", neusight=with_tc)
-    assert set(table["predictor"]) == set(xe.PREDICTORS) and set(table["role"]) == {xe.LOCAL_ROLE}
+    assert set(table["predictor"]) == set(xe.COMPARED) and set(table["role"]) == {xe.LOCAL_ROLE}
     assert (table["rows"] == 3).all() and table["mape"].notna().all()
     # notebook 07 reads notebook 05's table back
     (tmp_path / "tables").mkdir()

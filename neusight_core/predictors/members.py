@@ -72,13 +72,13 @@ def train(m: Member, bar=None) -> tuple[dict, dict]:
 
 
 class _EpochLog:
-    """A worker's progress: one line per tenth of its epochs (a pool's members have no bars; a run cut short
+    """A worker's progress: one line per quarter of its epochs (a pool's members have no bars; a run cut short
     still says how far each member got and at what rate)."""
 
     def __init__(self, label: str, epochs: int):
         import time
         self.label, self.epochs, self.done, self.t0 = label, epochs, 0, time.perf_counter()
-        self.every = max(1, epochs // 10)
+        self.every = max(1, epochs // 4)
 
     def update(self, n: int = 1) -> None:
         import sys

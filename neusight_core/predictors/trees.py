@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 import neusight_core.predictors.common as common
-from neusight_core.predictors.base import Timer
+from neusight_core.predictors.base import KernelPredictor, Timer, without_attrs
 from neusight_core.predictors.tensor_core import DEFAULTS, network_of, shape_inputs, subsample, training_kernels
 
 
@@ -61,6 +61,45 @@ def regressor(settings: dict, seed: int):
                                          **{k: v for k, v in settings.items() if k not in ("target", "inputs")})
 
 
+def tree_arrays(model) -> dict:
+    """A fitted ``HistGradientBoostingRegressor`` (numeric inputs, one output) as plain arrays: every tree's nodes
+    one after another (``roots``: where each tree starts; ``left`` / ``right`` point into the whole), so that
+    saved weights need no pickle and a prediction no scikit-learn (``predict_arrays``)."""
+    trees = [it[0].nodes for it in model._predictors]
+    if any(t["is_categorical"].any() for t in trees):
+        raise ValueError("tree_arrays: categorical splits are not supported")
+    roots = np.cumsum([0] + [len(t) for t in trees[:-1]]).astype(np.int64)
+    nodes = np.concatenate(trees)
+    shift = np.repeat(roots, [len(t) for t in trees])
+    return {"baseline": np.asarray(model._baseline_prediction, float).ravel()[:1], "roots": roots,
+            "value": nodes["value"].astype(float), "feature": nodes["feature_idx"].astype(np.int64),
+            "threshold": nodes["num_threshold"].astype(float), "missing_left": nodes["missing_go_to_left"].astype(bool),
+            "left": nodes["left"].astype(np.int64) + shift, "right": nodes["right"].astype(np.int64) + shift,
+            "leaf": nodes["is_leaf"].astype(bool)}
+
+
+def predict_arrays(a: dict, X: np.ndarray) -> np.ndarray:
+    """What ``model.predict(X)`` gives for the model ``tree_arrays`` stored, to the bit: every row walks every tree
+    at once (NaN goes where the split sends missing values, else left when x <= threshold), then the leaves are
+    added to the baseline tree by tree, in scikit-learn's order."""
+    X = np.asarray(X, dtype=float)
+    n, trees = len(X), len(a["roots"])
+    node = np.repeat(a["roots"][None, :], n, axis=0)
+    rows = np.arange(n)[:, None]
+    while True:
+        inner = ~a["leaf"][node]
+        if not inner.any():
+            break
+        x = X[rows, a["feature"][node]]
+        left = np.where(np.isnan(x), a["missing_left"][node], x <= a["threshold"][node])
+        node = np.where(inner, np.where(left, a["left"][node], a["right"][node]), node)
+    leaves = a["value"][node]
+    out = np.zeros(n) + a["baseline"][0]
+    for t in range(trees):
+        out += leaves[:, t]
+    return out
+
+
 class ShapeTree:
     """A tree baseline: per network a gradient-boosted tree of log(latency / roofline) (``tree["target"]``) from
     ``tree["inputs"]`` (``TREE``: ``shape_inputs``, the shape-only ablation; ``SPEC_TREE``: ``spec_inputs``, the
@@ -92,7 +131,7 @@ class ShapeTree:
                 dev = common.device_arrays(df)
                 m = regressor(self.tree, self.seed)
                 m.fit(self._x(df, dev, net), np.log(df["latency_ms"].to_numpy(float) / self._unit(df, dev)))
-                self.models[net] = m
+                self.models[net] = tree_arrays(m)
                 self.info["networks"][net] = {"rows": int(len(df)), "devices": sorted(df["device"].unique())}
         self.info["train_seconds"] = t.seconds
         return self.info
@@ -103,14 +142,12 @@ class ShapeTree:
         out = np.full(len(kernels), np.nan)
         nets = network_of(kernels)
         dev = common.device_arrays(kernels, device)
-        from threadpoolctl import threadpool_limits
-        for net, m in self.models.items():
+        for net, a in self.models.items():
             rows = np.flatnonzero(nets == net)
             if rows.size:
                 d = {k: v[rows] for k, v in dev.items()}
                 k = kernels.iloc[rows]
-                with threadpool_limits(1):
-                    out[rows] = np.exp(m.predict(self._x(k, d, net))) * self._unit(k, d)
+                out[rows] = np.exp(predict_arrays(a, self._x(k, d, net))) * self._unit(k, d)
         return out
 
     def _x(self, df: pd.DataFrame, dev: dict, net: str) -> np.ndarray:
@@ -127,3 +164,48 @@ class ShapeTree:
         if target == "roofline":
             return common.roofline_ms(df, dev)
         raise ValueError(f"ShapeTree: target {target!r} is not 'latency' or 'roofline'")
+
+
+class TreeBaseline(KernelPredictor):
+    """A tree of ``ShapeTree`` as a registered predictor (registry keys ``tree-shape`` and ``tree-structural``,
+    config ``tree: shape | structural``): it trains on the measured BF16 kernels the ``rows_of`` recipe's
+    tensor-core networks train on (the same rows, config and seed as notebook 07's trees) and predicts the rows of
+    those networks (BF16 / FP16 GEMMs, fused attention); every other row gets the roofline, as in the base class.
+    A baseline to compare with, not a forecaster of whole models: outside its rows it knows nothing."""
+    TREES = {"shape": TREE, "structural": SPEC_TREE}
+
+    @classmethod
+    def default_config(cls) -> dict:
+        return {"tree": "shape", "rows_of": "neusight"}
+
+    def _shape_tree(self) -> ShapeTree:
+        from neusight_core import registry
+        if self.config["tree"] not in self.TREES:
+            raise ValueError(f"{self.name}: tree must be one of {', '.join(self.TREES)}, got {self.config['tree']!r}")
+        # the rows of a recipe's tensor-core networks, or those of an explicit ``tensor_core`` config
+        tc = self.config.get("tensor_core") or registry.hparams(self.config["rows_of"]).get("tensor_core") or {}
+        return ShapeTree(tc, seed=self.seed, tree=self.TREES[self.config["tree"]])
+
+    def fit(self, train, quick: bool = False) -> None:
+        self.tree = self._shape_tree()
+        self.info = self.tree.fit(quick=quick)
+        self.fitted = True
+
+    def _predict_model(self, kernels: pd.DataFrame, device, dev: dict) -> np.ndarray:
+        return common.roofline_ms(kernels, dev)
+
+    def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
+        out = super().predict(kernels, device)
+        if device is None:
+            return out          # super() predicted each GPU's rows through this method
+        kernels = without_attrs(kernels).reset_index(drop=True)
+        tree = self.tree.predict(kernels, device)
+        return np.where(np.isnan(tree), out, tree)
+
+    def get_state(self) -> dict:
+        return {"models": self.tree.models}
+
+    def set_state(self, state: dict) -> None:
+        self.tree = self._shape_tree()
+        self.tree.models = {net: {k: np.asarray(v) for k, v in a.items()} for net, a in state["models"].items()}
+        self.tree.info = self.info

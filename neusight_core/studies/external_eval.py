@@ -31,7 +31,7 @@ import pandas as pd
 
 from neusight_core import measured_kernels as mk
 from neusight_core.studies import errors, targets as targets_file
-from neusight_core.predictors import tensor_core as tc, trees
+from neusight_core.predictors import tensor_core as tc
 from neusight_core.schema import OpClass, Precision
 
 COMPARED = ("neusight", "neusight FP32-extrapolated", "roofline", "shape-only tree", "structural tree")
@@ -150,13 +150,15 @@ def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=N
     p = neusight if neusight is not None else predictors.get("neusight", quick=quick, seed=seed)
     if p.tc is None or not p.tc.nets:
         raise ValueError("the neusight recipe has no trained tensor_core networks (recipe key tensor_core)")
-    shape = trees.ShapeTree(p.tc.config, seed=seed)
-    shape.fit(quick=quick)
-    spec = trees.ShapeTree(p.tc.config, seed=seed, tree=trees.SPEC_TREE)
-    spec.fit(quick=quick)
+    # the registered tree baselines (predictors/trees.py TreeBaseline): trained once on the rows of this recipe's
+    # tensor-core networks, saved, and loaded like every predictor
+    # (a ``neusight`` given explicitly, e.g. a searched config: the trees train on its networks' rows)
+    rows = None if neusight is None else {"tensor_core": p.tc.config}
+    shape = predictors.get("tree-shape", quick=quick, seed=seed, config=rows)
+    spec = predictors.get("tree-structural", quick=quick, seed=seed, config=rows)
     preds = {"neusight": p.predict(df, None), "neusight FP32-extrapolated": p.predict_extrapolated(df, None),
-             "roofline": predictors.get("roofline").predict(df, None), "shape-only tree": shape.predict(df),
-             "structural tree": spec.predict(df)}
+             "roofline": predictors.get("roofline").predict(df, None), "shape-only tree": shape.predict(df, None),
+             "structural tree": spec.predict(df, None)}
     keep = ["device", "role", "kind", "framework", "version", "kernel_source", "M", "N", "K", "B", "seq_q",
             "seq_kv", "heads", "head_dim", "tokens", "arith_intensity", "flops", "latency_ms"]
     # the GEMM tile, split-K and waves neusight's networks chose per row (miss_breakdown groups by them)
