@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 
 from neusight_core.predictors import members, training
 
@@ -96,3 +97,15 @@ def test_a_threads_torch_settings_are_its_own():
     assert seen == [2, 1]
     assert torch.get_num_threads() == 2
     torch.set_num_threads(before)
+
+
+def test_an_interrupted_pool_drops_its_queued_members():
+    """Ctrl-C during a pooled training stops it: the members still queued are cancelled, not trained first."""
+    from concurrent.futures import CancelledError
+    waits = []
+    with pytest.raises(KeyboardInterrupt):
+        with members.pool(1):
+            waits += members.start([_member(s, epochs=200) for s in range(6)])
+            raise KeyboardInterrupt
+    with pytest.raises(CancelledError):
+        waits[-1]()

@@ -18,6 +18,8 @@ import numpy as np
 
 # the process pool members go to (``pool``); None: train in the calling process
 _POOL = None
+# what was submitted to it (cancelled when the block is left by an exception)
+_FUTURES: list = []
 
 
 @dataclass
@@ -103,6 +105,7 @@ def start(members: list[Member], bar=None) -> list:
     if _POOL is None:
         return [lambda m=m: train(m, bar) for m in members]
     futures = [_POOL.submit(_train_in_worker, m) for m in members]
+    _FUTURES.extend(futures)
 
     def wait(f, m):
         out = f.result()
@@ -127,5 +130,11 @@ def pool(workers: int):
         _POOL = ex
         try:
             yield ex
+        except BaseException:
+            # Ctrl-C or a failed job: cancel the members not started yet instead of training them all first
+            for f in _FUTURES:
+                f.cancel()
+            raise
         finally:
             _POOL = None
+            _FUTURES.clear()
