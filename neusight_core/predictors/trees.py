@@ -62,41 +62,33 @@ def regressor(settings: dict, seed: int):
 
 
 def tree_arrays(model) -> dict:
-    """A fitted ``HistGradientBoostingRegressor`` (numeric inputs, one output) as plain arrays: every tree's nodes
-    one after another (``roots``: where each tree starts; ``left`` / ``right`` point into the whole), so that
-    saved weights need no pickle and a prediction no scikit-learn (``predict_arrays``)."""
+    """A fitted ``HistGradientBoostingRegressor`` (numeric inputs, one output) as plain arrays: every field of every
+    tree's nodes, the trees one after another (``sizes``: nodes per tree), its baseline and input count. Saved
+    weights then need no pickle; ``predict_arrays`` rebuilds the trees for scikit-learn's own predictor."""
     trees = [it[0].nodes for it in model._predictors]
     if any(t["is_categorical"].any() for t in trees):
         raise ValueError("tree_arrays: categorical splits are not supported")
-    roots = np.cumsum([0] + [len(t) for t in trees[:-1]]).astype(np.int64)
     nodes = np.concatenate(trees)
-    shift = np.repeat(roots, [len(t) for t in trees])
-    return {"baseline": np.asarray(model._baseline_prediction, float).ravel()[:1], "roots": roots,
-            "value": nodes["value"].astype(float), "feature": nodes["feature_idx"].astype(np.int64),
-            "threshold": nodes["num_threshold"].astype(float), "missing_left": nodes["missing_go_to_left"].astype(bool),
-            "left": nodes["left"].astype(np.int64) + shift, "right": nodes["right"].astype(np.int64) + shift,
-            "leaf": nodes["is_leaf"].astype(bool)}
+    return {"baseline": np.asarray(model._baseline_prediction, float).ravel()[:1],
+            "n_features": np.array([model.n_features_in_]), "sizes": np.array([len(t) for t in trees]),
+            **{f"node_{f}": np.ascontiguousarray(nodes[f]) for f in nodes.dtype.names}}
 
 
 def predict_arrays(a: dict, X: np.ndarray) -> np.ndarray:
-    """What ``model.predict(X)`` gives for the model ``tree_arrays`` stored, to the bit: every row walks every tree
-    at once (NaN goes where the split sends missing values, else left when x <= threshold), then the leaves are
-    added to the baseline tree by tree, in scikit-learn's order."""
-    X = np.asarray(X, dtype=float)
-    n, trees = len(X), len(a["roots"])
-    node = np.repeat(a["roots"][None, :], n, axis=0)
-    rows = np.arange(n)[:, None]
-    while True:
-        inner = ~a["leaf"][node]
-        if not inner.any():
-            break
-        x = X[rows, a["feature"][node]]
-        left = np.where(np.isnan(x), a["missing_left"][node], x <= a["threshold"][node])
-        node = np.where(inner, np.where(left, a["left"][node], a["right"][node]), node)
-    leaves = a["value"][node]
-    out = np.zeros(n) + a["baseline"][0]
-    for t in range(trees):
-        out += leaves[:, t]
+    """What ``model.predict(X)`` gave for the model ``tree_arrays`` stored, to the bit (tests/test_trees.py): the
+    trees rebuilt as scikit-learn's ``TreePredictor`` (its compiled traversal, one thread) and added to the baseline
+    tree by tree, in the order its ``_raw_predict`` adds them."""
+    from sklearn.ensemble._hist_gradient_boosting.common import PREDICTOR_RECORD_DTYPE, X_BITSET_INNER_DTYPE
+    from sklearn.ensemble._hist_gradient_boosting.predictor import TreePredictor
+    X = np.ascontiguousarray(X, dtype=float)
+    nodes = np.empty(int(a["sizes"].sum()), dtype=PREDICTOR_RECORD_DTYPE)
+    for f in PREDICTOR_RECORD_DTYPE.names:
+        nodes[f] = a[f"node_{f}"]
+    no_bitsets = np.zeros((0, 8), dtype=X_BITSET_INNER_DTYPE)
+    f_idx_map = np.zeros(int(a["n_features"][0]), dtype=np.uint32)      # no categorical input
+    out = np.zeros(len(X)) + a["baseline"][0]
+    for lo, hi in zip(np.cumsum(a["sizes"]) - a["sizes"], np.cumsum(a["sizes"])):
+        out += TreePredictor(nodes[lo:hi], no_bitsets, no_bitsets).predict(X, no_bitsets, f_idx_map, n_threads=1)
     return out
 
 
