@@ -277,11 +277,11 @@ class NeuSightPredictor(KernelPredictor):
         # every ensemble member has its own initialisation and batch order (seed * 1000 + i); the loss
         # sees base / y, the roofline's ratio to the measurement, so it works with ratios only
         n_out = 3 if self._form == "authors" else 2
+        Xs, w32, r32 = (np.asarray(a, np.float32) for a in (self._scale(cls, X), waves, base / y))   # shared
         todo = [members.Member(
             n_in=len(self._input_names(cls)), n_out=n_out, hidden=int(per_class(self.config["hidden"], cls)),
             layers=int(per_class(self.config["layers"], cls)), seed=self.seed * 1000 + i,
-            X=np.asarray(self._scale(cls, X), np.float32), waves=np.asarray(waves, np.float32),
-            ratio=np.asarray(base / y, np.float32), val=val, epochs=epochs,
+            X=Xs, waves=w32, ratio=r32, val=val, epochs=epochs,
             batch=int(per_class(self.config["batch"], cls)), lr=float(per_class(self.config["lr"], cls)),
             loss=per_class(self.config["loss"], cls), form=self._form,
             weight_decay=float(self.config.get("weight_decay", 0.0)), optimizer=self.config.get("optimizer", "adam"),
