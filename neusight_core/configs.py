@@ -161,7 +161,8 @@ def expert_tokens_fn(content: dict):
     sparse = any(content.get(k) for k in ("num_sparse_encoder_layers", "num_sparse_decoder_layers"))
     if not (sparse and isinstance(e, int) and isinstance(cap, int) and e > 0 and cap > 0):
         return None
-    return lambda seq: switch_tokens_per_expert(seq, e, cap)
+    # a partial, not a lambda: families travel between processes (derive_pool) and must pickle
+    return functools.partial(switch_tokens_per_expert, num_experts=e, expert_capacity=cap)
 
 
 def config_content(model) -> dict:

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from neusight_core import derive, host, memory, network, schema
+from neusight_core import derive, derive_pool, host, memory, network, schema
 from neusight_core.request import INPUTS, message, requests, table_key, tracer_size
 from neusight_core.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
 from neusight_core.schema import OpClass
@@ -177,6 +177,11 @@ def _tables(norm, use_derivation: bool, keep_full: bool, table_of, raise_errors:
         g1 = g0 + (int(s).bit_length(),)
         bucket[g1] = bucket.get(g1, 0) + 1
         same_seq[g0 + (s,)] = same_seq.get(g0 + (s,), 0) + 1
+    if use_derivation:        # the families the loop below will ask for first, built side by side on many cores
+        derive_pool.build([dict(model=k[0], mode=k[3], batch_one=k[1] == 1, past=k[4], dtype=k[9], attention=k[10])
+                           for k in keys if not k[5] and k[6] is None and k not in image_keys
+                           and k[2] >= derive.MIN_SEQ and group[(k[0], k[3], k[4], k[1] == 1, k[9], k[10])] >= MIN_FAMILY],
+                          progress=progress)
     # batch >= 2 first: a failed check there spares the batch-1 family of the same model (derive.family_for)
     for key, t in sorted(keys.items(), key=lambda kv: kv[0][1] == 1):
         model, b, s, mode, past, fusion, plan, g, mb, dt, att = key

@@ -1,0 +1,89 @@
+"""Several shape-derivation families built at once, one per worker process.
+
+A sweep of the paper's six models asks for 24 families (model x mode x batch 1 or more). Each is 4 to 10
+traces of a reduced model, 0.2 to 8.5 s on this project's 2-core machine, and they were built one after
+another on one core. They are independent, so where more than one core is free they are built in forked
+worker processes and sent back whole; ``derive.family`` then finds them memoised. A family is
+deterministic (sample traces of a config on meta tensors), so where it was built changes none of its
+tables (tests/test_derive_pool.py compares them).
+
+Forked, not spawned: a spawned worker re-imports the caller's main script, and a user's script without an
+``if __name__ == "__main__":`` guard would run its whole sweep again in every worker. A forked worker
+inherits what the parent imported (torch, transformers: about 5 s saved per worker) and traces on meta
+tensors only, which never enter torch's thread pools (as a DataLoader worker, forked after the parent
+computed, does more than that). ``NEUSIGHT_TRACE_WORKERS`` caps the workers (1: build in this process).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+from neusight_core import configs, derive
+
+MIN_FAMILIES = 4     # below this, a pool saves less than a second
+
+
+def worker_count(todo: int, workers: int | None = None) -> int:
+    """Processes to build ``todo`` families in: at most the CPUs, ``NEUSIGHT_TRACE_WORKERS`` and ``todo``."""
+    if workers is None:
+        env = os.environ.get("NEUSIGHT_TRACE_WORKERS", "").strip()
+        try:
+            workers = int(env) if env else (os.cpu_count() or 1)
+        except ValueError:
+            raise ValueError(f"NEUSIGHT_TRACE_WORKERS must be a whole number, not {env!r}") from None
+    return max(1, min(int(workers), todo))
+
+
+def _build(spec: dict) -> derive.Family:
+    return derive.family(**spec)
+
+
+def _cost(spec: dict) -> int:
+    """Rough order of a family's cost, to start the longest first: Switch Transformers' families trace
+    an encoder and a decoder at four seq samples and two check points (5 to 8 s here), the others 0.2-1.1 s."""
+    content = configs.config_content(spec["model"])
+    return (2 if configs.expert_tokens_fn(content) else 1) * (2 if spec["mode"] == "train" else 1) \
+        * (1 if spec.get("batch_one") else 2)
+
+
+def build(specs: list[dict], workers: int | None = None, progress: bool = False) -> int:
+    """Build the families of ``specs`` (``derive.family``'s arguments) that are not yet memoised, in worker
+    processes when there are at least ``MIN_FAMILIES`` of them and more than one worker; returns how many
+    were built in workers (0: the caller's loop builds them as before, one at a time).
+
+    A worker that fails (a broken pool, out of memory) costs nothing but time: the families it did not
+    return are built by the caller, in this process, when it asks for them."""
+    todo, seen = [], set()
+    for spec in specs:
+        key = derive._family_key(**spec)
+        if key not in derive._FAMILIES and key not in seen:
+            seen.add(key)
+            todo.append((key, spec))
+    n = worker_count(len(todo), workers)
+    if len(todo) < MIN_FAMILIES or n < 2:
+        return 0
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from tqdm.auto import tqdm
+
+    from neusight_core import trace  # noqa: F401 - torch and transformers imported once, here, for every worker
+    todo.sort(key=lambda ks: -_cost(ks[1]))
+    built = 0
+    bar = tqdm(total=len(todo), desc=f"model families ({n} processes)", disable=not progress, leave=False)
+    try:
+        with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as ex:
+            futures = {ex.submit(_build, spec): key for key, spec in todo}
+            for f in as_completed(futures):
+                try:
+                    derive._FAMILIES[futures[f]] = f.result()
+                    built += 1
+                except Exception:  # noqa: BLE001 - built again in this process when asked for
+                    pass
+                bar.update()
+    except Exception as e:  # noqa: BLE001 - the pool itself failed to start or broke: same fallback
+        warnings.warn(f"model families: the worker pool failed ({type(e).__name__}: {e}); the rest are built "
+                      "in this process", RuntimeWarning, stacklevel=2)
+    finally:
+        bar.close()
+    return built

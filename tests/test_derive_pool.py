@@ -1,0 +1,58 @@
+"""Families built side by side in worker processes (derive_pool) are the families built one by one."""
+import pandas as pd
+import pytest
+
+from neusight_core import derive, derive_pool
+
+SPECS = [dict(model="gpt2_large", mode=m, batch_one=one, past=0, dtype="fp32", attention="sdpa")
+         for m in ("inf", "train") for one in (False, True)]
+POINTS = {False: [(2, 256), (8, 100), (5, 1000)], True: [(1, 77), (1, 512)]}
+
+
+@pytest.fixture
+def fresh_families(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEUSIGHT_TRACE_CACHE", str(tmp_path / "tc"))
+    saved = dict(derive._FAMILIES)
+    derive._FAMILIES.clear()
+    yield
+    derive._FAMILIES.clear()
+    derive._FAMILIES.update(saved)
+
+
+def test_pool_builds_the_same_families(fresh_families, monkeypatch):
+    assert derive_pool.build(SPECS, workers=2) == len(SPECS)          # every one came from a worker
+    pooled = {k: derive._FAMILIES[derive._family_key(**s)] for k, s in enumerate(SPECS)}
+    derive._FAMILIES.clear()
+    monkeypatch.setenv("NEUSIGHT_TRACE_CACHE_OFF", "1")                # traced again here, not read back
+    for k, spec in enumerate(SPECS):
+        here = derive.family(**spec)
+        assert here.ok and pooled[k].ok
+        pts = POINTS[spec["batch_one"]]
+        pd.testing.assert_frame_equal(pooled[k].compact(pts), here.compact(pts), check_exact=True)
+
+
+def test_a_failed_worker_leaves_its_family_to_this_process(fresh_families, monkeypatch):
+    real = derive.family
+
+    def flaky(**spec):            # forked workers inherit the patch
+        if spec["mode"] == "train" and spec["batch_one"]:
+            raise MemoryError("worker killed")
+        return real(**spec)
+
+    monkeypatch.setattr(derive, "family", flaky)
+    assert derive_pool.build(SPECS, workers=2) == len(SPECS) - 1
+    monkeypatch.setattr(derive, "family", real)
+    missing = derive._family_key(**SPECS[3])
+    assert missing not in derive._FAMILIES
+    assert derive.family_for("gpt2_large", 1, 200, "train", past=0, dtype="fp32", attention="sdpa").ok
+    assert missing in derive._FAMILIES
+
+
+def test_few_families_or_one_worker_build_nothing_in_workers(fresh_families, monkeypatch):
+    assert derive_pool.build(SPECS[:derive_pool.MIN_FAMILIES - 1], workers=2) == 0
+    monkeypatch.setenv("NEUSIGHT_TRACE_WORKERS", "1")
+    assert derive_pool.build(SPECS) == 0
+    assert not derive._FAMILIES            # nothing built: the caller's loop builds them when it asks
+    monkeypatch.setenv("NEUSIGHT_TRACE_WORKERS", "two")
+    with pytest.raises(ValueError, match="NEUSIGHT_TRACE_WORKERS must be a whole number"):
+        derive_pool.build(SPECS)
