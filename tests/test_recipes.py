@@ -135,6 +135,19 @@ def test_numpy_mlp_matches_the_torch_mlp_and_weights_round_trip(tmp_path):
     np.testing.assert_allclose(NumpyMLP(back["nets"]["BMM"][0])(X.numpy()), want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_kept_state_is_handed_out_once_and_never_after_the_file_changes(tmp_path):
+    """``read_state(keep=True)`` (the damage check before a load) spares the load a second read, once."""
+    import os
+    write_state({"a": np.arange(3.0)}, tmp_path / STATE_FILE)
+    kept = read_state(tmp_path, keep=True)
+    assert read_state(tmp_path) is kept                 # the load takes the checked state
+    assert read_state(tmp_path) is not kept             # the next reader reads the file again
+    read_state(tmp_path, keep=True)
+    write_state({"a": np.arange(4.0)}, tmp_path / STATE_FILE)
+    os.utime(tmp_path / STATE_FILE, ns=(1, 1))         # another file: never answered from the kept one
+    assert len(read_state(tmp_path)["a"]) == 4
+
+
 def _per_seed():
     rows = []
     for p, vals in (("a", [10.0, 12.0, 11.0]), ("b", [20.0, 20.0, 26.0])):

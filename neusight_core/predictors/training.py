@@ -235,7 +235,7 @@ def full_weights_damage(name: str, seed: int = 0) -> str | None:
     if not is_trained(name, False, seed):
         return None
     try:
-        read_state(f)
+        read_state(f, keep=True)       # the load that follows takes this state instead of reading it again
     except PredictorLoadError as e:
         return str(e).splitlines()[0]
     return None
