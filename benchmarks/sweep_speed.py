@@ -70,6 +70,7 @@ def sweep_time(n_target: int, cache: Path, quick: bool, attention: str | None = 
     dt = time.perf_counter() - t0
     why = df.loc[df.error != "", "error"].str.replace(r"\d+", "N", regex=True).str[:70].value_counts()
     return {"configs": len(df), "models": len(set(df.model)), "errors": int((df.error != "").sum()),
+            "memory_verdicts": int(df["memory_fits"].notna().sum()),      # fits / does not fit (not "not computed")
             "error_kinds": why.to_dict(),
             "seconds": dt, "tables_s": df.attrs["tables_s"], "tables": df.attrs["tables"],
             "derived_tables": df.attrs["derived_tables"], "distinct_kernels": df.attrs["distinct_kernels"]}
@@ -129,7 +130,8 @@ def main(argv=None) -> int:
             res[f"sweep_{n}"] = r
             print(f"  {r['configs']:6d} configurations ({r['models']} models): {r['seconds']:6.1f} s "
                   f"(tables {r['tables_s']:.1f} s; {r['tables']} tables, {r['derived_tables']} derived; "
-                  f"{r['distinct_kernels']} distinct kernels; {r['errors']} errors)"
+                  f"{r['distinct_kernels']} distinct kernels; {r['errors']} errors; "
+                  f"{r['memory_verdicts']} rows with a memory verdict)"
                   + (f"   [target for 1,200: <= {TARGETS['1200']} s]" if n == 1200 else ""), flush=True)
             for kind, cnt in r["error_kinds"].items():
                 print(f"         {cnt} x {kind}")

@@ -55,7 +55,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import configs, trace_cache
+from neusight_core import configs, derive_memory, trace_cache
 from neusight_core.interpolation import aux_weights, exact_inverse, lagrange_weights, seq_basis
 
 SAMPLE_B = (2, 4)          # batch 1 is its own family (some ops become views at batch 1): SAMPLE_B1
@@ -164,6 +164,7 @@ class Family:
                 self.aux, self._aux_inv, self.sample_s = aux, inv, ss
                 self.check_points.append((self.check_point[0], CHECK_S_EXPERT))
         self.ok, self.reason = False, ""
+        self.memory, self.memory_reason = None, "the kernels are not derived"    # derive_memory.py
         depth, L, period, why = _depth(self.content)
         self.layers, self.period, self._depth_keys = L, period, depth
         self.build_s = 0.0
@@ -193,6 +194,10 @@ class Family:
                 diff = compare(got, real)
                 if diff:
                     self.ok, self.reason = False, f"not derived: check at (batch, seq) = {point} failed: {diff}"
+                elif self.memory is not None:
+                    why = derive_memory.check(self, real, point, (REDUCED_LAYERS + 1) * period if self.reduced else L)
+                    if why:
+                        self.memory, self.memory_reason = None, f"check failed: {why}"
         except Exception as e:  # noqa: BLE001 - any failure: this family falls back to real traces
             self.ok = False
             self.reason = f"not derived: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
@@ -237,6 +242,7 @@ class Family:
         self.attrs = dict(first.attrs)
         self.layer = first["layer"].to_numpy(int) if "layer" in first else np.full(n, -1)
         self.ok = True
+        self.memory, self.memory_reason = derive_memory.fit(self, samples)
 
     # -------------------------------------------------------------- evaluating
     def _eval(self, points, values=None, nan=None, integral=None) -> np.ndarray:
@@ -318,6 +324,7 @@ class Family:
         order = [c for c in self._column_order() if c in out.columns]
         out = out[order]
         out.attrs.update(self._attrs(batch, seq, layers, time.perf_counter() - t0))
+        out.attrs["memory"] = derive_memory.table_memory(self, batch, seq, layers, len(out))   # None: not derived
         return out
 
     def _column_order(self):

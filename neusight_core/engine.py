@@ -20,8 +20,9 @@ same configurations), the CLI. The stages:
    them (the predictor splits the call by device and op class); COMM rows are timed by ``network.NetworkModel``.
 4. **aggregate**: sums by phase and op class, vectorised; tables with communication rows or pipeline stages go
    through :func:`aggregate` (exposed communication, the GPipe schedule).
-5. **memory**: ``memory.footprint`` of every traced table on its device (derived tables have no trace to read
-   the parameters and buffers from: their memory columns are empty).
+5. **memory**: ``memory.footprint`` of every traced table on its device; a derived table's footprint from its
+   family's derived allocation timeline (``derive_memory.py``: exact to the byte where checked); a decode step's
+   derived table, whose KV cache is not derived, says the lower bound (``_lower_bound_verdict``).
 """
 from __future__ import annotations
 
@@ -61,8 +62,8 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     ``scenarios``: :class:`scenario.Scenario` objects, dicts of ``INPUTS`` fields, or a configuration frame with
     ``INPUTS`` columns (missing ones take defaults). ``predictors``: names (trained weights by name x seed from
     ``seeds``, ``quick`` or full), trained predictor objects, or (label, predictor) pairs; an object runs once
-    with its own ``seed``. ``memory_columns``: the footprint of every traced table (``optimizer``,
-    ``master_weights``: the training state it counts). ``keep_kernels``: trace every table (no derivation) and
+    with its own ``seed``. ``memory_columns``: the footprint of every traced table too (``optimizer``,
+    ``master_weights``: the training state it counts); derived tables' footprints cost nothing and are always given. ``keep_kernels``: trace every table (no derivation) and
     put each row's kernel table with ``pred_ms`` in ``attrs["kernels"]`` (a list, one per row; None for a
     failed row) and each row's full ``memory.footprint`` dict in ``attrs["memory"]``. ``raise_errors``: raise a
     failure (table, predictor, memory) instead of recording it (``latency.predict_model``). ``table_of``: a function
@@ -82,7 +83,7 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
 
     t0 = time.perf_counter()
     pool = _distinct_kernels(tabs, norm, ok)
-    mem = _memory(tabs.full, norm, ok, tabs.tab_of, optimizer, master_weights, raise_errors) if memory_columns else {}
+    mem = _memory(tabs, norm, ok, optimizer, master_weights, raise_errors, traced=memory_columns)
 
     # ---- one predictor call per job (predictor x seed) over the pool
     out_frames, kept = [], []
@@ -139,7 +140,8 @@ class _Tables(NamedTuple):
     tab_of: np.ndarray        # request -> table index (-1: the request failed its checks)
     n: int                    # tables
     parts: list               # compact rows of every table (``_tab`` = its index)
-    derived: dict             # table -> built from a derived family (no trace, no footprint)
+    derived: dict             # table -> built from a derived family (no trace)
+    families: dict            # derived table -> (family, batch, seq): its footprint (derive_memory)
     full: dict                # table -> traced kernel table (kept for memory / keep_kernels)
     errors: dict              # table -> one-line error
     seconds: float
@@ -221,7 +223,8 @@ def _tables(norm, use_derivation: bool, keep_full: bool, table_of, raise_errors:
             tab_err[t] = message(e)
         bar.update()
     bar.close()
-    return _Tables(tab_of, len(keys), parts, tab_derived, full, tab_err, time.perf_counter() - t0)
+    families = {t: (fam, b, s) for fam, pts in fam_points.values() for t, b, s in pts}
+    return _Tables(tab_of, len(keys), parts, tab_derived, families, full, tab_err, time.perf_counter() - t0)
 
 
 class _Distinct(NamedTuple):
@@ -438,17 +441,26 @@ def _dims(key, model) -> dict:
     return _DIMS[key]
 
 
-def _memory(full, norm, ok, tab_of, optimizer, master_weights, raise_errors=False) -> dict:
-    """(table, device index) -> memory columns, for the traced tables; a footprint that cannot be computed (a
-    table without the trace's attrs) leaves them empty."""
+def _memory(tabs: _Tables, norm, ok, optimizer, master_weights, raise_errors=False, traced: bool = True) -> dict:
+    """(table, device index) -> memory columns, for the traced tables (``traced``) and the derived ones whose family
+    derives its memory; a footprint that cannot be computed (a table without the trace's attrs) leaves them empty."""
+    full, tab_of = (tabs.full if traced else {}), tabs.tab_of
     devs = sorted({norm[i]["device"] for i in range(len(norm)) if ok[i]})
     out = {}
     for i in np.flatnonzero(ok):
         t, d = tab_of[i], devs.index(norm[i]["device"])
-        if t not in full or (t, d) in out:
+        fam = tabs.families.get(t)
+        if (t not in full and (fam is None or fam[0].memory is None)) or (t, d) in out:
             continue
         try:
-            m = memory.footprint(full[t], norm[i]["device"], optimizer=optimizer, master_weights=master_weights)
+            if t in full:
+                m = memory.footprint(full[t], norm[i]["device"], optimizer=optimizer, master_weights=master_weights)
+            else:
+                f, b, s = fam
+                parts = f.memory.summary(f, b, s)
+                m = memory.footprint_of([parts["params"]], [parts["activation_peak_bytes"]], parts["kv_cache_bytes"],
+                                        norm[i]["dtype"], norm[i]["mode"], norm[i]["device"], optimizer, master_weights,
+                                        ["derived from the reduced model's traces (derive_memory.py)"])
         except memory.MemoryInputError:
             if raise_errors:
                 raise

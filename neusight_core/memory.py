@@ -202,11 +202,7 @@ def footprint(kernels: pd.DataFrame, device=None, optimizer: str = "adamw", mast
     a = kernels.attrs
     if "params" not in a or "mode" not in a:
         raise MemoryInputError("footprint needs a kernel table from trace.trace_model (its attrs are missing)")
-    dtype = a.get("dtype", Precision.FP32)
-    e = schema.element_bytes(dtype)
-    train = a["mode"] == "train"
     plan, n = a.get("plan"), int(a.get("gpus", 1) or 1)
-    params = param_counts(kernels)
     acts, notes = activation_bytes(kernels)
     kv = float((a.get("memory") or {}).get("kv_cache_bytes", 0.0))
     if plan == "tp" and n > 1:            # split by KV heads, one KV head per GPU at least
@@ -214,6 +210,18 @@ def footprint(kernels: pd.DataFrame, device=None, optimizer: str = "adamw", mast
         kv /= parallel.kv_ways(a.get("config") or {}, n)
     elif plan == "pp" and n > 1:
         kv /= n
+    return footprint_of(param_counts(kernels), acts, kv, a.get("dtype", Precision.FP32), a["mode"], device, optimizer,
+                        master_weights, notes, plan, n)
+
+
+def footprint_of(params: list[float], acts: list[float], kv: float, dtype: str, mode: str, device=None,
+                 optimizer: str = "adamw", master_weights: bool = True, notes=(), plan=None, n: int = 1) -> dict:
+    """``footprint`` from its parts: parameters and activation bytes per GPU (PP: per stage), the KV cache's
+    bytes per GPU, the trace's dtype and mode (a derived table's parts come from ``derive_memory``)."""
+    if optimizer not in OPTIMIZERS:
+        raise MemoryInputError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    e = schema.element_bytes(dtype)
+    train = mode == "train"
     opt_per_param = OPTIMIZERS[optimizer] + (4.0 if master_weights and e == 2 else 0.0)
     per = []
     for p, act in zip(params if len(params) > 1 else params * len(acts), acts):
@@ -243,7 +251,7 @@ def footprint(kernels: pd.DataFrame, device=None, optimizer: str = "adamw", mast
         where = " per GPU" if out["per_gpu"] else ""
         out["verdict"] = ("fits" if out["fits"] else
                           f"does not fit: needs {r['total'] / GIB:.1f} GiB{where}, has {dev.mem_gb:g} GiB")
-    out["notes"] = notes
+    out["notes"] = list(notes)
     return out
 
 

@@ -131,7 +131,8 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     ``attrs`` (``tables_s``, ``predict_s``, ``total_s``)."""
     out = engine.predict(configs, predictors, seeds, quick=quick, progress=progress, use_derivation=use_derivation,
                          memory_columns=False)
-    # no footprints (a sweep would have to trace every table): each row's verdict from the lower bound
+    # footprints of derived tables (derive_memory.py, exact); a traced table's would keep every table in memory:
+    # those rows' verdicts come from the lower bound
     return out[INPUTS + RESULTS[:-1] + MEMORY_VERDICT + RESULTS[-1:]]
 
 

@@ -1,0 +1,51 @@
+"""A derived table's memory (derive_memory.py) is the real trace's, to the byte, or it is not given."""
+import pandas as pd
+import pytest
+
+from neusight_core import derive, engine, memory, trace_cache
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEUSIGHT_TRACE_CACHE", str(tmp_path / "tc"))
+
+
+@pytest.mark.parametrize("model, mode, b, s", [("gpt2_large", "train", 4, 300), ("gpt2_large", "inf", 1, 900),
+                                               ("switchxl4", "inf", 4, 512)])
+def test_derived_footprint_equals_the_traced_one(cache, model, mode, b, s):
+    att = "eager" if model == "switchxl4" else "sdpa"
+    fam = derive.family_for(model, b, s, mode, past=0, dtype="fp32", attention=att)
+    assert fam is not None and fam.memory is not None, fam and fam.memory_reason
+    real = trace_cache.trace(model, b, s, mode, past=0, dtype="fp32", attention=att)
+    got = fam.memory.summary(fam, b, s)
+    assert got["activation_peak_bytes"] == real.attrs["memory"]["activation_peak_bytes"] > 0
+    assert got["params"] == sum(real.attrs["params"].values())
+    # the derived table carries it as a trace does: same footprint on a GPU where it does not fit
+    want = memory.footprint(real, "T4")
+    assert memory.footprint(fam.table(b, s), "T4") == {**want, "notes": []}
+
+
+def test_engine_rows_of_derived_tables_have_the_traced_memory_columns(cache):
+    rows = [dict(model="gpt2_large", device=d, batch=b, seq=s, mode="train")
+            for d in ("H100", "T4") for b in (2, 8) for s in (128, 640)]
+    derived = engine.predict(rows, ["roofline"])
+    traced = engine.predict(rows, ["roofline"], use_derivation=False)
+    assert derived["derived"].all() and not traced["derived"].any()
+    cols = [c for c in engine.RESULT_COLUMNS if c.startswith("memory")]
+    pd.testing.assert_frame_equal(derived[cols], traced[cols])
+    assert set(derived["memory_verdict"].str[:12]) == {"fits", "does not fit"}
+
+
+def test_a_family_whose_memory_misses_its_check_gives_the_lower_bound(cache):
+    # BERT inference: the derived peak holds one hidden state more than the 4-layer trace at the check point
+    fam = derive.family_for("bert_large", 4, 256, "inf", past=0, dtype="fp32", attention="sdpa")
+    assert fam.ok and fam.memory is None and "activation peak at (3, 317)" in fam.memory_reason
+    assert fam.table(4, 256).attrs["memory"] is None
+    rows = [dict(model="bert_large", device="H100", batch=b, seq=256, mode="inf") for b in (2, 4)]
+    out = engine.predict(rows, ["roofline"])
+    assert out["memory_verdict"].str.startswith("not computed").all() and out["memory_total_gib"].isna().all()
+
+
+def test_decode_steps_are_not_derived(cache):
+    fam = derive.family_for("gpt2_large", 2, 1, "inf", past=128, dtype="fp32", attention="sdpa", allow_fixed=True)
+    assert fam is not None and fam.ok and fam.memory is None and "past > 0" in fam.memory_reason
