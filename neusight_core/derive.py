@@ -242,7 +242,8 @@ class Family:
         self.attrs = dict(first.attrs)
         self.layer = first["layer"].to_numpy(int) if "layer" in first else np.full(n, -1)
         self.ok = True
-        self.memory, self.memory_reason = derive_memory.fit(self, samples)
+        self.memory, self.memory_reason = derive_memory.fit(self, samples, REDUCED_LAYERS * self.period
+                                                            if self.reduced else self.layers)
 
     # -------------------------------------------------------------- evaluating
     def _eval(self, points, values=None, nan=None, integral=None) -> np.ndarray:

@@ -21,8 +21,8 @@ same configurations), the CLI. The stages:
 4. **aggregate**: sums by phase and op class, vectorised; tables with communication rows or pipeline stages go
    through :func:`aggregate` (exposed communication, the GPipe schedule).
 5. **memory**: ``memory.footprint`` of every traced table on its device; a derived table's footprint from its
-   family's derived allocation timeline (``derive_memory.py``: exact to the byte where checked); a decode step's
-   derived table, whose KV cache is not derived, says the lower bound (``_lower_bound_verdict``).
+   family's derived allocation timeline (``derive_memory.py``: exact to the byte where checked); a table without
+   one says the lower bound (``_lower_bound_verdict``).
 """
 from __future__ import annotations
 

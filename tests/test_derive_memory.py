@@ -2,23 +2,33 @@
 import pandas as pd
 import pytest
 
-from neusight_core import derive, engine, memory, trace_cache
+from neusight_core import derive, derive_memory, engine, memory, trace_cache
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("NEUSIGHT_TRACE_CACHE", str(tmp_path / "tc"))
+    saved = dict(derive._FAMILIES)          # families are memoised per process: each test builds its own
+    derive._FAMILIES.clear()
+    yield
+    derive._FAMILIES.clear()
+    derive._FAMILIES.update(saved)
 
 
-@pytest.mark.parametrize("model, mode, b, s", [("gpt2_large", "train", 4, 300), ("gpt2_large", "inf", 1, 900),
-                                               ("switchxl4", "inf", 4, 512)])
-def test_derived_footprint_equals_the_traced_one(cache, model, mode, b, s):
+@pytest.mark.parametrize("model, mode, b, s, past, dtype, template", [
+    ("gpt2_large", "train", 4, 300, 0, "fp32", "unit 1"), ("gpt2_large", "inf", 1, 900, 0, "fp32", "unit 1"),
+    ("switchxl4", "inf", 4, 512, 0, "fp32", "unit 1"), ("bert_large", "inf", 4, 256, 0, "fp32", "steady"),
+    ("llama3_2_1b", "inf", 5, 1, 1000, "bf16", "steady")])      # a decode step: its KV cache too
+def test_derived_footprint_equals_the_traced_one(cache, model, mode, b, s, past, dtype, template):
     att = "eager" if model == "switchxl4" else "sdpa"
-    fam = derive.family_for(model, b, s, mode, past=0, dtype="fp32", attention=att)
+    fam = derive.family_for(model, b, s, mode, past=past, dtype=dtype, attention=att, allow_fixed=True)
     assert fam is not None and fam.memory is not None, fam and fam.memory_reason
-    real = trace_cache.trace(model, b, s, mode, past=0, dtype="fp32", attention=att)
+    assert fam.memory.templates[0] == template
+    real = trace_cache.trace(model, b, s, mode, past=past, dtype=dtype, attention=att)
     got = fam.memory.summary(fam, b, s)
     assert got["activation_peak_bytes"] == real.attrs["memory"]["activation_peak_bytes"] > 0
+    assert got["kv_cache_bytes"] == real.attrs["memory"]["kv_cache_bytes"] == (0 if not past else got["kv_cache_bytes"])
+    assert (got["kv_cache_bytes"] > 0) == (past > 0)
     assert got["params"] == sum(real.attrs["params"].values())
     # the derived table carries it as a trace does: same footprint on a GPU where it does not fit
     want = memory.footprint(real, "T4")
@@ -36,16 +46,15 @@ def test_engine_rows_of_derived_tables_have_the_traced_memory_columns(cache):
     assert set(derived["memory_verdict"].str[:12]) == {"fits", "does not fit"}
 
 
-def test_a_family_whose_memory_misses_its_check_gives_the_lower_bound(cache):
-    # BERT inference: the derived peak holds one hidden state more than the 4-layer trace at the check point
+def test_a_family_whose_memory_misses_its_check_gives_the_lower_bound(cache, monkeypatch):
+    # neither template of the middle units' events matches the 4-unit trace at the check point
+    true_difference = derive_memory._difference
+    monkeypatch.setattr(derive_memory, "_difference", lambda fam, real, point, layers, t:
+                        true_difference(fam, real, point, layers, t) or f"{t}: activation peak differs")
     fam = derive.family_for("bert_large", 4, 256, "inf", past=0, dtype="fp32", attention="sdpa")
-    assert fam.ok and fam.memory is None and "activation peak at (3, 317)" in fam.memory_reason
+    assert fam.ok and fam.memory is None and fam.memory_reason.startswith("check failed: activation peak at (3, 317)")
     assert fam.table(4, 256).attrs["memory"] is None
     rows = [dict(model="bert_large", device="H100", batch=b, seq=256, mode="inf") for b in (2, 4)]
     out = engine.predict(rows, ["roofline"])
+    assert out["derived"].all()
     assert out["memory_verdict"].str.startswith("not computed").all() and out["memory_total_gib"].isna().all()
-
-
-def test_decode_steps_are_not_derived(cache):
-    fam = derive.family_for("gpt2_large", 2, 1, "inf", past=128, dtype="fp32", attention="sdpa", allow_fixed=True)
-    assert fam is not None and fam.ok and fam.memory is None and "past > 0" in fam.memory_reason
