@@ -63,7 +63,8 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     ``INPUTS`` columns (missing ones take defaults). ``predictors``: names (trained weights by name x seed from
     ``seeds``, ``quick`` or full), trained predictor objects, or (label, predictor) pairs; an object runs once
     with its own ``seed``. ``memory_columns``: the footprint of every traced table too (``optimizer``,
-    ``master_weights``: the training state it counts); derived tables' footprints cost nothing and are always given. ``keep_kernels``: trace every table (no derivation) and
+    ``master_weights``: the training state it counts; what it reads of a table is kept, not the table); derived
+    tables' footprints cost nothing and are always given. ``keep_kernels``: trace every table (no derivation) and
     put each row's kernel table with ``pred_ms`` in ``attrs["kernels"]`` (a list, one per row; None for a
     failed row) and each row's full ``memory.footprint`` dict in ``attrs["memory"]``. ``raise_errors``: raise a
     failure (table, predictor, memory) instead of recording it (``latency.predict_model``). ``table_of``: a function
@@ -75,7 +76,7 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     n = len(given)
     use_derivation = use_derivation and not keep_kernels and table_of is None
 
-    tabs = _tables(norm, use_derivation, memory_columns or keep_kernels, table_of, raise_errors, progress)
+    tabs = _tables(norm, use_derivation, keep_kernels, memory_columns, table_of, raise_errors, progress)
     for i in range(n):
         if tabs.tab_of[i] >= 0 and tabs.tab_of[i] in tabs.errors:
             err[i] = tabs.errors[tabs.tab_of[i]]
@@ -83,7 +84,7 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
 
     t0 = time.perf_counter()
     pool = _distinct_kernels(tabs, norm, ok)
-    mem = _memory(tabs, norm, ok, optimizer, master_weights, raise_errors, traced=memory_columns)
+    mem = _memory(tabs, norm, ok, optimizer, master_weights, raise_errors)
 
     # ---- one predictor call per job (predictor x seed) over the pool
     out_frames, kept = [], []
@@ -142,12 +143,14 @@ class _Tables(NamedTuple):
     parts: list               # compact rows of every table (``_tab`` = its index)
     derived: dict             # table -> built from a derived family (no trace)
     families: dict            # derived table -> (family, batch, seq): its footprint (derive_memory)
-    full: dict                # table -> traced kernel table (kept for memory / keep_kernels)
+    full: dict                # table -> traced kernel table (kept for keep_kernels)
+    footprints: dict          # traced table -> memory.footprint_parts, or the MemoryInputError it raised
     errors: dict              # table -> one-line error
     seconds: float
 
 
-def _tables(norm, use_derivation: bool, keep_full: bool, table_of, raise_errors: bool, progress: bool) -> _Tables:
+def _tables(norm, use_derivation: bool, keep_full: bool, footprints: bool, table_of, raise_errors: bool,
+            progress: bool) -> _Tables:
     """Stage 2: one kernel table per table key (not per device), each reduced to its distinct kernels."""
     from tqdm.auto import tqdm
     n = len(norm)
@@ -163,7 +166,8 @@ def _tables(norm, use_derivation: bool, keep_full: bool, table_of, raise_errors:
                 image_keys.add(table_key(r))
     tab_err: dict[int, str] = {}
     tab_derived: dict[int, bool] = {}
-    full: dict[int, pd.DataFrame] = {}     # traced tables (memory, keep_kernels)
+    full: dict[int, pd.DataFrame] = {}     # traced tables (keep_kernels)
+    foot: dict = {}
     parts: list[pd.DataFrame] = []
     fam_points: dict[int, tuple] = {}     # id(family) -> (family, [(tab, b, s)])
     real: list[tuple[int, tuple]] = []
@@ -217,6 +221,11 @@ def _tables(norm, use_derivation: bool, keep_full: bool, table_of, raise_errors:
             tab_derived[t] = False
             if keep_full:
                 full[t] = k
+            if footprints:
+                try:
+                    foot[t] = memory.footprint_parts(k)
+                except memory.MemoryInputError as e:    # a table without the trace's attrs: no memory columns
+                    foot[t] = e
         except Exception as e:  # noqa: BLE001 - recorded in the rows of this table
             if raise_errors:
                 raise
@@ -224,7 +233,7 @@ def _tables(norm, use_derivation: bool, keep_full: bool, table_of, raise_errors:
         bar.update()
     bar.close()
     families = {t: (fam, b, s) for fam, pts in fam_points.values() for t, b, s in pts}
-    return _Tables(tab_of, len(keys), parts, tab_derived, families, full, tab_err, time.perf_counter() - t0)
+    return _Tables(tab_of, len(keys), parts, tab_derived, families, full, foot, tab_err, time.perf_counter() - t0)
 
 
 class _Distinct(NamedTuple):
@@ -441,26 +450,31 @@ def _dims(key, model) -> dict:
     return _DIMS[key]
 
 
-def _memory(tabs: _Tables, norm, ok, optimizer, master_weights, raise_errors=False, traced: bool = True) -> dict:
-    """(table, device index) -> memory columns, for the traced tables (``traced``) and the derived ones whose family
-    derives its memory; a footprint that cannot be computed (a table without the trace's attrs) leaves them empty."""
-    full, tab_of = (tabs.full if traced else {}), tabs.tab_of
+def _memory(tabs: _Tables, norm, ok, optimizer, master_weights, raise_errors=False) -> dict:
+    """(table, device index) -> memory columns, for the traced tables (``memory_columns``) and the derived ones whose
+    family derives its memory; a footprint that cannot be computed (a table without the trace's attrs) leaves them
+    empty."""
+    tab_of = tabs.tab_of
     devs = sorted({norm[i]["device"] for i in range(len(norm)) if ok[i]})
+    parts_of: dict = dict(tabs.footprints)
     out = {}
     for i in np.flatnonzero(ok):
         t, d = tab_of[i], devs.index(norm[i]["device"])
-        fam = tabs.families.get(t)
-        if (t not in full and (fam is None or fam[0].memory is None)) or (t, d) in out:
+        if (t, d) in out:
+            continue
+        if t not in parts_of and t in tabs.families and tabs.families[t][0].memory is not None:
+            f, b, s = tabs.families[t]
+            got = f.memory.summary(f, b, s)
+            parts_of[t] = dict(params=[got["params"]], acts=[got["activation_peak_bytes"]], kv=got["kv_cache_bytes"],
+                               dtype=norm[i]["dtype"], mode=norm[i]["mode"],
+                               notes=["derived from the reduced model's traces (derive_memory.py)"])
+        parts = parts_of.get(t)
+        if parts is None:
             continue
         try:
-            if t in full:
-                m = memory.footprint(full[t], norm[i]["device"], optimizer=optimizer, master_weights=master_weights)
-            else:
-                f, b, s = fam
-                parts = f.memory.summary(f, b, s)
-                m = memory.footprint_of([parts["params"]], [parts["activation_peak_bytes"]], parts["kv_cache_bytes"],
-                                        norm[i]["dtype"], norm[i]["mode"], norm[i]["device"], optimizer, master_weights,
-                                        ["derived from the reduced model's traces (derive_memory.py)"])
+            if isinstance(parts, memory.MemoryInputError):
+                raise parts
+            m = memory.footprint_of(**parts, device=norm[i]["device"], optimizer=optimizer, master_weights=master_weights)
         except memory.MemoryInputError:
             if raise_errors:
                 raise

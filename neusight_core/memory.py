@@ -199,6 +199,12 @@ def footprint(kernels: pd.DataFrame, device=None, optimizer: str = "adamw", mast
     """Per-GPU memory of the step the table describes (see the module docstring)."""
     if optimizer not in OPTIMIZERS:
         raise MemoryInputError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    return footprint_of(**footprint_parts(kernels), device=device, optimizer=optimizer, master_weights=master_weights)
+
+
+def footprint_parts(kernels: pd.DataFrame) -> dict:
+    """What ``footprint`` reads of a kernel table, as ``footprint_of``'s keyword arguments (no device, no optimizer):
+    kept instead of the table where many tables are predicted (the engine, a sweep)."""
     a = kernels.attrs
     if "params" not in a or "mode" not in a:
         raise MemoryInputError("footprint needs a kernel table from trace.trace_model (its attrs are missing)")
@@ -210,8 +216,8 @@ def footprint(kernels: pd.DataFrame, device=None, optimizer: str = "adamw", mast
         kv /= parallel.kv_ways(a.get("config") or {}, n)
     elif plan == "pp" and n > 1:
         kv /= n
-    return footprint_of(param_counts(kernels), acts, kv, a.get("dtype", Precision.FP32), a["mode"], device, optimizer,
-                        master_weights, notes, plan, n)
+    return dict(params=param_counts(kernels), acts=acts, kv=kv, dtype=a.get("dtype", Precision.FP32), mode=a["mode"],
+                notes=notes, plan=plan, n=n)
 
 
 def footprint_of(params: list[float], acts: list[float], kv: float, dtype: str, mode: str, device=None,

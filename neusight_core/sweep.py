@@ -130,9 +130,9 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     ('' when predicted)). ``predictors``: names, or (label, trained predictor) pairs. Wall times are in
     ``attrs`` (``tables_s``, ``predict_s``, ``total_s``)."""
     out = engine.predict(configs, predictors, seeds, quick=quick, progress=progress, use_derivation=use_derivation,
-                         memory_columns=False)
-    # footprints of derived tables (derive_memory.py, exact); a traced table's would keep every table in memory:
-    # those rows' verdicts come from the lower bound
+                         memory_columns=True)
+    # every row's footprint: a traced table's from what memory.footprint reads of it (the table is not kept), a
+    # derived one's from its family (derive_memory.py); the lower bound where neither exists
     return out[INPUTS + RESULTS[:-1] + MEMORY_VERDICT + RESULTS[-1:]]
 
 

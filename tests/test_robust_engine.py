@@ -42,8 +42,9 @@ def test_every_sweep_row_says_whether_it_fits():
                      progress=False)
     big, small = df.iloc[0], df.iloc[1]
     assert big["memory_fits"] is False or big["memory_fits"] == False  # noqa: E712 - object column
-    assert big["memory_verdict"].startswith("does not fit: needs at least") and "has 8 GB" in big["memory_verdict"]
-    assert pd.isna(small["memory_fits"]) and small["memory_verdict"].startswith("not computed")
+    assert big["memory_verdict"].startswith("does not fit: needs 2") and "has 8 GiB" in big["memory_verdict"]
+    # the traced tables' footprints, not a lower bound: GPT-2 Large training at batch 64 is far over 8 GiB too
+    assert small["memory_fits"] == False and small["memory_verdict"].startswith("does not fit: needs")  # noqa: E712
     # derived tables in the engine get the same verdict; traced ones keep their footprint's
     e = engine.predict([dict(model="llama2_70b", device="P4", batch=1, seq=128)], "roofline")
     assert e["memory_verdict"].iloc[0].startswith("does not fit")
