@@ -19,7 +19,7 @@ the same way:
 4. **Checked.** At the family's check point(s) the 4-unit model is traced anyway (``derive.py`` step 5); its
    activation peak, KV cache and parameter count must equal what this module derives for 4 units there, to the
    byte, with the first template that does (``check``). Otherwise the family's memory is not derived and the engine
-   says so (``engine._lower_bound_verdict``).
+   says so (``scenario.lower_bound_verdict``).
 
 Decode steps (``past`` > 0): the KV cache the step starts from is allocated before the first kernel, on no unit's
 row. Those events are taken out of the timeline; the cache's bytes are polynomial in batch like any cell, and

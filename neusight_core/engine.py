@@ -17,12 +17,13 @@ same configurations), the CLI. The stages:
    for all their points at once; the rest are traced through the trace cache (fusion and plans applied, cached
    on disk too). Each table is reduced to its distinct kernels with launch counts (``compact_table``).
 3. **one predictor call per predictor x seed** over the distinct kernels of all tables x the devices that need
-   them (the predictor splits the call by device and op class); COMM rows are timed by ``network.NetworkModel``.
+   them (the predictor splits the call by device and op class); COMM rows are timed by ``network.NetworkModel``;
+   in BF16 / FP16 scenarios no kernel takes less than its GPU's floor (``kernel_floor.py``).
 4. **aggregate**: sums by phase and op class, vectorised; tables with communication rows or pipeline stages go
    through :func:`aggregate` (exposed communication, the GPipe schedule).
 5. **memory**: ``memory.footprint`` of every traced table on its device; a derived table's footprint from its
    family's derived allocation timeline (``derive_memory.py``: exact to the byte where checked); a table without
-   one says the lower bound (``_lower_bound_verdict``).
+   one says the lower bound (``scenario.lower_bound_verdict``).
 """
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from neusight_core import derive, derive_pool, host, memory, network, schema
-from neusight_core.request import INPUTS, message, requests, table_key, tracer_size
+from neusight_core import derive, derive_pool, host, kernel_floor, memory, network, scenario, schema
+from neusight_core.request import INPUTS, message, requests, table_key
 from neusight_core.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
 from neusight_core.schema import OpClass
 
@@ -295,6 +296,9 @@ class _Pool:
         # tables that need the full aggregation (communication or pipeline stages)
         self.slow_tab = {t for t in range(len(starts) - 1)
                          if comm_row[starts[t]:starts[t + 1]].any() or len(np.unique(stage[starts[t]:starts[t + 1]])) > 1}
+        # per scenario, the shortest a kernel can take: its GPU's floor in BF16 / FP16 scenarios (kernel_floor.py)
+        half = [ok[i] and r["dtype"] in schema.HALF_PRECISIONS for i, r in enumerate(norm)]
+        self.floor = np.where(half, kernel_floor.floor_ms() if any(half) else 0.0, 0.0)
 
 
 def _per_launch(p, seed, obj, quick, request, req_k, req_d, n_kid, dev_names, raise_errors=False):
@@ -356,7 +360,7 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
         cfg_of_row = np.repeat(np.arange(len(fast)), lens)
         offs = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens)
         r = np.repeat(starts[tab_of[fast]], lens) + offs
-        val = per_launch[kid[r], cfg_dev[fast][cfg_of_row]] * count[r]
+        val = np.maximum(per_launch[kid[r], cfg_dev[fast][cfg_of_row]], ctx.floor[fast][cfg_of_row]) * count[r]
         m = len(fast)
         for ph, col in (("fw", "fw_ms"), ("bw", "bw_ms"), ("acc", "acc_ms")):
             res[col][fast] = np.bincount(cfg_of_row, weights=np.where(phase[r] == ph, val, 0.0), minlength=m)
@@ -374,7 +378,7 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
         r = norm[i]
         sub = rows.iloc[starts[t]:starts[t + 1]]
         try:
-            per = _comm_per_launch(ctx, i, per_launch[kid[starts[t]:starts[t + 1]], cfg_dev[i]].copy())
+            per = _comm_per_launch(ctx, i, np.maximum(per_launch[kid[starts[t]:starts[t + 1]], cfg_dev[i]], ctx.floor[i]))
             comm[i] = per
             agg = aggregate(sub.assign(pred_ms=per * sub["count"].to_numpy(float)),
                             r["micro_batches"] if r["parallel"] == "pp" else 1)
@@ -417,37 +421,9 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
     # a row without a footprint (a derived table, or memory_columns=False) still says whether it can fit: the lower
     # bound of scenario.validate_inputs (weights + one activation + KV cache) against the GPU's memory
     for i in np.flatnonzero(good & (out["memory_verdict"] == "").to_numpy()):
-        out.loc[i, ["memory_fits", "memory_verdict"]] = _lower_bound_verdict(norm[i])
+        out.loc[i, ["memory_fits", "memory_verdict"]] = scenario.lower_bound_verdict(norm[i])
     out["error"] = errors
     return out[RESULT_COLUMNS], comm
-
-
-def _lower_bound_verdict(r: dict) -> tuple:
-    """(fits, verdict) of a request without a footprint: "does not fit" when even ``memory.min_memory_gb`` exceeds
-    the GPU's memory, else unknown (None) with that bound."""
-    from neusight_core import devices
-    dims = _dims(r["model"] if isinstance(r["model"], str) else id(r["model"]), r["model"])
-    need = memory.min_memory_gb(dims, r["batch"], tracer_size(r), r["mode"], r["parallel"], r["gpus"], r["past"], r["dtype"])
-    have = devices.get_device(r["device"]).mem_gb
-    per = " per GPU" if r["parallel"] else ""
-    if need > have:
-        return False, f"does not fit: needs at least {need:,.1f} GB{per} (weights + one activation), has {have:g} GB"
-    return None, f"not computed (no trace of this table): at least {need:,.1f} GB{per} of {have:g} GB"
-
-
-_DIMS: dict = {}
-
-
-def _dims(key, model) -> dict:
-    """``scenario.check_config`` of a model, once per model and process (image models with their channels)."""
-    if key not in _DIMS:
-        from neusight_core import scenario
-        cfg = scenario._config_of(model)
-        dims = scenario.check_config(cfg)
-        if scenario.is_image(model):
-            dims["image channels"] = int(getattr(cfg, "num_channels", 3) or 3)
-        _DIMS[key] = dims
-    return _DIMS[key]
 
 
 def _memory(tabs: _Tables, norm, ok, optimizer, master_weights, raise_errors=False) -> dict:
@@ -492,6 +468,6 @@ def _kernels_of(ctx: _Pool, full, i, per_launch, comm, error) -> pd.DataFrame | 
         return None
     k = full[t]
     a, b = ctx.starts[t], ctx.starts[t + 1]
-    per = comm[i] if i in comm else per_launch[ctx.kid[a:b], ctx.cfg_dev[i]]
+    per = comm[i] if i in comm else np.maximum(per_launch[ctx.kid[a:b], ctx.cfg_dev[i]], ctx.floor[i])
     count = k["count"].fillna(1).to_numpy(float) if "count" in k else 1.0
     return k.assign(pred_ms=per[compact_codes(k)] * count)

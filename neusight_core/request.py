@@ -11,6 +11,7 @@ import pandas as pd
 
 from neusight_core.scenario import LatencyInputError, Scenario
 from neusight_core.scenario import scenario as make_scenario
+from neusight_core.scenario import tracer_size
 from neusight_core.schema import Precision
 
 INPUTS = ["model", "device", "batch", "seq", "image_size", "mode", "fusion", "parallel", "gpus", "micro_batches",
@@ -81,12 +82,6 @@ def message(e: BaseException) -> str:
     """The one-line error of a request that could not be predicted."""
     s = str(e).strip()
     return f"{type(e).__name__}: {s.splitlines()[0] if s else ''}"[:300]
-
-
-def tracer_size(r: dict) -> int:
-    """The tracer's one size argument of a request: its sequence length, or an image model's side (a request keeps
-    the two apart, ``seq`` / ``image_size``; only the tracer takes either)."""
-    return r["seq"] if r.get("image_size") is None else r["image_size"]
 
 
 def table_key(r: dict) -> tuple:

@@ -293,3 +293,37 @@ def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=No
                     seq=None if image else int(size), mode=mode, past=int(past), dtype=dtype, fusion=bool(fusion),
                     parallel=parallel, gpus=int(gpus), micro_batches=int(micro_batches), link_gbs=link,
                     image_size=int(size) if image else None, attention=attention, execution=execution)
+
+
+# ------------------------------------------------------------------------------ without a footprint
+def tracer_size(r: dict) -> int:
+    """The tracer's one size argument of a request: its sequence length, or an image model's side (a request keeps
+    the two apart, ``seq`` / ``image_size``; only the tracer takes either)."""
+    return r["seq"] if r.get("image_size") is None else r["image_size"]
+
+
+def lower_bound_verdict(r: dict) -> tuple:
+    """(fits, verdict) of a request without a footprint: "does not fit" when even ``memory.min_memory_gb`` exceeds
+    the GPU's memory, else unknown (None) with that bound."""
+    from neusight_core import devices
+    dims = _dims(r["model"] if isinstance(r["model"], str) else id(r["model"]), r["model"])
+    need = memory.min_memory_gb(dims, r["batch"], tracer_size(r), r["mode"], r["parallel"], r["gpus"], r["past"], r["dtype"])
+    have = devices.get_device(r["device"]).mem_gb
+    per = " per GPU" if r["parallel"] else ""
+    if need > have:
+        return False, f"does not fit: needs at least {need:,.1f} GB{per} (weights + one activation), has {have:g} GB"
+    return None, f"not computed (no trace of this table): at least {need:,.1f} GB{per} of {have:g} GB"
+
+
+_DIMS: dict = {}
+
+
+def _dims(key, model) -> dict:
+    """``scenario.check_config`` of a model, once per model and process (image models with their channels)."""
+    if key not in _DIMS:
+        cfg = _config_of(model)
+        dims = check_config(cfg)
+        if is_image(model):
+            dims["image channels"] = int(getattr(cfg, "num_channels", 3) or 3)
+        _DIMS[key] = dims
+    return _DIMS[key]

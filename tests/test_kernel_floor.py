@@ -1,0 +1,44 @@
+"""No kernel of a BF16 / FP16 scenario is predicted shorter than its GPU's shortest measured kernel (kernel_floor)."""
+import statistics
+
+import numpy as np
+import pytest
+
+from neusight_core import kernel_floor, latency, measured_kernels
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    monkeypatch.setattr(kernel_floor, "_FLOORS", None)
+    yield
+    kernel_floor._FLOORS = None
+
+
+@pytest.mark.skipif(measured_kernels.unavailable() is not None, reason="aiconfigurator-core is not installed")
+def test_floors_are_the_shortest_measured_kernels_of_the_training_gpus(fresh):
+    g = measured_kernels.load_gemm("training", features=False)
+    want = g.groupby("device")["latency_ms"].min()
+    f = kernel_floor.floors()
+    assert set(f) == set(want.index) and "NVIDIA_B200" not in f           # held-out GPUs stay sealed
+    assert all(f[d] == pytest.approx(want[d], rel=1e-12) for d in f)
+    assert 1e-3 < f["NVIDIA_H100_80GB_HBM3"] < 5e-3                        # a few microseconds
+    assert kernel_floor.floor_ms() == pytest.approx(statistics.median(f.values()))       # one floor, every GPU
+
+
+def test_without_the_database_the_documented_default(fresh, monkeypatch):
+    monkeypatch.setattr(measured_kernels, "unavailable", lambda root=None: "not installed")
+    assert kernel_floor.floors() == {}
+    assert kernel_floor.floor_ms() == kernel_floor.DEFAULT_FLOOR_US / 1e3
+
+
+def test_bf16_kernels_are_floored_and_fp32_ones_are_not(fresh):
+    floor = kernel_floor.floor_ms()
+    kw = dict(model="gpt2_large", device="H100", batch=1, seq=1, past=128, mode="inf", predictor="roofline")
+    half = latency.predict_model(dtype="bf16", **kw)
+    k = half["kernels"]
+    per = k["pred_ms"].to_numpy() / k["count"].to_numpy()
+    assert per.min() >= floor * (1 - 1e-12)
+    assert half["kernel_ms"] >= half["launches"] * floor
+    full = latency.predict_model(dtype="fp32", **kw)["kernels"]            # the paper's precision: as before
+    assert (full["pred_ms"].to_numpy() / full["count"].to_numpy()).min() < floor / 100
+    assert np.isclose(half["kernel_ms"], k["pred_ms"].sum())
