@@ -18,7 +18,7 @@ same configurations), the CLI. The stages:
    on disk too). Each table is reduced to its distinct kernels with launch counts (``compact_table``).
 3. **one predictor call per predictor x seed** over the distinct kernels of all tables x the devices that need
    them (the predictor splits the call by device and op class); COMM rows are timed by ``network.NetworkModel``;
-   in BF16 / FP16 scenarios no kernel takes less than its GPU's floor (``kernel_floor.py``).
+   in BF16 / FP16 scenarios no kernel takes less than the shortest measured kernel (``kernel_floor.py``).
 4. **aggregate**: sums by phase and op class, vectorised; tables with communication rows or pipeline stages go
    through :func:`aggregate` (exposed communication, the GPipe schedule).
 5. **memory**: ``memory.footprint`` of every traced table on its device; a derived table's footprint from its
@@ -296,7 +296,7 @@ class _Pool:
         # tables that need the full aggregation (communication or pipeline stages)
         self.slow_tab = {t for t in range(len(starts) - 1)
                          if comm_row[starts[t]:starts[t + 1]].any() or len(np.unique(stage[starts[t]:starts[t + 1]])) > 1}
-        # per scenario, the shortest a kernel can take: its GPU's floor in BF16 / FP16 scenarios (kernel_floor.py)
+        # per scenario, the shortest a kernel can take: the floor in BF16 / FP16 scenarios (kernel_floor.py)
         half = [ok[i] and r["dtype"] in schema.HALF_PRECISIONS for i, r in enumerate(norm)]
         self.floor = np.where(half, kernel_floor.floor_ms() if any(half) else 0.0, 0.0)
 
