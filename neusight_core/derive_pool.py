@@ -16,6 +16,7 @@ computed, does more than that). ``NEUSIGHT_TRACE_WORKERS`` caps the workers (1: 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 from neusight_core import configs, derive
@@ -60,8 +61,9 @@ def build(specs: list[dict], workers: int | None = None, progress: bool = False)
             seen.add(key)
             todo.append((key, spec))
     n = worker_count(len(todo), workers)
-    if len(todo) < MIN_FAMILIES or n < 2:
-        return 0
+    torch = sys.modules.get("torch")
+    if len(todo) < MIN_FAMILIES or n < 2 or (torch is not None and torch.cuda.is_initialized()):
+        return 0          # (a forked child must not inherit a CUDA context: notebook 05 after timing on the GPU)
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 

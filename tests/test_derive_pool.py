@@ -56,3 +56,9 @@ def test_few_families_or_one_worker_build_nothing_in_workers(fresh_families, mon
     monkeypatch.setenv("NEUSIGHT_TRACE_WORKERS", "two")
     with pytest.raises(ValueError, match="NEUSIGHT_TRACE_WORKERS must be a whole number"):
         derive_pool.build(SPECS)
+
+
+def test_no_workers_once_cuda_is_initialised(fresh_families, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert derive_pool.build(SPECS, workers=2) == 0 and not derive._FAMILIES
