@@ -11,7 +11,8 @@ Forked, not spawned: a spawned worker re-imports the caller's main script, and a
 ``if __name__ == "__main__":`` guard would run its whole sweep again in every worker. A forked worker
 inherits what the parent imported (torch, transformers: about 5 s saved per worker) and traces on meta
 tensors only, which never enter torch's thread pools (as a DataLoader worker, forked after the parent
-computed, does more than that). ``NEUSIGHT_TRACE_WORKERS`` caps the workers (1: build in this process).
+computed, does more than that); none once CUDA is initialised here, whose context a forked child must not
+inherit. ``NEUSIGHT_TRACE_WORKERS`` caps the workers (1: build in this process).
 """
 from __future__ import annotations
 
