@@ -176,10 +176,11 @@ def _tables(norm, use_derivation: bool, keep_full: bool, footprints: bool, table
     bar = tqdm(total=len(keys), desc="kernel tables", disable=not progress, leave=False)
     # derivation pays when a family covers several tables (building one costs ~7 traces of a
     # reduced model): at least MIN_FAMILY tables, MIN_BUCKET within a seq bucket
+    def family_of(key) -> tuple:      # model, mode, past, batch 1, dtype, attention: what a family is built for
+        return (key[0], key[3], key[4], key[1] == 1, key[9], key[10])
     group, bucket, same_seq = {}, {}, {}
     for key in keys:
-        model, b, s, mode, past = key[:5]
-        g0 = (model, mode, past, b == 1, key[9], key[10])
+        s, g0 = key[2], family_of(key)
         group[g0] = group.get(g0, 0) + 1
         g1 = g0 + (int(s).bit_length(),)
         bucket[g1] = bucket.get(g1, 0) + 1
@@ -187,13 +188,13 @@ def _tables(norm, use_derivation: bool, keep_full: bool, footprints: bool, table
     if use_derivation:        # the families the loop below will ask for first, built side by side on many cores
         derive_pool.build([dict(model=k[0], mode=k[3], batch_one=k[1] == 1, past=k[4], dtype=k[9], attention=k[10])
                            for k in keys if not k[5] and k[6] is None and k not in image_keys
-                           and k[2] >= derive.MIN_SEQ and group[(k[0], k[3], k[4], k[1] == 1, k[9], k[10])] >= MIN_FAMILY],
+                           and k[2] >= derive.MIN_SEQ and group[family_of(k)] >= MIN_FAMILY],
                           progress=progress)
     # batch >= 2 first: a failed check there spares the batch-1 family of the same model (derive.family_for)
     for key, t in sorted(keys.items(), key=lambda kv: kv[0][1] == 1):
         model, b, s, mode, past, fusion, plan, g, mb, dt, att = key
         fam = None
-        g0 = (model, mode, past, b == 1, dt, att)
+        g0 = family_of(key)
         if use_derivation and not fusion and plan is None and group[g0] >= MIN_FAMILY and key not in image_keys:
             try:
                 fam = derive.family_for(model, b, s, mode, past=past, dtype=dt, attention=att,
