@@ -43,7 +43,7 @@ import pandas as pd
 
 FORMAT = 1
 #: classes that may appear in attrs, stored as their ``__dict__`` (name -> module)
-DECODABLE_CLASSES = {"MemoryTimeline": "neusight_core.schema"}
+DECODABLE_CLASSES = {"MemoryTimeline": "neusight_core.schema", "TableInfo": "neusight_core.kernel_table"}
 _TAG = "__t"
 _NUMPY_KINDS = "biufcmM"
 
@@ -54,22 +54,6 @@ class DataFileError(ValueError):
 
 class CacheWarning(UserWarning):
     """A damaged cache entry (or weights file) that is ignored and rebuilt."""
-
-
-class Shared(dict):
-    """A dict value of ``DataFrame.attrs`` that every copy of the table shares instead of copying: pandas deep-copies
-    ``attrs`` on each operation (``NDFrame.__finalize__``), which for a traced table's config, parameter list and
-    memory record was 0.35 s of a new process's 1.0 s answer. Metadata is written once, when the table is built
-    (the tracer, the trace cache), and only read after that."""
-
-    def __deepcopy__(self, memo):
-        return self
-
-
-def share_attrs(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with each dict value of its ``attrs`` made :class:`Shared` (in place; returned for chaining)."""
-    frame.attrs = {k: Shared(v) if isinstance(v, dict) else v for k, v in frame.attrs.items()}
-    return frame
 
 
 # ---------------------------------------------------------------- plain values <-> tagged JSON
@@ -87,7 +71,7 @@ def _enc(v, arrays: dict):
         return [_enc(x, arrays) for x in v]
     if t in (tuple, set, frozenset):
         return {_TAG: t.__name__, "v": [_enc(x, arrays) for x in v]}
-    if t is dict or t is Shared:
+    if t is dict:
         if all(isinstance(k, str) for k in v) and _TAG not in v:
             return {str(k): _enc(x, arrays) for k, x in v.items()}
         return {_TAG: "dict", "v": [[_enc(k, arrays), _enc(x, arrays)] for k, x in v.items()]}
@@ -276,7 +260,7 @@ def read_frame(path) -> tuple[pd.DataFrame, object]:
         frame = pd.DataFrame(dict(enumerate(cols)), index=index) if cols else pd.DataFrame(index=index)
         frame.columns = labels
         frame.attrs = header["attrs"]
-        return share_attrs(frame), header["meta"]
+        return frame, header["meta"]
     except DataFileError:
         raise
     except Exception as e:  # noqa: BLE001 - any damage of the file: one line, the caller rebuilds

@@ -44,7 +44,7 @@ Steps 7 and 8 remain as fallbacks for configs whose non-polynomial shape is not 
 
 Derived tables have the columns of a real trace except ``reads`` / ``writes`` (buffer
 dependencies, needed by ``fusion.fuse`` only): fused and parallel tables are built from real
-(cached) traces. ``attrs["derived"]`` is True on them.
+(cached) traces. ``TableInfo.derived`` is True on them.
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import configs, derive_memory, trace_cache
+from neusight_core import configs, derive_memory, kernel_table, trace_cache
 from neusight_core.interpolation import aux_weights, exact_inverse, lagrange_weights, seq_basis
 
 SAMPLE_B = (2, 4)          # batch 1 is its own family (some ops become views at batch 1): SAMPLE_B1
@@ -189,7 +189,7 @@ class Family:
                 if not self.ok:
                     break
                 real = self._trace(check_cfg, *point)
-                self._check_num_layers = real.attrs.get("num_layers", 0)
+                self._check_num_layers = kernel_table.info(real).num_layers
                 got = self.table(*point, layers=(REDUCED_LAYERS + 1) * period if self.reduced else L)
                 diff = compare(got, real)
                 if diff:
@@ -239,7 +239,7 @@ class Family:
                                   for j in range(len(self.num_cols))])
         self.struct = first[self.struct_cols].reset_index(drop=True)
         self.dtypes = {c: first[c].dtype for c in self.num_cols}
-        self.attrs = dict(first.attrs)
+        self.info = kernel_table.info(first)
         self.layer = first["layer"].to_numpy(int) if "layer" in first else np.full(n, -1)
         self.ok = True
         self.memory, self.memory_reason = derive_memory.fit(self, samples, REDUCED_LAYERS * self.period
@@ -292,7 +292,7 @@ class Family:
         return np.asarray(rows), np.asarray(blocks)
 
     def table(self, batch: int, seq: int, layers: int | None = None) -> pd.DataFrame:
-        """The derived kernel table at (batch, seq): same columns and attrs as a real trace minus reads/writes."""
+        """The derived kernel table at (batch, seq): same columns and TableInfo as a real trace minus reads/writes."""
         if not self.ok:
             raise DeriveError(self.reason)
         t0 = time.perf_counter()
@@ -324,8 +324,8 @@ class Family:
         out = out[[c for c in self.struct_cols + self.num_cols if c in out.columns]]
         order = [c for c in self._column_order() if c in out.columns]
         out = out[order]
-        out.attrs.update(self._attrs(batch, seq, layers, time.perf_counter() - t0))
-        out.attrs["memory"] = derive_memory.table_memory(self, batch, seq, layers, len(out))   # None: not derived
+        memory = derive_memory.table_memory(self, batch, seq, layers, len(out))     # None: not derived
+        kernel_table.attach(out, self._info(batch, seq, layers, time.perf_counter() - t0).replace(memory=memory))
         return out
 
     def _column_order(self):
@@ -333,35 +333,33 @@ class Family:
         rest = [c for c in self.struct_cols + self.num_cols if c not in trace.KERNEL_COLUMNS]
         return list(trace.KERNEL_COLUMNS) + rest
 
-    def _attrs(self, batch, seq, layers, seconds) -> dict:
-        a = copy.deepcopy(self.attrs)
-        cfg = dict(a.get("config") or {})
+    def _info(self, batch, seq, layers, seconds) -> kernel_table.TableInfo:
+        """The derived table's record, its memory left as the sample's (``table`` sets the derived one)."""
+        a = self.info
+        cfg, params, num_layers = dict(a.config), a.params, a.num_layers
         if self.reduced:
             p, units = self.period, layers // self.period
             for k, per_layer in self._depth_keys.items():
                 if k in cfg:
                     cfg[k] = units * p if per_layer else units
-            if "params" in a:
-                params = {}
-                for name, numel in a["params"].items():
-                    m = _LAYER_NUMBER_RE.search(name)
-                    blk = int(m.group(2)) if m else -1
-                    if blk < 0:
-                        params[name] = numel
-                    elif blk // p == 1:
-                        for u in range(1, units - 1):
-                            params[_renumber(name, lambda x, u=u: u * p + x % p)] = numel
-                    elif blk // p == REDUCED_LAYERS - 1:
-                        params[_renumber(name, lambda x: (units - 1) * p + x % p)] = numel
-                    else:
-                        params[name] = numel
-                a["params"] = params
-            step = self._check_num_layers - a.get("num_layers", 0)     # per unit, as the tracer counts
-            a["num_layers"] = a.get("num_layers", 0) + step * (units - REDUCED_LAYERS)
+            params = {}
+            for name, numel in a.params.items():
+                m = _LAYER_NUMBER_RE.search(name)
+                blk = int(m.group(2)) if m else -1
+                if blk < 0:
+                    params[name] = numel
+                elif blk // p == 1:
+                    for u in range(1, units - 1):
+                        params[_renumber(name, lambda x, u=u: u * p + x % p)] = numel
+                elif blk // p == REDUCED_LAYERS - 1:
+                    params[_renumber(name, lambda x: (units - 1) * p + x % p)] = numel
+                else:
+                    params[name] = numel
+            step = self._check_num_layers - a.num_layers     # per unit, as the tracer counts
+            num_layers = a.num_layers + step * (units - REDUCED_LAYERS)
         cfg["name"] = self.content.get("name", cfg.get("name"))
-        a.update(config=cfg, batch=int(batch), seq=int(seq), trace_s=seconds, derived=True,
-                 model=self.content.get("name") or a.get("model"), skipped={})
-        return a
+        return a.replace(config=cfg, params=params, num_layers=num_layers, batch=int(batch), seq=int(seq),
+                         trace_s=seconds, derived=True, model=self.content.get("name") or a.model, skipped={})
 
     def compact(self, points) -> pd.DataFrame:
         """Unique kernels with their launch counts at many (batch, seq) points at once.

@@ -15,7 +15,7 @@ the same way:
    copy, so the running sum of a deep model is that of its reduced model with the middle repeated. Where a block
    frees a tensor two blocks old (Llama, Qwen, BERT keep the residual one block longer), the reduced model's unit 1
    has nothing that old to free yet: the later forward copies then repeat unit 2's events (``TEMPLATES``).
-3. **Parameters**: the derived table's per-name counts (``Family._attrs``), summed.
+3. **Parameters**: the derived table's per-name counts (``Family._info``), summed.
 4. **Checked.** At the family's check point(s) the 4-unit model is traced anyway (``derive.py`` step 5); its
    activation peak, KV cache and parameter count must equal what this module derives for 4 units there, to the
    byte, with the first template that does (``check``). Otherwise the family's memory is not derived and the engine
@@ -30,6 +30,8 @@ cache tensors (``torch.cat`` in a DynamicCache) staying with their layers' rows.
 from __future__ import annotations
 
 import numpy as np
+
+from neusight_core import kernel_table
 
 
 class DerivedMemory:
@@ -67,7 +69,7 @@ class DerivedMemory:
 
     def params(self, fam, layers: int) -> float:
         if layers not in self._params:
-            self._params[layers] = float(sum(fam._attrs(0, 0, layers, 0.0).get("params", {}).values()))
+            self._params[layers] = float(sum(fam._info(0, 0, layers, 0.0).params.values()))
         return self._params[layers]
 
     def summary(self, fam, batch: int, seq: int, layers: int | None = None, template: str | None = None) -> dict | None:
@@ -107,7 +109,7 @@ def _steady_rows(fam, rows: np.ndarray, blocks: np.ndarray) -> np.ndarray | None
 
 
 def table_memory(fam, batch: int, seq: int, layers: int, rows: int) -> dict | None:
-    """``attrs["memory"]`` of a derived table (what ``memory.footprint`` reads of a single-GPU trace), or None."""
+    """``TableInfo.memory`` of a derived table (what ``memory.footprint`` reads of a single-GPU trace), or None."""
     if fam.memory is None:
         return None
     from neusight_core import schema
@@ -119,7 +121,7 @@ def table_memory(fam, batch: int, seq: int, layers: int, rows: int) -> dict | No
 def fit(fam, samples, sample_layers: int) -> tuple[DerivedMemory | None, str]:
     """(the derived timeline, "") or (None, why it is not derived) from a family's sample traces, ``sample_layers``
     blocks deep (step 1)."""
-    mems = [s.attrs.get("memory") or {} for s in samples]
+    mems = [kernel_table.info(s).memory or {} for s in samples]
     if any(m.get("events") is None for m in mems):
         return None, "a sample trace has no memory timeline"
     rows, byts = [], []
@@ -147,12 +149,13 @@ def check(fam, real, point, layers: int) -> str:
 
 
 def _difference(fam, real, point, layers: int, template: str) -> str:
-    mem = real.attrs.get("memory") or {}
+    info = kernel_table.info(real)
+    mem = info.memory or {}
     got = fam.memory.summary(fam, *point, layers=layers, template=template)
     if got is None:
         return f"the {template!r} template does not apply"
     want_peak = float(mem.get("activation_peak_bytes", np.nan))
-    want_params = float(sum((real.attrs.get("params") or {}).values()))
+    want_params = float(sum(info.params.values()))
     want_kv = float(mem.get("kv_cache_bytes", 0.0))
     if got["kv_cache_bytes"] != want_kv:
         return f"KV cache at {point}: derived {got['kv_cache_bytes']:.0f} B, traced {want_kv:.0f} B"

@@ -226,7 +226,7 @@ def _tables(norm, use_derivation: bool, keep_full: bool, footprints: bool, table
             if footprints:
                 try:
                     foot[t] = memory.footprint_parts(k)
-                except memory.MemoryInputError as e:    # a table without the trace's attrs: no memory columns
+                except memory.MemoryInputError as e:    # a table without a trace's TableInfo: no memory columns
                     foot[t] = e
         except Exception as e:  # noqa: BLE001 - recorded in the rows of this table
             if raise_errors:
@@ -429,7 +429,7 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
 
 def _memory(tabs: _Tables, norm, ok, optimizer, master_weights, raise_errors=False) -> dict:
     """(table, device index) -> memory columns, for the traced tables (``memory_columns``) and the derived ones whose
-    family derives its memory; a footprint that cannot be computed (a table without the trace's attrs) leaves them
+    family derives its memory; a footprint that cannot be computed (a table without a trace's TableInfo) leaves them
     empty."""
     tab_of = tabs.tab_of
     devs = sorted({norm[i]["device"] for i in range(len(norm)) if ok[i]})

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from neusight_core import schema
+from neusight_core import kernel_table, schema
 from neusight_core.schema import OpClass
 
 FUSIBLE = set(schema.op_classes(lambda c: c.is_vector or c is OpClass.MEM))
@@ -122,6 +122,4 @@ def fuse(kernels: pd.DataFrame) -> pd.DataFrame:
             r["reads"], r["writes"] = reads, writes
         rows.append(r)
     out = pd.DataFrame.from_records(rows, columns=list(k.columns) + ["fused_ops"])
-    out.attrs.update(kernels.attrs)
-    out.attrs["fused"] = True
-    return out
+    return kernel_table.carry(out, kernels, fused=True)

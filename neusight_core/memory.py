@@ -3,7 +3,7 @@
 ``footprint(kernels, device, optimizer="adamw", master_weights=True)`` takes the kernel table ONE GPU
 runs (``trace.trace_model`` -> optional ``parallel.apply_plan``) and returns the bytes of
 
-* ``weights``: the GPU's share of the parameters (``attrs["params"]``) in the trace's dtype;
+* ``weights``: the GPU's share of the parameters (``TableInfo.params``) in the trace's dtype;
 * ``grads`` (training): one gradient per weight, same dtype (gradients kept between steps, as in
   the authors' loop and in ``trace_model(accumulate_grads=True)``);
 * ``optimizer`` (training): AdamW keeps two FP32 moments per parameter (8 B); SGD with momentum one
@@ -52,7 +52,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from neusight_core import schema
+from neusight_core import kernel_table, schema
 from neusight_core.schema import OpClass, Precision
 
 GIB = float(2**30)
@@ -60,7 +60,7 @@ OPTIMIZERS = {"adamw": 8.0, "adam": 8.0, "sgd": 4.0, "none": 0.0}   # FP32 state
 
 
 class MemoryInputError(ValueError):
-    """Bad arguments to footprint (unknown optimizer, a table without a trace's attrs)."""
+    """Bad arguments to footprint (unknown optimizer, a table without a trace's TableInfo)."""
 
 
 # ------------------------------------------------------------------------------ parameters
@@ -88,18 +88,24 @@ def _tp_share(name: str, n: int, kv_ways: int | None = None) -> float:
     return 1.0
 
 
+def _info(kernels: pd.DataFrame) -> "kernel_table.TableInfo":
+    got = kernel_table.info_or_none(kernels)
+    if got is None:
+        raise MemoryInputError("footprint needs a kernel table from trace.trace_model (it carries no TableInfo)")
+    return got
+
+
 def param_counts(kernels: pd.DataFrame) -> list[float]:
     """Parameters held per GPU (one entry; PP: one entry per stage)."""
-    a = kernels.attrs
-    params = a.get("params") or {}
-    plan, n = a.get("plan"), int(a.get("gpus", 1) or 1)
+    a = _info(kernels)
+    params, plan, n = a.params, a.plan, a.gpus
     if plan == "tp" and n > 1:
         from neusight_core import parallel
-        kvw = parallel.kv_ways(a.get("config") or {}, n)
+        kvw = parallel.kv_ways(a.config, n)
         return [sum(v * _tp_share(k, n, kvw) for k, v in params.items())]
     if plan == "pp" and n > 1:
         per = [0.0] * n
-        L = int(a.get("num_layers") or 1)
+        L = a.num_layers or 1
         for k, v in params.items():
             per[_param_stage(k, n, L)] += v
         return per
@@ -111,7 +117,7 @@ def _row_frame(kernels: pd.DataFrame, rows: int) -> pd.DataFrame | None:
     """The kernel rows in trace order (COMM rows of a plan dropped), or None if they do not line up
     with the trace (e.g. a fused table: its memory is the unfused trace's)."""
     k = kernels[kernels["op_class"] != OpClass.COMM] if "op_class" in kernels else kernels
-    if len(k) != rows or kernels.attrs.get("fused"):
+    if len(k) != rows or _info(kernels).fused:
         return None
     return k.reset_index(drop=True)
 
@@ -162,25 +168,25 @@ def _timeline(tl, row_factor: np.ndarray, row_stage: np.ndarray | None, stage: i
 
 def activation_bytes(kernels: pd.DataFrame) -> tuple[list[float], list[str]]:
     """Peak activation bytes per GPU (PP: per stage) and notes on how they were obtained."""
-    a = kernels.attrs
-    mem = a.get("memory")
+    a = _info(kernels)
+    mem = a.memory
     if not mem:
         raise MemoryInputError("the kernel table has no memory timeline: trace it with trace.trace_model")
     tl, notes = mem["events"], []
-    plan, n = a.get("plan"), int(a.get("gpus", 1) or 1)
+    plan, n = a.plan, a.gpus
     rows = int(tl.row.max()) + 1 if len(tl) else 0
     k = _row_frame(kernels, int(mem.get("rows", rows)))
     if k is None:
         notes.append("activations of the unfused trace (fusion keeps intermediates out of memory: an upper bound)"
-                     if a.get("fused") else "activations of the unsplit trace")
+                     if a.fused else "activations of the unsplit trace")
         return [mem["activation_peak_bytes"]] * (n if plan == "pp" else 1), notes
     kv = mem.get("kv_bufs", ())
     if plan == "tp" and n > 1:
         from neusight_core import parallel
-        peak, _ = _timeline(tl, _scale(k), None, None, None, kv, 1.0 / parallel.kv_ways(a.get("config") or {}, n))
+        peak, _ = _timeline(tl, _scale(k), None, None, None, kv, 1.0 / parallel.kv_ways(a.config, n))
         return [peak], notes
     if plan == "pp" and n > 1:
-        m = int(a.get("micro_batches", 1) or 1)
+        m = a.micro_batches or 1
         st = k["stage"].fillna(0).astype(int).to_numpy()
         fw = np.flatnonzero(k["phase"].to_numpy() == "fw")
         last_fw = int(fw.max()) if len(fw) else None
@@ -205,18 +211,16 @@ def footprint(kernels: pd.DataFrame, device=None, optimizer: str = "adamw", mast
 def footprint_parts(kernels: pd.DataFrame) -> dict:
     """What ``footprint`` reads of a kernel table, as ``footprint_of``'s keyword arguments (no device, no optimizer):
     kept instead of the table where many tables are predicted (the engine, a sweep)."""
-    a = kernels.attrs
-    if "params" not in a or "mode" not in a:
-        raise MemoryInputError("footprint needs a kernel table from trace.trace_model (its attrs are missing)")
-    plan, n = a.get("plan"), int(a.get("gpus", 1) or 1)
+    a = _info(kernels)
+    plan, n = a.plan, a.gpus
     acts, notes = activation_bytes(kernels)
-    kv = float((a.get("memory") or {}).get("kv_cache_bytes", 0.0))
+    kv = float((a.memory or {}).get("kv_cache_bytes", 0.0))
     if plan == "tp" and n > 1:            # split by KV heads, one KV head per GPU at least
         from neusight_core import parallel
-        kv /= parallel.kv_ways(a.get("config") or {}, n)
+        kv /= parallel.kv_ways(a.config, n)
     elif plan == "pp" and n > 1:
         kv /= n
-    return dict(params=param_counts(kernels), acts=acts, kv=kv, dtype=a.get("dtype", Precision.FP32), mode=a["mode"],
+    return dict(params=param_counts(kernels), acts=acts, kv=kv, dtype=a.dtype, mode=a.mode,
                 notes=notes, plan=plan, n=n)
 
 

@@ -1,7 +1,7 @@
 """Parallel plans on one server: the per-GPU kernel table under DP, TP (Megatron) or PP.
 
 ``apply_plan(kernels, plan, n, micro_batches=1)`` takes a table from ``trace.trace_model`` (its
-``attrs`` carry the config, batch, sequence and mode) and returns the kernel table ONE GPU runs,
+``TableInfo`` carries the config, batch, sequence and mode) and returns the kernel table ONE GPU runs,
 with communication rows (``op_class == "COMM"``, ``phase == "comm"``) that carry ``comm_kind``
 (``allreduce`` | ``sendrecv``), ``comm_bytes`` (bytes of the buffer each GPU contributes) and
 ``overlap`` (True if it may overlap backward compute). Timing them is the network model's job.
@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import trace
-from neusight_core import schema
-from neusight_core.schema import OpClass, Precision
+from neusight_core import kernel_table, schema
+from neusight_core.schema import OpClass
 
 
 #: the element-wise, row-wise and memory kernels: split with the tensor they read, not as a GEMM
@@ -90,17 +90,16 @@ def _comm_row(phase_after: str, kind: str, nbytes: float, overlap: bool, module:
 
 
 def _elem(kernels: pd.DataFrame) -> float:
-    """Bytes per element of the trace's activations/gradients (attrs ``dtype``; fp32 if absent)."""
-    return float(schema.element_bytes(kernels.attrs.get("dtype", Precision.FP32)))
+    """Bytes per element of the trace's activations/gradients (its ``TableInfo.dtype``)."""
+    return float(schema.element_bytes(kernel_table.info(kernels).dtype))
 
 
 def _retrace(kernels: pd.DataFrame, batch: int) -> pd.DataFrame:
-    a = kernels.attrs
-    if batch == a["batch"]:
+    a = kernel_table.info(kernels)
+    if batch == a.batch:
         return kernels.copy()
-    k = trace.trace_model(a["config"], batch, a["seq"], a["mode"], dtype=a.get("dtype", Precision.FP32),
-                          attention=a.get("attention", "eager"))
-    if a.get("fused"):  # a fused table stays fused at the new batch
+    k = trace.trace_model(a.config, batch, a.seq, a.mode, dtype=a.dtype, attention=a.attention)
+    if a.fused:  # a fused table stays fused at the new batch
         from neusight_core import fusion
 
         k = fusion.fuse(k)
@@ -118,20 +117,18 @@ def _insert(k: pd.DataFrame, inserts: list[tuple[int, dict]]) -> pd.DataFrame:
         out.append(r)
         out.extend(by_pos.get(i, []))
     cols = list(k.columns)
-    df = pd.DataFrame.from_records(out, columns=cols)
-    df.attrs.update(k.attrs)
-    return df
+    return kernel_table.carry(pd.DataFrame.from_records(out, columns=cols), k)
 
 
 # ------------------------------------------------------------------------------------------ DP
 def _dp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
-    a = kernels.attrs
-    if a["batch"] % n:
-        raise PlanError(f"dp{n}: global batch {a['batch']} is not divisible by {n}")
-    k = _retrace(kernels, a["batch"] // n).reset_index(drop=True)
-    if k.attrs["mode"] != "train":
+    a = kernel_table.info(kernels)
+    if a.batch % n:
+        raise PlanError(f"dp{n}: global batch {a.batch} is not divisible by {n}")
+    k = _retrace(kernels, a.batch // n).reset_index(drop=True)
+    if a.mode != "train":
         return k  # inference: each GPU serves its share of the batch, nothing to synchronise
-    params = k.attrs["params"]
+    params = kernel_table.info(k).params
     groups: dict[str, int] = {}
     for name, numel in params.items():
         mod = name.rsplit(".", 1)[0]
@@ -154,12 +151,12 @@ def _dp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------ TP
 def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     k = kernels.copy().reset_index(drop=True)
-    a = k.attrs
-    tokens = a["batch"] * a["seq"]
-    hidden, vocab = a.get("hidden", 0), a.get("vocab", 0)
+    a = kernel_table.info(k)
+    tokens = a.batch * a.seq
+    hidden, vocab = a.hidden, a.vocab
     kinds = {m: module_kind(m) for m in k.module.unique()}
     e = _elem(k)   # bytes per element (4 in FP32, the paper's setting)
-    heads, kv = heads_of(a.get("config") or {})
+    heads, kv = heads_of(a.config)
     if kv and heads and kv < heads:     # grouped-query attention: K/V heads replicated beyond kv GPUs
         if kv % n and n % kv:
             raise PlanError(f"tp{n}: the {kv} key/value heads can neither be split evenly over {n} GPUs nor "
@@ -168,7 +165,7 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
         if fused and n > kv:
             raise PlanError(f"tp{n}: {fused[0]} fuses Q, K and V of a model with {kv} key/value heads; "
                             f"splitting it over more GPUs than key/value heads is not modelled")
-    kvw = kv_ways(a.get("config") or {}, n)
+    kvw = kv_ways(a.config, n)
 
     def ways(module: str) -> int:
         """How many ways a split linear (or its parameter's row) is divided."""
@@ -280,8 +277,7 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
         if split:
             for f in ("flops", "bytes_read", "bytes_written"):
                 r[f] = r[f] / d
-    k = pd.DataFrame.from_records(recs, columns=list(k.columns))
-    k.attrs.update(kernels.attrs)
+    k = kernel_table.carry(pd.DataFrame.from_records(recs, columns=list(k.columns)), kernels)
 
     # communication
     inserts = []
@@ -338,14 +334,14 @@ def _split_vec(r: dict, n: int, split_h: set) -> None:
 
 # ------------------------------------------------------------------------------------------ PP
 def _pp(kernels: pd.DataFrame, n: int, micro_batches: int) -> pd.DataFrame:
-    a = kernels.attrs
-    if a["batch"] % micro_batches:
-        raise PlanError(f"pp{n}: batch {a['batch']} is not divisible by {micro_batches} micro-batches")
-    L = a["num_layers"]
+    a = kernel_table.info(kernels)
+    if a.batch % micro_batches:
+        raise PlanError(f"pp{n}: batch {a.batch} is not divisible by {micro_batches} micro-batches")
+    L = a.num_layers
     if L < n:
         raise PlanError(f"pp{n}: the model has {L} layers, fewer than {n} stages")
-    k = _retrace(kernels, a["batch"] // micro_batches).reset_index(drop=True)
-    mb = k.attrs["batch"]
+    k = _retrace(kernels, a.batch // micro_batches).reset_index(drop=True)
+    mb = kernel_table.info(k).batch
     layer = k.layer.to_numpy()
     stage = np.zeros(len(k), dtype=int)
     per = L / n
@@ -367,7 +363,7 @@ def _pp(kernels: pd.DataFrame, n: int, micro_batches: int) -> pd.DataFrame:
                 # backward runs in reverse order
                 stage[i] = (0 if before else n - 1) if ph == "fw" else (n - 1 if before else 0)
     k["stage"] = stage
-    act = _elem(k) * mb * a["seq"] * a.get("hidden", 0)
+    act = _elem(k) * mb * a.seq * a.hidden
     inserts = []
     for ph, order in (("fw", range(n - 1)), ("bw", range(n - 1, 0, -1))):
         idx = np.flatnonzero(k.phase.to_numpy() == ph)
@@ -377,9 +373,7 @@ def _pp(kernels: pd.DataFrame, n: int, micro_batches: int) -> pd.DataFrame:
                 peer = s + 1 if ph == "fw" else s - 1
                 inserts.append((int(sel.max()), _comm_row(ph, "sendrecv", act, False,
                                                           f"stage{s}->stage{peer}", -1, stage=s)))
-    out = _insert(k, inserts)
-    out.attrs["micro_batches"] = micro_batches
-    return out
+    return _insert(k, inserts)
 
 
 def apply_plan(kernels: pd.DataFrame, plan: str, n: int, micro_batches: int = 1) -> pd.DataFrame:
@@ -390,8 +384,8 @@ def apply_plan(kernels: pd.DataFrame, plan: str, n: int, micro_batches: int = 1)
         raise PlanError(f"number of GPUs must be a positive integer, got {n!r}")
     if isinstance(micro_batches, bool) or not isinstance(micro_batches, (int, np.integer)) or micro_batches < 1:
         raise PlanError(f"micro_batches must be a positive integer, got {micro_batches!r}")
-    if "config" not in kernels.attrs:
-        raise PlanError("apply_plan needs a kernel table from trace.trace_model (its attrs are missing)")
+    if kernel_table.info_or_none(kernels) is None:
+        raise PlanError("apply_plan needs a kernel table from trace.trace_model (it carries no TableInfo)")
     if plan == "dp":
         out = _dp(kernels, int(n))
     elif plan == "tp":
@@ -399,5 +393,4 @@ def apply_plan(kernels: pd.DataFrame, plan: str, n: int, micro_batches: int = 1)
     else:
         out = _pp(kernels, int(n), int(micro_batches))
     out = out.drop(columns=["after"], errors="ignore")
-    out.attrs.update(plan=plan, gpus=int(n), micro_batches=int(micro_batches))
-    return out
+    return kernel_table.carry(out, out, plan=plan, gpus=int(n), micro_batches=int(micro_batches))

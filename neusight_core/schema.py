@@ -170,7 +170,7 @@ def element_bytes(precision: str) -> int:
     return ELEMENT_BYTES.get(precision, 4)
 
 
-#: ``attrs["memory"]["events"]`` of a traced kernel table (docs/interfaces.md). It lives here, at the bottom,
+#: ``TableInfo.memory["events"]`` of a traced kernel table (docs/interfaces.md). It lives here, at the bottom,
 #: because cached tables hold one: reading a cache must not import torch or the tracer.
 class MemoryTimeline:
     """Allocation (+bytes) and free (-bytes) events of a trace's buffers in program order: arrays

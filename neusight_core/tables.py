@@ -62,10 +62,7 @@ def kernel_table(model, batch: int, seq: int, mode: str, past: int = 0, fusion: 
         if parallel is not None:
             from neusight_core import parallel as _parallel
             k = _parallel.apply_plan(k, parallel, gpus, micro_batches=micro_batches)
-        attrs = dict(k.attrs)
-        k = k.drop(columns=[c for c in ("reads",) if c in k.columns])   # only fuse() needs them
-        k.attrs.update(attrs)
-        return k
+        return k.drop(columns=[c for c in ("reads",) if c in k.columns])   # only fuse() needs them
 
     return trace_cache.cached(key, build)
 

@@ -49,7 +49,7 @@ _DTYPE_PRECISION = {p.torch_dtype: p.value for p in Precision if p is not Precis
 # configs by name or path live in configs.py (no torch: a trace-cache hit reads them); re-exported
 from neusight_core import configs  # noqa: E402
 from neusight_core import schema  # noqa: E402
-from neusight_core.datafile import share_attrs  # noqa: E402
+from neusight_core import kernel_table  # noqa: E402
 from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs, load_config  # noqa: E402,F401
 
 _NO_ATTN = (math.nan,) * len(schema.ATTN_COLUMNS)   # the fused-attention geometry of other rows (issue 33)
@@ -140,7 +140,7 @@ class _Recorder(TorchDispatchMode):
             # pre-processing: `(packed_sequence_mask[:, -1] == 0).all()` in
             # find_packed_sequence_indices, which is True for real unpadded, unpacked input
             # (position ids 0..s-1 in every row). Answering True for booleans takes that real
-            # path; numbers get 0. Every answer is counted in attrs["scalar_queries"].
+            # path; numbers get 0. Every answer is counted in the TableInfo's scalar_queries.
             t = args[0]
             self.scalar_queries[str(t.dtype).replace("torch.", "")] += 1
             if t.dtype == torch.bool:
@@ -286,7 +286,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     append (a ``cat`` per layer, as HF's eager decode runs it) is recorded.
 
     Image models (``configs.is_image_model``: ResNet, ViT; issue 26) take ``pixel_values`` of shape
-    (batch, channels, seq, seq): ``seq`` is the image side in pixels (``attrs["image_size"]``; 0 for text
+    (batch, channels, seq, seq): ``seq`` is the image side in pixels (``TableInfo.image_size``; 0 for text
     models). A ViT is built for that side (``image_size`` set in its config, so its position embeddings
     have one entry per patch, as when fine-tuning at a new resolution). No KV cache for them.
 
@@ -302,15 +302,16 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     attention call is one ATTN row (``sub_op`` prefill when more than one query token, decode for one, backward
     for its gradient) with the ``schema.ATTN_COLUMNS`` geometry; no S x S tensor is allocated.
 
-    Memory (``attrs["memory"]``, see :class:`_Recorder`): ``activation_peak_bytes`` = the peak of
+    Memory (``TableInfo.memory``, see :class:`_Recorder`): ``activation_peak_bytes`` = the peak of
     the bytes of buffers allocated while running (activations, saved tensors, temporaries, new
     gradients), over the whole forward (+ backward); ``kv_cache_bytes`` = the KV cache the step
     starts from (``past`` > 0; its growth during the step is part of the activations);
     ``events`` = the timeline (arrays ``row``, ``buf``, ``bytes``) that ``memory.py`` rescales for
     parallel plans. Weights, existing gradients and optimizer state are not in it (``memory.py``).
 
-    The frame's ``attrs`` hold ``unclassified`` (aten op -> count), ``skipped`` (no-kernel ops),
-    ``model``, ``batch``, ``seq``, ``mode``, ``num_layers``, ``dtype``, ``memory`` and ``trace_s``.
+    What the rows do not say is the table's ``kernel_table.TableInfo`` (``kernel_table.info(frame)``): the
+    config, the step, the parameters, ``memory``, the ops left ``unclassified`` (aten op -> count), ``skipped``
+    (no-kernel ops) and ``trace_s``.
     """
     for nm, v in (("batch", batch), ("seq", seq)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
@@ -407,15 +408,13 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     df[list(schema.CONV_COLUMNS)] = conv
     if attn is not None:      # only tables with fused attention carry its columns (eager tables are unchanged)
         df[list(schema.ATTN_COLUMNS)] = attn
-    df.attrs.update(config=dict(cfg.to_dict(), name=cfg.name_or_path), hidden=hidden_size(cfg), vocab=int(getattr(cfg, "vocab_size", 0) or 0),
-                    params={n: int(p.numel()) for n, p in params.items()},
-                    model=cfg.name_or_path or cfg.model_type, model_class=type(model).__name__,
-                    batch=int(batch), seq=int(seq), past=int(past), dtype=dtype, attention=attention, memory=memory,
-                    image_size=int(seq) if image else 0,
-                    mode=mode, num_layers=num_layers(cfg), unclassified=dict(rec.unclassified),
-                    skipped=dict(rec.skipped), scalar_queries=dict(rec.scalar_queries),
-                    trace_s=time.perf_counter() - t0)
-    return share_attrs(df)
+    return kernel_table.attach(df, kernel_table.TableInfo(
+        config=dict(cfg.to_dict(), name=cfg.name_or_path), model=cfg.name_or_path or cfg.model_type,
+        model_class=type(model).__name__, batch=int(batch), seq=int(seq), past=int(past), mode=mode, dtype=dtype,
+        attention=attention, image_size=int(seq) if image else 0, hidden=hidden_size(cfg),
+        vocab=int(getattr(cfg, "vocab_size", 0) or 0), num_layers=num_layers(cfg),
+        params={n: int(p.numel()) for n, p in params.items()}, memory=memory, unclassified=dict(rec.unclassified),
+        skipped=dict(rec.skipped), scalar_queries=dict(rec.scalar_queries), trace_s=time.perf_counter() - t0))
 
 
 def _memory_summary(rec: _Recorder, kv_bytes: int, kv_bufs: tuple) -> dict:

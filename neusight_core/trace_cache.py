@@ -33,10 +33,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from neusight_core import configs, datafile, paths
+from neusight_core import configs, datafile, kernel_table, paths
 
-#: bump when the layout of a cache entry changes (2: data-only .npz instead of a pickle)
-CACHE_VERSION = 2
+#: bump when the layout of a cache entry changes (2: data-only .npz instead of a pickle; 3: the table's metadata
+#: one ``kernel_table.TableInfo`` instead of loose ``attrs`` keys)
+CACHE_VERSION = 3
 #: source files whose content changes kernel tables: part of every key
 CODE_FILES = ("trace.py", "aten_ops.py", "fused_attention.py", "meta_model.py", "configs.py", "fusion.py", "parallel.py")
 
@@ -190,8 +191,7 @@ def canonical_buffers(kernels: pd.DataFrame) -> pd.DataFrame:
     out = kernels.copy()
     out["reads"] = reads
     out["writes"] = writes
-    out.attrs.update(kernels.attrs)
-    return out
+    return kernel_table.carry(out, kernels)
 
 
 def trace(model, batch: int, seq: int, mode: str = "inf", **kw) -> pd.DataFrame:

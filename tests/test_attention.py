@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import configs, engine, host, schema, trace
+from neusight_core import configs, engine, host, kernel_table, schema, trace
 from neusight_core.scenario import LatencyInputError, PAPER, scenario
 
 
@@ -60,8 +60,8 @@ def test_sdpa_gqa_heads_and_less_memory(traces):
     assert (a["heads"], a["kv_heads"]) == (32, 8)
     # the eager trace holds S x S scores (and in training keeps them for backward): sdpa's activations are smaller
     for phase in ("prefill", "train"):
-        assert (traces["sdpa", phase].attrs["memory"]["activation_peak_bytes"]
-                < traces["eager", phase].attrs["memory"]["activation_peak_bytes"])
+        assert (kernel_table.info(traces["sdpa", phase]).memory["activation_peak_bytes"]
+                < kernel_table.info(traces["eager", phase]).memory["activation_peak_bytes"])
 
 
 def test_eager_trace_has_no_attention_columns(traces):

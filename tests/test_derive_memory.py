@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from neusight_core import derive, derive_memory, engine, memory, trace_cache
+from neusight_core import derive, derive_memory, engine, kernel_table, memory, trace_cache
 
 
 @pytest.fixture
@@ -26,10 +26,10 @@ def test_derived_footprint_equals_the_traced_one(cache, model, mode, b, s, past,
     assert fam.memory.templates[0] == template
     real = trace_cache.trace(model, b, s, mode, past=past, dtype=dtype, attention=att)
     got = fam.memory.summary(fam, b, s)
-    assert got["activation_peak_bytes"] == real.attrs["memory"]["activation_peak_bytes"] > 0
-    assert got["kv_cache_bytes"] == real.attrs["memory"]["kv_cache_bytes"] == (0 if not past else got["kv_cache_bytes"])
+    assert got["activation_peak_bytes"] == kernel_table.info(real).memory["activation_peak_bytes"] > 0
+    assert got["kv_cache_bytes"] == kernel_table.info(real).memory["kv_cache_bytes"] == (0 if not past else got["kv_cache_bytes"])
     assert (got["kv_cache_bytes"] > 0) == (past > 0)
-    assert got["params"] == sum(real.attrs["params"].values())
+    assert got["params"] == sum(kernel_table.info(real).params.values())
     # the derived table carries it as a trace does: same footprint on a GPU where it does not fit
     want = memory.footprint(real, "T4")
     assert memory.footprint(fam.table(b, s), "T4") == {**want, "notes": []}
@@ -53,7 +53,7 @@ def test_a_family_whose_memory_misses_its_check_gives_the_lower_bound(cache, mon
                         true_difference(fam, real, point, layers, t) or f"{t}: activation peak differs")
     fam = derive.family_for("bert_large", 4, 256, "inf", past=0, dtype="fp32", attention="sdpa")
     assert fam.ok and fam.memory is None and fam.memory_reason.startswith("check failed: activation peak at (3, 317)")
-    assert fam.table(4, 256).attrs["memory"] is None
+    assert kernel_table.info(fam.table(4, 256)).memory is None
     rows = [dict(model="bert_large", device="H100", batch=b, seq=256, mode="inf") for b in (2, 4)]
     out = engine.predict(rows, ["roofline"])
     assert out["derived"].all()

@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from neusight_core import fusion, parallel, trace
+from neusight_core import fusion, kernel_table, parallel, trace
 
 B, S, D, V = 4, 8, 64, 100
 T = B * S
@@ -129,7 +129,7 @@ def test_bad_plan_gives_one_line_error(plan, n, mb, match, train):
 def test_plans_keep_a_fused_table_fused(inf):
     f = fusion.fuse(inf)
     p = parallel.apply_plan(f, "dp", 2)
-    assert p.attrs.get("fused") and (p.sub_op == "fused").any()
+    assert kernel_table.info(p).fused and (p.sub_op == "fused").any()
     assert len(p) == len(fusion.fuse(trace.trace_model(TINY, B // 2, S, "inf")))
 
 
@@ -172,14 +172,14 @@ def test_tp_beyond_kv_heads_replicates_kv_heads(mode):
     copies = attn[attn.aten_op == "aten.clone.default"]
     assert len(copies) >= 2 and (copies.bytes_read == copies.bytes_written).all()
     # memory: the same K/V weights per GPU (1/8 of them) and the same KV cache (one head) at TP 8 and TP 64
-    kvw = parallel.kv_ways(k.attrs["config"], 64)
+    kvw = parallel.kv_ways(kernel_table.info(k).config, 64)
     assert kvw == 8 and memory._tp_share("model.layers.0.self_attn.k_proj.weight", 64, kvw) == 1 / 8
     m8, m64 = memory.footprint(t8), memory.footprint(t64)
     if mode == "inf":
-        assert m64["kv_cache_gib"] == m8["kv_cache_gib"] == k.attrs["memory"]["kv_cache_bytes"] / 8 / memory.GIB
+        assert m64["kv_cache_gib"] == m8["kv_cache_gib"] == kernel_table.info(k).memory["kv_cache_bytes"] / 8 / memory.GIB
     # from TP 8 to TP 64 every split parameter shrinks from 1/8 to 1/64 except K and V, which stay at 1/8
     kv = ("k_proj.weight", "v_proj.weight")
-    others = sum(v for p, v in k.attrs["params"].items() if memory._tp_share(p, 8) == 1 / 8 and not p.endswith(kv))
+    others = sum(v for p, v in kernel_table.info(k).params.items() if memory._tp_share(p, 8) == 1 / 8 and not p.endswith(kv))
     assert m8["params_per_gpu"] - m64["params_per_gpu"] == pytest.approx(others * (1 / 8 - 1 / 64))
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import transformers
 
-from neusight_core import latency, memory, parallel, trace
+from neusight_core import kernel_table, latency, memory, parallel, trace
 from neusight_core.studies import whatif
 
 # Tolerance of the activation peak against PyTorch's measured peak: 3 %. Why so tight: the tracer
@@ -54,15 +54,16 @@ def cpu_models():
 def test_activation_peak_matches_pytorch_measured_peak_on_cpu(cpu_models, name, batch, seq, mode):
     cfg = SMALL[name]()
     measured = memory.measure_cpu_peak(cfg, batch, seq, mode, model=cpu_models(name))["peak_bytes"]
-    predicted = trace.trace_model(cfg, batch, seq, mode, authors_heads=False).attrs["memory"]["activation_peak_bytes"]
+    traced = trace.trace_model(cfg, batch, seq, mode, authors_heads=False)
+    predicted = kernel_table.info(traced).memory["activation_peak_bytes"]
     assert measured > 1e6
     assert abs(predicted - measured) <= TOL * measured, (name, batch, seq, mode, predicted, measured)
 
 
 def test_activation_peak_grows_with_batch():
     cfg = _llama_2_layers()
-    a1 = trace.trace_model(cfg, 1, 64, "train", authors_heads=False).attrs["memory"]["activation_peak_bytes"]
-    a4 = trace.trace_model(cfg, 4, 64, "train", authors_heads=False).attrs["memory"]["activation_peak_bytes"]
+    a1 = kernel_table.info(trace.trace_model(cfg, 1, 64, "train", authors_heads=False)).memory["activation_peak_bytes"]
+    a4 = kernel_table.info(trace.trace_model(cfg, 4, 64, "train", authors_heads=False)).memory["activation_peak_bytes"]
     assert 1.5 * a1 < a4 < 4 * a1   # batch-independent temporaries (embedding and LM-head gradients) damp it
 
 
@@ -98,7 +99,7 @@ def test_llama2_70b_tp8_reports_per_gpu_memory():
 def test_optimizer_and_dtype_accounting():
     k32 = trace.trace_model(_llama_2_layers(), 1, 16, "train", authors_heads=False)
     kb = trace.trace_model(_llama_2_layers(), 1, 16, "train", authors_heads=False, dtype="bf16")
-    n = sum(k32.attrs["params"].values())
+    n = sum(kernel_table.info(k32).params.values())
     f32 = memory.footprint(k32)
     fb = memory.footprint(kb)
     assert f32["weights_gib"] * 2**30 == 4 * n and fb["weights_gib"] * 2**30 == 2 * n
@@ -114,7 +115,7 @@ def test_optimizer_and_dtype_accounting():
 def test_kv_cache_of_a_decode_step():
     cfg = _llama_2_layers()
     k = trace.trace_model(cfg, 2, 1, "inf", authors_heads=False, past=100, dtype="bf16")
-    kv = k.attrs["memory"]["kv_cache_bytes"]
+    kv = kernel_table.info(k).memory["kv_cache_bytes"]
     assert kv == 2 * 2 * 4 * 100 * 64 * 2 * 2     # layers x (K, V) x kv heads x past x head dim x batch x 2 B
     assert memory.footprint(k)["kv_cache_gib"] * 2**30 == kv
     assert not math.isnan(memory.footprint(k)["activations_gib"])
@@ -131,20 +132,24 @@ def test_every_training_configuration_the_authors_measured_is_predicted_to_fit()
 
 
 def test_tp_split_of_a_table_with_shared_metadata_equals_the_unshared_one():
-    """The what-if splits traced tables whose attrs are ``datafile.Shared`` (not deep-copied by pandas); the split and
-    its memory equal those of the same table with plain, copied attrs, and the original's metadata is untouched."""
+    """A traced table's ``TableInfo`` is shared by every copy pandas makes (not deep-copied); splitting for tensor
+    parallelism gives the split a new record, leaves the original's untouched, and equals the split of a table
+    whose record is a deep copy."""
     import copy
+    import dataclasses
 
     import pandas as pd
 
-    from neusight_core import datafile
     k = latency.trace("llama2_7b", 1, 128, "inf", 0, "bf16")
-    assert isinstance(k.attrs["params"], datafile.Shared)
-    plain = k.copy()
-    plain.attrs = {key: copy.deepcopy(dict(v)) if isinstance(v, dict) else v for key, v in k.attrs.items()}
-    before = {key: dict(v) if isinstance(v, dict) else v for key, v in k.attrs.items()}
+    info = kernel_table.info(k)
+    assert kernel_table.info(k.copy()) is info and kernel_table.info(k[k["phase"] == "fw"]) is info
+    plain = kernel_table.attach(k.copy(), dataclasses.replace(info, **{f.name: copy.deepcopy(getattr(info, f.name))
+                                                                       for f in dataclasses.fields(info)}))
+    assert kernel_table.info(plain) is not info and kernel_table.info(plain) == info
+    before = copy.deepcopy(dataclasses.asdict(info))
     a, b = parallel.apply_plan(plain, "tp", 4), parallel.apply_plan(k, "tp", 4)
-    assert {key: dict(v) if isinstance(v, dict) else v for key, v in k.attrs.items()} == before
+    assert kernel_table.info(k) is info and dataclasses.asdict(info) == before and info.plan is None
+    assert kernel_table.info(b).plan == "tp" and kernel_table.info(b).gpus == 4
     cols = [c for c in a.columns if c not in ("reads", "writes")]
     pd.testing.assert_frame_equal(a[cols], b[cols])
     assert memory.footprint(a) == memory.footprint(b)

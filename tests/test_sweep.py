@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import configs, derive, engine, latency, paths, sweep, trace, trace_cache
+from neusight_core import configs, derive, engine, kernel_table, latency, paths, sweep, trace, trace_cache
 from neusight_core.__main__ import main as cli
 
 
@@ -54,10 +54,10 @@ def test_derived_tables_equal_real_traces_kernel_by_kernel(cache_dir, model):
         got = fam.table(b, s) if fam is not None else trace_cache.trace(model, b, s, mode, past=0)
         assert derive.compare(got, real) == "", (model, b, s, mode)
         if fam is None:
-            assert not got.attrs.get("derived")
+            assert not kernel_table.info(got).derived
             continue
         derived_any = True
-        assert got.attrs["derived"] and got.attrs["batch"] == b and got.attrs["seq"] == s
+        assert kernel_table.info(got).derived and kernel_table.info(got).batch == b and kernel_table.info(got).seq == s
         # every kernel's op, class, FLOPs and bytes, row by row
         for c in ("aten_op", "op_class", "sub_op", "phase", "module", "layer"):
             assert got[c].tolist() == real[c].tolist()
@@ -119,7 +119,7 @@ def test_cache_hit_miss_and_version_change(cache_dir, monkeypatch):
     b = trace_cache.trace("bert_large", 2, 48, "inf", past=0)      # defaults filled in: same key
     assert trace_cache.STATS["hit"] == 1
     pd.testing.assert_frame_equal(a, b)
-    assert b.attrs["batch"] == 2 and b.attrs["model"] == "bert_large"
+    assert kernel_table.info(b).batch == 2 and kernel_table.info(b).model == "bert_large"
     assert derive.compare(b, trace.trace_model("bert_large", 2, 48, "inf")) == ""
     trace_cache.trace("bert_large", 2, 64, "inf")                    # another argument: a miss
     assert trace_cache.STATS["miss"] == 2

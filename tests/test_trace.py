@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from neusight_core import aten_ops, trace
+from neusight_core import aten_ops, kernel_table, trace
 from neusight_core import schema
 
 B, S = 2, 8
@@ -145,7 +145,7 @@ def test_kernel_table_columns_and_bytes(gpt2):
     inf, _ = gpt2
     assert list(inf.columns)[:len(trace.KERNEL_COLUMNS)] == trace.KERNEL_COLUMNS
     assert set(inf.op_class) <= set(schema.OP_CLASSES)
-    assert inf.attrs["unclassified"] == {}
+    assert kernel_table.info(inf).unclassified == {}
     # the first GEMM (c_attn) reads X [T x D], W [D x 3D], bias [3D] and writes [T x 3D], FP32
     first = inf[inf.op_class == "LINEAR"].iloc[0]
     assert first.bytes_read == 4 * (T * D + D * 3 * D + 3 * D)
@@ -166,7 +166,7 @@ def test_unclassified_ops_are_kept_and_counted(monkeypatch):
         df = trace.trace_model(TINY_GPT2, B, S, "inf")
     un = df[df.op_class == "UNCLASSIFIED"]
     assert len(un) == 2 and set(un.aten_op) == {"aten.tanh.default"}     # one per layer (GELU-tanh)
-    assert df.attrs["unclassified"] == {"aten.tanh.default": 2}
+    assert kernel_table.info(df).unclassified == {"aten.tanh.default": 2}
     assert (un.flops == 0).all() and (un.bytes_read > 0).all()
 
 
@@ -208,8 +208,8 @@ def test_switch_routing_stand_in_fills_experts_up_to_capacity():
 def test_bert_uses_the_authors_heads_by_default():
     inf = trace.trace_model(TINY_BERT, B, S, "inf")
     train = trace.trace_model(TINY_BERT, B, S, "train")
-    assert inf.attrs["model_class"] == "BertForSequenceClassification"
-    assert train.attrs["model_class"] == "BertForPreTraining"
+    assert kernel_table.info(inf).model_class == "BertForSequenceClassification"
+    assert kernel_table.info(train).model_class == "BertForPreTraining"
     lin = gemms(inf, "fw", "LINEAR")
     # pooler on the first token of each sequence, then a 2-way classifier; no vocabulary GEMM
     assert lin[(1, B, D, D)] == 1 and lin[(1, B, D, 2)] == 1
@@ -234,7 +234,7 @@ def test_trace_speed(benchmark, name, b, s, mode):
     t0 = time.perf_counter()
     k = benchmark.pedantic(trace.trace_model, args=(name, b, s, mode), rounds=1, iterations=1)
     assert time.perf_counter() - t0 < 10
-    assert k.attrs["unclassified"] == {}
+    assert kernel_table.info(k).unclassified == {}
     assert len(k) > 1000
 
 

@@ -109,16 +109,6 @@ def config_hash(name: str, config: dict) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def without_attrs(kernels: pd.DataFrame) -> pd.DataFrame:
-    """The table without its attrs: a traced table carries large ones (parameters, memory timeline)
-    that pandas deep-copies on every operation, and the predictors do not read them."""
-    if not kernels.attrs:
-        return kernels
-    out = kernels.copy(deep=False)
-    out.attrs = {}
-    return out
-
-
 class KernelPredictor(abc.ABC):
     """One per method. ``predict`` returns ms per launch (not times ``count``), > 0; COMM rows 0.
 
@@ -169,7 +159,6 @@ class KernelPredictor(abc.ABC):
     # ------------------------------------------------------------ shared
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         common.check_kernels(kernels)
-        kernels = without_attrs(kernels)
         if self.missing_networks and getattr(self, "use_tensor_core", True):
             # weights trained without the measured-kernel database: their BF16 rows would silently go through the
             # FP32 networks (issue 36); ``predict_extrapolated`` (use_tensor_core False) asks for exactly that

@@ -66,7 +66,7 @@ from tqdm.auto import tqdm
 import neusight_core.predictors.common as common
 import neusight_core.predictors.members as members
 from neusight_core import devices
-from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, split_validation, without_attrs
+from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, split_validation
 from neusight_core.predictors.features import (CONV_TILE, FEATURE_NAMES, U_MIN, features,
                                                utilisation)
 from neusight_core.predictors.tensor_core import TensorCoreNets
@@ -428,11 +428,11 @@ class NeuSightPredictor(KernelPredictor):
         """As ``KernelPredictor.predict``; BF16 / FP16 GEMM (LINEAR, BMM) and fused-attention (ATTN) rows go
         through the tensor-core networks when the recipe has them (``tensor_core.network_of``); 1 x 1
         convolutions as GEMMs when the recipe says so (``as_gemm``)."""
-        kernels = self.as_gemm(without_attrs(kernels))
+        kernels = self.as_gemm(kernels)
         out = super().predict(common.half_as_fp32(kernels), device)
         if device is None or self.tc is None or not self.use_tensor_core or not self.tc.nets:
             return out          # device None: super() predicted each GPU's rows through this method
-        kernels = without_attrs(kernels).reset_index(drop=True)
+        kernels = kernels.reset_index(drop=True)
         rows = np.flatnonzero(self.tc.handles(kernels))
         if rows.size:
             out[rows] = self.tc.predict(kernels.iloc[rows], device)

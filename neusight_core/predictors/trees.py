@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 import neusight_core.predictors.common as common
-from neusight_core.predictors.base import KernelPredictor, Timer, without_attrs
+from neusight_core.predictors.base import KernelPredictor, Timer
 from neusight_core.predictors.tensor_core import DEFAULTS, network_of, shape_inputs, subsample, training_kernels
 
 
@@ -190,7 +190,7 @@ class TreeBaseline(KernelPredictor):
         out = super().predict(kernels, device)
         if device is None:
             return out          # super() predicted each GPU's rows through this method
-        kernels = without_attrs(kernels).reset_index(drop=True)
+        kernels = kernels.reset_index(drop=True)
         tree = self.tree.predict(kernels, device)
         return np.where(np.isnan(tree), out, tree)
 

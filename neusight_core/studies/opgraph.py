@@ -29,6 +29,7 @@ import pandas as pd
 from neusight_core import fusion, parallel, paths, trace
 from neusight_core import schema
 from neusight_core.schema import OpClass
+from neusight_core.kernel_table import info as table_info
 
 GRAPH_CLASSES = ["GEMM", OpClass.BMM, OpClass.LINEAR, OpClass.VEC, OpClass.SOFTMAX, OpClass.LAYERNORM, OpClass.MEM, OpClass.COMM]
 _LAYER = re.compile(r"(?:^|_)(?:h|layer|layers|block)_(\d+)(?:_|$)")
@@ -197,7 +198,7 @@ def compare(config: str, cache: dict | None = None) -> pd.DataFrame:
     t0 = time.perf_counter()
     mine = ours(config, cache)
     t_ours = time.perf_counter() - t0
-    nl = mine.attrs.get("num_layers") or trace.num_layers(trace.load_config(d["model"]))
+    nl = table_info(mine).num_layers or trace.num_layers(trace.load_config(d["model"]))
     theirs = load_opgraph(path, nl)
     m = mine.assign(bytes=np.where(mine.op_class == OpClass.COMM, mine.comm_bytes,
                                    mine.bytes_read + mine.bytes_written))
@@ -221,7 +222,7 @@ def compare(config: str, cache: dict | None = None) -> pd.DataFrame:
     t = t[(t.kernels_ours > 0) | (t.kernels_theirs > 0)]
     t.insert(0, "config", config)
     t["trace_s"] = t_ours
-    t["unclassified_ours"] = int(sum(mine.attrs.get("unclassified", {}).values()))
+    t["unclassified_ours"] = int(sum(table_info(mine).unclassified.values()))
     return t.reset_index(drop=True)
 
 
@@ -333,7 +334,4 @@ def kernel_table(config: str, num_layers: int | None = None) -> pd.DataFrame:
     m = m.assign(aten_op="authors.MEM", op_class=OpClass.MEM, sub_op="", B=np.nan, M=np.nan, N=np.nan, K=np.nan,
                  H=np.nan, flops=0.0, bytes_written=0.0, dtype="float32", layer=-1, comm_kind="",
                  comm_bytes=0.0, overlap=False, stage=0)
-    out = pd.concat([out, m[out.columns]], ignore_index=True)
-    out.attrs.update(model=d["model"], batch=d["batch"], seq=d["seq"], mode=d["mode"], num_layers=num_layers,
-                     graph="authors")
-    return out
+    return pd.concat([out, m[out.columns]], ignore_index=True)

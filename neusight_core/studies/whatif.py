@@ -23,7 +23,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import configs, devices, latency, memory, schema
+from neusight_core import configs, devices, kernel_table, latency, memory, schema
 from neusight_core.schema import OpClass, Precision
 
 H100 = "NVIDIA_H100_80GB_HBM3"
@@ -410,7 +410,8 @@ def memory_validation(quick: bool = False) -> pd.DataFrame:
         cases = [(1, 32, "train"), (2, 32, "inf")] + ([(4, 64, "train"), (4, 64, "inf")] if "Llama" in name and not quick else [])
         for b, s, mode in cases:
             meas = memory.measure_cpu_peak(cfg, b, s, mode, model=model)["peak_bytes"]
-            predicted = trace.trace_model(cfg, b, s, mode, authors_heads=False).attrs["memory"]["activation_peak_bytes"]
+            traced = trace.trace_model(cfg, b, s, mode, authors_heads=False)
+            predicted = kernel_table.info(traced).memory["activation_peak_bytes"]
             rows.append({"model": name, "batch": b, "seq": s, "mode": mode, "measured_mb": meas / 1e6,
                          "predicted_mb": predicted / 1e6, "error_pct": (predicted - meas) / meas * 100})
         del model
