@@ -24,7 +24,7 @@ import pandas as pd
 from neusight_core.schema import Precision
 
 #: the ``attrs`` key the record rides under (the one place a kernel table's metadata lives)
-KEY = "table"
+ATTRS_KEY = "table"
 
 
 class KernelTableError(ValueError):
@@ -72,7 +72,7 @@ class TableInfo:
 
 def info(frame: pd.DataFrame) -> TableInfo:
     """The record of a kernel table; :class:`KernelTableError` (one line) if ``frame`` has none."""
-    got = frame.attrs.get(KEY)
+    got = frame.attrs.get(ATTRS_KEY)
     if not isinstance(got, TableInfo):
         raise KernelTableError("not a traced kernel table (no TableInfo): build it with trace.trace_model")
     return got
@@ -80,16 +80,16 @@ def info(frame: pd.DataFrame) -> TableInfo:
 
 def info_or_none(frame: pd.DataFrame) -> TableInfo | None:
     """The record of a kernel table, or None for a frame built by hand."""
-    got = frame.attrs.get(KEY)
+    got = frame.attrs.get(ATTRS_KEY)
     return got if isinstance(got, TableInfo) else None
 
 
 def attach(frame: pd.DataFrame, record: TableInfo | None) -> pd.DataFrame:
     """``frame`` (in place, returned for chaining) described by ``record``; None leaves it without one."""
     if record is None:
-        frame.attrs.pop(KEY, None)
+        frame.attrs.pop(ATTRS_KEY, None)
     else:
-        frame.attrs[KEY] = record
+        frame.attrs[ATTRS_KEY] = record
     return frame
 
 
