@@ -257,8 +257,8 @@ class Scenario:
 
     @property
     def size(self) -> int:
-        """The tracer's size argument: the sequence length, or the image side."""
-        return self.image_size if self.image else self.seq
+        """The tracer's size argument (:func:`tracer_size`): the sequence length, or the image side."""
+        return tracer_size(vars(self))
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -297,8 +297,9 @@ def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=No
 
 # ------------------------------------------------------------------------------ without a footprint
 def tracer_size(r: dict) -> int:
-    """The tracer's one size argument of a request: its sequence length, or an image model's side (a request keeps
-    the two apart, ``seq`` / ``image_size``; only the tracer takes either)."""
+    """The tracer's one size argument of a request's fields (a dict, or ``vars`` of a Scenario or a study's case):
+    its sequence length, or an image model's side (a request keeps the two apart, ``seq`` / ``image_size``; only the
+    tracer takes either)."""
     return r["seq"] if r.get("image_size") is None else r["image_size"]
 
 

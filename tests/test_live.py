@@ -347,7 +347,14 @@ def test_recorded_run_predicted_again_with_every_seed(tmp_path):
     pd.DataFrame([{"name": "x", "model": "gpt2_large", "batch": 1, "seq": 128, "mode": "inf", "past": 0,
                    "precision": "bf16", "measured_ms": None, "predicted_e2e_ms": 3.0}]
                  ).to_csv(tmp_path / "live_llama.csv", index=False)      # nothing measured: no row
+    # an image model recorded before LiveCase had an image_size: its side in seq
+    pd.DataFrame([{"name": "resnet50-inf-224px-32", "model": "resnet50", "batch": 32, "seq": 224, "mode": "inf",
+                   "past": 0, "measured_ms": 20.0, "predicted_e2e_ms": 21.0}]).to_csv(tmp_path / "live_vision.csv",
+                                                                                    index=False)
     t = live_report.recorded_predictions(tmp_path, "NVIDIA_H100_80GB_HBM3", seeds=(0, 1), quick=True)
+    vision = t[t["table"] == "live_vision"]
+    assert len(vision) == 2 and vision["pred_ms"].gt(0).all() and (vision["measured_ms"] == 20.0).all()
+    t = t[t["table"] != "live_vision"]
     assert list(t["seed"]) == [0, 1] and set(t["table"]) == {"live_paper"} and set(t["precision"]) == {"fp32"}
     assert (t["measured_ms"] == 10.0).all() and t["pred_ms"].gt(0).all()
     assert t["ape"].to_numpy() == pytest.approx((t["pred_ms"] - 10.0).abs().to_numpy() * 10)
@@ -368,7 +375,8 @@ def test_image_models_run_on_cpu_inference_and_training():
         live.model_callable(resnet, 1, 32, "inf", device="cpu", past=4)
     scen = live.vision_scenarios()
     assert {s.model for s in scen} == {"resnet50", "vit_b16"} and {s.mode for s in scen} == {"inf", "train"}
-    assert all(s.extension and s.seq == 224 for s in scen) and len(live.vision_scenarios(quick=True)) == 1
+    assert all(s.extension and s.seq is None and s.image_size == s.tracer_size == 224 and s.size == {"image_size": 224}
+               for s in scen) and len(live.vision_scenarios(quick=True)) == 1
 
 
 def test_conv_kernel_sweep_is_resnet50s_training_convolutions_and_runs_on_cpu():

@@ -18,6 +18,7 @@ def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "ne
     from pathlib import Path
 
     from neusight_core import latency, predictors
+    from neusight_core.scenario import is_image
     from neusight_core.studies import errors
     rows = []
     preds = {s: predictors.get(predictor, quick=quick, seed=s) for s in seeds}
@@ -29,8 +30,11 @@ def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "ne
         for r in d.to_dict(orient="records"):
             dtype = str(r.get("precision") or default_dtype)
             past = int(r["past"]) if pd.notna(r.get("past")) and r.get("past") else 0
+            size = ({"image_size": int(r["image_size"])} if pd.notna(r.get("image_size"))
+                    # runs recorded before LiveCase had an image_size held an image model's side in seq
+                    else {"image_size": int(r["seq"])} if is_image(str(r["model"])) else {"seq": int(r["seq"])})
             for s, p in preds.items():
-                out = latency.predict_model(str(r["model"]), gpu, int(r["batch"]), int(r["seq"]), str(r["mode"]),
+                out = latency.predict_model(str(r["model"]), gpu, int(r["batch"]), mode=str(r["mode"]), **size,
                                             predictor=p, dtype=dtype, **({"past": past} if past else {}),
                                             attention="eager", execution="graph")
                 rows.append({"table": table, "name": r["name"], "precision": dtype, "seed": s,

@@ -126,8 +126,8 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
 def measure_model(model, batch: int, seq: int, mode: str, timer=None, cfg: HarnessConfig | None = None,
                   budget: TimeBudget | None = None, device: str = "cuda", compile: bool = False,
                   num_layers: int | None = None, past: int = 0) -> Measurement:
-    """Build + measure one model configuration; OOM while building is recorded like OOM while running.
-    On CUDA the peak memory of the whole run (weights + step) is noted in ``last_peak_memory_gib``."""
+    """Build + measure one model configuration; OOM while building is recorded like OOM while running. ``seq`` is
+    the tracer's size argument (``LiveCase.tracer_size``: an image model's side). On CUDA the peak memory of the whole run (weights + step) is noted in ``last_peak_memory_gib``."""
     global last_peak_memory_gib
     last_peak_memory_gib = None
     # building a large model (and compiling it) takes seconds to minutes: none is started once the budget is spent
@@ -204,11 +204,12 @@ MODEL_SECTIONS = ("paper", "llama", "vision", "parallel")
 @dataclass(frozen=True)
 class LiveCase:
     """One configuration notebook 05 measures on the local GPU and predicts (not a ``scenario.Scenario``: it
-    names the case, the GPU it is stated for and whether it extends the paper; ``seq`` is an image model's side)."""
+    names the case, the GPU it is stated for and whether it extends the paper). A text model has a ``seq``, an image
+    model an ``image_size`` (its side in pixels), as in a Scenario."""
     name: str
     model: str
     batch: int
-    seq: int
+    seq: int | None                # tokens per sample; None for an image model
     mode: str                      # inf | train
     parallel: str | None = None    # dp | tp | pp
     gpus: int = 1
@@ -216,12 +217,18 @@ class LiveCase:
     extension: bool = False
     note: str = ""
     past: int = 0                  # KV-cache length for a decode step (extension)
+    image_size: int | None = None  # an image model's side in pixels; None for a text model
 
     @property
     def size(self) -> dict:
-        """``seq`` as the predictor takes it: ``seq`` of a text model, ``image_size`` of an image model."""
-        from neusight_core.scenario import is_image
-        return {"image_size": self.seq} if is_image(self.model) else {"seq": self.seq}
+        """The size as ``latency.predict_model`` takes it: ``seq`` of a text model, ``image_size`` of an image model."""
+        return {"seq": self.seq} if self.image_size is None else {"image_size": self.image_size}
+
+    @property
+    def tracer_size(self) -> int:
+        """The size as the tracer and ``measure_model`` take it (``scenario.tracer_size``)."""
+        from neusight_core.scenario import tracer_size
+        return tracer_size(vars(self))
 
 
 # sequence length of each paper model in the release's label names
@@ -256,9 +263,9 @@ def llama_scenarios(quick: bool = False) -> list[LiveCase]:
 
 def vision_scenarios(quick: bool = False) -> list[LiveCase]:
     """ResNet-50 and ViT-B/16 (issue 26) at 224 x 224, inference and training, in the paper's protocol (FP32, TF32
-    off): models the paper did not measure, so extensions. ``seq`` is the image side."""
-    note = "image model (issue 26); seq is the image side in pixels"
-    s = [LiveCase(f"{m}-{mode}-224px-{b}", m, b, 224, mode, extension=True, note=note)
+    off): models the paper did not measure, so extensions."""
+    note = "image model (issue 26)"
+    s = [LiveCase(f"{m}-{mode}-224px-{b}", m, b, None, mode, extension=True, note=note, image_size=224)
          for m, mode, b in (("resnet50", "inf", 32), ("resnet50", "inf", 128), ("resnet50", "train", 64),
                             ("vit_b16", "inf", 32), ("vit_b16", "train", 32))]
     return s[:1] if quick else s
@@ -374,7 +381,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
                 layers = 8 if s.model == "llama2_70b" else None
                 if prec != precision:
                     set_precision(prec)
-                mm = measure_model(s.model, s.batch, s.seq, s.mode, timer, mcfg, sbudget, num_layers=layers,
+                mm = measure_model(s.model, s.batch, s.tracer_size, s.mode, timer, mcfg, sbudget, num_layers=layers,
                                    past=s.past)
                 peak = None if layers else last_peak_memory_gib   # a cut 70B model's memory is not the model's
                 if prec != precision:
@@ -400,8 +407,8 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
         pf, w2 = predict_case(s, dev_arg, fusion=True, quick=quick)
         me = mc = None
         if not skip:
-            me = measure_model(s.model, s.batch, s.seq, s.mode, timer, cfg, fbudget)
-            mc = measure_model(s.model, s.batch, s.seq, s.mode, timer, cfg, fbudget, compile=True)
+            me = measure_model(s.model, s.batch, s.tracer_size, s.mode, timer, cfg, fbudget)
+            mc = measure_model(s.model, s.batch, s.tracer_size, s.mode, timer, cfg, fbudget, compile=True)
         fus.append({**asdict(s), "pred_eager": pe, "pred_fused": pf, "predicted_reason": w1 or w2,
                     "measured_eager_ms": me.mean_ms if me else None, "measured_compile_ms": mc.mean_ms if mc else None,
                     "skipped_reason": skip or "; ".join(f"{x.status}: {x.reason}" for x in (me, mc) if x.status != "OK") or None,
