@@ -50,7 +50,7 @@ def first_result(model, b, s, mode, cache, quick) -> float:
 def sweep_time(n_target: int, cache: Path, quick: bool, attention: str | None = None) -> dict:
     """A sweep of about n_target configurations over the 6 paper models x 5 GPUs, cold cache; ``attention`` None:
     the default (what Hugging Face picks: sdpa, whose tables are traced, not derived; issue 33)."""
-    from neusight_core import derive, sweep
+    from neusight_core import derive, engine, sweep
     os.environ["NEUSIGHT_TRACE_CACHE"] = str(cache)
     derive._FAMILIES.clear()
     if n_target <= 100:
@@ -68,12 +68,13 @@ def sweep_time(n_target: int, cache: Path, quick: bool, attention: str | None = 
     df = sweep.sweep(models, gpus, batches, seqs, ["inf", "train"], predictors=["neusight"], quick=quick,
                      progress=False, attention=attention)
     dt = time.perf_counter() - t0
+    run = engine.run_info(df)
     why = df.loc[df.error != "", "error"].str.replace(r"\d+", "N", regex=True).str[:70].value_counts()
     return {"configs": len(df), "models": len(set(df.model)), "errors": int((df.error != "").sum()),
             "memory_verdicts": int(df["memory_fits"].notna().sum()),      # fits / does not fit (not "not computed")
             "error_kinds": why.to_dict(),
-            "seconds": dt, "tables_s": df.attrs["tables_s"], "tables": df.attrs["tables"],
-            "derived_tables": df.attrs["derived_tables"], "distinct_kernels": df.attrs["distinct_kernels"]}
+            "seconds": dt, "tables_s": run.tables_s, "tables": run.tables,
+            "derived_tables": run.derived_tables, "distinct_kernels": run.distinct_kernels}
 
 
 def labelled(cache: Path, quick: bool) -> dict:

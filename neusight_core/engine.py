@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from neusight_core import derive, derive_pool, host, kernel_floor, memory, network, scenario, schema
-from neusight_core.request import INPUTS, message, requests, table_key
+from neusight_core.request import INPUTS, jobs, message, requests, table_key
 from neusight_core.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
 from neusight_core.schema import OpClass
 
@@ -67,10 +68,11 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     ``master_weights``: the training state it counts; what it reads of a table is kept, not the table); derived
     tables' footprints cost nothing and are always given. ``keep_kernels``: trace every table (no derivation) and
     put each row's kernel table with ``pred_ms`` in ``attrs["kernels"]`` (a list, one per row; None for a
-    failed row) and each row's full ``memory.footprint`` dict in ``attrs["memory"]``. ``raise_errors``: raise a
+    failed row) and each row's full ``memory.footprint`` dict in its :class:`RunInfo`. ``raise_errors``: raise a
     failure (table, predictor, memory) instead of recording it (``latency.predict_model``). ``table_of``: a function
     of a request's validated fields returning its kernel table instead of the trace (``recipe_studies``' graph
-    variants: the authors' graph, our trace without the mask ops); such tables are never derived. Wall times are in ``attrs`` (``tables_s``, ``predict_s``, ``total_s``)."""
+    variants: the authors' graph, our trace without the mask ops); such tables are never derived. Wall times and counts
+    are in the frame's :class:`RunInfo` (``run_info(frame)``)."""
     from tqdm.auto import tqdm
     t_start = time.perf_counter()
     given, norm, err = requests(scenarios)
@@ -102,40 +104,47 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
         pbar.update()
     pbar.close()
     out = pd.concat(out_frames, ignore_index=True) if out_frames else pd.DataFrame(columns=RESULT_COLUMNS)
-    out.attrs.update(tables_s=tabs.seconds, predict_s=time.perf_counter() - t0,
-                     total_s=time.perf_counter() - t_start, tables=tabs.n, distinct_kernels=pool.n_kid,
-                     derived_tables=int(sum(tabs.derived.values())))
-    if keep_kernels:
-        out.attrs["kernels"] = kept
-        # the full footprint (notes, PP stages) of each row: latency.predict_model returns it
-        out.attrs["memory"] = [mem.get((ctx.tab_of[i % n], ctx.cfg_dev[i % n]), {}).get("footprint") for i in range(len(out))]
+    # with keep_kernels, the full footprint (notes, PP stages) of each row too: latency.predict_model returns it
+    footprints = tuple(mem.get((ctx.tab_of[i % n], ctx.cfg_dev[i % n]), {}).get("footprint")
+                       for i in range(len(out))) if keep_kernels else ()
+    out.attrs[RUN_KEY] = RunInfo(tables_s=tabs.seconds, predict_s=time.perf_counter() - t0,
+                                 total_s=time.perf_counter() - t_start, tables=tabs.n, distinct_kernels=pool.n_kid,
+                                 derived_tables=int(sum(tabs.derived.values())), kernels=tuple(kept),
+                                 memory=footprints)
     return out
 
 
-class Job(NamedTuple):
-    """One predictor run over the pool: a registered ``predictor`` name with its ``seed`` (trained weights from
-    ``predictors.get``), or a trained object ``obj`` (its label as ``predictor``, its own seed)."""
-    predictor: str
-    seed: int
-    obj: object = None
+@dataclass(frozen=True)
+class RunInfo:
+    """How one ``predict`` call went, on its result frame: wall times (``tables_s``: the tables, ``predict_s``: the
+    predictors and sums, ``total_s``), the tables built and derived, the distinct kernels predicted; with
+    ``keep_kernels`` each row's kernel table with ``pred_ms`` (None for a failed row) and full footprint (None
+    without one). Frozen and shared by the copies pandas makes of the frame, which deep-copies ``attrs`` on every
+    operation (kernel tables included)."""
+    tables_s: float = 0.0
+    predict_s: float = 0.0
+    total_s: float = 0.0
+    tables: int = 0
+    distinct_kernels: int = 0
+    derived_tables: int = 0
+    kernels: tuple = ()
+    memory: tuple = ()
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
 
-def jobs(predictors, seeds=(0,)) -> list[Job]:
-    """The jobs of ``predict``'s ``predictors`` and ``seeds``: a name runs once per seed; a trained object, or a
-    (label, object) pair (the ablation's variants), runs once with its own seed."""
-    one = (isinstance(predictors, str) or hasattr(predictors, "predict")
-           or (isinstance(predictors, tuple) and len(predictors) == 2 and hasattr(predictors[1], "predict")))
-    predictors = [predictors] if one else list(predictors)     # one name, object or (label, object) pair
-    seeds = [int(seeds)] if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
-    out = []
-    for p in predictors:
-        if isinstance(p, str):
-            out += [Job(p, seed) for seed in seeds]
-        elif isinstance(p, tuple):
-            out.append(Job(p[0], int(getattr(p[1], "seed", 0)), p[1]))
-        else:
-            out.append(Job(p.name, int(getattr(p, "seed", 0)), p))
-    return out
+#: the ``attrs`` key of a result frame's RunInfo
+RUN_KEY = "run"
+
+
+def run_info(frame: pd.DataFrame) -> RunInfo:
+    """The :class:`RunInfo` of a ``predict`` result (an empty one, zero seconds, for a frame without it)."""
+    got = frame.attrs.get(RUN_KEY)
+    return got if isinstance(got, RunInfo) else RunInfo()
 
 
 class _Tables(NamedTuple):

@@ -75,7 +75,8 @@ def predict_scenario(sc, predictor="neusight", quick: bool = False, efficiency: 
     dev = device_of(sc.device)
     frame = engine.predict([sc], [predictor], seeds=(int(seed),), quick=quick, efficiency=efficiency, optimizer=optimizer,
                            master_weights=master_weights, keep_kernels=True, raise_errors=True)
-    kernels = frame.attrs["kernels"][0]
+    run = engine.run_info(frame)
+    kernels = run.kernels[0]
     out = aggregate(kernels, sc.micro_batches if sc.parallel == "pp" else 1)
     row = frame.iloc[0]
     out.update(kernel_ms=out["e2e_ms"], e2e_ms=float(row["e2e_ms"]), host_ms=float(row["host_ms"]),
@@ -85,9 +86,9 @@ def predict_scenario(sc, predictor="neusight", quick: bool = False, efficiency: 
     pred = loaded_predictor(predictor, quick, int(seed)) if isinstance(predictor, str) else predictor
     # which weights answered, as the CLI's --json says it (issue 36: the Python result had no such key)
     out["weights"] = _pred.describe(pred, quick)
-    out.update(trace_s=frame.attrs["tables_s"], predict_s=frame.attrs["predict_s"], kernels=kernels,
+    out.update(trace_s=run.tables_s, predict_s=run.predict_s, kernels=kernels,
                device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name,
-               dtype=sc.dtype, dtype_note=dev.precision_note(sc.dtype), memory=frame.attrs["memory"][0],
+               dtype=sc.dtype, dtype_note=dev.precision_note(sc.dtype), memory=run.memory[0],
                conv_note=conv_note(kernels, predictor, quick))
     return out
 

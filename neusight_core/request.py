@@ -1,12 +1,14 @@
 """One request to the engine (``engine.predict``): the fields a question has (``INPUTS``), each checked and
 normalised the same way whether it comes as a :class:`scenario.Scenario`, a dict or a configuration frame's row
-(``normalise``, ``requests``), and the kernel table it needs (``table_key``). A request that fails gets its one-line
-error (``message``) and the others go on.
+(``normalise``, ``requests``), and the kernel table it needs (``table_key``); the predictor runs it is asked of
+(``jobs``). A request that fails gets its one-line error (``message``) and the others go on.
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 
 from neusight_core.scenario import LatencyInputError, Scenario
@@ -117,3 +119,29 @@ def requests(scenarios) -> tuple[list[dict], list[dict | None], list[str]]:
         except Exception as e:  # noqa: BLE001 - recorded in the row
             err[i] = message(e)
     return given, norm, err
+
+
+class Job(NamedTuple):
+    """One predictor run over the pool: a registered ``predictor`` name with its ``seed`` (trained weights from
+    ``predictors.get``), or a trained object ``obj`` (its label as ``predictor``, its own seed)."""
+    predictor: str
+    seed: int
+    obj: object = None
+
+
+def jobs(predictors, seeds=(0,)) -> list[Job]:
+    """The jobs of ``predict``'s ``predictors`` and ``seeds``: a name runs once per seed; a trained object, or a
+    (label, object) pair (the ablation's variants), runs once with its own seed."""
+    one = (isinstance(predictors, str) or hasattr(predictors, "predict")
+           or (isinstance(predictors, tuple) and len(predictors) == 2 and hasattr(predictors[1], "predict")))
+    predictors = [predictors] if one else list(predictors)     # one name, object or (label, object) pair
+    seeds = [int(seeds)] if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
+    out = []
+    for p in predictors:
+        if isinstance(p, str):
+            out += [Job(p, seed) for seed in seeds]
+        elif isinstance(p, tuple):
+            out.append(Job(p[0], int(getattr(p[1], "seed", 0)), p[1]))
+        else:
+            out.append(Job(p.name, int(getattr(p, "seed", 0)), p))
+    return out

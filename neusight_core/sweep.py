@@ -127,8 +127,8 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     ``INPUTS`` + ``RESULTS`` + ``MEMORY_VERDICT`` (the inputs with the device as its catalogue name, ``predictor``, ``seed``,
     ``e2e_ms``, ``fw_ms``, ``bw_ms``, ``acc_ms``, ``comm_ms``, ``comm_exposed_ms``, ``<CLASS>_ms`` per op
     class, ``kernels`` (launches), ``derived`` (table from shape derivation, not a trace) and ``error``
-    ('' when predicted)). ``predictors``: names, or (label, trained predictor) pairs. Wall times are in
-    ``attrs`` (``tables_s``, ``predict_s``, ``total_s``)."""
+    ('' when predicted)). ``predictors``: names, or (label, trained predictor) pairs. Wall times are in its
+    ``engine.RunInfo`` (``engine.run_info(frame)``)."""
     out = engine.predict(configs, predictors, seeds, quick=quick, progress=progress, use_derivation=use_derivation,
                          memory_columns=True)
     # every row's footprint: a traced table's from what memory.footprint reads of it (the table is not kept), a
@@ -227,7 +227,7 @@ def _sigterm_raises():
 
 
 def write_csv(target: CsvTarget, pieces, run_part, progress: bool = True) -> dict:
-    """Write ``run_part(piece)`` (a frame with an ``error`` column and ``tables_s`` / ``total_s`` attrs) for every
+    """Write ``run_part(piece)`` (a frame with an ``error`` column and an ``engine.RunInfo``) for every
     piece into ``target``, part by part (memory holds one part). Returns ``rows``, ``bad`` (rows with an error),
     ``tables_s``, ``total_s``. Interrupted by Ctrl-C or SIGTERM: the whole parts written are kept as
     ``partial_path`` (a part cut in the middle is dropped), one line on stderr says so, and the interruption goes
@@ -249,8 +249,9 @@ def write_csv(target: CsvTarget, pieces, run_part, progress: bool = True) -> dic
                     parts += 1
                     done["rows"] += len(df)
                     done["bad"] += int((df["error"] != "").sum())
-                    done["tables_s"] += df.attrs.get("tables_s", 0.0)
-                    done["total_s"] += df.attrs.get("total_s", 0.0)
+                    run = engine.run_info(df)
+                    done["tables_s"] += run.tables_s
+                    done["total_s"] += run.total_s
             finally:
                 if target.tmp is None:
                     f.close()

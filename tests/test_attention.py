@@ -120,7 +120,7 @@ def test_graph_is_the_kernel_sum_and_eager_at_least_the_host():
             for e in ("graph", "eager")]
     df = engine.predict(reqs, "roofline", keep_kernels=True)
     g, e = df.iloc[0], df.iloc[1]
-    kernels = df.attrs["kernels"][0]
+    kernels = engine.run_info(df).kernels[0]
     assert g["e2e_ms"] == pytest.approx(kernels["pred_ms"].sum(), rel=1e-12)
     assert g["e2e_ms"] == g["kernel_ms"] and g["host_ms"] == 0 and not g["host_bound"]
     assert e["kernel_ms"] == pytest.approx(g["kernel_ms"], rel=1e-12)
@@ -162,14 +162,14 @@ def test_paper_setting_is_the_old_answer():
     k = tables.kernel_table("gpt2_large", 4, 512, "train")          # the tracer's default: eager attention
     pk = tables.predict_kernels(k, "H100", "roofline")
     assert df["e2e_ms"].iloc[0] == pytest.approx(tables.aggregate(pk)["e2e_ms"], rel=1e-9)
-    assert not (df.attrs["kernels"][0]["op_class"] == "ATTN").any()
+    assert not (engine.run_info(df).kernels[0]["op_class"] == "ATTN").any()
 
 
 def test_tensor_parallel_splits_attention_heads():
     df = engine.predict([dict(model="llama2_7b", device="H100", batch=1, seq=256, dtype="bf16", attention="sdpa",
                               parallel="tp", gpus=4, execution="graph")], "roofline", keep_kernels=True)
     assert df["error"].iloc[0] == ""
-    a = df.attrs["kernels"][0]
+    a = engine.run_info(df).kernels[0]
     a = a[a["op_class"] == "ATTN"]
     assert set(a["heads"]) == {8.0} and set(a["kv_heads"]) == {8.0}
 

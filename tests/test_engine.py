@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from neusight_core import engine, latency, predictors, scenario
+from neusight_core import engine, latency, predictors, request, scenario
 
 SCENARIOS = [
     scenario.scenario("gpt2_large", "H100", 2, 128, "inf", **scenario.PAPER),
@@ -66,8 +66,10 @@ def test_engine_equals_predict_model_and_takes_predictor_objects():
 
 def test_keep_kernels_gives_each_row_its_kernel_table():
     out = engine.predict(SCENARIOS[:2], ["roofline"], quick=True, keep_kernels=True)
-    assert len(out.attrs["kernels"]) == 2
-    for i, k in enumerate(out.attrs["kernels"]):
+    run = engine.run_info(out)
+    assert len(run.kernels) == len(run.memory) == 2 and run.tables == 2 and run.total_s >= run.predict_s > 0
+    assert engine.run_info(out[out["e2e_ms"] > 0]) is run        # pandas' copies share it, kernel tables and all
+    for i, k in enumerate(run.kernels):
         assert k["pred_ms"].sum() == pytest.approx(out["e2e_ms"].iloc[i], rel=1e-9)
         assert k["count"].sum() == out["kernels"].iloc[i]
 
@@ -90,8 +92,8 @@ def test_jobs_are_typed_predictor_seed_pairs():
         def predict(self, kernels, device):
             raise AssertionError("not called here")
     obj = Trained()
-    assert engine.jobs("roofline", 2) == [engine.Job("roofline", 2)]
-    assert engine.jobs(["neusight", "li"], (0, 1)) == [("neusight", 0, None), ("neusight", 1, None),
+    assert request.jobs("roofline", 2) == [request.Job("roofline", 2)]
+    assert request.jobs(["neusight", "li"], (0, 1)) == [("neusight", 0, None), ("neusight", 1, None),
                                                       ("li", 0, None), ("li", 1, None)]
-    assert engine.jobs(obj, (0, 1)) == [engine.Job("mine", 7, obj)]
-    assert engine.jobs([("variant A", obj), "roofline"], [3]) == [("variant A", 7, obj), ("roofline", 3, None)]
+    assert request.jobs(obj, (0, 1)) == [request.Job("mine", 7, obj)]
+    assert request.jobs([("variant A", obj), "roofline"], [3]) == [("variant A", 7, obj), ("roofline", 3, None)]

@@ -11,12 +11,12 @@ import textwrap
 import pandas as pd
 import pytest
 
-from neusight_core import paths, sweep
+from neusight_core import engine, paths, sweep
 
 
 def _part(i, n=3):
     df = pd.DataFrame({"model": [f"m{i}"] * n, "e2e_ms": [float(i)] * n, "error": [""] * (n - 1) + ["bad"]})
-    df.attrs.update(tables_s=0.5, total_s=1.0)
+    df.attrs[engine.RUN_KEY] = engine.RunInfo(tables_s=0.5, total_s=1.0)
     return df
 
 
@@ -97,9 +97,7 @@ CHILD = textwrap.dedent("""
         if i == 2:
             print("ready", flush=True)
             time.sleep(60)
-        df = pd.DataFrame({"model": [f"m{i}"] * 2, "error": ["", ""]})
-        df.attrs.update(tables_s=0.0, total_s=0.0)
-        return df
+        return pd.DataFrame({"model": [f"m{i}"] * 2, "error": ["", ""]})     # no RunInfo: zero seconds
     try:
         sweep.write_csv(sweep.CsvTarget(sys.argv[1]), range(4), run, progress=False)
     except KeyboardInterrupt:

@@ -26,7 +26,7 @@ import pandas as pd
 
 from neusight_core.studies import evaluation as ev
 from neusight_core.studies import paper_tables as pt
-from neusight_core import latency
+from neusight_core import engine, latency
 from neusight_core import schema
 from neusight_core.studies.errors import ape
 from neusight_core.schema import OpClass
@@ -75,7 +75,7 @@ def predict_configs(index: pd.DataFrame, predictors=ev.RELEASE_PREDICTORS,
 def spread(index: pd.DataFrame, long: pd.DataFrame, predictors=ev.RELEASE_PREDICTORS, seeds=(0,)) -> pd.DataFrame:
     """``predict_configs``' frame from ``sweep_configs``' tidy frame of the same ``index`` (notebook 04 sweeps
     once and reuses the frame for the seed tables)."""
-    wall = long.attrs.get("total_s", np.nan) / max(len(index), 1)
+    wall = (engine.run_info(long).total_s if engine.RUN_KEY in long.attrs else np.nan) / max(len(index), 1)
     return _spread(index, long, [""] * len(index), wall, predictors, seeds)
 
 
@@ -92,7 +92,7 @@ def sweep_configs(index: pd.DataFrame, predictors=ev.RELEASE_PREDICTORS, quick: 
     out = pd.concat([extra, long.drop(columns=[]).reset_index(drop=True)], axis=1)
     out["error"] = [b or e for b, e in zip(bad * reps, out["error"])]
     out["ape"] = ape(out["label_e2e_ms"], out["e2e_ms"].where(out["error"] == ""))
-    out.attrs.update({k: v for k, v in long.attrs.items() if not isinstance(v, (pd.DataFrame, pd.Series))})
+    out.attrs = dict(long.attrs)         # the sweep's RunInfo (no kernel tables: the sweep keeps none)
     return out
 
 

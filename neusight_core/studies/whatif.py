@@ -195,7 +195,8 @@ def floors_table(model: str = "llama2_7b", gpu=H100, dtype: str = Precision.BF16
                                attention="eager", execution="graph") for _, s, past in steps], [pred],
                          keep_kernels=True, raise_errors=True)
     rows = []
-    for (work, s, past), total, pk, m in zip(steps, got["e2e_ms"], got.attrs["kernels"], got.attrs["memory"]):
+    run = engine.run_info(got)
+    for (work, s, past), total, pk, m in zip(steps, got["e2e_ms"], run.kernels, run.memory):
         f = floors(pk, gpu, m["weights_gib"] * 2**30)
         gemm = pk["op_class"].isin(common.PEAK_GEMM_CLASSES)
         # the floor of the GEMMs alone: the larger of their FLOPs at the peak and the weights at the bandwidth
