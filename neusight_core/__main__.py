@@ -358,7 +358,7 @@ def _sweep(a) -> int:
         for n in names:
             if latency.conv_by_roofline(n, quick):
                 print(f"NOTE: {n}: the convolutions of the image models (column CONV_ms) are predicted by the roofline: "
-                      "no trained convolution model (issue 26); an extrapolation, no measured latency of an image "
+                      "no trained convolution model; an extrapolation, no measured latency of an image "
                       "model validates it", file=sys.stderr)
     weighted = [n for n in names if registry.CLASSES[n].has_weights]
     said = (f"{'quick' if quick else 'full'} weights of {', '.join(weighted)} seed(s) {', '.join(map(str, seeds))}"

@@ -12,7 +12,7 @@ import torch
 from neusight_core import schema
 from neusight_core.schema import OpClass
 
-_NO_CONV = (math.nan,) * len(schema.CONV_COLUMNS)   # the conv parameters of a non-CONV row (issue 26)
+_NO_CONV = (math.nan,) * len(schema.CONV_COLUMNS)   # the conv parameters of a non-CONV row
 
 # Ops that launch no kernel: views/metadata, allocation without initialisation, host syncs.
 NO_KERNEL = {
@@ -44,7 +44,7 @@ UNARY = {"tanh": "tanh", "relu": "relu", "gelu": "gelu", "silu": "gelu", "sigmoi
          "relu_": "relu", "tanh_": "tanh", "exp_": "tanh", "neg_": "mulu", "sqrt_": "powu",
          "rsqrt_": "powu", "clamp_": "relu", "clamp_min_": "relu", "sin": "tanh", "cos": "tanh"}
 REDUCTION = {"sum", "mean", "_adaptive_avg_pool2d"}   # -> VEC add over the reduced elements
-# Batch norm (issue 26) -> VEC "mul": a multiply-add per element once the per-channel statistics are known.
+# Batch norm -> VEC "mul": a multiply-add per element once the per-channel statistics are known.
 # FLOPs per element as for layer norm (SPEC 3.1: 6; the same mean / variance / normalise / affine work) in
 # training, forward and backward; 2 (scale and shift with the running statistics) in inference. Not
 # LAYERNORM: that class's rows are the normalised rows of H elements, a batch norm reduces one channel
@@ -53,7 +53,7 @@ BATCHNORM = {"native_batch_norm", "_native_batch_norm_legit", "_native_batch_nor
              "cudnn_batch_norm", "miopen_batch_norm", "native_batch_norm_backward",
              "cudnn_batch_norm_backward", "miopen_batch_norm_backward"}
 BATCHNORM_INFERENCE = {"_native_batch_norm_legit_no_training"}
-# 2-D convolutions (issue 26): forward, and the backward that computes the input and / or weight gradient
+# 2-D convolutions: forward, and the backward that computes the input and / or weight gradient
 # (split into one row each, see conv_rows).
 CONV = {"convolution", "convolution_backward"}
 # Memory-bound ops (bytes / bandwidth in every predictor).
@@ -73,7 +73,7 @@ MEM = {
     "lift_fresh_copy", "masked_select", "index_copy", "index_copy_", "fill_diagonal_",
     "_index_put_impl_", "split_copy", "unsqueeze_copy", "bucketize", "floor", "ceil", "round",
     "trunc", "eq_", "ne_", "native_dropout_", "squeeze_copy", "alias_copy", "unbind_copy",
-    # pooling windows (issue 26): a few compares / adds per element read, memory-bound
+    # pooling windows: a few compares / adds per element read, memory-bound
     "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward",
     "_adaptive_avg_pool2d_backward",
 }

@@ -17,7 +17,7 @@ from neusight_core import paths
 OUR_CONFIGS_DIR = Path(__file__).resolve().parent / "model_configs"
 
 
-#: Hugging Face model types traced as image models (issue 26): they take ``pixel_values`` (batch, channels,
+#: Hugging Face model types traced as image models: they take ``pixel_values`` (batch, channels,
 #: size, size) instead of ``input_ids``, so their input size is an image side (``--image-size``), not a
 #: sequence length. Only the types validated here are listed; another vision type is traced as text
 #: and fails with the tracer's one line.
@@ -51,7 +51,7 @@ NO_SDPA_MODEL_TYPES = ("switch_transformers", "resnet")
 
 def default_attention(config) -> str:
     """What Hugging Face builds a model with when nobody says (``attn_implementation`` unset): ``sdpa`` where the
-    model type supports it, else ``eager`` (issue 33). Read from the config alone: no transformers import."""
+    model type supports it, else ``eager``. Read from the config alone: no transformers import."""
     mt = (config.get("model_type") if isinstance(config, dict)
           else config_content(config).get("model_type") if isinstance(config, (str, Path))
           else getattr(config, "model_type", None))
@@ -131,7 +131,7 @@ def _config_from_dict(d: dict, where: str, name: str):
 
 
 #: size fields of a config that must be positive integers when given: zero heads divide by zero deep in the
-#: model code, zero positions let any sequence through (issue 36 item 8)
+#: model code, zero positions let any sequence through
 POSITIVE_SIZES = ("hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers",
                   "num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "intermediate_size", "n_inner",
                   "vocab_size", "n_positions", "max_position_embeddings", "head_dim", "image_size", "patch_size",

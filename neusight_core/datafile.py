@@ -1,4 +1,4 @@
-"""Data-only files for the caches (issue 24: a cache must never execute what it finds).
+"""Data-only files for the caches (a cache must never execute what it finds).
 
 :func:`write_frame` stores a DataFrame (values, dtypes, index, column labels, ``attrs``) plus a small
 JSON-able ``meta`` (e.g. a cache key) as one ``.npz`` that is read back with

@@ -27,7 +27,7 @@ Processed frame (:func:`load_collect`), one row per measured kernel:
 (docs/interfaces.md), keeping ``device``, ``latency_ms`` and the tiles, so predictors see the same
 columns in training, in the kernel-level evaluation and on traced models.
 
-Convolutions (issue 26): :func:`load_conv` reads the release's forward FP32 convolution records
+Convolutions: :func:`load_conv` reads the release's forward FP32 convolution records
 (``collect/conv/p2.1.0``; GPUs P4, P100, V100, T4 and A100-80GB PCIe -- not the same five as the other
 ops) into the same frame with ``op_class == "CONV"``, ``sub_op == "fwd"``. They are kept out of
 :func:`load_collect` (whose frame, cache and quick subset stay as they were) and joined by
@@ -232,7 +232,7 @@ def load_collect(ops=TRAIN_OPS, cache: bool = True) -> pd.DataFrame:
     return df
 
 
-# ---------------------------------------------------------------- convolutions (issue 26)
+# ---------------------------------------------------------------- convolutions
 def conv_files() -> list[Path]:
     """The release's raw forward-convolution records, one file per GPU (P4, P100, V100, T4, A100-80GB PCIe)."""
     return collect_files((CONV_OP,))

@@ -455,7 +455,7 @@ def family_for(model, batch: int, seq: int, mode: str = "inf", allow_bucket: boo
     of seq's power-of-two bucket [lo, 2 lo), lo >= MIN_SEQ, with its own samples and odd check point.
     """
     if configs.is_image_model(model):
-        return None                    # issue 26: conv output sides are floors in the image size, not polynomials
+        return None                    # conv output sides are floors in the image size, not polynomials
     if seq < MIN_SEQ:
         # below the samples' regime one polynomial in seq does not hold; the family of this seq alone
         # (linear in batch, checked at batch 3) does, and spares a full trace per batch size

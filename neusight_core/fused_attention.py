@@ -1,4 +1,4 @@
-"""Fused attention in a trace (``attention="sdpa"``, issue 33): every ``F.scaled_dot_product_attention`` call
+"""Fused attention in a trace (``attention="sdpa"``): every ``F.scaled_dot_product_attention`` call
 becomes one kernel row, as FlashAttention-style kernels (cuDNN's, FlashAttention's) run it on a GPU. On meta
 tensors PyTorch would otherwise run its math fallback (Q K^T, softmax, P V as separate ops), which is eager
 attention again."""

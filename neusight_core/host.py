@@ -1,4 +1,4 @@
-"""The host's share of a step (issue 33): eager PyTorch launches every kernel from Python, one after another.
+"""The host's share of a step: eager PyTorch launches every kernel from Python, one after another.
 
 A step of eager PyTorch is bound by whichever is slower: the GPU running its kernels, or the host dispatching
 them (Python, the module code, the dispatcher, the CUDA launch). The model, with ``n`` launches, kernel sum ``t``
@@ -34,7 +34,7 @@ CUDA_LAUNCH_EXTRA_US = 4.5
 #: with AVX-512, torch 2.13, 2026-11-26: 7.6 us per traced kernel of the tiny decoder, three runs within 0.1 us) times the host-speed ratio
 #: between the lent H100's host and that machine on the same CPU micro-benchmark (``x.add_(1)``: 4.02-6.34 us
 #: there, 2.55 us here: 1.6-2.5, taken as 2.0), plus CUDA_LAUNCH_EXTRA_US. No end-to-end measurement set it.
-#: Hosts differ: the issue's two H100 machines ran the same decode step at 20.7 and 34.8 ms. Give yours with
+#: Hosts differ: two H100 machines (measured 2026-11-26) ran the same decode step at 20.7 and 34.8 ms. Give yours with
 #: NEUSIGHT_HOST_LAUNCH_US (or ``calibrate()`` on it).
 DEFAULT_LAUNCH_US = 19.7     # 7.6 x 2.0 + 4.5
 

@@ -1,4 +1,4 @@
-"""The shortest time a kernel occupies the GPU, in BF16 / FP16 steps (issue 33).
+"""The shortest time a kernel occupies the GPU, in BF16 / FP16 steps.
 
 A kernel, however little it does, holds the GPU for a few microseconds: its blocks are scheduled, run and
 retired before the next kernel starts. NVIDIA's measured kernels (``aiconfigurator-core``, SPEC section 10) show
@@ -9,11 +9,11 @@ extrapolating below the smallest kernel they were trained on, at 0.001-0.3 us. S
 kernel's time is at least the floor: the median over the database's training GPUs (the held-out ones stay sealed)
 of the shortest kernel measured on each, 2.41 us with package 0.12.0; ``DEFAULT_FLOOR_US`` without the database.
 One floor for every GPU, not one per GPU: a GPU that is not in the database has no measured floor, and a GPU
-feature that cannot change a kernel's speed must not change its prediction (issue 34: a per-name floor made an
+feature that cannot change a kernel's speed must not change its prediction (a per-name floor made an
 H100 with more memory faster). It applies to every predictor's per-launch times (``engine``), as the host's launch
 cost does.
 
-Only BF16 / FP16 scenarios: the paper's FP32 reproduction (Tier 0/1) stays as published, as issue 33 asks; its
+Only BF16 / FP16 scenarios: the paper's FP32 reproduction (Tier 0/1) stays as published; its
 networks learned the release's timings, which start at 24 us per kernel (launch included).
 
 Where it came from: the decode steps of notebook 05's recorded runs (docs/tier2.md) missed by 45 % against their

@@ -84,7 +84,7 @@ def predict_scenario(sc, predictor="neusight", quick: bool = False, efficiency: 
                execution=sc.execution)
     from neusight_core import predictors as _pred
     pred = loaded_predictor(predictor, quick, int(seed)) if isinstance(predictor, str) else predictor
-    # which weights answered, as the CLI's --json says it (issue 36: the Python result had no such key)
+    # which weights answered, as the CLI's --json says it
     out["weights"] = _pred.describe(pred, quick)
     out.update(trace_s=run.tables_s, predict_s=run.predict_s, kernels=kernels,
                device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name,
@@ -115,8 +115,8 @@ def conv_by_roofline(predictor="neusight", quick: bool = False) -> bool:
 
 
 def conv_note(kernels: pd.DataFrame, predictor="neusight", quick: bool = False) -> str:
-    """"" or the sentence that says the convolutions of this prediction are timed by the roofline (issue 26:
-    a predictor without a convolution model, ``conv_by_roofline``), or, for one with a model, what share of the
+    """"" or the sentence that says the convolutions of this prediction are timed by the roofline (a
+    predictor without a convolution model, ``conv_by_roofline``), or, for one with a model, what share of the
     predicted time is in convolutions unlike the release's measured ones (forward 3 x 3 stride-1 FP32)."""
     conv = (kernels["op_class"] == OpClass.CONV).to_numpy()
     if not conv.any():
@@ -131,7 +131,7 @@ def conv_note(kernels: pd.DataFrame, predictor="neusight", quick: bool = False) 
         if getattr(pred, "name", "") == "roofline":
             return ""
         col = lambda c, fill: kernels.get(c, pd.Series(fill, index=kernels.index))  # noqa: E731
-        # a trained conv model (issue 26, predictor side) learnt forward 3 x 3 stride-1 FP32 convolutions only
+        # a trained conv model (predictor side) learnt forward 3 x 3 stride-1 FP32 convolutions only
         # (the release's records): any other convolution is an extrapolation of it, except the 1 x 1 ones a
         # recipe predicts as GEMMs (``as_gemm``: its LINEAR network, trained on GEMMs, not on convolutions)
         measured = (conv & col("sub_op", "").eq("fwd").to_numpy() & col("conv_k", np.nan).eq(3).to_numpy()
@@ -152,5 +152,5 @@ def conv_note(kernels: pd.DataFrame, predictor="neusight", quick: bool = False) 
             return ""
         return "; ".join(parts) + ": extrapolations, no measured latency of an image model validates them"
     return (f"convolutions ({pct(conv)} of the predicted time) are predicted by the roofline: this predictor "
-            "has no trained convolution model (issue 26); an extrapolation, no measured latency of an image "
+            "has no trained convolution model; an extrapolation, no measured latency of an image "
             "model validates it")

@@ -1,4 +1,4 @@
-"""Row values of measured kernels (issue 36): what ``measured_kernels`` checks in every BF16 row it reads.
+"""Row values of measured kernels: what ``measured_kernels`` checks in every BF16 row it reads.
 
 Every BF16 row read must have a finite, positive latency
 within ``LATENCY_MAX_MS``, positive dims (GEMM m, n, k; attention batch, tokens, heads, KV heads <= heads, head

@@ -1,4 +1,4 @@
-"""Measured BF16 kernels of other GPUs: NVIDIA's aiconfigurator-core database as kernel tables (issue 25).
+"""Measured BF16 kernels of other GPUs: NVIDIA's aiconfigurator-core database as kernel tables.
 
 ``aiconfigurator-core`` (PyPI, Apache-2.0, pinned to 0.12.0 in requirements.txt) ships measured kernel
 latencies under ``aiconfigurator_core/systems/data/<system>/<op>/<framework>/<version>/*.parquet``. This
@@ -6,7 +6,7 @@ module reads them through ``importlib.resources`` (nothing is copied into the re
 into the kernel table of ``trace.trace_model`` / ``dataset.to_kernels`` (docs/interfaces.md), so that the
 predictors can be trained and judged on them.
 
-The split (fixed by issue 25; :func:`split`):
+The split (fixed before anything was trained; :func:`split`):
 
 - training: A100 SXM (80 GB), H100 SXM, H200 SXM, L40S (package systems ``a100_sxm``, ``h100_sxm``,
   ``h200_sxm``, ``l40s``);
@@ -59,7 +59,7 @@ features of ``dataset.join_device_features``, plus:
 A missing package, a changed layout (no data folder, no file for a GPU, a missing column, an unreadable
 file) or a refused GPU is one line: :class:`MeasuredDataError` (:class:`SealedGPUError` for sealed GPUs).
 
-Values are checked too (issue 36): ``measured_checks.validate``.
+Values are checked too: ``measured_checks.validate``.
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ PACKAGE = "aiconfigurator_core"
 DISTRIBUTION = "aiconfigurator-core"
 PINNED_VERSION = "0.12.0"
 
-#: issue 25's split, as the package names its systems
+#: the split, as the package names its systems
 TRAINING = ("a100_sxm", "h100_sxm", "h200_sxm", "l40s")
 HELD_OUT = ("b200_sxm", "gb200")
 SEALED = ("b300_sxm", "gb300", "rtx_pro_6000_server", "b60")
@@ -104,7 +104,7 @@ ATTENTION_EXTRA = ("seq_q", "seq_kv", "heads", "kv_heads", "head_dim", "window",
 
 
 class SealedGPUError(MeasuredDataError):
-    """A sealed GPU of issue 25 was asked for: its data is kept for independent checks and never read here."""
+    """A sealed GPU was asked for: its data is kept for independent checks and never read here."""
 
 
 # ---------------------------------------------------------------- the package and the split
@@ -137,7 +137,7 @@ def data_root(root: str | Path | None = None) -> Path:
 
 def unavailable(root: str | Path | None = None) -> str | None:
     """Why the database cannot be read here (the one line of :func:`data_root`'s error: the optional package is
-    not installed, or its layout changed), or None. Asked before training anything that needs it (issue 36)."""
+    not installed, or its layout changed), or None. Asked before training anything that needs it."""
     try:
         data_root(root)
     except MeasuredDataError as e:
@@ -146,7 +146,7 @@ def unavailable(root: str | Path | None = None) -> str | None:
 
 
 def split() -> dict:
-    """Issue 25's split: ``training`` and ``held_out`` as catalogue names, ``sealed`` as package system names."""
+    """The split: ``training`` and ``held_out`` as catalogue names, ``sealed`` as package system names."""
     return {"training": tuple(CATALOGUE[s] for s in TRAINING), "held_out": tuple(CATALOGUE[s] for s in HELD_OUT),
             "sealed": SEALED}
 
@@ -171,7 +171,7 @@ def resolve(gpu: str, allow_sealed: bool = False) -> str:
     gpu = str(gpu)
     if gpu in SEALED or _is_sealed(gpu):
         if not allow_sealed:
-            raise SealedGPUError(f"GPU {gpu!r} is sealed in issue 25 (kept for independent checks): its measured "
+            raise SealedGPUError(f"GPU {gpu!r} is sealed (kept for independent checks): its measured "
                                  f"kernels are never read here")
         return next((s for s in SEALED if devices.normalise_name(s) == devices.normalise_name(gpu)), gpu)
     if gpu in CATALOGUE:
@@ -183,7 +183,7 @@ def resolve(gpu: str, allow_sealed: bool = False) -> str:
     for s, n in CATALOGUE.items():
         if n == name:
             return s
-    raise MeasuredDataError(f"GPU {gpu!r} is not in issue 25's split (training: {', '.join(TRAINING)}; held out: "
+    raise MeasuredDataError(f"GPU {gpu!r} is not in the measured kernels' split (training: {', '.join(TRAINING)}; held out: "
                             f"{', '.join(HELD_OUT)}); the package's other GPUs are not used")
 
 

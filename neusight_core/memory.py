@@ -1,4 +1,4 @@
-"""Memory footprint of a prediction, per GPU, against the device's memory (extension, issue 11).
+"""Memory footprint of a prediction, per GPU, against the device's memory (extension).
 
 ``footprint(kernels, device, optimizer="adamw", master_weights=True)`` takes the kernel table ONE GPU
 runs (``trace.trace_model`` -> optional ``parallel.apply_plan``) and returns the bytes of

@@ -93,7 +93,7 @@ def _make_switch_forward(mlp):
 
 def model_inputs(model, cfg, batch: int, seq: int, train: bool, dtype=torch.float32) -> dict:
     if configs.is_image_model(cfg):
-        # image models (issue 26): a batch of square images, seq = their side; the classification head's
+        # image models: a batch of square images, seq = their side; the classification head's
         # loss takes one class label per image
         kw = {"pixel_values": torch.zeros((batch, int(cfg.num_channels), seq, seq), dtype=dtype, device="meta")}
         if train:

@@ -242,7 +242,7 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
                 r["B"] = float(math.ceil(r["B"] / n))
                 split = True
         elif c == OpClass.ATTN:
-            # fused attention (issue 33): each GPU runs its 1/n of the query heads and 1/kvw of the K/V heads;
+            # fused attention: each GPU runs its 1/n of the query heads and 1/kvw of the K/V heads;
             # FLOPs and traffic follow the query heads (the K/V part of the traffic is approximated the same way)
             h = float(r["heads"])
             r["heads"] = float(math.ceil(h / n))

@@ -1,4 +1,4 @@
-"""The predictor registry (issue 23): which predictors exist, how they are named, coloured, seeded and
+"""The predictor registry: which predictors exist, how they are named, coloured, seeded and
 configured, read from ``predictors/registry.yaml``. No torch, no pandas: the CLI's parser reads it.
 
 A new predictor is one entry in that file (plus its module); the CLI's choices, the sweep, notebook 03's and

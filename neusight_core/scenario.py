@@ -1,4 +1,4 @@
-"""One prediction request, validated once (issue 23): the CLI, ``latency.predict_model`` and the sweep all
+"""One prediction request, validated once: the CLI, ``latency.predict_model`` and the sweep all
 build a :class:`Scenario` with :func:`scenario`, so a request is accepted or refused the same way
 everywhere, with the same one-line ``LatencyInputError``.
 
@@ -37,7 +37,7 @@ def device_of(device):
 # a bare wrong number.
 LINK_LIMITS_GBS = (0.001, 100_000.0)
 #: what a GPU can have; a device entry outside is a typo or a unit mistake (a tensor peak of 1e-9 GFLOPS predicted a
-#: GEMM at 8e11 ms, issue 36), refused when the GPU is used, naming the file it came from
+#: GEMM at 8e11 ms), refused when the GPU is used, naming the file it came from
 DEVICE_LIMITS = {"num_sm": (1, 10_000), "mem_bw_gbs": (1.0, 100_000.0), "fp32_gflops": (1.0, 10_000_000.0),
                  "fp32_vec_gflops": (1.0, 10_000_000.0), "mem_gb": (0.1, 10_000.0), "l2_mb": (0.0, 10_000.0),
                  "link_gbs": LINK_LIMITS_GBS, "tf32_tensor_gflops": (1.0, 100_000_000.0),
@@ -124,7 +124,7 @@ def is_image(model) -> bool:
 def input_size(model, seq=None, image_size=None) -> int:
     """The size the tracer takes (its ``seq`` argument): the sequence length of a text model, the image
     side of an image model (default ``configs.DEFAULT_IMAGE_SIZE``). The option of the other kind is
-    refused with one line (issue 26); so is a text model without a sequence length."""
+    refused with one line; so is a text model without a sequence length."""
     from neusight_core import configs
     name = model if isinstance(model, (str, Path)) else getattr(model, "name_or_path", "the model")
     if is_image(model):
@@ -140,7 +140,7 @@ def input_size(model, seq=None, image_size=None) -> int:
 
 
 def check_image_request(name, past, parallel) -> None:
-    """What an image model cannot be asked (issue 26): a KV cache, and the TP / PP plans (``parallel.py``
+    """What an image model cannot be asked: a KV cache, and the TP / PP plans (``parallel.py``
     splits transformer blocks the Megatron way; data parallelism is modelled)."""
     if past:
         raise LatencyInputError(f"a KV cache (--past) is for text decoders: {name} is an image model")
@@ -264,7 +264,7 @@ class Scenario:
         return asdict(self)
 
 
-#: The paper's setting (issue 33): eager attention, the step as its kernel sum. The reproduction (Tier 0/1) asks for
+#: The paper's setting: eager attention, the step as its kernel sum. The reproduction (Tier 0/1) asks for
 #: it explicitly; a question that does not say gets what people run (``scenario``'s defaults).
 PAPER = {"attention": "eager", "execution": "graph"}
 

@@ -27,10 +27,10 @@ class OpClass(_Word):
     """Every ``op_class`` a kernel table may hold, in the order tables and sweep columns list them.
 
     MEM: copies / layout changes; COMM: collectives of a parallel plan; UNCLASSIFIED: aten ops the tracer does not
-    know (predicted as memory-bound). CONV (issue 26): 2-D convolutions (forward, gradient of the input, gradient of
-    the weight), with their implicit-GEMM dims and conv parameters. ATTN (issue 25): a fused attention kernel
+    know (predicted as memory-bound). CONV: 2-D convolutions (forward, gradient of the input, gradient of
+    the weight), with their implicit-GEMM dims and conv parameters. ATTN: a fused attention kernel
     (FlashAttention-style prefill or decode, ``sub_op``), measured in NVIDIA's database (``measured_kernels``); the
-    tracer emits it with ``attention="sdpa"`` (issue 33: one row per layer and phase, ``sub_op`` prefill / decode /
+    tracer emits it with ``attention="sdpa"`` (one row per layer and phase, ``sub_op`` prefill / decode /
     backward), eager attention is traced as BMM + softmax."""
     BMM = "BMM"
     LINEAR = "LINEAR"
@@ -135,7 +135,7 @@ TENSOR_PRECISIONS = precisions(lambda p: p.has_tensor_peak)
 HALF_PRECISIONS = precisions(lambda p: p.is_half)
 ELEMENT_BYTES = {p.value: p.bytes for p in Precision}
 
-#: The columns of a CONV row's parameters (issue 26; NaN on other rows): in- / out-channels, kernel side,
+#: The columns of a CONV row's parameters (NaN on other rows): in- / out-channels, kernel side,
 #: input side, stride, padding, groups (docs/interfaces.md, "Kernel table").
 CONV_COLUMNS = ("conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups")
 
@@ -150,7 +150,7 @@ ATTN_BACKWARD_FLOPS = 2.5
 #: On the lent H100 (docs/tier2/2026-11-26-h100-modern, cuDNN's kernels, batch 4 x 2,048 tokens) the backward took
 #: 2.55 and 2.56 times the forward of the same shape (Llama-3.2-1B, Qwen2.5-1.5B): a check, not where 2.5 came from.
 
-#: How a model's attention runs (issue 33): ``eager`` = the paper's (Q K^T, softmax, P V as separate kernels),
+#: How a model's attention runs: ``eager`` = the paper's (Q K^T, softmax, P V as separate kernels),
 #: ``sdpa`` = one fused kernel per layer and phase (``torch.nn.functional.scaled_dot_product_attention``, what
 #: Hugging Face picks by default for the models that support it).
 ATTENTIONS = ("eager", "sdpa")
@@ -160,7 +160,7 @@ ATTENTIONS = ("eager", "sdpa")
 MODES = ("inf", "train")
 PLANS = ("dp", "tp", "pp")
 
-#: How a step is launched (issue 33): ``graph`` = the kernels back to back (CUDA graphs, torch.compile with
+#: How a step is launched: ``graph`` = the kernels back to back (CUDA graphs, torch.compile with
 #: cudagraphs, serving engines): the step is the kernel sum; ``eager`` = eager PyTorch, the host dispatching each
 #: kernel (``host.py``): the step is at least the host's launch time.
 EXECUTIONS = ("eager", "graph")

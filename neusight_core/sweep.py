@@ -7,7 +7,7 @@
 How a sweep runs
 1. Every configuration (model, device, batch, seq, mode, fusion, parallel plan, gpus, micro-batches,
    link bandwidth, past) is checked; a bad one gets its message in the ``error`` column and the
-   sweep goes on. Image models (issue 26) have an ``image_size`` instead of a ``seq`` (the column of
+   sweep goes on. Image models have an ``image_size`` instead of a ``seq`` (the column of
    the other kind is empty); their tables are always traced (no shape derivation across image sizes).
 2. Kernel tables are needed per (model, batch, seq, mode, options), not per device. Plain tables of a
    derivable family (``derive.py``) are evaluated for all their (batch, seq) points at once; the rest
@@ -67,7 +67,7 @@ def grid(models, devices, batches, seqs=None, modes=("inf",), fusion=False, para
          execution=None) -> pd.DataFrame:
     """The full product of the arguments (each a value or a list; repeated values count once) as a
     configuration frame. An empty list is an error (it would make an empty sweep). Text models take the
-    ``seqs``, image models the ``image_sizes`` (default 224; issue 26); sizes for a kind no model is of,
+    ``seqs``, image models the ``image_sizes`` (default 224); sizes for a kind no model is of,
     or text models without ``seqs``, are an error."""
     lists = dict(models=models, devices=devices, batches=batches, seqs=seqs, modes=modes, fusion=fusion,
                  parallel=parallel, gpus=gpus, micro_batches=micro_batches, link_gbs=link_gbs, past=past,
@@ -142,7 +142,7 @@ class CsvTarget:
 
     A regular file (or a new name in a writable folder) is written aside (``.NAME.PID.tmp``) and renamed over it
     when the sweep is done, so an interrupted sweep leaves the old file as it was. Interrupted (Ctrl-C, SIGTERM:
-    ``write_csv``), the parts already written are kept as ``partial_path`` (issue 36), never as a hidden .tmp. A
+    ``write_csv``), the parts already written are kept as ``partial_path``, never as a hidden .tmp. A
     symlink is followed (the link stays, its target gets the rows). Anything else that is not a folder
     (``/dev/null``, a pipe) is written through as it is, never replaced."""
 
@@ -212,7 +212,7 @@ class _Terminated(SystemExit):
 @contextlib.contextmanager
 def _sigterm_raises():
     """SIGTERM raises ``_Terminated`` in the main thread (its default kills the process at once, which left the
-    hidden .tmp for good; issue 36). Elsewhere (a thread) nothing changes."""
+    hidden .tmp for good). Elsewhere (a thread) nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

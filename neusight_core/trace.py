@@ -40,7 +40,7 @@ KERNEL_COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", 
 # Extra columns after KERNEL_COLUMNS: `reads` / `writes` = tuples of (buffer key, bytes) per kernel, the
 # data dependencies fusion.fuse needs (a key names one tensor buffer within one trace), and
 # `precision` (fp32 | tf32 | fp16 | bf16): the arithmetic the kernel runs in, which picks the GEMM peak.
-# Then schema.CONV_COLUMNS (issue 26): the parameters of a 2-D convolution, NaN on every other row.
+# Then schema.CONV_COLUMNS: the parameters of a 2-D convolution, NaN on every other row.
 
 _DTYPE_PRECISION = {p.torch_dtype: p.value for p in Precision if p is not Precision.TF32}
 
@@ -52,7 +52,7 @@ from neusight_core import schema  # noqa: E402
 from neusight_core import kernel_table  # noqa: E402
 from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs, load_config  # noqa: E402,F401
 
-_NO_ATTN = (math.nan,) * len(schema.ATTN_COLUMNS)   # the fused-attention geometry of other rows (issue 33)
+_NO_ATTN = (math.nan,) * len(schema.ATTN_COLUMNS)   # the fused-attention geometry of other rows
 
 
 from neusight_core import fused_attention  # noqa: E402
@@ -285,7 +285,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     The cache is filled before recording (it exists before the step); the step's own cache
     append (a ``cat`` per layer, as HF's eager decode runs it) is recorded.
 
-    Image models (``configs.is_image_model``: ResNet, ViT; issue 26) take ``pixel_values`` of shape
+    Image models (``configs.is_image_model``: ResNet, ViT) take ``pixel_values`` of shape
     (batch, channels, seq, seq): ``seq`` is the image side in pixels (``TableInfo.image_size``; 0 for text
     models). A ViT is built for that side (``image_size`` set in its config, so its position embeddings
     have one entry per patch, as when fine-tuning at a new resolution). No KV cache for them.
@@ -297,7 +297,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     holds each kernel's arithmetic; predictors take the GEMM peak from it. Precisions other than
     fp32 are an extension: the predictors were trained and validated on FP32 kernels.
 
-    ``attention`` (eager | sdpa, issue 33): eager is the paper's (Q K^T, softmax and P V as separate kernels, the
+    ``attention`` (eager | sdpa): eager is the paper's (Q K^T, softmax and P V as separate kernels, the
     S x S scores in memory); sdpa builds the model with fused attention, as Hugging Face does by default, and each
     attention call is one ATTN row (``sub_op`` prefill when more than one query token, decode for one, backward
     for its gradient) with the ``schema.ATTN_COLUMNS`` geometry; no S x S tensor is allocated.

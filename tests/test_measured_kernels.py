@@ -124,7 +124,7 @@ def test_a_gpu_name_means_what_the_catalogue_says():
     so the measured-kernel loader does not read it as the database's 80 GB A100 SXM; it says it is not in the split."""
     from neusight_core import devices
     assert devices.get_device("A100 SXM").name == "NVIDIA_A100-SXM4-40GB"
-    with pytest.raises(mk.MeasuredDataError, match="'A100 SXM' is not in issue 25's split"):
+    with pytest.raises(mk.MeasuredDataError, match="'A100 SXM' is not in the measured kernels' split"):
         mk.resolve("A100 SXM")
 
 

@@ -81,7 +81,7 @@ def test_summary_says_where_each_recipe_trained(tmp_path, monkeypatch):
     _meta(P.folder("neusight-paper", False, 2), None, 900.0)
     lines = run_summary.weights_lines(quick=False)
     assert lines == ["- neusight-paper (full weights) in 177-900 s per seed: seeds 0, 1 trained on " + gpu
-                     + "; seed 2 trained on cpu (not recorded: trained before issue 36)"]
+                     + "; seed 2 trained on cpu (not recorded: trained before training devices were recorded)"]
     assert run_summary.weights_lines(quick=True) == []
 
 

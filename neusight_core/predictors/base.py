@@ -26,7 +26,7 @@ class PredictorLoadError(RuntimeError):
 # ---------------------------------------------------------------- (de)serialisation
 # A predictor's state (nested dicts and lists of arrays, numbers and strings) is saved as one
 # ``state.npz``: every array under a key "a<i>", and the nesting as JSON in "__skeleton__", where an
-# array is {"__npz__": "a<i>"}. Loading needs numpy only (no pickle, no torch; issue 24: nothing read
+# array is {"__npz__": "a<i>"}. Loading needs numpy only (no pickle, no torch: nothing read
 # from disk can run code). A state.npz that cannot be read (truncated, not a zip, a member missing or
 # damaged) raises PredictorLoadError; ``predictors.get`` then warns once and retrains. Weights saved by
 # earlier versions as ``state.pt`` (torch) are not read any more (torch.load unpickles): they retrain.
@@ -161,7 +161,7 @@ class KernelPredictor(abc.ABC):
         common.check_kernels(kernels)
         if self.missing_networks and getattr(self, "use_tensor_core", True):
             # weights trained without the measured-kernel database: their BF16 rows would silently go through the
-            # FP32 networks (issue 36); ``predict_extrapolated`` (use_tensor_core False) asks for exactly that
+            # FP32 networks; ``predict_extrapolated`` (use_tensor_core False) asks for exactly that
             # the rows tensor_core.network_of gives a network (not imported: tensor_core imports this module)
             half = kernels["precision"].isin(schema.HALF_PRECISIONS) if "precision" in kernels else False
             if (half & kernels["op_class"].isin((OpClass.LINEAR, OpClass.BMM, OpClass.ATTN))).any():
@@ -191,7 +191,7 @@ class KernelPredictor(abc.ABC):
             sub = kernels[usable]
             out[usable] = self._predict_model(sub, device, {k: v[usable] for k, v in dev.items()})
         other = ~usable & (cls != OpClass.COMM)
-        # CONV (issue 26) and fused attention (ATTN, issue 25) rows no model of this predictor covers: their FLOPs
+        # CONV and fused attention (ATTN) rows no model of this predictor covers: their FLOPs
         # run on the GEMM / tensor-core units, so the roofline, not bytes / bandwidth
         roof = modelled[other] | np.isin(cls[other], (OpClass.CONV, OpClass.ATTN))
         out[other] = np.where(roof, common.roofline_ms(kernels[other], {k: v[other] for k, v in dev.items()}),

@@ -12,11 +12,11 @@ from neusight_core import devices, schema
 from neusight_core.schema import OpClass, Precision
 
 # classes that run on the GEMM units and so take the GEMM (tensor-core) peak at tf32 / fp16 / bf16: the GEMMs,
-# CONV (issue 26; cuDNN's implicit GEMM) and fused attention (issue 25; its two GEMMs, QK^T and PV, dominate)
+# CONV (cuDNN's implicit GEMM) and fused attention (its two GEMMs, QK^T and PV, dominate)
 PEAK_GEMM_CLASSES = schema.op_classes(lambda c: c.on_matrix_units)
 VECTOR_CLASSES = schema.op_classes(lambda c: c.is_vector)
 MODEL_CLASSES = schema.GEMM_CLASSES + VECTOR_CLASSES
-# convolutions (issue 26): tiles and waves of their implicit GEMM, whose M already includes the batch
+# convolutions: tiles and waves of their implicit GEMM, whose M already includes the batch
 CONV_CLASSES = (OpClass.CONV,)
 PREDICTED_CLASSES = MODEL_CLASSES + CONV_CLASSES   # every class a predictor models (the others: memory-bound)
 MEMORY_CLASSES = schema.op_classes(lambda c: c.is_memory)
@@ -63,7 +63,7 @@ def total_bytes(kernels: pd.DataFrame) -> np.ndarray:
 def peak_gflops(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
     """GEMM peak for GEMMs, vector peak otherwise (they differ on AMD only).
 
-    Precision (issue 11): a GEMM row whose ``precision`` column is tf32/fp16/bf16 gets the device's
+    Precision: a GEMM row whose ``precision`` column is tf32/fp16/bf16 gets the device's
     dense tensor-core peak of that precision (``<p>_gemm_gflops`` of ``device_arrays``; the FP32
     peak on GPUs without such tensor cores). Without the column, or for fp32 rows, nothing changes."""
     gemm = kernels["op_class"].isin(PEAK_GEMM_CLASSES).to_numpy()
@@ -84,7 +84,7 @@ def element_bytes(kernels: pd.DataFrame) -> np.ndarray:
     return np.where(kernels["precision"].isin(schema.HALF_PRECISIONS).to_numpy(), 2.0, 4.0)
 
 
-#: Memory-bound classes whose FP16 / BF16 rows are predicted as their byte-equivalent FP32 kernel (issue 33).
+#: Memory-bound classes whose FP16 / BF16 rows are predicted as their byte-equivalent FP32 kernel.
 HALF_AS_FP32 = schema.op_classes(lambda c: c.is_vector)
 
 

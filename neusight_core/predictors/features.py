@@ -39,7 +39,7 @@ def alignment(kernels: pd.DataFrame) -> np.ndarray:
         low = (xi & -xi).astype(float)
         out = np.where(use, np.minimum(out, low), out)
     return np.minimum(out, ALIGN_CAP)
-# Shape inputs (issue 26, CONV): the kernel's own dims, where the per-SM ratios above cannot tell cuDNN's
+# Shape inputs (CONV): the kernel's own dims, where the per-SM ratios above cannot tell cuDNN's
 # algorithms apart (which of implicit GEMM, Winograd or FFT runs, and how well, follows the image size and the
 # channels: search c2 in docs/search_conv.jsonl). gemm_m / gemm_n / gemm_k: the (implicit) GEMM's M, N, K;
 # conv_size: the input height; batch: B.

@@ -2,7 +2,7 @@
 
 GEMMs (BMM, LINEAR): an MLP per class on (B, M, N, K, bandwidth, memory, SMs, FP32 peak), z-scored,
 predicting the latency directly (softplus output, ms), trained with a MAPE loss.
-Convolutions (CONV, issue 26): the same on the conv parameters (B, C_in, C_out, k, image size, stride,
+Convolutions (CONV): the same on the conv parameters (B, C_in, C_out, k, image size, stride,
 padding) and the GPU features, as Habitat's conv2d MLP; backward rows scaled from the forward conv by FLOPs.
 Vector ops (VEC, SOFTMAX, LAYERNORM): Habitat's wave scaling -- the latency the same op has on a
 reference training GPU (V100, interpolated in log-log over its measured records of that op by bytes

@@ -1,4 +1,4 @@
-"""NeuSight for BF16 tensor-core kernels (issue 25, step 3): GEMM and fused-attention networks trained on
+"""NeuSight for BF16 tensor-core kernels: GEMM and fused-attention networks trained on
 NVIDIA's measured kernels of the training GPUs (``measured_kernels``: A100 SXM, H100 SXM, H200 SXM, L40S).
 
 The paper's method (SPEC 3.1), at 2-byte elements and the dense BF16 tensor-core peak
@@ -144,7 +144,7 @@ def gemm_geometry(kernels: pd.DataFrame, dev: dict, tiles, splits=(1,), min_slic
     return best
 
 
-#: The GEMM network's structural inputs (recipe key ``gemm_inputs``, issue 34), each log2 unless said: what the
+#: The GEMM network's structural inputs (recipe key ``gemm_inputs``), each log2 unless said: what the
 #: per-SM ratios of ``TILE_INPUTS`` leave implicit and a GEMM library's kernel choice and a GPU's memory system
 #: act on.
 GEMM_STRUCTURE = {
@@ -389,7 +389,7 @@ def attention_rows(gpus, kinds=("prefill", "decode")) -> pd.DataFrame:
 
 
 def training_kernels(networks=NETWORKS) -> pd.DataFrame:
-    """The training GPUs' measured BF16 kernels of ``networks`` (issue 25's split: never a held-out or
+    """The training GPUs' measured BF16 kernels of ``networks`` (``measured_kernels.split``: never a held-out or
     sealed GPU)."""
     parts = []
     if "GEMM" in networks:

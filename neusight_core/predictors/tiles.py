@@ -20,7 +20,7 @@ from neusight_core import devices, schema
 from neusight_core.schema import OpClass
 
 LOOKUP_FEATURES = ("num_sm", "fp32_gflops", "mem_bw_gbs", "l2_mb", "mem_gb")
-#: the GPU features that can change a kernel's speed: ``memory=False`` looks tiles up on these alone (issue 34)
+#: the GPU features that can change a kernel's speed: ``memory=False`` looks tiles up on these alone
 SPEED_HW = ("num_sm", "fp32_gflops", "mem_bw_gbs", "l2_mb")
 LOOKUP_CLASSES = (OpClass.BMM, OpClass.LINEAR, OpClass.VEC)
 

@@ -203,7 +203,7 @@ def choose_quick(name: str, seed: int = 0, weights: str = "auto") -> bool:
     """Whether a question is answered with the quick weights. ``auto``: the full weights when they are
     trained (or train in seconds), else the quick ones, which train in seconds, so that a first question
     never starts half an hour of training unasked; full weights that are there but damaged count as missing
-    (one line on stderr names the file; issue 36); ``full`` / ``quick`` force one."""
+    (one line on stderr names the file); ``full`` / ``quick`` force one."""
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     if weights != "auto":
@@ -212,7 +212,7 @@ def choose_quick(name: str, seed: int = 0, weights: str = "auto") -> bool:
         return False
     damage = full_weights_damage(name, seed)
     if damage:
-        # issue 36: weights that match but cannot be read are as good as missing; ``get`` would retrain them
+        # weights that match but cannot be read are as good as missing; ``get`` would retrain them
         # (hours for the full recipes), which a question never starts unasked. --full (or ``train``) retrains.
         _say_damaged(name, damage)
         return True
@@ -315,7 +315,7 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
         try:
             return _completed(load(name, f), f, quick)
         except (PredictorLoadError, json.JSONDecodeError, KeyError) as e:
-            # damaged (issue 24): one line naming the file, then retrain below and save over it
+            # damaged: one line naming the file, then retrain below and save over it
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             msg = msg if isinstance(e, PredictorLoadError) else f"{f}: {type(e).__name__}: {msg}"
             warnings.warn(f"predictors: ignoring damaged weights of {name!r} ({msg}); retraining", CacheWarning,
@@ -335,7 +335,7 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
 
 # ----------------------------------------------------------------------------- BF16 networks without their data
 # The recipe ``neusight`` also trains BF16 tensor-core networks on the measured-kernel database of the optional
-# package aiconfigurator-core (``measured_kernels``). Without it (issue 36, item 3) the FP32 networks are trained
+# package aiconfigurator-core (``measured_kernels``). Without it the FP32 networks are trained
 # and saved as usual; the weights record why the BF16 networks are absent (meta.json info.tensor_core.missing),
 # their BF16 / FP16 GEMM and attention rows are refused in one line naming the package, and once the package is
 # there the next ``get`` trains the BF16 networks alone (seeded apart from the FP32 classes, so they are the ones
@@ -362,7 +362,7 @@ def _fit(p: KernelPredictor, train, quick: bool) -> None:
         _fit_without_tensor_core(p, train, quick, why)
     # what the weights were trained on: ``is_trained`` compares it, so a predictor's ``fit`` need not record it
     p.info["data_checksum"] = getattr(train, "checksum", None)
-    # where it trained (issue 36): the weights' meta.json, `describe` and SUMMARY.md say it
+    # where it trained: the weights' meta.json, `describe` and SUMMARY.md say it
     if p.trains_mlps:
         from neusight_core.predictors.nets import device_label
         p.info["trained_on"] = device_label()

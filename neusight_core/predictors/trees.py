@@ -2,9 +2,9 @@
 gradient-boosted tree (scikit-learn ``HistGradientBoostingRegressor``), trained on the rows ``TensorCoreNets`` of
 the same config and seed trains on, with no tiles, waves or utilisation.
 
-- ``shape-only tree`` (``TREE``, issue 25's ablation): log2 dims, dense BF16 peak and bandwidth
+- ``shape-only tree`` (``TREE``, an ablation): log2 dims, dense BF16 peak and bandwidth
   (``tensor_core.shape_inputs``): what the tile/wave structure is worth over a plain regression;
-- ``structural tree`` (``SPEC_TREE``, issue 34's baseline to beat): the same plus what a datasheet says of the GPU's
+- ``structural tree`` (``SPEC_TREE``, the baseline to beat): the same plus what a datasheet says of the GPU's
   structure (``spec_inputs``: ridge, SM count, L2, FLOPs per byte, a 128 x 128 wave count).
 
 ``regressor`` builds the sklearn model from such settings; ``kernel_eval``'s within-GPU floor uses it too.
@@ -20,7 +20,7 @@ from neusight_core.predictors.tensor_core import DEFAULTS, network_of, shape_inp
 
 
 def spec_inputs(kernels: pd.DataFrame, dev: dict, net: str) -> np.ndarray:
-    """``shape_inputs`` plus what a GPU's datasheet says about its structure (issue 34's reference tree):
+    """``shape_inputs`` plus what a GPU's datasheet says about its structure (the reference tree):
     log2 of the ridge (peak / bandwidth), the SM count, the L2 size and the FLOPs per byte, and for GEMM rows
     log2(1 + output tiles of 128 x 128 per SM), a wave count without a tile model."""
     peak = common.peak_gflops(kernels, dev)
@@ -46,9 +46,9 @@ def spec_inputs(kernels: pd.DataFrame, dev: dict, net: str) -> np.ndarray:
 #: 1,000 at 0.05 or 63 leaves moved the leave-one-out MAPE by at most 0.4 points, so sklearn's usual values stay.
 TREE = {"inputs": "shape", "target": "roofline", "max_iter": 300, "learning_rate": 0.1, "max_leaf_nodes": 31,
         "min_samples_leaf": 20, "l2_regularization": 0.0}
-#: Issue 34's reference tree, the baseline the tile model has to beat: the same regression on ``spec_inputs``
+#: The reference tree, the baseline the tile model has to beat: the same regression on ``spec_inputs``
 #: (dims, peak, bandwidth, ridge, SM count, L2, FLOPs per byte, a 128 x 128 wave count), 600 iterations of
-#: 63 leaves at learning rate 0.05 as the issue states them (not searched here).
+#: 63 leaves at learning rate 0.05 as the task that set it states them (not searched here).
 SPEC_TREE = {**TREE, "inputs": "spec", "max_iter": 600, "learning_rate": 0.05, "max_leaf_nodes": 63}
 TREE_INPUTS = {"shape": shape_inputs, "spec": spec_inputs}
 

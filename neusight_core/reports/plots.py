@@ -244,7 +244,7 @@ def plot_latency_heatmap(rows: pd.DataFrame, title: str, note: str, ncols: int =
         t = sel.pivot_table(index="gpu_short", columns="batch", values="latency_ms", dropna=False)
         plans = sel.pivot_table(index="gpu_short", columns="batch", values="gpus", dropna=False).reindex(
             index=t.index, columns=t.columns)
-        # why a cell has no time, in the cell (issue 36 item 6): does not fit, or a split with no link model
+        # why a cell has no time, in the cell: does not fit, or a split with no link model
         fit = (sel.pivot_table(index="gpu_short", columns="batch", values="fit", aggfunc="first", dropna=False)
                .reindex(index=t.index, columns=t.columns) if "fit" in sel else None)
         z = np.log10(t.to_numpy(float))

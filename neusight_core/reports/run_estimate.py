@@ -1,4 +1,4 @@
-"""How long a run of ``./run_all.sh`` will take here, said when it starts (issue 36).
+"""How long a run of ``./run_all.sh`` will take here, said when it starts.
 
 Two sources, the better first: this machine's own last finished run of the same mode (its ``run.json`` under
 ``results/``, from a machine with the same CPU count), else the times docs/evaluators.md documents for the 2-core

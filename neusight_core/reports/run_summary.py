@@ -65,7 +65,7 @@ def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
 
     Reads ``<run>/<notebook>/metrics.json["verdicts"]`` (contract in docs/interfaces.md)."""
     by_tier: dict[int, list[tuple[NotebookResult, dict]]] = {}
-    external: list[str] = []       # verdicts {"external": true, "summary": ...} (notebook 07, issue 25)
+    external: list[str] = []       # verdicts {"external": true, "summary": ...} (notebook 07)
     for r in results:
         m = run_dir / r.name / "metrics.json"
         try:
@@ -129,7 +129,7 @@ def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
 
 
 def weights_lines(quick: bool, recipes=None, seeds=(0, 1, 2)) -> list[str]:
-    """One line per NeuSight recipe: where and how long its weights of this mode trained (issue 36: on the GPU
+    """One line per NeuSight recipe: where and how long its weights of this mode trained (on the GPU
     when there is one), from their meta.json; weights not there are not listed."""
     from neusight_core import predictors as P
     from neusight_core.reports.run_estimate import FULL_RECIPES
@@ -141,7 +141,7 @@ def weights_lines(quick: bool, recipes=None, seeds=(0, 1, 2)) -> list[str]:
                 info = json.loads((P.folder(name, quick, s) / "meta.json").read_text()).get("info", {})
             except (OSError, ValueError, AttributeError):
                 continue
-            where.setdefault(info.get("trained_on") or "cpu (not recorded: trained before issue 36)", []).append(s)
+            where.setdefault(info.get("trained_on") or "cpu (not recorded: trained before training devices were recorded)", []).append(s)
             if isinstance(info.get("train_seconds"), (int, float)):
                 secs.append(info["train_seconds"])
         if where:

@@ -238,7 +238,7 @@ def run_notebook(nb: Path, run_dir: Path, quick: bool, extra: dict | None = None
         _strip_progress(run_dir / nb.name)
         html = _export_html(run_dir / nb.name)
         if html and html.startswith("disk full"):
-            # issue 36 item 8: reported OK before, with the HTML missing
+            # reported OK before, with the HTML missing
             status, reason = "FAILED", html + ("" if not reason else f"; {reason}")
         elif html:
             reason = f"{reason}; {html}" if reason else html
@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         env = {"error": f"environment capture failed: {e}"}
     sig = interrupted.signame if interrupted else None
     try:
-        # the tarball is made after the record, which already names it (run.json said null before, issue 36);
+        # the tarball is made after the record, which already names it (run.json said null before);
         # if making it fails, the record is written again with why
         summary = write_record(run_dir, results, env, a.quick, total, sig,
                                tarball=None if interrupted else str(tarball_path(run_dir)))

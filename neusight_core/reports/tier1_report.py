@@ -1,4 +1,4 @@
-"""Notebook 04's summary and metrics (Tier 1), built from its frames (issue 23: the notebook stays thin).
+"""Notebook 04's summary and metrics (Tier 1), built from its frames (the notebook stays thin).
 
 ``Tier1Run`` gathers what the notebook computed; ``summary_markdown`` is the section of SUMMARY.md,
 ``metrics`` the ``metrics.json`` (with the Tier 1 lines of the verdict block, docs/interfaces.md).

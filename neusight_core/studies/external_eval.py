@@ -1,4 +1,4 @@
-"""External validation (issue 25, notebook 07): BF16 GEMM and fused-attention predictions against NVIDIA's
+"""External validation (notebook 07): BF16 GEMM and fused-attention predictions against NVIDIA's
 measured kernels (``measured_kernels``), per GPU x predictor x seed.
 
 Rows: per GPU one GEMM file (``tensor_core.gemm_rows``) and vLLM's attention files (``attention_rows``), of
@@ -9,14 +9,14 @@ Predictors (``COMPARED``):
 
 - ``neusight``: ``predictors.get("neusight")``, whose recipe's ``tensor_core`` networks answer the BF16 rows;
 - ``neusight FP32-extrapolated``: the same trained predictor without them (``predict_extrapolated``: the
-  FP32-trained networks at the BF16 tensor-core peak, what ``--dtype bf16`` did before issue 25);
+  FP32-trained networks at the BF16 tensor-core peak, what ``--dtype bf16`` did before the tensor-core networks);
 - ``roofline``: max(FLOPs / dense BF16 peak, bytes / bandwidth);
-- ``structural tree``: issue 34's baseline to beat (``trees.SPEC_TREE``): the same kind of tree on the
+- ``structural tree``: the baseline to beat (``trees.SPEC_TREE``): the same kind of tree on the
   dims plus what the datasheet says of the GPU's structure (ridge, SM count, L2, FLOPs per byte, a 128 x 128
   wave count), trained on the same rows and seed;
 - ``shape-only tree``: the ablation (``trees.ShapeTree``): a gradient-boosted tree on log2 dims, dense
   BF16 peak and bandwidth alone (no tiles or waves; its target is the ratio to the plain roofline), trained on the same training-GPU rows and seed
-  as the tensor-core networks; issue 25's reference regression. (It replaced a shape-only MLP of the networks'
+  as the tensor-core networks; the reference regression. (It replaced a shape-only MLP of the networks'
   size, which was a much weaker regression: 62-66 % held-out GEMM MAPE, and flattered the tiles and waves.)
 
 Metrics per (GPU, kind, predictor, seed): MAPE, median APE, 90th-percentile APE and bias (mean signed
@@ -122,7 +122,7 @@ def local_skip_reason(head: dict) -> str | None:
 
 def local_gpu_check(device_name: str, n: int = 200, seed: int = 0, quick: bool = False, timer=None, budget=None,
                     device: str = "cuda", neusight=None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """Notebook 05's part of issue 25: ``n`` of the database's BF16 GEMM shapes measured here
+    """Notebook 05's check of the BF16 GEMMs: ``n`` of the database's BF16 GEMM shapes measured here
     (``measure_local_gemms``) and every predictor of ``COMPARED`` on them (``predict_all``, ``seed``): (rows,
     per-predictor metrics with role ``LOCAL_ROLE``; None when nothing could be measured)."""
     rows = measure_local_gemms(local_gemm_shapes(n, seed), device_name, timer, budget, device)
@@ -302,7 +302,7 @@ def headline(table: pd.DataFrame, predictor: str = "neusight") -> dict:
             "attention_per_gpu": {f"{r.device} {r.kind}": round(float(r.mape), 2) for r in attn.itertuples()}}
 
 
-#: Issue 34's GEMM targets for ``neusight`` (MAPE mean over seeds, %; ``targets.yaml``, section gemm); the attention
+#: The GEMM targets for ``neusight`` (MAPE mean over seeds, %; ``targets.yaml``, section gemm); the attention
 #: targets come from the search log's ``frozen`` record (set from the training GPUs before the held-out GPUs were
 #: looked at).
 GEMM_TARGETS = targets_file.section("gemm")

@@ -237,7 +237,7 @@ def in_model_vs_alone_summary(nodes: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-# ---------------------------------------------------------------- convolutions, leave one GPU out (issue 26)
+# ---------------------------------------------------------------- convolutions, leave one GPU out
 CONV_PREDICTORS = ("roofline", "habitat", "li", "neusight")
 # what NeuSight trains in the check: the CONV network only, on the conv records alone (the recipe's other
 # classes and its extra training sets do not touch CONV, and would cost minutes per fold)

@@ -58,7 +58,7 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
     from transformers import AutoModelForCausalLM, AutoModel, AutoModelForImageClassification
     from neusight_core import configs
     cfg = copy.deepcopy(load_model_config(model))
-    # an image model (ResNet, ViT; issue 26) takes a batch of square images of side ``seq``, as the tracer does
+    # an image model (ResNet, ViT) takes a batch of square images of side ``seq``, as the tracer does
     image = configs.is_image_model(cfg)
     if image and past:
         raise ValueError(f"a decode step (past > 0) is for text decoders, not the image model {cfg.model_type!r}")
@@ -262,9 +262,9 @@ def llama_scenarios(quick: bool = False) -> list[LiveCase]:
 
 
 def vision_scenarios(quick: bool = False) -> list[LiveCase]:
-    """ResNet-50 and ViT-B/16 (issue 26) at 224 x 224, inference and training, in the paper's protocol (FP32, TF32
+    """ResNet-50 and ViT-B/16 at 224 x 224, inference and training, in the paper's protocol (FP32, TF32
     off): models the paper did not measure, so extensions."""
-    note = "image model (issue 26)"
+    note = "image model"
     s = [LiveCase(f"{m}-{mode}-224px-{b}", m, b, None, mode, extension=True, note=note, image_size=224)
          for m, mode, b in (("resnet50", "inf", 32), ("resnet50", "inf", 128), ("resnet50", "train", 64),
                             ("vit_b16", "inf", 32), ("vit_b16", "train", 32))]

@@ -103,7 +103,7 @@ def conv_kernel_sweep(quick: bool = False) -> pd.DataFrame:
     """The distinct convolutions of one ResNet-50 training step (``CONV_SWEEP``; forward, dgrad and wgrad rows
     of the tracer, ``count`` = how often each occurs in the step), in the kernel-table convention. The release
     measures forward 3 x 3 stride-1 convolutions only: the strided, 1 x 1 and 7 x 7 ones and every backward row
-    are the extrapolations of issue 26 that a GPU can check. Quick: batch 2, one row of each kind."""
+    are the convolution extrapolations that a GPU can check. Quick: batch 2, one row of each kind."""
     from neusight_core import trace_cache
     model, batch, size = CONV_SWEEP
     t = trace_cache.trace(model, 2 if quick else batch, size, "train")

@@ -1,4 +1,4 @@
-"""Notebook 05's modern section: BF16 Hugging Face steps as people run them today (issue 33).
+"""Notebook 05's modern section: BF16 Hugging Face steps as people run them today.
 
 The paper times FP32 models with eager attention at batch sizes where the GPU is busy. Here a current open
 model (configs written by us from the public config.json files, random weights) runs in BF16 with the
@@ -321,7 +321,7 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
 
 # ---------------------------------------------------------------- predictions against the measurements
 #: What each measured time is compared with: the kernel sum with the steps executed as a graph, the eager wall
-#: time with eager execution (host.py), and "before": what the tool answered before issue 33 (eager attention
+#: time with eager execution (host.py), and "before": what the tool answered before it modelled today's steps (eager attention
 #: whatever the step ran, the kernel sum, no host) against the eager wall time.
 VARIANTS = {"graph": ("kernel_ms", "graph"), "eager": ("wall_ms", "eager"), "before": ("wall_ms", "before")}
 
@@ -422,7 +422,7 @@ def _write_rows(path: Path, rows: list[dict]) -> None:
 
 if __name__ == "__main__":
     import argparse
-    p = argparse.ArgumentParser(description="notebook 05's modern section on its own (issue 33)")
+    p = argparse.ArgumentParser(description="notebook 05's modern section on its own")
     p.add_argument("--out", required=True)
     p.add_argument("--budget-s", type=float, default=300)
     p.add_argument("--quick", action="store_true")

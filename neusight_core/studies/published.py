@@ -1,4 +1,4 @@
-"""Whole-model measurements published by others (``published.yaml``), beside our predictions (issue 26).
+"""Whole-model measurements published by others (``published.yaml``), beside our predictions.
 
 ``load()`` -> one row per measurement (``set``, ``model``, ``gpu``, ``measured_on``, ``mode``, ``precision``,
 ``batch``, ``latency_ms``, ``throughput_img_s`` (NaN where the source gives a latency), ``source``, ``settings``).
@@ -70,7 +70,7 @@ def panels(t: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 def summary(t: pd.DataFrame, within_pct: float | None = None) -> pd.DataFrame:
     """Per predictor, GPU, mode and precision: rows, MAPE, the largest APE and how many rows are within
-    ``within_pct`` % of the measurement (issue 26's bar where the settings match; ``targets.yaml``, 20 %)."""
+    ``within_pct`` % of the measurement (the image models' bar where the settings match; ``targets.yaml``, 20 %)."""
     from neusight_core.studies import targets
     within_pct = targets.section("published")["within_pct"] if within_pct is None else within_pct
     ok = t[t["error"] == ""]

@@ -1,4 +1,4 @@
-"""What-if predictions on the GPUs and precisions people use now (notebook 06; extension, issue 11).
+"""What-if predictions on the GPUs and precisions people use now (notebook 06; extension).
 
 Everything here is a prediction of our NeuSight re-implementation; almost all of it is beyond what
 the paper (or this artifact) validated. Every row carries ``validation``: ``paper setting`` only for
@@ -52,8 +52,8 @@ def fp16mm_ours(predictor="neusight", quick: bool = False, peak: str = "dense", 
     2-byte elements; ``sparse`` = the same with the datasheet's "with sparsity" 1,979 TFLOPS, the
     figure the release's ``NVIDIA_H100_80GB_HBM3_TP.json`` uses; ``authors`` = that release device
     itself in FP32 accounting (4-byte elements against doubled bandwidth, L2 and memory, as the
-    authors' code ran it). ``tensor_core=False``: a predictor with BF16 / FP16 tensor-core networks (``neusight``,
-    issue 25) predicts without them (``predict_extrapolated``: its FP32 networks, as before issue 25)."""
+    authors' code ran it). ``tensor_core=False``: a predictor with BF16 / FP16 tensor-core networks (``neusight``)
+    predicts without them (``predict_extrapolated``: its FP32 networks, as before those networks existed)."""
     from neusight_core.studies import paper_tables
     if peak not in PEAKS:
         raise ValueError(f"peak must be one of {', '.join(PEAKS)}, got {peak!r}")
@@ -106,7 +106,7 @@ def scenarios(quick: bool = False) -> list[dict]:
 
 
 def validation(model: str, gpu, dtype: str, past: int = 0, tensor_core: bool = False) -> str:
-    """``tensor_core``: the predictor has BF16 tensor-core networks (``neusight``, issue 25): its bf16 / fp16
+    """``tensor_core``: the predictor has BF16 tensor-core networks (``neusight``): its bf16 / fp16
     GEMMs were then checked against measured kernels (notebook 07), its other kernels were not."""
     dev = devices.get_device(gpu)
     why = []
@@ -227,7 +227,7 @@ def floors_sentence(t: pd.DataFrame) -> str:
     return "; ".join(out) + "."
 
 
-#: The three ways a Llama-2 step can run today (issue 33), as (label, attention, execution): the paper's eager
+#: The three ways a Llama-2 step can run today, as (label, attention, execution): the paper's eager
 #: attention counted as its kernel sum, fused attention as a graph (serving engines), and fused attention in eager
 #: PyTorch (what a Hugging Face script runs, host launches included).
 EXECUTION_VARIANTS = (("eager attention, graph", "eager", "graph"), ("sdpa, graph", "sdpa", "graph"),
@@ -291,7 +291,7 @@ def _tp_degrees(max_gpus: int) -> list[int]:
 
 
 def check_parameters(gpu_price_per_hour=None, max_gpus=8) -> tuple[float | None, int]:
-    """Notebook 06's parameters, checked (issue 36 item 8: a negative price gave negative costs, ``max_gpus=0``
+    """Notebook 06's parameters, checked (a negative price gave negative costs, ``max_gpus=0``
     dropped Llama-2-70B without a word): (price or None, max_gpus); a bad one is a one-line ValueError."""
     price = None if gpu_price_per_hour in (None, "", "None") else gpu_price_per_hour
     if price is not None:
@@ -314,14 +314,14 @@ def run(gpus=None, dtypes=(Precision.BF16, Precision.FP32), quick: bool = False,
     ``max_gpus`` GPUs) whose per-GPU memory fits, or ``does not fit on max_gpus`` with no latency (a time for a
     run that cannot happen would show in every table and figure). GPUs without NVLink get no TP latency.
 
-    A grid of scenarios through the engine (issue 35: no second pipeline): the engine's memory columns choose the
+    A grid of scenarios through the engine (no second pipeline): the engine's memory columns choose the
     plan (one call per TP size, for the cells still without one; a footprint does not depend on the GPU), one
     more call predicts the chosen plans; this module adds tokens, price and the validation label."""
     from neusight_core import engine
     gpu_price_per_hour, max_gpus = check_parameters(gpu_price_per_hour, max_gpus)
     gpus = list(gpus or catalogue_gpus())
     pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
-    tensor_core = bool(getattr(getattr(pred, "tc", None), "nets", None))   # BF16 networks (issue 25)
+    tensor_core = bool(getattr(getattr(pred, "tc", None), "nets", None))   # BF16 networks
     cells = [(sc, dt) for sc in scenarios(quick) for dt in dtypes
              # fp32 (the paper's protocol): batch 1 of the smaller models, a reference
              if not (dt == Precision.FP32 and (sc["batch"] != 1 or sc["model"] == "llama2_70b"))]
@@ -358,7 +358,7 @@ def run(gpus=None, dtypes=(Precision.BF16, Precision.FP32), quick: bool = False,
         for g in gpus:
             dev = devs[g]
             if (c, g) not in chosen:
-                # issue 36 item 6: a run that cannot happen gets no time (a figure or table would show one)
+                # a run that cannot happen gets no time (a figure or table would show one)
                 m = mem[c, 1]
                 rows.append(_row(sc, dt, dev, 1, m, None, f"does not fit on {max_gpus}: needs "
                                  f"{m['memory_total_gib']:.1f} GiB on one GPU, has {dev.mem_gb:g} GiB", quick,
