@@ -1,4 +1,4 @@
-"""Issue 35: three layers, shown by the folders, each importing only from the layers below it.
+"""Three layers, shown by the folders, each importing only from the layers below it.
 
 - the forecaster core: ``neusight_core/*.py`` and ``neusight_core/predictors/``;
 - the studies, one question each: ``neusight_core/studies/``;
@@ -75,3 +75,14 @@ def test_the_scan_sees_function_level_and_relative_imports(tmp_path):
     assert got == {"studies.whatif", "reports.report", "reports.plots", "studies.live", "engine", "paths"}
     above = sorted(m for m in got if ORDER.index(_layer(m)) > ORDER.index("studies"))
     assert above == ["reports.plots", "reports.report"]
+
+
+def test_the_package_and_notebooks_name_things_not_tickets():
+    """Code and notebooks say what a thing is and why; which issue asked for it is the history's business (git log,
+    docs/). One slip is shown with its file and line."""
+    import re
+    pattern = re.compile(r"\bissue \d+", re.I)
+    hits = [f"{p.relative_to(PKG.parent)}:{i}" for p in sorted(PKG.rglob("*.py"))
+            + sorted((PKG.parent / "notebooks").glob("*.ipynb"))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not hits, hits[:10]
