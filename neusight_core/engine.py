@@ -67,8 +67,8 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     with its own ``seed``. ``memory_columns``: the footprint of every traced table too (``optimizer``,
     ``master_weights``: the training state it counts; what it reads of a table is kept, not the table); derived
     tables' footprints cost nothing and are always given. ``keep_kernels``: trace every table (no derivation) and
-    put each row's kernel table with ``pred_ms`` in ``attrs["kernels"]`` (a list, one per row; None for a
-    failed row) and each row's full ``memory.footprint`` dict in its :class:`RunInfo`. ``raise_errors``: raise a
+    keep each row's kernel table with ``pred_ms`` (None for a failed row) and its full ``memory.footprint`` dict in
+    the result's :class:`RunInfo` (``kernels``, ``memory``). ``raise_errors``: raise a
     failure (table, predictor, memory) instead of recording it (``latency.predict_model``). ``table_of``: a function
     of a request's validated fields returning its kernel table instead of the trace (``recipe_studies``' graph
     variants: the authors' graph, our trace without the mask ops); such tables are never derived. Wall times and counts
