@@ -393,4 +393,5 @@ def apply_plan(kernels: pd.DataFrame, plan: str, n: int, micro_batches: int = 1)
     else:
         out = _pp(kernels, int(n), int(micro_batches))
     out = out.drop(columns=["after"], errors="ignore")
-    return kernel_table.carry(out, out, plan=plan, gpus=int(n), micro_batches=int(micro_batches))
+    return kernel_table.attach(out, kernel_table.info(out).replace(plan=plan, gpus=int(n),
+                                                                   micro_batches=int(micro_batches)))
