@@ -165,6 +165,55 @@ def test_a_second_run_started_on_the_same_folder_stops_at_once(tmp_path):
     assert "INTERRUPTED" in (out / "SUMMARY.md").read_text()   # the first run's record, not the second's
 
 
+def test_a_signal_whose_exception_is_swallowed_still_stops_the_run(tmp_path, monkeypatch):
+    """asyncio stores an exception raised in a task's step on that task; a background task loses it.
+    The runner remembers the signal and stops after that notebook, never starting the next one."""
+    import signal
+    started = []
+
+    def fake_run(nb, run_dir, quick, extra=None):
+        started.append(nb.stem)
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)      # the handler raises here ...
+        except BaseException:                          # noqa: BLE001 ... and the kernel client swallows it
+            pass
+        return runner.NotebookResult(nb.stem, "FAILED", 0.1, "DeadKernelError: kernel died")
+
+    monkeypatch.setattr(runner, "run_notebook", fake_run)
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        code = runner.main(["--quick", "--out", str(tmp_path / "run"),
+                            "--notebooks-dir", str(paths.REPO_ROOT / "tests" / "fixtures" / "slow_notebooks")])
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert code == 128 + signal.SIGTERM and started == ["01_ok"]
+    summary = (tmp_path / "run" / "SUMMARY.md").read_text()
+    assert "| 01_ok | **INTERRUPTED** |" in summary and not (tmp_path / "run" / runner.LOCK_FILE).exists()
+
+
+def test_stop_all_kills_the_kernels_the_run_started(tmp_path):
+    """An interrupted run kills its kernels (with their process group): none outlives the runner
+    holding its console, and a notebook waiting on one ends at once."""
+    import asyncio
+    import time
+
+    from neusight_core.reports import notebook_kernel
+    km = notebook_kernel.manager_class(tmp_path / "k.log")(kernel_name="python3")
+    asyncio.run(km.start_kernel())
+    process = km.provisioner.process
+    try:
+        assert process.poll() is None and process in notebook_kernel._STARTED
+        notebook_kernel.stop_all_later(0.2).cancel()         # cancelled: the kernel lives on
+        time.sleep(0.5)
+        assert process.poll() is None
+        notebook_kernel.stop_all_later(0.2)
+        process.wait(timeout=30)
+        assert process.returncode == -9 and notebook_kernel.stop_all() == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
 # ----------------------------------------------------------------------------- --param
 def test_param_reaches_the_notebook_that_has_it(tmp_path):
     out = tmp_path / "p"

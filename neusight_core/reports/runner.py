@@ -34,12 +34,14 @@ import traceback
 from pathlib import Path
 
 from neusight_core import paths  # stdlib only: run_all.sh checks the arguments with any python3 before set-up
+from neusight_core.reports import notebook_kernel
 from neusight_core.reports.run_record import LOCK_FILE, RESERVE_FILE, environment, make_tarball, tarball_path, write_record
 from neusight_core.reports.run_summary import NotebookResult, format_params, verdict_block, write_atomic
 
 __all__ = ["NotebookResult", "claim", "discover", "main", "run_notebook", "verdict_block", "write_atomic",
            "write_record"]   # the record's names are run_record's / run_summary's, named here for the run
 NOTEBOOKS_DIR = paths.REPO_ROOT / "notebooks"
+KERNEL_GRACE_S = 10.0   # after a signal, the kernel client's own shutdown; then the kernels are killed
 
 
 class UsageError(Exception):
@@ -188,20 +190,6 @@ def _last_error_line(exc: BaseException) -> str:
     return f"{ename}: {text[-1] if text else ''}"  # whole: a cut sentence explains nothing
 
 
-def _kernel_manager(log: Path):
-    """A KernelManager whose kernel writes its own stderr (its log, not the notebook's output) to
-    ``log`` instead of the console: an interrupted or dying kernel would otherwise print tracebacks
-    over the run's progress lines. Cell output, errors included, stays in the executed notebook."""
-    from jupyter_client.manager import AsyncKernelManager
-
-    class _LoggedKernelManager(AsyncKernelManager):
-        async def _async_launch_kernel(self, kernel_cmd, **kw):
-            kw["stderr"] = open(log, "ab")  # noqa: SIM115 (the kernel process owns it)
-            return await super()._async_launch_kernel(kernel_cmd, **kw)
-
-    return _LoggedKernelManager
-
-
 def run_notebook(nb: Path, run_dir: Path, quick: bool, extra: dict | None = None) -> NotebookResult:
     import papermill as pm
 
@@ -212,7 +200,7 @@ def run_notebook(nb: Path, run_dir: Path, quick: bool, extra: dict | None = None
     try:
         pm.execute_notebook(str(nb), str(run_dir / nb.name), parameters=params, cwd=str(paths.REPO_ROOT),
                             kernel_name="python3", progress_bar=sys.stdout.isatty(), log_output=False,
-                            kernel_manager_class=_kernel_manager(run_dir / f".{nb.stem}.kernel.log"))
+                            kernel_manager_class=notebook_kernel.manager_class(run_dir / f".{nb.stem}.kernel.log"))
     except Exception as e:  # papermill raises PapermillExecutionError; keep going either way
         status, reason = "FAILED", _last_error_line(e)
         full = _disk_full_cause(e)
@@ -390,14 +378,32 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.lab is not None:
         return open_lab(a.lab)
+    # Signal handlers go in before the claim: a signal from here on is remembered (and raised once the
+    # run is under way), so the run always ends with its record and never leaves its lock behind.
+    signalled: list[_Interrupted] = []   # kept here too: asyncio may swallow the exception (notebook_kernel)
+    fallback: list = []
+    armed: list[bool] = []
+
+    def _on_signal(signum, frame):
+        signalled.append(_Interrupted(signal.Signals(signum).name, 128 + signum))
+        if armed:
+            if not fallback:
+                fallback.append(notebook_kernel.stop_all_later(KERNEL_GRACE_S))
+            raise signalled[0]
+
+    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         run_dir = claim(run_dir, default=not a.out)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
+        for s, h in old.items():
+            signal.signal(s, h)
         return 2
     try:
         reserve_space(run_dir)
     except OSError as e:
+        for s, h in old.items():
+            signal.signal(s, h)
         (run_dir / RESERVE_FILE).unlink(missing_ok=True)
         (run_dir / LOCK_FILE).unlink(missing_ok=True)
         print(f"error: {run_dir}: not even {RESERVE_BYTES // 1024} KiB free for the run's record "
@@ -406,27 +412,29 @@ def main(argv: list[str] | None = None) -> int:
     # Executed notebooks keep their outputs in the HTML: progress bars there are noise.
     os.environ.setdefault("TQDM_DISABLE", "1")
 
-    def _on_signal(signum, frame):
-        raise _Interrupted(signal.Signals(signum).name, 128 + signum)
-
-    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    print(f"NeuSight artifact: {len(notebooks)} notebook(s), {'quick' if a.quick else 'full'} mode -> {run_dir}", flush=True)
-    if not a.only:       # a whole run (the figures are for whole runs)
-        from neusight_core.reports import run_estimate
-        print(f"  {run_estimate.line(run_dir.parent, a.quick)}", flush=True)
-    for stem, given in a.params.items():
-        if given:
-            print(f"  {stem} parameters: {format_params(given)}", flush=True)
     t_start = time.time()
     results: list[NotebookResult] = []
     interrupted: _Interrupted | None = None
     try:
+        armed.append(True)
+        if signalled:
+            raise signalled[0]
+        print(f"NeuSight artifact: {len(notebooks)} notebook(s), {'quick' if a.quick else 'full'} mode -> {run_dir}",
+              flush=True)
+        if not a.only:       # a whole run (the figures are for whole runs)
+            from neusight_core.reports import run_estimate
+            print(f"  {run_estimate.line(run_dir.parent, a.quick)}", flush=True)
+        for stem, given in a.params.items():
+            if given:
+                print(f"  {stem} parameters: {format_params(given)}", flush=True)
         for i, nb in enumerate(notebooks, 1):
             print(f"[{i}/{len(notebooks)}] {nb.stem} ... (started at +{time.time() - t_start:.0f} s)", flush=True)
             t_nb = time.time()
             given = dict(a.params.get(nb.stem) or {})
             try:
                 r = run_notebook(nb, run_dir, a.quick, given)
+                if signalled:   # the signal's exception was lost inside the kernel client; its kernel was killed
+                    raise signalled[0]
             except _Interrupted:
                 results.append(NotebookResult(nb.stem, "INTERRUPTED", time.time() - t_nb, "interrupted while running",
                                               given))
@@ -444,6 +452,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"(elapsed {time.time() - t_start:.0f} s){extra}", flush=True)
     except _Interrupted as e:
         interrupted = e
+    if signalled:     # a signal between the last notebook's end and here
+        interrupted = signalled[0]
+    for timer in fallback:
+        timer.cancel()
+    notebook_kernel.stop_all()   # none outlives the run, whatever papermill left behind
     # From here on the run is written out whole: further signals wait until it is.
     for s in old:
         signal.signal(s, signal.SIG_IGN)
