@@ -13,7 +13,7 @@ import pytest
 
 from neusight_core import __main__ as cli
 from neusight_core import devices, paths
-from neusight_core.reports import run_summary, runner
+from neusight_core.reports import executed_notebook, run_summary, runner
 
 FIXTURES = paths.REPO_ROOT / "tests" / "fixtures" / "notebooks"
 SLOW_FIXTURES = paths.REPO_ROOT / "tests" / "fixtures" / "slow_notebooks"
@@ -348,6 +348,6 @@ def test_progress_bars_are_dropped_from_executed_notebooks(tmp_path):
     nb.cells = [cell]
     p = tmp_path / "x.ipynb"
     nbformat.write(nb, p)
-    runner._strip_progress(p)
+    executed_notebook.strip_progress(p)
     outs = nbformat.read(p, as_version=4).cells[0].outputs
     assert [o.get("text") for o in outs] == ["a real message on stderr\n", "100 configurations\n"]

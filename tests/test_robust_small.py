@@ -11,7 +11,7 @@ import pytest
 
 from neusight_core import configs, paths
 from neusight_core.studies import whatif
-from neusight_core.reports import runner
+from neusight_core.reports import executed_notebook, runner
 from neusight_core.__main__ import _devices, main as cli
 
 
@@ -120,8 +120,8 @@ def test_a_full_disk_during_the_html_export_fails_the_notebook(tmp_path, monkeyp
 
     def full(path, text):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
-    monkeypatch.setattr(runner, "write_atomic", full)
-    assert runner._export_html(nb) == f"disk full while writing {tmp_path / '01_x.html'}"
+    monkeypatch.setattr(executed_notebook, "write_atomic", full)
+    assert executed_notebook.export_html(nb) == f"disk full while writing {tmp_path / '01_x.html'}"
 
 
 def test_an_earlier_runs_tarball_is_never_overwritten(tmp_path):

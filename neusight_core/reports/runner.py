@@ -23,7 +23,6 @@ finished, no tarball is made, and the exit code is 130 / 143.
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import re
@@ -35,6 +34,7 @@ from pathlib import Path
 
 from neusight_core import paths  # stdlib only: run_all.sh checks the arguments with any python3 before set-up
 from neusight_core.reports import notebook_kernel
+from neusight_core.reports.executed_notebook import disk_full_cause, disk_full_reason, export_html, is_disk_full, strip_progress
 from neusight_core.reports.run_record import LOCK_FILE, RESERVE_FILE, environment, make_tarball, tarball_path, write_record
 from neusight_core.reports.run_summary import NotebookResult, format_params, verdict_block, write_atomic
 
@@ -101,63 +101,6 @@ def parse_params(items: list[str] | None, notebooks: list[Path]) -> dict[str, di
     return out
 
 
-def _export_html(ipynb: Path) -> str | None:
-    """Write ``<notebook>.html`` beside the executed notebook; None, or why it was not written. A full disk makes
-    the run's evidence incomplete (the caller fails the notebook); another export problem is said beside an OK."""
-    try:
-        from nbconvert import HTMLExporter
-        import nbformat
-
-        body, _ = HTMLExporter().from_notebook_node(nbformat.read(ipynb, as_version=4))
-        write_atomic(ipynb.with_suffix(".html"), body)
-    except Exception as e:  # an export problem must not turn an OK notebook into a failure
-        print(f"    (HTML export of {ipynb.name} failed: {e})", flush=True)
-        if is_disk_full(e):
-            return disk_full_reason(e, ipynb.with_suffix(".html"))
-        return f"HTML export failed: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
-    return None
-
-
-_BAR = re.compile(r"\d+%\|")
-
-
-def _strip_progress(ipynb: Path) -> None:
-    """Drop progress bars from an executed notebook: tqdm widgets (frozen at their first state in a
-    stored notebook, "0%|") and stderr streams made only of bar updates. Nothing else is touched."""
-    try:
-        import nbformat
-
-        nb = nbformat.read(ipynb, as_version=4)
-        changed = False
-        for cell in nb.cells:
-            outs = cell.get("outputs") or []
-            keep = []
-            for o in outs:
-                data = o.get("data") or {}
-                text = o.get("text") or ""
-                widget = "application/vnd.jupyter.widget-view+json" in data and _BAR.search(str(data.get("text/plain", "")))
-                bar_stream = (o.get("output_type") == "stream" and o.get("name") == "stderr"
-                              and all(_BAR.search(x) for x in re.split(r"[\r\n]+", text) if x.strip()) and text.strip())
-                if widget or bar_stream:
-                    changed = True
-                    continue
-                keep.append(o)
-            if len(keep) != len(outs):
-                cell["outputs"] = keep
-        if changed:
-            nbformat.write(nb, ipynb)
-    except Exception as e:  # cosmetic: never turns a notebook into a failure
-        print(f"    (could not strip progress bars from {ipynb.name}: {e})", flush=True)
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def disk_full_reason(exc: OSError, default: Path | str) -> str:
-    return f"disk full while writing {getattr(exc, 'filename', None) or default}"
-
-
 # Space set aside when a run starts and given back before its record (SUMMARY.md, run.json,
 # environment.json) is written, so that a disk filled by a notebook still leaves room to say so.
 RESERVE_BYTES = 512 * 1024
@@ -168,20 +111,6 @@ def reserve_space(run_dir: Path) -> None:
         f.write(b"\0" * RESERVE_BYTES)
         f.flush()
         os.fsync(f.fileno())
-
-
-def _disk_full_cause(exc: BaseException) -> OSError | None:
-    """The ENOSPC error behind ``exc`` (papermill wraps what the kernel or its writer raised), if any."""
-    seen = 0
-    while exc is not None and seen < 10:
-        if is_disk_full(exc):
-            return exc
-        text = str(getattr(exc, "evalue", "") or exc)
-        if "No space left on device" in text:   # raised inside the notebook's kernel: only its text comes back
-            m = re.search(r"No space left on device: '([^']+)'", text)
-            return OSError(errno.ENOSPC, "No space left on device", m.group(1) if m else None)
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return None
 
 
 def _last_error_line(exc: BaseException) -> str:
@@ -203,7 +132,7 @@ def run_notebook(nb: Path, run_dir: Path, quick: bool, extra: dict | None = None
                             kernel_manager_class=notebook_kernel.manager_class(run_dir / f".{nb.stem}.kernel.log"))
     except Exception as e:  # papermill raises PapermillExecutionError; keep going either way
         status, reason = "FAILED", _last_error_line(e)
-        full = _disk_full_cause(e)
+        full = disk_full_cause(e)
         if full is not None:
             reason = disk_full_reason(full, f"the outputs of {nb.stem} or its executed notebook")
             # the executed notebook may be cut anywhere: keep it, under a name no one takes for finished
@@ -223,8 +152,8 @@ def run_notebook(nb: Path, run_dir: Path, quick: bool, extra: dict | None = None
             except json.JSONDecodeError as e:
                 status, reason = "FAILED", f"malformed metrics.json: {e}"
     if (run_dir / nb.name).is_file():
-        _strip_progress(run_dir / nb.name)
-        html = _export_html(run_dir / nb.name)
+        strip_progress(run_dir / nb.name)
+        html = export_html(run_dir / nb.name)
         if html and html.startswith("disk full"):
             # reported OK before, with the HTML missing
             status, reason = "FAILED", html + ("" if not reason else f"; {reason}")
@@ -440,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                                               given))
                 raise
             except Exception as e:  # the runner itself must survive anything a notebook does
-                full = _disk_full_cause(e)
+                full = disk_full_cause(e)
                 if full is None:
                     traceback.print_exc()
                 r = NotebookResult(nb.stem, "FAILED", time.time() - t_nb,
