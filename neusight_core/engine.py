@@ -61,8 +61,8 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     """Predict every scenario with every predictor (and seed): one row per scenario x predictor x seed, in that
     order (predictor-major: all scenarios of the first predictor and seed, then the next), columns ``RESULT_COLUMNS``.
 
-    ``scenarios``: :class:`scenario.Scenario` objects, dicts of ``INPUTS`` fields, or a configuration frame with
-    ``INPUTS`` columns (missing ones take defaults). ``predictors``: names (trained weights by name x seed from
+    ``scenarios``: :class:`scenario.Scenario` objects or dicts of ``INPUTS`` fields (missing ones take defaults; a
+    configuration frame goes through ``sweep.run``). ``predictors``: names (trained weights by name x seed from
     ``seeds``, ``quick`` or full), trained predictor objects, or (label, predictor) pairs; an object runs once
     with its own ``seed``. ``memory_columns``: the footprint of every traced table too (``optimizer``,
     ``master_weights``: the training state it counts; what it reads of a table is kept, not the table); derived

@@ -1,6 +1,6 @@
 """One request to the engine (``engine.predict``): the fields a question has (``INPUTS``), each checked and
-normalised the same way whether it comes as a :class:`scenario.Scenario`, a dict or a configuration frame's row
-(``normalise``, ``requests``), and the kernel table it needs (``table_key``); the predictor runs it is asked of
+normalised the same way whether it comes as a :class:`scenario.Scenario` or a dict (``normalise``, ``requests``;
+a configuration frame's rows become dicts in the sweep, ``rows_of_frame``), and the kernel table it needs (``table_key``); the predictor runs it is asked of
 (``jobs``). A request that fails gets its one-line error (``message``) and the others go on.
 """
 from __future__ import annotations
@@ -92,22 +92,28 @@ def table_key(r: dict) -> tuple:
             r.get("attention") or "eager")
 
 
+def rows_of_frame(frame: pd.DataFrame) -> list[dict]:
+    """A configuration frame (columns ``INPUTS``; a missing column or a NaN cell is not given) as the engine's
+    requests, one dict per row. The engine itself takes scenarios and dicts only: this is the sweep's adapter."""
+    cfg = frame.reset_index(drop=True)
+    return [{c: (r.get(c) if c in cfg else None) for c in INPUTS} for r in cfg.to_dict("records")]
+
+
 def requests(scenarios) -> tuple[list[dict], list[dict | None], list[str]]:
-    """(the requests as given, their validated fields or None, the error of each or '')."""
+    """(the requests as given, their validated fields or None, the error of each or ''): ``scenarios`` is one
+    Scenario or dict, or a sequence of them."""
     if isinstance(scenarios, pd.DataFrame):
-        cfg = scenarios.reset_index(drop=True)
-        given = [{c: (r.get(c) if c in cfg else None) for c in INPUTS} for r in cfg.to_dict("records")]
-    else:
-        scenarios = [scenarios] if isinstance(scenarios, (Scenario, dict)) else list(scenarios)
-        given = [_row_of(s) if isinstance(s, Scenario) else {c: s.get(c) for c in INPUTS} if isinstance(s, dict)
-                 else {"_not_a_request": type(s).__name__} for s in scenarios]
-        for g, s in zip(given, scenarios):
-            if isinstance(s, dict) and set(s) - set(INPUTS):
-                g["_unknown"] = sorted(set(s) - set(INPUTS))
+        raise TypeError("engine.predict takes Scenarios or dicts of their fields, not a frame: "
+                        "sweep.run(frame) predicts a configuration frame (request.rows_of_frame)")
+    scenarios = [scenarios] if isinstance(scenarios, (Scenario, dict)) else list(scenarios)
+    given = [_row_of(s) if isinstance(s, Scenario) else {c: s.get(c) for c in INPUTS} if isinstance(s, dict)
+             else {"_not_a_request": type(s).__name__} for s in scenarios]
+    for g, s in zip(given, scenarios):
+        if isinstance(s, dict) and set(s) - set(INPUTS):
+            g["_unknown"] = sorted(set(s) - set(INPUTS))
     norm: list[dict | None] = [None] * len(given)
     err = [""] * len(given)
-    items = given if isinstance(scenarios, pd.DataFrame) else scenarios   # a Scenario is taken as validated
-    for i, (r, s) in enumerate(zip(given, items)):
+    for i, (r, s) in enumerate(zip(given, scenarios)):
         try:
             if "_not_a_request" in r:
                 raise LatencyInputError(f"a request is a Scenario or a dict of the fields {', '.join(INPUTS)}, "
@@ -115,7 +121,7 @@ def requests(scenarios) -> tuple[list[dict], list[dict | None], list[str]]:
             if "_unknown" in r:
                 raise LatencyInputError(f"unknown scenario field(s) {', '.join(r.pop('_unknown'))}; "
                                         f"the fields are {', '.join(INPUTS)}")
-            norm[i] = _row_of(s) if isinstance(s, Scenario) else normalise(r)
+            norm[i] = _row_of(s) if isinstance(s, Scenario) else normalise(r)   # a Scenario is validated already
         except Exception as e:  # noqa: BLE001 - recorded in the row
             err[i] = message(e)
     return given, norm, err

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from neusight_core import engine
+from neusight_core import engine, request
 # the engine's names for a configuration frame; compact_table / kernel_table: the tables it predicts from
 from neusight_core.engine import RESULTS
 from neusight_core.request import INPUTS, SweepInputError
@@ -129,7 +129,8 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     class, ``kernels`` (launches), ``derived`` (table from shape derivation, not a trace) and ``error``
     ('' when predicted)). ``predictors``: names, or (label, trained predictor) pairs. Wall times are in its
     ``engine.RunInfo`` (``engine.run_info(frame)``)."""
-    out = engine.predict(configs, predictors, seeds, quick=quick, progress=progress, use_derivation=use_derivation,
+    out = engine.predict(request.rows_of_frame(configs), predictors, seeds, quick=quick, progress=progress,
+                         use_derivation=use_derivation,
                          memory_columns=True)
     # every row's footprint: a traced table's from what memory.footprint reads of it (the table is not kept), a
     # derived one's from its family (derive_memory.py); the lower bound where neither exists

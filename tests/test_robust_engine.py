@@ -31,8 +31,11 @@ def test_a_bad_request_gets_its_error_and_the_others_their_answer(bad, words):
 
 
 def test_a_frame_with_an_infinite_cell():
-    df = engine.predict(pd.DataFrame([GOOD, dict(GOOD, batch=np.inf)]), "roofline")
+    from neusight_core import sweep
+    df = sweep.run(pd.DataFrame([GOOD, dict(GOOD, batch=np.inf)]), "roofline", progress=False)
     assert df["error"].iloc[0] == "" and "batch must be an integer" in df["error"].iloc[1]
+    with pytest.raises(TypeError, match="not a frame: sweep.run"):    # the engine takes scenarios and dicts only
+        engine.predict(pd.DataFrame([GOOD]), "roofline")
 
 
 def test_every_sweep_row_says_whether_it_fits():
