@@ -84,3 +84,24 @@ def test_train_verb_trains_once_and_names_the_weights(tmp_path, monkeypatch, cap
     assert "0 trained, 1 already there" in capsys.readouterr().out
     assert cli(["train", "--predictor", "nope"]) == 2
     assert "unknown predictor(s) nope" in capsys.readouterr().err
+
+
+def test_the_readmes_first_prediction_is_what_the_command_prints(capsys):
+    """The README shows the output of its first prediction (quick weights): the numbers there are the ones the
+    command prints today, not those of an older model (they went stale once, when the kernel floor came)."""
+    import re
+
+    from neusight_core import paths
+    readme = (paths.REPO_ROOT / "README.md").read_text()
+    cmd = re.search(r"\.venv/bin/neusight (predict [^\n]+)", readme).group(1).split()
+    shown = readme[readme.index(" ".join(cmd)):]
+    shown_e2e = float(re.search(r"end-to-end\s+([\d.]+) ms", shown).group(1))
+    shown_launches, shown_kernels = re.search(r"the host's (\d+) launches take [\d.]+ ms, the kernels ([\d.]+) ms",
+                                              shown).groups()
+    assert cli(cmd + ["--quick"]) == 0
+    out = capsys.readouterr().out
+    e2e = float(re.search(r"end-to-end\s+([\d.]+) ms", out).group(1))
+    launches, kernels = re.search(r"the host's (\d+) launches take [\d.]+ ms, the kernels ([\d.]+) ms", out).groups()
+    assert e2e == pytest.approx(shown_e2e, rel=0.01) and launches == shown_launches
+    # the kernels come from the quick weights, trained on this machine: equal here, within 2 % on another CPU
+    assert float(kernels) == pytest.approx(float(shown_kernels), rel=0.02), (kernels, shown_kernels)
