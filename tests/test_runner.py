@@ -191,6 +191,24 @@ def test_a_signal_whose_exception_is_swallowed_still_stops_the_run(tmp_path, mon
     assert "| 01_ok | **INTERRUPTED** |" in summary and not (tmp_path / "run" / runner.LOCK_FILE).exists()
 
 
+def test_a_signal_right_after_the_claim_leaves_no_lock(tmp_path):
+    """A SIGTERM between taking the folder's lock and the start of the notebooks is remembered: the run writes
+    its INTERRUPTED record and removes the lock (it was killed with the lock left, and the folder refused)."""
+    import signal
+    out = tmp_path / "run"
+    code = ("import os, signal, sys\n"
+            "from neusight_core.reports import runner\n"
+            "def reserve(run_dir):\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "runner.reserve_space = reserve\n"
+            f"sys.exit(runner.main(['--quick', '--out', {str(out)!r}, '--notebooks-dir', "
+            f"{str(paths.REPO_ROOT / 'tests' / 'fixtures' / 'slow_notebooks')!r}]))\n")
+    proc = subprocess.run([str(paths.REPO_ROOT / ".venv/bin/python"), "-c", code], cwd=paths.REPO_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stdout + proc.stderr
+    assert not (out / runner.LOCK_FILE).exists() and "INTERRUPTED" in (out / "SUMMARY.md").read_text()
+
+
 def test_stop_all_kills_the_kernels_the_run_started(tmp_path):
     """An interrupted run kills its kernels (with their process group): none outlives the runner
     holding its console, and a notebook waiting on one ends at once."""
