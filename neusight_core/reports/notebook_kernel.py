@@ -43,7 +43,7 @@ def manager_class(log: Path):
 
 def stop_all() -> int:
     """Kill every kernel this process started that still runs, with its process group (jupyter_client
-    starts each kernel in a session of its own). Safe in a signal handler: no locks, no waiting.
+    starts each kernel in a session of its own); never waits.
     Returns how many were running."""
     n = 0
     for process in list(_STARTED):

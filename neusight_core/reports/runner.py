@@ -297,6 +297,44 @@ class _Interrupted(BaseException):
         self.signame, self.code = signame, code
 
 
+class _Signals:
+    """SIGINT / SIGTERM of one run. Before ``arm`` a signal is only remembered; after it, it is raised as
+    ``_Interrupted`` and arms a fallback that kills the kernels after ``KERNEL_GRACE_S``, since asyncio may
+    swallow the exception (notebook_kernel); ``check`` raises a remembered one. The first signal is the one
+    reported."""
+
+    def __init__(self):
+        self.got: _Interrupted | None = None
+        self.armed = False
+        self.fallback = None
+        self.old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _on_signal(self, signum, frame):
+        self.got = self.got or _Interrupted(signal.Signals(signum).name, 128 + signum)
+        if self.armed:
+            if self.fallback is None:
+                self.fallback = notebook_kernel.stop_all_later(KERNEL_GRACE_S)
+            raise self.got
+
+    def arm(self) -> None:
+        self.armed = True
+        self.check()
+
+    def check(self) -> None:
+        if self.got is not None:
+            raise self.got
+
+    def restore(self) -> None:
+        for s, h in self.old.items():
+            signal.signal(s, h)
+
+    def ignore(self) -> None:
+        if self.fallback is not None:
+            self.fallback.cancel()
+        for s in self.old:
+            signal.signal(s, signal.SIG_IGN)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         a, notebooks, run_dir = check_args(argv)
@@ -309,30 +347,17 @@ def main(argv: list[str] | None = None) -> int:
         return open_lab(a.lab)
     # Signal handlers go in before the claim: a signal from here on is remembered (and raised once the
     # run is under way), so the run always ends with its record and never leaves its lock behind.
-    signalled: list[_Interrupted] = []   # kept here too: asyncio may swallow the exception (notebook_kernel)
-    fallback: list = []
-    armed: list[bool] = []
-
-    def _on_signal(signum, frame):
-        signalled.append(_Interrupted(signal.Signals(signum).name, 128 + signum))
-        if armed:
-            if not fallback:
-                fallback.append(notebook_kernel.stop_all_later(KERNEL_GRACE_S))
-            raise signalled[0]
-
-    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    signals = _Signals()
     try:
         run_dir = claim(run_dir, default=not a.out)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
-        for s, h in old.items():
-            signal.signal(s, h)
+        signals.restore()
         return 2
     try:
         reserve_space(run_dir)
     except OSError as e:
-        for s, h in old.items():
-            signal.signal(s, h)
+        signals.restore()
         (run_dir / RESERVE_FILE).unlink(missing_ok=True)
         (run_dir / LOCK_FILE).unlink(missing_ok=True)
         print(f"error: {run_dir}: not even {RESERVE_BYTES // 1024} KiB free for the run's record "
@@ -340,18 +365,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # Executed notebooks keep their outputs in the HTML: progress bars there are noise.
     os.environ.setdefault("TQDM_DISABLE", "1")
+    # What the run's record imports (yaml, pandas, ...), imported while a signal is only remembered: a signal
+    # raised inside an import leaves a half-initialised module that the record could then not import (0.5 s).
+    from neusight_core import predictors, registry, release  # noqa: F401
+    from neusight_core.reports import run_estimate
 
     t_start = time.time()
     results: list[NotebookResult] = []
     interrupted: _Interrupted | None = None
     try:
-        armed.append(True)
-        if signalled:
-            raise signalled[0]
+        signals.arm()
         print(f"NeuSight artifact: {len(notebooks)} notebook(s), {'quick' if a.quick else 'full'} mode -> {run_dir}",
               flush=True)
         if not a.only:       # a whole run (the figures are for whole runs)
-            from neusight_core.reports import run_estimate
             print(f"  {run_estimate.line(run_dir.parent, a.quick)}", flush=True)
         for stem, given in a.params.items():
             if given:
@@ -362,8 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             given = dict(a.params.get(nb.stem) or {})
             try:
                 r = run_notebook(nb, run_dir, a.quick, given)
-                if signalled:   # the signal's exception was lost inside the kernel client; its kernel was killed
-                    raise signalled[0]
+                signals.check()   # the signal's exception may have been lost inside the kernel client
             except _Interrupted:
                 results.append(NotebookResult(nb.stem, "INTERRUPTED", time.time() - t_nb, "interrupted while running",
                                               given))
@@ -381,14 +406,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"(elapsed {time.time() - t_start:.0f} s){extra}", flush=True)
     except _Interrupted as e:
         interrupted = e
-    if signalled:     # a signal between the last notebook's end and here
-        interrupted = signalled[0]
-    for timer in fallback:
-        timer.cancel()
-    notebook_kernel.stop_all()   # none outlives the run, whatever papermill left behind
+    interrupted = signals.got or interrupted    # also a signal between the last notebook's end and here
     # From here on the run is written out whole: further signals wait until it is.
-    for s in old:
-        signal.signal(s, signal.SIG_IGN)
+    signals.ignore()
+    notebook_kernel.stop_all()   # none outlives the run, whatever papermill left behind
     total = time.time() - t_start
     (run_dir / RESERVE_FILE).unlink(missing_ok=True)   # the room kept for the record below
     try:
