@@ -173,7 +173,7 @@ def create(name: str, seed: int = 0, config: dict | None = None):
 
 class _Classes(Mapping):
     """Name -> predictor class, each module imported when its class is first asked for: a roofline question
-    does not import the NeuSight networks (and their tile look-up's scipy), 0.38 s of a new process's 1.0 s."""
+    does not import the NeuSight networks and their tile look-up."""
 
     def __init__(self):
         self._loaded = {}

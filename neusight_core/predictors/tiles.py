@@ -9,6 +9,10 @@ a kernel we pick the tile of the nearest training record of the same op class (S
 * ``authors``: the authors' choice, unnormalised Euclidean distance over the raw dims and raw GPU
   features across all records (large numbers such as bandwidth dominate).
 
+A tie (two records at the same distance with different tiles: M and K swapped, for instance) goes to the record
+that comes first in the training data, and across training GPUs to the GPU first by name. (Until 2026-11-27 a
+k-d tree answered, whose choice among tied records followed its own traversal; no reported number changed.)
+
 Softmax and layernorm need no lookup: one row per tile.
 """
 from __future__ import annotations
@@ -34,6 +38,29 @@ def _hw(dev, fields=LOOKUP_FEATURES) -> np.ndarray:
     return np.array([float(getattr(dev, f)) for f in fields])
 
 
+#: query rows x records per block of the brute-force search (32 MB of float64 per temporary)
+_BLOCK = 1 << 22
+
+
+def _nearest(cols: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(squared distance, index) of the nearest point (``cols``: one row per coordinate) to each query row; a
+    tie goes to the lower index. Brute force in blocks: a question asks tens of distinct shapes and a sweep a
+    few hundred per class, against 1-40 k records of one GPU; a k-d tree's import and build cost a new process
+    more (0.35 s of its 1.1 s) than this search."""
+    n = cols.shape[1]
+    dist, idx = np.empty(len(queries)), np.empty(len(queries), dtype=np.int64)
+    step = max(1, _BLOCK // max(n, 1))
+    for s in range(0, len(queries), step):
+        q = queries[s:s + step]
+        d, tmp = np.zeros((len(q), n)), np.empty((len(q), n))
+        for j in range(cols.shape[0]):
+            np.subtract(cols[j][None, :], q[:, j, None], out=tmp)
+            d += np.square(tmp, out=tmp)
+        i = d.argmin(1)
+        idx[s:s + step], dist[s:s + step] = i, d[np.arange(len(q)), i]
+    return dist, idx
+
+
 class TileLookup:
     def __init__(self, method: str = "scaled", memory: bool = True):
         """``memory``: whether the GPU features of the look-up include the memory capacity (the authors' do; it
@@ -44,7 +71,7 @@ class TileLookup:
         self.memory = bool(memory)
         self.hw = LOOKUP_FEATURES if self.memory else SPEED_HW
         self.records: dict = {}     # cls -> {"device": [...], "dims": array, "tiles": array (n, 2)}
-        self._trees: dict = {}
+        self._groups: dict = {}     # (cls, training GPU) -> (columns, tiles, memo)
 
     # ------------------------------------------------------------ fit / state
     def fit(self, kernels: pd.DataFrame) -> "TileLookup":
@@ -55,7 +82,7 @@ class TileLookup:
                 continue
             tiles = (df[["tile_m", "tile_k"]] if cls in schema.GEMM_CLASSES else df[["tile"]].assign(z=0.0)).to_numpy(float)
             self.records[cls] = {"device": df["device"].astype(str).tolist(), "dims": _dims(df, cls), "tiles": tiles}
-        self._trees = {}
+        self._groups = {}
         return self
 
     def state(self) -> dict:
@@ -88,20 +115,28 @@ class TileLookup:
         dist = (((feats - mu) / sd - target) ** 2).sum(1)
         return names[int(np.argmin(dist))]
 
-    def _tree(self, cls: str, key):
-        if (cls, key) not in self._trees:
-            from scipy.spatial import cKDTree     # here, not at import: 0.3 s that only a look-up needs
+    def _group(self, cls: str, name: str):
+        """The records of one training GPU in the look-up's space (log2 dims for ``scaled``, raw dims for
+        ``authors``), as columns, with their tiles and a memo of the answers given so far (a sweep asks the same
+        shapes for every GPU)."""
+        if (cls, name) not in self._groups:
             r = self.records[cls]
-            if self.method == "scaled":
-                sel = np.array([d == key for d in r["device"]])
-                pts = np.log2(r["dims"][sel])
-                self._trees[(cls, key)] = (cKDTree(pts), r["tiles"][sel])
-            else:
-                # one catalogue look-up per training GPU, not per record (tens of thousands of them)
-                by_name = {d: _hw(devices.get_device(d), self.hw) for d in set(r["device"])}
-                hw = np.stack([by_name[d] for d in r["device"]])
-                self._trees[(cls, key)] = (cKDTree(np.concatenate([r["dims"], hw], 1)), r["tiles"])
-        return self._trees[(cls, key)]
+            sel = np.array([d == name for d in r["device"]])
+            pts = np.log2(r["dims"][sel]) if self.method == "scaled" else r["dims"][sel]
+            self._groups[(cls, name)] = (np.ascontiguousarray(pts.T), r["tiles"][sel], {})
+        return self._groups[(cls, name)]
+
+    def _nearest(self, cls: str, name: str, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(squared distance, tile row) of the nearest record of training GPU ``name`` to each query row."""
+        cols, tiles, memo = self._group(cls, name)
+        keys = [q.tobytes() for q in queries]
+        todo = [i for i, k in enumerate(keys) if k not in memo]
+        if todo:
+            dist, idx = _nearest(cols, queries[todo])
+            for i, d, j in zip(todo, dist, idx):
+                memo[keys[i]] = (d, j)
+        found = [memo[k] for k in keys]
+        return np.array([d for d, _ in found]), tiles[np.array([j for _, j in found], dtype=np.int64)]
 
     def lookup(self, kernels: pd.DataFrame, device) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(tile_m, tile_k, tile) per row; NaN where the class needs no lookup."""
@@ -113,15 +148,23 @@ class TileLookup:
             rows = np.flatnonzero(cls_col == cls)
             if rows.size == 0 or cls not in self.records:
                 continue
-            q = _dims(kernels.iloc[rows], cls)
+            shapes, row_shape = np.unique(_dims(kernels.iloc[rows], cls), axis=0, return_inverse=True)
             if self.method == "scaled":
-                tree, tiles = self._tree(cls, self.reference_device(dev))
-                _, idx = tree.query(np.log2(q))
+                _, tiles = self._nearest(cls, self.reference_device(dev), np.log2(shapes))
             else:
-                tree, tiles = self._tree(cls, "all")
-                _, idx = tree.query(np.concatenate([q, np.tile(_hw(dev, self.hw), (len(q), 1))], 1))
+                # the authors' distance over (dims, GPU features): every record of a training GPU shares its
+                # features, so it is that GPU's nearest record in dims plus the GPU's distance, least over GPUs
+                # (a tie keeps the GPU first by name)
+                best, tiles = np.full(len(shapes), np.inf), np.zeros((len(shapes), 2))
+                target = _hw(dev, self.hw)
+                for name in sorted({d for d in self.records[cls]["device"]}):
+                    dist, found = self._nearest(cls, name, shapes)
+                    dist = dist + ((_hw(devices.get_device(name), self.hw) - target) ** 2).sum()
+                    better = dist < best
+                    best[better], tiles[better] = dist[better], found[better]
+            tiles = tiles[row_shape.reshape(-1)]
             if cls in schema.GEMM_CLASSES:
-                tile_m[rows], tile_k[rows] = tiles[idx, 0], tiles[idx, 1]
+                tile_m[rows], tile_k[rows] = tiles[:, 0], tiles[:, 1]
             else:
-                tile[rows] = tiles[idx, 0]
+                tile[rows] = tiles[:, 0]
         return tile_m, tile_k, tile
