@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -230,6 +231,34 @@ def test_stop_all_kills_the_kernels_the_run_started(tmp_path):
     finally:
         if process.poll() is None:
             process.kill()
+
+
+_UNRETRIEVED = """
+import asyncio, gc, subprocess, sys
+from nbclient.exceptions import DeadKernelError
+from neusight_core.reports import notebook_kernel
+if sys.argv[1] == "kill":
+    notebook_kernel._STARTED.append(subprocess.Popen(["sleep", "60"], start_new_session=True))
+    assert notebook_kernel.stop_all() == 1
+async def watch():
+    raise DeadKernelError("Kernel died")
+async def main():
+    asyncio.get_running_loop().create_task(watch())      # nobody awaits it, as nbclient's watcher
+    await asyncio.sleep(0.05)
+asyncio.run(main())
+gc.collect()
+print("end")
+"""
+
+
+def test_a_killed_kernels_unawaited_task_prints_no_traceback():
+    """After the runner kills the kernels, the client's task that watched one ends with DeadKernelError; asyncio
+    printed "Task exception was never retrieved" and its traceback after the run's summary. Not after a kill."""
+    got = {how: subprocess.run([sys.executable, "-c", _UNRETRIEVED, how], capture_output=True, text=True, timeout=120,
+                               cwd=paths.REPO_ROOT) for how in ("kill", "none")}
+    assert got["none"].returncode == 0 and "never retrieved" in got["none"].stderr     # the message exists
+    assert got["kill"].returncode == 0 and got["kill"].stdout.strip() == "end"
+    assert "never retrieved" not in got["kill"].stderr and "DeadKernelError" not in got["kill"].stderr
 
 
 # ----------------------------------------------------------------------------- --param

@@ -11,6 +11,7 @@ that the client was shutting down anyway prints a dead-kernel traceback over the
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -41,9 +42,24 @@ def manager_class(log: Path):
     return _LoggedKernelManager
 
 
+class _KilledKernelTasks(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for a DeadKernelError: once ``stop_all`` has
+    killed a kernel, the client's background task that was watching it ends with that error, nobody awaits
+    it, and asyncio printed its traceback after the run's summary lines (the run's record and exit code
+    were right)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return type(exc).__name__ != "DeadKernelError"
+
+
+_QUIET = _KilledKernelTasks()
+
+
 def stop_all() -> int:
     """Kill every kernel this process started that still runs, with its process group (jupyter_client
-    starts each kernel in a session of its own); never waits.
+    starts each kernel in a session of its own); never waits. After a kill, a dead-kernel error of a task
+    nobody awaits is no longer printed (``_KilledKernelTasks``).
     Returns how many were running."""
     n = 0
     for process in list(_STARTED):
@@ -57,6 +73,8 @@ def stop_all() -> int:
                 process.kill()
             except ProcessLookupError:
                 pass
+    if n:
+        logging.getLogger("asyncio").addFilter(_QUIET)     # adding it twice keeps one
     return n
 
 
