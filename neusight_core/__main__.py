@@ -130,9 +130,7 @@ def _choose_quick(a, names, seeds) -> bool:
             continue
         missing = [s for s in seeds if not _pred.is_trained(n, False, s)]
         if quick and weights == "auto" and missing:
-            print(f"note: the full `{n}` weights are not trained here; answering with the quick ones (higher "
-                  f"kernel error, docs/recipes.md). Full weights: `python -m neusight_core train --predictor {n}` "
-                  f"({_pred.full_training_estimate(n)}), then ask again, or add --full.", file=sys.stderr, flush=True)
+            print(f"note: {_pred.quick_note(n, 'add --full')}", file=sys.stderr, flush=True)
         if not quick and missing:
             print(f"training the full `{n}` weights of seed(s) {', '.join(map(str, missing))} first: "
                   f"{_pred.full_training_estimate(n)}; Ctrl-C stops it (--quick answers in seconds)",

@@ -37,7 +37,7 @@ __all__ = ["LatencyInputError", "aggregate", "conv_by_roofline", "conv_note", "l
 def predict_model(model, device, batch: int, seq: int | None = None, mode: str = "inf", predictor="neusight",
                   fusion: bool = False, parallel: str | None = None, gpus: int = 1,
                   link_gbs: float | None = None, micro_batches: int = 1,
-                  efficiency: float = network.DEFAULT_EFFICIENCY, quick: bool = False, past: int = 0,
+                  efficiency: float = network.DEFAULT_EFFICIENCY, quick: bool | None = None, past: int = 0,
                   dtype: str = Precision.FP32, optimizer: str = "adamw", master_weights: bool = True,
                   attention: str | None = None, execution: str | None = None, image_size: int | None = None) -> dict:
     """Predict one configuration: a text model at ``seq`` tokens, or an image model at ``image_size`` pixels a side
@@ -45,7 +45,10 @@ def predict_model(model, device, batch: int, seq: int | None = None, mode: str =
 
     ``model``: a config name known to ``trace.load_config`` or a path; ``device``: anything
     ``devices.get_device`` accepts or a Device; ``predictor``: a name in ``predictors.names()`` or a
-    fitted KernelPredictor. For ``parallel`` in dp/tp/pp, ``batch`` is the global batch and
+    fitted KernelPredictor. ``quick``: None (default) answers as the CLI does, with the full weights when they
+    are trained (or train in seconds) and else with the quick ones and a warning, so that a question never starts
+    half an hour of training unasked; False: the full weights, trained first if missing; True: the quick ones.
+    For ``parallel`` in dp/tp/pp, ``batch`` is the global batch and
     ``link_gbs`` defaults to the device's catalogue link bandwidth. ``past`` > 0 (inference,
     extension): ``seq`` new tokens on a KV cache of ``past`` tokens (``seq=1``: one decode step).
     ``dtype`` in fp32 | tf32 | fp16 | bf16 (fp32 = the paper; others extrapolate, see
@@ -67,11 +70,13 @@ def predict_model(model, device, batch: int, seq: int | None = None, mode: str =
                             master_weights=master_weights)
 
 
-def predict_scenario(sc, predictor="neusight", quick: bool = False, efficiency: float = network.DEFAULT_EFFICIENCY,
-                     optimizer: str = "adamw", master_weights: bool = True, seed: int = 0) -> dict:
+def predict_scenario(sc, predictor="neusight", quick: bool | None = None,
+                     efficiency: float = network.DEFAULT_EFFICIENCY, optimizer: str = "adamw",
+                     master_weights: bool = True, seed: int = 0) -> dict:
     """``predict_model`` of a validated :class:`scenario.Scenario` (the CLI builds one, so a request is
     checked once); same result. One scenario through ``engine.predict`` with its kernel table kept."""
     from neusight_core import engine
+    quick = _weights(predictor, quick, int(seed))
     dev = device_of(sc.device)
     frame = engine.predict([sc], [predictor], seeds=(int(seed),), quick=quick, efficiency=efficiency, optimizer=optimizer,
                            master_weights=master_weights, keep_kernels=True, raise_errors=True)
@@ -91,6 +96,14 @@ def predict_scenario(sc, predictor="neusight", quick: bool = False, efficiency: 
                dtype=sc.dtype, dtype_note=dev.precision_note(sc.dtype), memory=run.memory[0],
                conv_note=conv_note(kernels, predictor, quick))
     return out
+
+
+def _weights(predictor, quick: bool | None, seed: int) -> bool:
+    """``quick`` as given, or for None what the CLI's default picks (``predictors.auto_quick``)."""
+    if quick is not None:
+        return bool(quick)
+    from neusight_core import predictors as _pred
+    return _pred.auto_quick([predictor], [seed])
 
 
 def conv_by_roofline(predictor="neusight", quick: bool = False) -> bool:

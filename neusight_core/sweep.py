@@ -112,7 +112,7 @@ def chunks(configs: pd.DataFrame, size: int = 5000):
 
 
 def sweep(models, devices, batches, seqs=None, modes=("inf",), predictors=("neusight",), seeds=(0,),
-          quick: bool = False, progress: bool = True, use_derivation: bool = True, **options) -> pd.DataFrame:
+          quick: bool | None = None, progress: bool = True, use_derivation: bool = True, **options) -> pd.DataFrame:
     """Predict the product of models x devices x batches x seqs (image models: ``image_sizes=``, default
     224) x modes (x options); see ``run``."""
     return run(grid(models, devices, batches, seqs, modes, **options), predictors, seeds, quick=quick,
@@ -120,7 +120,7 @@ def sweep(models, devices, batches, seqs=None, modes=("inf",), predictors=("neus
 
 
 # ------------------------------------------------------------------------------ the sweep
-def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool = False,
+def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool | None = None,
         progress: bool = True, use_derivation: bool = True) -> pd.DataFrame:
     """Predict every row of ``configs`` (columns ``INPUTS``; missing ones take defaults) with every
     predictor and seed: ``engine.predict``'s rows (one per configuration x predictor x seed), its columns
@@ -128,7 +128,11 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     ``e2e_ms``, ``fw_ms``, ``bw_ms``, ``acc_ms``, ``comm_ms``, ``comm_exposed_ms``, ``<CLASS>_ms`` per op
     class, ``kernels`` (launches), ``derived`` (table from shape derivation, not a trace) and ``error``
     ('' when predicted)). ``predictors``: names, or (label, trained predictor) pairs. Wall times are in its
-    ``engine.RunInfo`` (``engine.run_info(frame)``)."""
+    ``engine.RunInfo`` (``engine.run_info(frame)``). ``quick``: None (default) picks the weights as the CLI does
+    (``predictors.auto_quick``: never half an hour of training unasked); True / False force them."""
+    if quick is None:
+        from neusight_core import predictors as _pred
+        quick = _pred.auto_quick([predictors] if isinstance(predictors, str) else list(predictors), seeds)
     out = engine.predict(request.rows_of_frame(configs), predictors, seeds, quick=quick, progress=progress,
                          use_derivation=use_derivation,
                          memory_columns=True)

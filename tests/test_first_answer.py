@@ -46,6 +46,21 @@ def test_first_question_is_answered_by_the_quick_weights_and_says_so(no_full_wei
     assert w["folder"].endswith("neusight-quick-seed0") and len(w["config_hash"]) == 12
 
 
+def test_the_python_question_is_answered_as_the_clis(no_full_weights):
+    """latency.predict_model without ``quick``: the quick weights and a warning when the full ones are missing (it
+    trained them first, unasked: 8-30 min); ``quick=False`` still asks for them."""
+    with pytest.warns(UserWarning, match="full `neusight` weights are not trained here.*pass quick=False"):
+        r = latency.predict_model("gpt2_large", "H100", 1, 128)
+    assert r["weights"]["weights"] == "quick" and r["e2e_ms"] > 0
+    assert r["e2e_ms"] == latency.predict_model("gpt2_large", "H100", 1, 128, quick=True)["e2e_ms"]
+    with pytest.raises(AssertionError, match="full neusight weights were asked for"):
+        latency.predict_model("gpt2_large", "H100", 1, 128, quick=False)
+    from neusight_core import sweep
+    with pytest.warns(UserWarning, match="full `neusight` weights are not trained here"):
+        df = sweep.sweep(["gpt2_large"], ["H100"], [1], [128], predictors=["neusight", "roofline"], progress=False)
+    assert list(df["error"]) == ["", ""] and df["e2e_ms"].iloc[0] == pytest.approx(r["e2e_ms"], rel=1e-9)
+
+
 def test_full_says_what_it_is_about_to_train_first(no_full_weights, monkeypatch, capsys):
     def stop(*a, **k):
         raise KeyboardInterrupt     # the user's Ctrl-C, as the line invites

@@ -247,6 +247,28 @@ def _say_damaged(name: str, damage: str) -> None:
           f"`python -m neusight_core train --predictor {name}` or --full retrains them", file=sys.stderr, flush=True)
 
 
+def quick_note(name: str, how_full: str) -> str:
+    """The line said when a question is answered with the quick weights because the full ones are not trained
+    (the CLI on stderr, ``latency.predict_model`` as a warning); ``how_full``: how this caller asks for them."""
+    return (f"the full `{name}` weights are not trained here; answering with the quick ones (higher kernel error, "
+            f"docs/recipes.md). Full weights: `python -m neusight_core train --predictor {name}` "
+            f"({full_training_estimate(name)}), then ask again, or {how_full}.")
+
+
+def auto_quick(names, seeds=(0,), how_full: str = "pass quick=False") -> bool:
+    """``choose_quick`` for a Python question (``latency.predict_model``, ``sweep.run`` with ``quick=None``): quick
+    for all when any named predictor x seed is answered quick, with one warning per predictor whose full weights
+    are missing (``quick_note``). Objects among ``names`` (trained predictors) are skipped."""
+    names = [n for n in names if isinstance(n, str)]
+    quick = any(choose_quick(n, int(s), "auto") for n in names for s in seeds)
+    if quick:
+        import warnings
+        for n in dict.fromkeys(names):
+            if trains_long(n) and any(not is_trained(n, False, int(s)) for s in seeds):
+                warnings.warn(quick_note(n, how_full), stacklevel=3)
+    return quick
+
+
 def full_training_estimate(name: str) -> str:
     """How long training one full seed of ``name`` took here before (from saved weights' meta.json),
     or the range measured in docs/recipes.md."""
