@@ -54,7 +54,7 @@ MIN_BUCKET = 4       # tables in one seq bucket before a per-bucket family is bu
 
 
 # ------------------------------------------------------------------------------ the engine
-def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False, *, progress: bool = False,
+def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool | None = None, *, progress: bool = False,
             use_derivation: bool = True, memory_columns: bool = True, optimizer: str = "adamw",
             master_weights: bool = True, efficiency: float = network.DEFAULT_EFFICIENCY,
             keep_kernels: bool = False, raise_errors: bool = False, table_of=None) -> pd.DataFrame:
@@ -64,7 +64,9 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     ``scenarios``: :class:`scenario.Scenario` objects or dicts of ``INPUTS`` fields (missing ones take defaults; a
     configuration frame goes through ``sweep.run``). ``predictors``: names (trained weights by name x seed from
     ``seeds``, ``quick`` or full), trained predictor objects, or (label, predictor) pairs; an object runs once
-    with its own ``seed``. ``memory_columns``: the footprint of every traced table too (``optimizer``,
+    with its own ``seed``. ``quick``: the quick weights of named predictors; None picks them as the CLI does
+    (``predictors.auto_quick``: the full weights when trained, else the quick ones with a warning, so that a
+    question never starts half an hour of training unasked). ``memory_columns``: the footprint of every traced table too (``optimizer``,
     ``master_weights``: the training state it counts; what it reads of a table is kept, not the table); derived
     tables' footprints cost nothing and are always given. ``keep_kernels``: trace every table (no derivation) and
     keep each row's kernel table with ``pred_ms`` (None for a failed row) and its full ``memory.footprint`` dict in
@@ -75,6 +77,9 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool = False
     are in the frame's :class:`RunInfo` (``run_info(frame)``)."""
     from tqdm.auto import tqdm
     t_start = time.perf_counter()
+    if quick is None:
+        from neusight_core import predictors as _pred
+        quick = _pred.auto_quick([predictors] if isinstance(predictors, str) else list(predictors), seeds)
     given, norm, err = requests(scenarios)
     n = len(given)
     use_derivation = use_derivation and not keep_kernels and table_of is None

@@ -129,10 +129,7 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     class, ``kernels`` (launches), ``derived`` (table from shape derivation, not a trace) and ``error``
     ('' when predicted)). ``predictors``: names, or (label, trained predictor) pairs. Wall times are in its
     ``engine.RunInfo`` (``engine.run_info(frame)``). ``quick``: None (default) picks the weights as the CLI does
-    (``predictors.auto_quick``: never half an hour of training unasked); True / False force them."""
-    if quick is None:
-        from neusight_core import predictors as _pred
-        quick = _pred.auto_quick([predictors] if isinstance(predictors, str) else list(predictors), seeds)
+    (``engine.predict``: never half an hour of training unasked); True / False force them."""
     out = engine.predict(request.rows_of_frame(configs), predictors, seeds, quick=quick, progress=progress,
                          use_derivation=use_derivation,
                          memory_columns=True)
