@@ -77,3 +77,16 @@ def test_a_tie_goes_to_the_earlier_record_and_the_memo_keeps_answers_stable():
     assert list(first[0]) == [32.0, 128.0, 32.0] and list(first[1]) == [32.0, 64.0, 32.0]
     again = lookup.lookup(q.iloc[::-1].reset_index(drop=True), "Tesla_T4")
     assert list(again[0]) == [32.0, 128.0, 32.0][::-1]
+
+
+def test_a_training_gpu_without_records_of_a_class_is_not_its_reference():
+    """A GPU with GEMM records but no element-wise ones: the scaled look-up of a VEC row on it takes the nearest GPU
+    that has them (an empty set of records had no nearest one)."""
+    rng = np.random.default_rng(5)
+    records = _records(100, rng)
+    records = records[~((records.op_class == "VEC") & (records.device == "Tesla_T4"))]
+    lookup = tiles.TileLookup("scaled").fit(records)
+    assert lookup.reference_device("Tesla_T4") == "Tesla_T4"
+    assert lookup.reference_device("Tesla_T4", "VEC") in ("Tesla_V100-PCIE-32GB", "Tesla_P4")
+    _, _, tile = lookup.lookup(_queries(20, rng).assign(op_class="VEC"), "Tesla_T4")
+    assert np.isfinite(tile).all()

@@ -105,10 +105,11 @@ class TileLookup:
         return t
 
     # ------------------------------------------------------------ lookup
-    def reference_device(self, device) -> str:
-        """The training GPU whose tiles stand in for ``device`` (itself when it is one)."""
+    def reference_device(self, device, cls: str | None = None) -> str:
+        """The training GPU whose tiles stand in for ``device`` (itself when it is one); with ``cls``, among the
+        training GPUs that have records of that class."""
         dev = devices.get_device(device)
-        names = sorted({n for r in self.records.values() for n in r["device"]})
+        names = sorted({n for c, r in self.records.items() if cls in (None, c) for n in r["device"]})
         if dev.name in names:
             return dev.name
         feats = np.log2(np.stack([_hw(devices.get_device(n), self.hw) for n in names]))
@@ -152,7 +153,7 @@ class TileLookup:
                 continue
             shapes, row_shape = np.unique(_dims(kernels.iloc[rows], cls), axis=0, return_inverse=True)
             if self.method == "scaled":
-                _, tiles = self._nearest(cls, self.reference_device(dev), np.log2(shapes))
+                _, tiles = self._nearest(cls, self.reference_device(dev, cls), np.log2(shapes))
             else:
                 # the authors' distance over (dims, GPU features): every record of a training GPU shares its
                 # features, so it is that GPU's nearest record in dims plus the GPU's distance, least over GPUs
