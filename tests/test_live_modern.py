@@ -20,6 +20,9 @@ def test_measures_every_case_on_cpu(tmp_path):
     assert (df["events_ms"] > 0).all() and (df["wall_ms"] >= df["host_ms"]).all()
     host = (tmp_path / "modern_host.json").read_text()
     assert "cpu_dispatch_us" in host
+    mem = pd.read_csv(tmp_path / "modern_memory_kernels.csv")       # the dry run's small appends and copies
+    assert set(mem["status"]) == {"OK"} and (mem["achieved_gbs"] > 0).all()
+    assert set(mem["aten_op"]) == {"aten.cat.default", "aten.clone.default"}
 
 
 def test_budget_leaves_cases_out(tmp_path):
@@ -102,3 +105,23 @@ def test_the_module_on_its_own_says_skipped_without_a_gpu(tmp_path):
     assert r.returncode == 0, r.stderr[-800:]
     assert r.stdout.startswith("SKIPPED: no CUDA GPU") and len(r.stdout.strip().splitlines()) == 1
     assert not (tmp_path / "m").exists()
+
+
+def test_memory_kernels_are_the_tracers_kv_cache_appends():
+    """A row of ``live_kernels.memory_kernel_sweep`` is the row the tracer writes for the same append (a BF16 decode
+    step's torch.cat of each layer's cache), and its kernel makes that append."""
+    from neusight_core import trace
+    from neusight_core.studies import live_kernels
+    b, past = 2, 40
+    t = trace.trace_model(TINY, b, 1, "inf", past=past, dtype="bf16", attention="sdpa")
+    cat = t[(t["aten_op"] == "aten.cat.default") & (t["B"] > past)]        # the KV appends (not rotary halves)
+    assert len(cat) == 2 * TINY.num_hidden_layers                        # keys and values, every layer
+    d = TINY.hidden_size // TINY.num_attention_heads
+    sweep = live_kernels.memory_kernel_sweep(appends=[(b, TINY.num_key_value_heads, past, d)])
+    row = sweep[sweep["aten_op"] == "aten.cat.default"].iloc[0]
+    for c in ("op_class", "sub_op", "B", "H", "bytes_read", "bytes_written"):
+        assert (cat[c] == row[c]).all(), c
+    y = live_kernels.kernel_callable(row, device="cpu")()
+    assert tuple(y.shape) == (b * TINY.num_key_value_heads, past + 1, d) and y.dtype == torch.bfloat16
+    copy = live_kernels.kernel_callable(sweep.iloc[1], device="cpu")()
+    assert copy.shape == y.shape

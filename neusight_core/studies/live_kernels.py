@@ -1,6 +1,7 @@
 """Kernels timed on the local GPU (notebook 05's kernel section): transformer-shaped GEMMs, batched GEMMs and
 vector ops, and the distinct convolutions of a ResNet-50 training step, measured with the harness
-(``live_harness``), with their per-kind error and scatter. Nothing measured here trains a predictor.
+(``live_harness``), with their per-kind error and scatter; and the memory kernels of BF16 decode steps
+(``memory_kernel_sweep``, measured by the modern section). Nothing measured here trains a predictor.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core.studies.live_harness import HarnessConfig, Measurement, TimeBudget, _dtype, _is_oom, measure
-from neusight_core.schema import OpClass
+from neusight_core.schema import OpClass, Precision
 
 def kernel_sweep(quick: bool = False) -> pd.DataFrame:
     """Kernel shapes (transformer-derived) in the kernel-table convention of docs/interfaces.md.
@@ -53,6 +54,8 @@ def kernel_callable(row, device: str = "cuda", dtype=None, bias: bool = True) ->
     dt = dtype or torch.float32
     mk = lambda *s: torch.randn(*[int(x) for x in s], device=device, dtype=dt)  # noqa: E731
     c = row["op_class"]
+    if c == OpClass.MEM:
+        return _memory_callable(row, device)
     if c == OpClass.LINEAR:
         x, w, b = mk(row["M"], row["N"]), mk(row["K"], row["N"]), (mk(row["K"]) if bias else None)
         return lambda: F.linear(x, w, b)
@@ -93,6 +96,69 @@ def _conv_callable(row, mk) -> Callable[[], object]:
     if row["sub_op"] == "wgrad":
         return lambda: torch.nn.grad.conv2d_weight(x, w.shape, go, stride, pad, 1, groups)
     raise ValueError(f"kernel sweep: unsupported CONV sub_op {row['sub_op']!r}")
+
+
+#: (batch, KV heads, cached tokens, head dim) of the KV-cache appends of BF16 decode steps: Hugging Face's
+#: DynamicCache.update puts each layer's new keys (and values) after its cache with torch.cat along the sequence,
+#: which reads and writes the whole cache. 2, 8 and 32 KV heads of 128 are Qwen2.5-1.5B's, Llama-3-8B's and
+#: Llama-2-7B's. On the lent H100 such an append ran at about a fifth of the bandwidth (docs/tier2.md), and the
+#: release has no kernel of this class: every predictor puts it at the roofline.
+KV_APPENDS = tuple((b, h, p, 128) for b in (1, 8) for h in (2, 8, 32) for p in (128, 512, 2048, 8192))
+QUICK_KV_APPENDS = ((1, 2, 16, 8), (2, 2, 40, 8))
+
+
+def memory_kernel_sweep(quick: bool = False, appends=None) -> pd.DataFrame:
+    """Each KV-cache append of ``appends`` (default ``KV_APPENDS``) as an ``aten.cat`` row and, beside it, a plain
+    copy of the same bytes (``aten.clone``: the bandwidth a copy of that size reaches), in the tracer's convention
+    for MEM rows (B = the output's rows, H = its last dimension, bytes read = the inputs', written = the output's)
+    in BF16. ``cat_rows`` x ``cat_past`` x H is one cache before the append (rows = batch x KV heads)."""
+    appends = appends if appends is not None else (QUICK_KV_APPENDS if quick else KV_APPENDS)
+    rows = []
+    for b, h, past, d in appends:
+        n = b * h * (past + 1) * d              # elements of the cache after the append
+        for op in ("aten.cat.default", "aten.clone.default"):
+            rows.append(dict(op_class=OpClass.MEM, aten_op=op, sub_op="", B=b * h * (past + 1), M=np.nan, N=np.nan,
+                             K=np.nan, H=d, flops=0.0, bytes_read=2.0 * n, bytes_written=2.0 * n,
+                             cat_rows=b * h, cat_past=past, batch=b, kv_heads=h))
+    df = pd.DataFrame(rows)
+    df["dtype"] = "bfloat16"
+    df["precision"] = Precision.BF16
+    df["count"] = 1
+    return df
+
+
+def _memory_callable(row, device: str) -> Callable[[], object]:
+    """A ``memory_kernel_sweep`` row's kernel: the append (cache, then one new token, along the sequence) or the
+    copy of the appended cache, in the row's dtype."""
+    import torch
+    dt = getattr(torch, str(row["dtype"]))
+    rows, past, d = int(row["cat_rows"]), int(row["cat_past"]), int(row["H"])
+    if row["aten_op"] == "aten.cat.default":
+        cache, new = (torch.randn(rows, n, d, device=device, dtype=dt) for n in (past, 1))
+        return lambda: torch.cat([cache, new], dim=-2)
+    if row["aten_op"] == "aten.clone.default":
+        x = torch.randn(rows, past + 1, d, device=device, dtype=dt)
+        return lambda: x.clone()
+    raise ValueError(f"memory kernel sweep: unsupported op {row['aten_op']!r}")
+
+
+def measure_memory_kernels(path, device: str = "cuda", budget: TimeBudget | None = None,
+                           quick: bool = False) -> pd.DataFrame:
+    """``memory_kernel_sweep`` timed on ``device`` (CUDA events on a GPU, the wall clock elsewhere: a dry run),
+    with the bandwidth each reached (``achieved_gbs``: bytes read and written per second), written to ``path``
+    (CSV) whatever the budget leaves out."""
+    import time
+
+    def wall_ms(fn) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    k = measure_kernels(memory_kernel_sweep(quick), None if device == "cuda" else wall_ms,
+                        HarnessConfig(precision=Precision.BF16), budget, device)
+    ms = pd.to_numeric(k["measured_ms"], errors="coerce")
+    k["achieved_gbs"] = (k["bytes_read"] + k["bytes_written"]) / (ms * 1e6)
+    k.to_csv(path, index=False)
+    return k
 
 
 #: the image model whose convolutions the kernel section measures, and at which batch and image side

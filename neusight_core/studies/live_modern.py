@@ -29,7 +29,7 @@ from dataclasses import dataclass, asdict
 from pathlib import Path
 from typing import Callable
 
-from neusight_core.studies import live, live_harness
+from neusight_core.studies import live, live_harness, live_kernels
 from neusight_core.schema import Precision
 
 # current open models of ours (neusight_core/model_configs), small to large: the small ones are host-bound in
@@ -272,8 +272,9 @@ def measure_case(m, cfg, case: ModernCase, device: str, graph: bool = True) -> t
 def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cuda", time_budget_s: float = 300,
                dtype: str = Precision.BF16, num_layers: int | None = None, log: Callable[[str], None] = print) -> list[dict]:
     """Measure ``cases`` (default ``modern_cases()``), model by model, into ``out_dir``/modern_steps.csv (written
-    after every case, so a run cut short keeps what it measured), modern_kernels.json (top kernels per case) and
-    modern_host.json (``host_calibration``). Cases the budget leaves out say BUDGET."""
+    after every case, so a run cut short keeps what it measured), modern_kernels.json (top kernels per case),
+    modern_host.json (``host_calibration``) and modern_memory_kernels.csv (``live_kernels.measure_memory_kernels``,
+    a tenth of the budget: small shapes off a GPU). Cases the budget leaves out say BUDGET."""
     import torch
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -284,6 +285,12 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
     host.update(live_harness.software_versions())
     (out / "modern_host.json").write_text(json.dumps(host, indent=1))
     log(f"[modern] host: {json.dumps({k: v for k, v in host.items() if k.endswith('_us')})}")
+    # the KV-cache appends of decode steps and same-size copies, on a tenth of the budget (live_kernels)
+    mem = live_kernels.measure_memory_kernels(out / "modern_memory_kernels.csv", device, clock.share(0.1, 1),
+                                              quick=device != "cuda")
+    gbs = mem.groupby("aten_op")["achieved_gbs"].median()
+    log(f"[modern] memory kernels: {int((mem['status'] == 'OK').sum())} of {len(mem)} measured; median GB/s "
+        + ", ".join(f"{op.split('.')[1]} {v:.0f}" for op, v in gbs.items()))
     rows, tops = [], {}
     def key(c):        # a config object (tests) is its own model
         return c.model if isinstance(c.model, str) else id(c.model)
