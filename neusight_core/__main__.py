@@ -78,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("devices", help="list the GPUs in the catalogue")
     d.add_argument("--all", action="store_true", help="every field with its source, one GPU per block")
     sub.add_parser("models", help="list the model configs known by name")
+    h = sub.add_parser("host", help="measure this machine's host cost per kernel launch (for --execution eager)")
+    h.add_argument("--repeats", type=int, default=30, help="decode steps timed (default 30; the median counts)")
+    h.add_argument("--json", action="store_true", help="print JSON instead of text")
     return ap
 
 
@@ -365,6 +368,31 @@ def _sweep(a) -> int:
     return 0
 
 
+def _host(a) -> int:
+    """host.calibrate on this machine, and how to predict with it (NEUSIGHT_HOST_LAUNCH_US)."""
+    import json
+    from neusight_core import host
+    if a.repeats < 1:
+        raise ValueError(f"--repeats must be at least 1, got {a.repeats}")
+    c = host.calibrate(cuda=True, repeats=a.repeats)
+    now = host.launch_us()
+    src = ("NEUSIGHT_HOST_LAUNCH_US" if os.environ.get("NEUSIGHT_HOST_LAUNCH_US", "").strip()
+           else "the default, host.DEFAULT_LAUNCH_US")
+    if a.json:
+        print(json.dumps({**c, "in_use_us": now, "in_use_source": src}))
+        return 0
+    print(f"host cost per kernel launch of eager PyTorch on this machine: {c['launch_us']:.1f} us")
+    print(f"  CPU   {c['per_kernel_cpu_us']:.1f} us per kernel of a tiny Llama's eager decode step "
+          f"({c['kernels']} kernels, median of {a.repeats} steps)")
+    print(f"  CUDA  + {c['cuda_launch_extra_us']:.1f} us per launch ({c['extra_source']})")
+    if c["extra_source"] != "measured here":
+        print("  (no CUDA GPU here: this CPU with the lent H100's launch cost; hosts differ, so measure on the "
+              "machine the model will run on)")
+    print(f"in use now: {now:.1f} us ({src}). To predict with this machine's host:")
+    print(f"  export NEUSIGHT_HOST_LAUNCH_US={c['launch_us']:.1f}")
+    return 0
+
+
 def main(argv=None) -> int:
     if _REGISTRY_ERROR is not None:
         print(f"error: {_REGISTRY_ERROR}", file=sys.stderr)
@@ -377,6 +405,8 @@ def main(argv=None) -> int:
             return _sweep(a)
         if a.cmd == "train":
             return _train(a)
+        if a.cmd == "host":
+            return _host(a)
         if a.cmd == "devices":
             from neusight_core import devices
             import pandas as pd

@@ -151,6 +151,25 @@ def test_calibration_runs_on_cpu():
     assert c["launch_us"] == pytest.approx(c["per_kernel_cpu_us"] + host.CUDA_LAUNCH_EXTRA_US)
 
 
+def test_the_host_verb_measures_and_says_how_to_use_it(capsys, monkeypatch):
+    """`neusight host` runs the calibration here and prints the per-launch cost to give NEUSIGHT_HOST_LAUNCH_US;
+    set there, it is the cost in use (what the engine charges per launch: the fake-calibration test above)."""
+    import json
+    from neusight_core.__main__ import main as cli
+    monkeypatch.delenv("NEUSIGHT_HOST_LAUNCH_US", raising=False)
+    assert cli(["host", "--repeats", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "no CUDA GPU here" in out and "in use now: 19.7 us (the default" in out
+    export = next(x for x in out.splitlines() if "export NEUSIGHT_HOST_LAUNCH_US=" in x)
+    us = float(export.split("=")[1])
+    assert us > host.CUDA_LAUNCH_EXTRA_US
+    monkeypatch.setenv("NEUSIGHT_HOST_LAUNCH_US", str(us))
+    assert cli(["host", "--repeats", "3", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["in_use_us"] == us and got["in_use_source"] == "NEUSIGHT_HOST_LAUNCH_US" and got["kernels"] > 50
+    assert cli(["host", "--repeats", "0"]) == 2 and "--repeats must be at least 1" in capsys.readouterr().err
+
+
 def test_paper_setting_is_the_old_answer():
     """The reproduction's setting (eager attention, kernel sum) answers exactly what the engine answered before
     issue 33 for the same request: the eager trace's kernel sum (Tier 0/1 unchanged)."""
