@@ -51,3 +51,11 @@ def test_every_sweep_row_says_whether_it_fits():
     # derived tables in the engine get the same verdict; traced ones keep their footprint's
     e = engine.predict([dict(model="llama2_70b", device="P4", batch=1, seq=128)], "roofline")
     assert e["memory_verdict"].iloc[0].startswith("does not fit")
+
+
+def test_an_unknown_predictor_costs_only_its_rows_with_the_default_weights():
+    """``quick=None`` (the default: the weights the CLI would pick) looks at every named predictor first; an unknown
+    name must not stop the others (it raised for the whole call)."""
+    df = engine.predict([GOOD], ["roofline", "oracle"])
+    assert df["error"].iloc[0] == "" and df["e2e_ms"].iloc[0] > 0
+    assert "UnknownPredictorError" in df["error"].iloc[1] and pd.isna(df["e2e_ms"].iloc[1])

@@ -22,6 +22,7 @@ from neusight_core import paths
 from neusight_core.datafile import CacheWarning
 from neusight_core.predictors.base import STATE_FILE, KernelPredictor, PredictorLoadError, config_hash, read_state
 from neusight_core.registry import create
+from neusight_core.registry import names as registry_names
 from neusight_core.schema import OpClass
 
 
@@ -258,11 +259,12 @@ def quick_note(name: str, how_full: str) -> str:
 def auto_quick(names, seeds=(0,), how_full: str = "pass quick=False") -> bool:
     """``choose_quick`` for a Python question (``latency.predict_model``, ``sweep.run`` with ``quick=None``): quick
     for all when any named predictor x seed is answered quick, with one warning per predictor whose full weights
-    are missing (``quick_note``). Objects among ``names`` (trained predictors) are skipped."""
-    names = [n for n in names if isinstance(n, str)]
+    are missing (``quick_note``). Objects among ``names`` (trained predictors) are skipped, and so are unknown
+    names: the engine records their error in their rows, and the other predictors answer."""
+    known = set(registry_names())
+    names = [n for n in names if isinstance(n, str) and n in known]
     quick = any(choose_quick(n, int(s), "auto") for n in names for s in seeds)
     if quick:
-        import warnings
         for n in dict.fromkeys(names):
             if trains_long(n) and any(not is_trained(n, False, int(s)) for s in seeds):
                 warnings.warn(quick_note(n, how_full), stacklevel=3)
