@@ -13,7 +13,7 @@ A tie (two records at the same distance with different tiles: M and K swapped, f
 that comes first in the training data, and across training GPUs to the GPU first by name. (Until 2026-11-27 a
 k-d tree answered, whose choice among tied records followed its own traversal. Of the 149 labelled configurations
 one moved: OPT-1.3B inference at batch 2, seq 2048 on the V100, whose (64, 2048, 64, 2048) batched matmul is as far
-from two records with different tiles; 0.54 %, and the Tier 1 Fig. 7 mean of seeds 0-1 8.918 -> 8.928 %.)
+from two records with different tiles; by 0.54-0.57 %, and the Tier 1 Fig. 7 mean of seeds 0-2 9.129 -> 9.139 %.)
 
 Softmax and layernorm need no lookup: one row per tile.
 """
