@@ -21,7 +21,7 @@ H100, H200 = "NVIDIA_H100_80GB_HBM3", "NVIDIA_H200"
 def ratios(predictor: str = "neusight", seeds=(0, 1, 2), quick: bool = False):
     import pandas as pd
 
-    from neusight_core import engine
+    from neusight_core import engine, request
     from neusight_core import predictors as P
     runs = {g: pd.read_csv(ROOT / "docs" / "tier2" / f"2026-11-26-{g.split('_')[-1].lower() if g == H200 else 'h100'}"
                            / "live_paper.csv") for g in (H100, H200)}
@@ -30,7 +30,7 @@ def ratios(predictor: str = "neusight", seeds=(0, 1, 2), quick: bool = False):
     reqs = [{"model": r.model_h100, "device": g, "batch": int(r.batch_h100), "seq": int(r.seq_h100),
              "mode": r.mode_h100, "attention": "eager", "execution": "graph"} for r in both.itertuples() for g in (H100, H200)]
     use = [s for s in seeds if not P.trains_long(predictor) or P.is_trained(predictor, quick, s)]
-    out = engine.predict(reqs, [predictor], seeds=use, quick=quick)
+    out = engine.predict(request.parse(reqs), [predictor], seeds=use, quick=quick)
     out = out.assign(name=[n for n in both["name"] for _ in (H100, H200)] * len(use))
     piv = out.pivot_table(index=["name", "seed"], columns="device", values="e2e_ms").reset_index()
     piv["predicted_h200_over_h100"] = piv[H200] / piv[H100]

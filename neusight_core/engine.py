@@ -1,17 +1,18 @@
 """The prediction engine: scenarios x predictors x seeds -> one tidy frame (docs/interfaces.md, "engine").
 
-    from neusight_core import engine, scenario
+    from neusight_core import engine, request, scenario
     sc = scenario.scenario("gpt2_large", "H100", batch=4, seq=512)
-    df = engine.predict([sc, dict(model="bert_large", device="L4", batch=8, seq=128)], ["neusight", "roofline"])
+    df = engine.predict([sc, scenario.scenario("bert_large", "L4", batch=8, seq=128)], ["neusight", "roofline"])
+    df = engine.predict(request.parse([dict(model="bert_large", device="L4", batch=8, seq=128)]), "roofline")
 
 Every entry point that predicts a model's latency is a client of :func:`predict`: ``latency.predict_model`` (one
 scenario, its kernel table kept), ``sweep.run`` (a configuration frame), ``reproduce`` / ``recipe_eval`` (the
 labelled configurations, trained predictor objects), ``recipe_studies.predict_tables`` (other kernel tables of the
 same configurations), the CLI. The stages:
 
-1. **check**: each scenario is a :class:`scenario.Scenario` (validated when built) or a row / dict of the request's
-   fields, validated here by ``scenario.scenario``; a request that fails gets its one-line error in ``error`` and the
-   others go on.
+1. **check**: each request is a :class:`scenario.Scenario` (validated when built) or a ``request.Rejected`` (a dict
+   that ``request.parse``, the adapter from dicts, could not make one of): that one gets its one-line error in
+   ``error`` and the others go on.
 2. **tables**: one kernel table per (model, batch, size, mode, past, fusion, plan, GPUs, micro-batches, dtype),
    not per device. Plain tables of a derivable family (``derive.py``, several tables of one model) are evaluated
    for all their points at once; the rest are traced through the trace cache (fusion and plans applied, cached
@@ -61,8 +62,8 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool | None 
     """Predict every scenario with every predictor (and seed): one row per scenario x predictor x seed, in that
     order (predictor-major: all scenarios of the first predictor and seed, then the next), columns ``RESULT_COLUMNS``.
 
-    ``scenarios``: :class:`scenario.Scenario` objects or dicts of ``INPUTS`` fields (missing ones take defaults; a
-    configuration frame goes through ``sweep.run``). ``predictors``: names (trained weights by name x seed from
+    ``scenarios``: :class:`scenario.Scenario` objects, or what ``request.parse`` made of dicts of ``INPUTS`` fields
+    (Scenarios and ``request.Rejected``; a configuration frame goes through ``sweep.run``). ``predictors``: names (trained weights by name x seed from
     ``seeds``, ``quick`` or full), trained predictor objects, or (label, predictor) pairs; an object runs once
     with its own ``seed``. ``quick``: the quick weights of named predictors; None picks them as the CLI does
     (``predictors.auto_quick``: the full weights when trained, else the quick ones with a warning, so that a

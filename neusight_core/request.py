@@ -1,7 +1,8 @@
-"""One request to the engine (``engine.predict``): the fields a question has (``INPUTS``), each checked and
-normalised the same way whether it comes as a :class:`scenario.Scenario` or a dict (``normalise``, ``requests``;
-a configuration frame's rows become dicts in the sweep, ``rows_of_frame``), and the kernel table it needs (``table_key``); the predictor runs it is asked of
-(``jobs``). A request that fails gets its one-line error (``message``) and the others go on.
+"""One request to the engine (``engine.predict``): a :class:`scenario.Scenario`, validated when built. Dicts of
+its fields (``INPUTS``; a configuration frame's rows, ``rows_of_frame``) become Scenarios through the adapter
+``parse``, which turns a request that fails its checks into a :class:`Rejected` with its one-line error
+(``message``), so that the others go on. Also the kernel table a request needs (``table_key``) and the predictor
+runs it is asked of (``jobs``).
 """
 from __future__ import annotations
 
@@ -54,9 +55,9 @@ def _row_of(sc: Scenario, r: dict | None = None) -> dict:
     return out
 
 
-def normalise(r: dict) -> dict:
+def scenario_of(r: dict) -> Scenario:
     """One request (a configuration row or a dict of ``INPUTS`` fields; NaN = not given, integers from floats)
-    -> its validated fields, checked by ``scenario.scenario`` exactly as ``predict`` checks a request."""
+    -> its :class:`Scenario`, checked by ``scenario.scenario`` (raises its one-line error)."""
     def opt_int(key, what, minimum=1):
         v = _given(r.get(key))
         return None if v is None else _int(v, what, minimum)
@@ -77,7 +78,7 @@ def normalise(r: dict) -> dict:
         parallel=plan, gpus=opt_int("gpus", "gpus"), micro_batches=opt_int("micro_batches", "micro_batches") or 1,
         link_gbs=None if link is None else float(link), attention=_given(r.get("attention")) or None,
         execution=_given(r.get("execution")) or None)
-    return _row_of(sc, r)
+    return sc
 
 
 def message(e: BaseException) -> str:
@@ -93,38 +94,58 @@ def table_key(r: dict) -> tuple:
 
 
 def rows_of_frame(frame: pd.DataFrame) -> list[dict]:
-    """A configuration frame (columns ``INPUTS``; a missing column or a NaN cell is not given) as the engine's
-    requests, one dict per row. The engine itself takes scenarios and dicts only: this is the sweep's adapter."""
+    """A configuration frame (columns ``INPUTS``; a missing column or a NaN cell is not given) as one dict per
+    row, for :func:`parse`."""
     cfg = frame.reset_index(drop=True)
     return [{c: (r.get(c) if c in cfg else None) for c in INPUTS} for r in cfg.to_dict("records")]
 
 
-def requests(scenarios) -> tuple[list[dict], list[dict | None], list[str]]:
-    """(the requests as given, their validated fields or None, the error of each or ''): ``scenarios`` is one
-    Scenario or dict, or a sequence of them."""
-    if isinstance(scenarios, pd.DataFrame):
-        raise TypeError("engine.predict takes Scenarios or dicts of their fields, not a frame: "
-                        "sweep.run(frame) predicts a configuration frame (request.rows_of_frame)")
-    scenarios = [scenarios] if isinstance(scenarios, (Scenario, dict)) else list(scenarios)
-    given = [_row_of(s) if isinstance(s, Scenario) else {c: s.get(c) for c in INPUTS} if isinstance(s, dict)
-             else {"_not_a_request": type(s).__name__} for s in scenarios]
-    for g, s in zip(given, scenarios):
-        if isinstance(s, dict) and set(s) - set(INPUTS):
-            g["_unknown"] = sorted(set(s) - set(INPUTS))
-    norm: list[dict | None] = [None] * len(given)
-    err = [""] * len(given)
-    for i, (r, s) in enumerate(zip(given, scenarios)):
+class Rejected(NamedTuple):
+    """A request that failed its checks: its fields as given and its one-line error (``message``). The engine
+    answers it with an error row, so that one bad row never costs the others their answer."""
+    fields: dict
+    error: str
+
+
+def parse(rows) -> list:
+    """The adapter from dicts to the engine's requests: each dict of ``INPUTS`` fields (a configuration frame's
+    rows: ``rows_of_frame``) becomes its :class:`Scenario`, or a :class:`Rejected` with the one-line error of an
+    unknown field, a bad value or something that is not a dict. Scenarios and Rejected pass as they are."""
+    out = []
+    for r in ([rows] if isinstance(rows, (dict, Scenario, Rejected)) else rows):
+        if isinstance(r, (Scenario, Rejected)):
+            out.append(r)
+            continue
+        if not isinstance(r, dict):
+            out.append(Rejected({}, message(LatencyInputError(
+                f"a request is a Scenario or a dict of the fields {', '.join(INPUTS)}, not a {type(r).__name__}"))))
+            continue
+        given = {c: r.get(c) for c in INPUTS}
+        unknown = sorted(set(r) - set(INPUTS))
         try:
-            if "_not_a_request" in r:
-                raise LatencyInputError(f"a request is a Scenario or a dict of the fields {', '.join(INPUTS)}, "
-                                        f"not a {r.pop('_not_a_request')}")
-            if "_unknown" in r:
-                raise LatencyInputError(f"unknown scenario field(s) {', '.join(r.pop('_unknown'))}; "
+            if unknown:
+                raise LatencyInputError(f"unknown scenario field(s) {', '.join(unknown)}; "
                                         f"the fields are {', '.join(INPUTS)}")
-            norm[i] = _row_of(s) if isinstance(s, Scenario) else normalise(r)   # a Scenario is validated already
+            out.append(scenario_of(given))
         except Exception as e:  # noqa: BLE001 - recorded in the row
-            err[i] = message(e)
-    return given, norm, err
+            out.append(Rejected(given, message(e)))
+    return out
+
+
+def requests(scenarios) -> tuple[list[dict], list[dict | None], list[str]]:
+    """(each request's fields, its validated fields or None, its error or ''): ``scenarios`` is one Scenario or a
+    sequence of Scenarios and Rejected (``parse``'s output). Anything else is a one-line TypeError."""
+    if isinstance(scenarios, pd.DataFrame):
+        raise TypeError("engine.predict takes Scenarios, not a frame: sweep.run(frame) predicts a configuration "
+                        "frame (request.parse(request.rows_of_frame(frame)))")
+    scenarios = [scenarios] if isinstance(scenarios, (Scenario, Rejected)) else list(scenarios)
+    other = next((s for s in scenarios if not isinstance(s, (Scenario, Rejected))), None)
+    if other is not None:
+        raise TypeError(f"engine.predict takes Scenarios (scenario.scenario(...), or request.parse(dicts)), "
+                        f"not a {type(other).__name__}")
+    norm = [_row_of(s) if isinstance(s, Scenario) else None for s in scenarios]
+    given = [n if n is not None else dict(s.fields) for n, s in zip(norm, scenarios)]
+    return given, norm, ["" if isinstance(s, Scenario) else s.error for s in scenarios]
 
 
 class Job(NamedTuple):

@@ -130,7 +130,7 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     ('' when predicted)). ``predictors``: names, or (label, trained predictor) pairs. Wall times are in its
     ``engine.RunInfo`` (``engine.run_info(frame)``). ``quick``: None (default) picks the weights as the CLI does
     (``engine.predict``: never half an hour of training unasked); True / False force them."""
-    out = engine.predict(request.rows_of_frame(configs), predictors, seeds, quick=quick, progress=progress,
+    out = engine.predict(request.parse(request.rows_of_frame(configs)), predictors, seeds, quick=quick, progress=progress,
                          use_derivation=use_derivation,
                          memory_columns=True)
     # every row's footprint: a traced table's from what memory.footprint reads of it (the table is not kept), a

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import configs, engine, host, kernel_table, schema, trace
+from neusight_core import configs, engine, host, kernel_table, request, schema, trace
 from neusight_core.scenario import LatencyInputError, PAPER, scenario
 
 
@@ -93,8 +93,9 @@ def test_options_validated():
         scenario("llama2_7b", "H100", 1, 128, execution="compiled")
     with pytest.raises(LatencyInputError, match="no fused"):
         scenario("switchxl4", "H100", 1, 128, attention="sdpa")
-    df = engine.predict([dict(model="llama2_7b", device="H100", batch=1, seq=64, attention="flash"),
-                         dict(model="llama2_7b", device="H100", batch=1, seq=64, dtype="bf16", attention="sdpa")],
+    df = engine.predict(request.parse([dict(model="llama2_7b", device="H100", batch=1, seq=64, attention="flash"),
+                                       dict(model="llama2_7b", device="H100", batch=1, seq=64, dtype="bf16",
+                                            attention="sdpa")]),
                         "roofline")
     assert "attention must be one of" in df["error"].iloc[0]
     assert df["error"].iloc[1] == "" and df["ATTN_ms"].iloc[1] > 0
@@ -118,7 +119,7 @@ def test_cli_options():
 def test_graph_is_the_kernel_sum_and_eager_at_least_the_host():
     reqs = [dict(model="llama2_7b", device="H100", batch=1, seq=1, past=512, dtype="bf16", execution=e)
             for e in ("graph", "eager")]
-    df = engine.predict(reqs, "roofline", keep_kernels=True)
+    df = engine.predict(request.parse(reqs), "roofline", keep_kernels=True)
     g, e = df.iloc[0], df.iloc[1]
     kernels = engine.run_info(df).kernels[0]
     assert g["e2e_ms"] == pytest.approx(kernels["pred_ms"].sum(), rel=1e-12)
@@ -137,7 +138,8 @@ def test_host_model_on_a_fake_calibration(monkeypatch):
     assert bound.tolist() == [False, True, False]
     monkeypatch.setenv("NEUSIGHT_HOST_LAUNCH_US", "50")
     assert host.launch_us() == 50
-    df = engine.predict([dict(model="llama2_7b", device="H100", batch=1, seq=1, past=64, dtype="bf16")], "roofline")
+    df = engine.predict(request.parse([dict(model="llama2_7b", device="H100", batch=1, seq=1, past=64, dtype="bf16")]),
+                        "roofline")
     assert df["host_ms"].iloc[0] == pytest.approx(df["kernels"].iloc[0] * 50 / 1e3)
     monkeypatch.setenv("NEUSIGHT_HOST_LAUNCH_US", "-3")
     with pytest.raises(ValueError, match="NEUSIGHT_HOST_LAUNCH_US"):
@@ -177,7 +179,7 @@ def test_paper_setting_is_the_old_answer():
     from neusight_core.studies import reproduce
     req = dict(model="gpt2_large", device="H100", batch=4, seq=512, mode="train")
     assert {k: v for k, v in reproduce.option_kwargs("none").items()} == PAPER
-    df = engine.predict([dict(req, **PAPER)], "roofline", keep_kernels=True)
+    df = engine.predict(request.parse([dict(req, **PAPER)]), "roofline", keep_kernels=True)
     k = tables.kernel_table("gpt2_large", 4, 512, "train")          # the tracer's default: eager attention
     pk = tables.predict_kernels(k, "H100", "roofline")
     assert df["e2e_ms"].iloc[0] == pytest.approx(tables.aggregate(pk)["e2e_ms"], rel=1e-9)
@@ -185,8 +187,9 @@ def test_paper_setting_is_the_old_answer():
 
 
 def test_tensor_parallel_splits_attention_heads():
-    df = engine.predict([dict(model="llama2_7b", device="H100", batch=1, seq=256, dtype="bf16", attention="sdpa",
-                              parallel="tp", gpus=4, execution="graph")], "roofline", keep_kernels=True)
+    df = engine.predict(request.parse([dict(model="llama2_7b", device="H100", batch=1, seq=256, dtype="bf16",
+                                            attention="sdpa", parallel="tp", gpus=4, execution="graph")]),
+                        "roofline", keep_kernels=True)
     assert df["error"].iloc[0] == ""
     a = engine.run_info(df).kernels[0]
     a = a[a["op_class"] == "ATTN"]

@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from neusight_core import derive, derive_memory, engine, kernel_table, memory, trace_cache
+from neusight_core import derive, derive_memory, engine, kernel_table, memory, request, trace_cache
 
 
 @pytest.fixture
@@ -38,8 +38,8 @@ def test_derived_footprint_equals_the_traced_one(cache, model, mode, b, s, past,
 def test_engine_rows_of_derived_tables_have_the_traced_memory_columns(cache):
     rows = [dict(model="gpt2_large", device=d, batch=b, seq=s, mode="train")
             for d in ("H100", "T4") for b in (2, 8) for s in (128, 640)]
-    derived = engine.predict(rows, ["roofline"])
-    traced = engine.predict(rows, ["roofline"], use_derivation=False)
+    derived = engine.predict(request.parse(rows), ["roofline"])
+    traced = engine.predict(request.parse(rows), ["roofline"], use_derivation=False)
     assert derived["derived"].all() and not traced["derived"].any()
     cols = [c for c in engine.RESULT_COLUMNS if c.startswith("memory")]
     pd.testing.assert_frame_equal(derived[cols], traced[cols])
@@ -55,6 +55,6 @@ def test_a_family_whose_memory_misses_its_check_gives_the_lower_bound(cache, mon
     assert fam.ok and fam.memory is None and fam.memory_reason.startswith("check failed: activation peak at (3, 317)")
     assert kernel_table.info(fam.table(4, 256)).memory is None
     rows = [dict(model="bert_large", device="H100", batch=b, seq=256, mode="inf") for b in (2, 4)]
-    out = engine.predict(rows, ["roofline"])
+    out = engine.predict(request.parse(rows), ["roofline"])
     assert out["derived"].all()
     assert out["memory_verdict"].str.startswith("not computed").all() and out["memory_total_gib"].isna().all()

@@ -8,8 +8,9 @@ from neusight_core import engine, latency, predictors, request, scenario
 
 SCENARIOS = [
     scenario.scenario("gpt2_large", "H100", 2, 128, "inf", **scenario.PAPER),
-    dict(model="bert_large", device="L4", batch=4, seq=128, mode="train", dtype="bf16", **scenario.PAPER),
-    dict(model="gpt2_large", device="H100", batch=4, seq=64, mode="train", parallel="tp", gpus=2, **scenario.PAPER),
+    *request.parse([
+        dict(model="bert_large", device="L4", batch=4, seq=128, mode="train", dtype="bf16", **scenario.PAPER),
+        dict(model="gpt2_large", device="H100", batch=4, seq=64, mode="train", parallel="tp", gpus=2, **scenario.PAPER)]),
 ]
 
 
@@ -39,7 +40,7 @@ def test_an_invalid_scenario_gets_its_one_line_error_and_the_others_are_computed
            dict(model="gpt2_large", device="NoSuchGPU", batch=2, seq=128),
            dict(model="gpt2_large", device="H100", batch=2, seq=128, gpus=2),   # GPUs without a plan
            dict(model="gpt2_large", device="H100", batch=2, seq=128, colour="red")]
-    out = engine.predict(SCENARIOS[:1] + bad, ["roofline"], quick=True)
+    out = engine.predict(SCENARIOS[:1] + request.parse(bad), ["roofline"], quick=True)
     assert len(out) == 5
     assert out["error"].iloc[0] == "" and out["e2e_ms"].iloc[0] > 0
     errs = out["error"].iloc[1:].tolist()
@@ -53,7 +54,7 @@ def test_engine_equals_predict_model_and_takes_predictor_objects():
     kw = dict(model="gpt2_large", device="H100", batch=4, seq=64, mode="train", parallel="pp", gpus=2,
               micro_batches=2)
     ref = latency.predict_model(predictor=obj, quick=True, **kw)
-    out = engine.predict([kw], [("ours s1", obj)], quick=True)
+    out = engine.predict(request.parse([kw]), [("ours s1", obj)], quick=True)
     row = out.iloc[0]
     assert row["predictor"] == "ours s1" and row["seed"] == 1 and row["error"] == ""
     for c in engine.PHASE_COLUMNS:
@@ -62,6 +63,20 @@ def test_engine_equals_predict_model_and_takes_predictor_objects():
     # the kernel table predict_model returns sums to its own phases
     assert ref["kernels"]["pred_ms"].sum() == pytest.approx(ref["fw_ms"] + ref["bw_ms"] + ref["acc_ms"]
                                                             + ref["comm_ms"], rel=1e-9)
+
+
+def test_the_engine_takes_scenarios_and_dicts_go_through_the_adapter():
+    """Issue 35: a typed request. The engine refuses a dict in one line (``request.parse`` is the adapter); what
+    the adapter makes of a dict is predicted as the Scenario built by hand."""
+    kw = dict(model="gpt2_large", device="H100", batch=2, seq=128, mode="inf", **scenario.PAPER)
+    with pytest.raises(TypeError, match=r"takes Scenarios .*request.parse\(dicts\).*not a dict"):
+        engine.predict([SCENARIOS[0], kw], "roofline")
+    parsed = request.parse([kw, dict(kw, batch="two"), 7])
+    assert parsed[0] == SCENARIOS[0] and isinstance(parsed[1], request.Rejected) and "batch" in parsed[1].error
+    assert "not a int" in parsed[2].error
+    out = engine.predict(parsed, "roofline", quick=True)
+    assert out["e2e_ms"].iloc[0] == engine.predict(SCENARIOS[:1], "roofline", quick=True)["e2e_ms"].iloc[0]
+    assert out["error"].iloc[0] == "" and out["batch"].iloc[1] == "two" and out["error"].iloc[1].startswith("SweepInputError")
 
 
 def test_keep_kernels_gives_each_row_its_kernel_table():

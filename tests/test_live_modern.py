@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from neusight_core import engine
+from neusight_core import engine, request
 from neusight_core.studies import live_modern as lm
 
 TINY = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
@@ -69,7 +69,8 @@ def test_predictions_and_mape():
     p = lm.predict_steps(steps, predictors=("roofline",))
     assert len(p) == 2 * len(lm.VARIANTS)                 # the OOM row is not predicted
     g = p[p["variant"] == "graph"].reset_index(drop=True)
-    direct = engine.predict([lm.request_of(r, "H100", "graph") for r in steps.head(2).to_dict("records")], "roofline")
+    direct = engine.predict(request.parse([lm.request_of(r, "H100", "graph") for r in steps.head(2).to_dict("records")]),
+                            "roofline")
     assert g["predicted_ms"].tolist() == pytest.approx(direct["e2e_ms"].tolist())
     assert g["measured_ms"].tolist() == [8.0, 20.0]
     e = p[p["variant"] == "eager"]

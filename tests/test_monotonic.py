@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import yaml
 
-from neusight_core import devices, engine
+from neusight_core import devices, engine, request
 
 H100 = "NVIDIA_H100_80GB_HBM3"
 SPEED = ("mem_bw_gbs", "num_sm", "fp32_gflops", "fp32_vec_gflops", "l2_mb", "tf32_tensor_gflops",
@@ -58,7 +58,7 @@ def twins(tmp_path, monkeypatch, release_root):
 @pytest.mark.parametrize("predictor", ["neusight", "roofline"])
 def test_memory_alone_changes_nothing_and_a_faster_gpu_is_never_slower(twins, predictor):
     reqs = [{**r, "device": g} for r in REQUESTS for g in (H100, "H100_BIGMEM", "H100_FASTER")]
-    out = engine.predict(reqs, [predictor], seeds=(0,), quick=True)
+    out = engine.predict(request.parse(reqs), [predictor], seeds=(0,), quick=True)
     assert (out["error"] == "").all(), out["error"].tolist()
     t = out["e2e_ms"].to_numpy().reshape(len(REQUESTS), 3)
     for r, (base, bigmem, faster) in zip(REQUESTS, t):

@@ -351,12 +351,12 @@ def predict_steps(steps, device: str = "H100", predictors=("neusight", "roofline
     ``measured_ms`` (the variant's measured column), ``predicted_ms``, ``error_pct`` and the prediction's host
     time and verdict."""
     import pandas as pd
-    from neusight_core import engine
+    from neusight_core import engine, request
     ok = steps[steps["status"] == "OK"].reset_index(drop=True)
     frames = []
     for variant, (col, execution) in VARIANTS.items():
         reqs = [request_of(r, device, execution) for r in ok.to_dict("records")]
-        p = engine.predict(reqs, list(predictors), seeds=seeds, quick=quick)
+        p = engine.predict(request.parse(reqs), list(predictors), seeds=seeds, quick=quick)
         n = len(ok)
         for j in range(len(p) // max(n, 1)):
             part = p.iloc[j * n:(j + 1) * n].reset_index(drop=True)

@@ -44,7 +44,7 @@ def predict_tables(configs: pd.DataFrame, trained: dict, table_of, progress: boo
     table from ``table_of(config name)``: ``engine.predict`` of the configurations with that table instead of the
     trace; e2e = the phases' sum of per-launch time x ``count`` (single GPU). Prediction only: the same trained
     networks. A table that cannot be built gives its reason in ``error``."""
-    from neusight_core import engine
+    from neusight_core import engine, request
     from neusight_core.studies import reproduce
     cfg = configs.reset_index(drop=True)
     requests = [dict(model=r.model, device=r.gpu, batch=int(r.batch), seq=int(r.seq), mode=r.mode,
@@ -58,7 +58,7 @@ def predict_tables(configs: pd.DataFrame, trained: dict, table_of, progress: boo
         if name_of.setdefault(key(f), c) != c:
             raise ValueError(f"configurations {name_of[key(f)]!r} and {c!r} have the same model, batch, sequence, "
                              "mode and option: one kernel table cannot be both")
-    out = engine.predict(requests, [(name, p) for (name, _), p in trained.items()],
+    out = engine.predict(request.parse(requests), [(name, p) for (name, _), p in trained.items()],
                          table_of=lambda f: table_of(name_of[key(f)]), memory_columns=False, progress=progress)
     reps = len(out) // max(len(cfg), 1)
     base = pd.concat([cfg[["gpu", "config", "option", "label_e2e_ms"]]] * reps, ignore_index=True)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import configs, devices, kernel_table, latency, memory, schema
+from neusight_core.request import parse
 from neusight_core.schema import OpClass, Precision
 
 H100 = "NVIDIA_H100_80GB_HBM3"
@@ -191,8 +192,8 @@ def floors_table(model: str = "llama2_7b", gpu=H100, dtype: str = Precision.BF16
     from neusight_core.predictors import common
     pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     steps = (("prefill", seq, 0), ("decode", 1, seq - 1))
-    got = engine.predict([dict(model=model, batch=1, seq=s, mode="inf", past=past, dtype=dtype, device=gpu,
-                               attention="eager", execution="graph") for _, s, past in steps], [pred],
+    got = engine.predict(parse([dict(model=model, batch=1, seq=s, mode="inf", past=past, dtype=dtype, device=gpu,
+                                             attention="eager", execution="graph") for _, s, past in steps]), [pred],
                          keep_kernels=True, raise_errors=True)
     rows = []
     run = engine.run_info(got)
@@ -258,7 +259,7 @@ def execution_table(gpus=None, quick: bool = False, predictor="neusight", seeds=
                                      execution=ex, **({"parallel": "tp", "gpus": tp} if tp else {})))
                     meta.append({"model": model, "plan": f"tp{tp}" if tp else "1 GPU", "workload": work,
                                  "tokens": s, "variant": label})
-    df = engine.predict(reqs, predictor, seeds=seeds, quick=quick)
+    df = engine.predict(parse(reqs), predictor, seeds=seeds, quick=quick)
     out = pd.concat([pd.DataFrame(meta * (len(df) // len(meta))), df[["device", "seed", "e2e_ms", "kernel_ms",
                     "host_ms", "host_bound", "memory_weights_gib", "memory_fits", "memory_verdict", "error"]]], axis=1)
     dev = {g: devices.get_device(g) for g in out["device"].dropna().unique()}
@@ -340,7 +341,7 @@ def run(gpus=None, dtypes=(Precision.BF16, Precision.FP32), quick: bool = False,
         if not ask:
             break
         # a nominal link, so that the split of a GPU without NVLink is sized too (this call's times are not used)
-        m = engine.predict([{**request(*cells[c], n, g), "link_gbs": 1.0 if n > 1 else None} for c, g in ask],
+        m = engine.predict(parse([{**request(*cells[c], n, g), "link_gbs": 1.0 if n > 1 else None} for c, g in ask]),
                            "roofline", use_derivation=False, optimizer=optimizer)
         for (c, _), (_, row) in zip(ask, m.iterrows()):
             mem[c, n] = None if pd.isna(row["memory_total_gib"]) else row
@@ -350,7 +351,7 @@ def run(gpus=None, dtypes=(Precision.BF16, Precision.FP32), quick: bool = False,
     runs = [(c, g) for c in range(len(cells)) for g in gpus
             if (c, g) in chosen and (chosen[c, g] == 1 or devs[g].link_gbs is not None)]
     t0 = time.perf_counter()
-    lat = engine.predict([request(*cells[c], chosen[c, g], g) for c, g in runs], [pred], quick=quick,
+    lat = engine.predict(parse([request(*cells[c], chosen[c, g], g) for c, g in runs]), [pred], quick=quick,
                          use_derivation=False, memory_columns=False, raise_errors=True)
     e2e = dict(zip(runs, lat["e2e_ms"]))
     rows = []
