@@ -126,3 +126,18 @@ def test_memory_kernels_are_the_tracers_kv_cache_appends():
     assert tuple(y.shape) == (b * TINY.num_key_value_heads, past + 1, d) and y.dtype == torch.bfloat16
     copy = live_kernels.kernel_callable(sweep.iloc[1], device="cpu")()
     assert copy.shape == y.shape
+
+
+def test_a_failing_memory_kernel_sweep_costs_the_steps_nothing(tmp_path, monkeypatch):
+    """The memory kernels run first on a GPU session's short budget: their failure is one log line, and the steps
+    are still measured."""
+    from neusight_core.studies import live_kernels
+
+    def boom(*a, **k):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(live_kernels, "memory_kernel_sweep", boom)
+    logs = []
+    rows = lm.run_modern(tmp_path, [lm.ModernCase(TINY, "prefill", 1, 16, "sdpa")], device="cpu", time_budget_s=60,
+                         dtype="fp32", log=logs.append)
+    assert [r["status"] for r in rows] == ["OK"]
+    assert "[modern] memory kernels failed: RuntimeError: boom" in logs
