@@ -124,16 +124,18 @@ def _add_weights_options(p) -> None:
 
 
 def _choose_quick(a, names, seeds) -> bool:
-    """The weights of this question (``predictors.choose_quick``), saying on stderr what is about to happen."""
+    """The weights of this question (``predictors.auto_quick`` unless --quick / --full), saying on stderr what is
+    about to happen."""
     from neusight_core import predictors as _pred
-    weights = "quick" if a.quick else "full" if a.full else "auto"
-    quick = any(_pred.choose_quick(n, s, weights) for n in names for s in seeds)
+    if a.quick or a.full:
+        quick = bool(a.quick)
+    else:
+        quick = _pred.auto_quick(names, seeds, "add --full",
+                                 say=lambda line: print(f"note: {line}", file=sys.stderr, flush=True))
     for n in dict.fromkeys(names):
         if not _pred.trains_long(n):
             continue
         missing = [s for s in seeds if not _pred.is_trained(n, False, s)]
-        if quick and weights == "auto" and missing:
-            print(f"note: {_pred.quick_note(n, 'add --full')}", file=sys.stderr, flush=True)
         if not quick and missing:
             print(f"training the full `{n}` weights of seed(s) {', '.join(map(str, missing))} first: "
                   f"{_pred.full_training_estimate(n)}; Ctrl-C stops it (--quick answers in seconds)",

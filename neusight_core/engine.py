@@ -62,12 +62,13 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool | None 
     """Predict every scenario with every predictor (and seed): one row per scenario x predictor x seed, in that
     order (predictor-major: all scenarios of the first predictor and seed, then the next), columns ``RESULT_COLUMNS``.
 
-    ``scenarios``: :class:`scenario.Scenario` objects, or what ``request.parse`` made of dicts of ``INPUTS`` fields
-    (Scenarios and ``request.Rejected``; a configuration frame goes through ``sweep.run``). ``predictors``: names (trained weights by name x seed from
-    ``seeds``, ``quick`` or full), trained predictor objects, or (label, predictor) pairs; an object runs once
-    with its own ``seed``. ``quick``: the quick weights of named predictors; None picks them as the CLI does
-    (``predictors.auto_quick``: the full weights when trained, else the quick ones with a warning, so that a
-    question never starts half an hour of training unasked). ``memory_columns``: the footprint of every traced table too (``optimizer``,
+    ``scenarios``: :class:`scenario.Scenario` objects, or what ``request.parse`` made of dicts of ``INPUTS``
+    fields (Scenarios and ``request.Rejected``; a configuration frame goes through ``sweep.run``). ``predictors``:
+    names (trained weights by name x seed from ``seeds``, ``quick`` or full), trained predictor objects, or
+    (label, predictor) pairs; an object runs once with its own ``seed``. ``quick``: the quick weights of named
+    predictors; None picks them as the CLI does (``predictors.auto_quick``: the full weights when trained, else
+    the quick ones with a warning, so that a question never starts half an hour of training unasked).
+    ``memory_columns``: the footprint of every traced table too (``optimizer``,
     ``master_weights``: the training state it counts; what it reads of a table is kept, not the table); derived
     tables' footprints cost nothing and are always given. ``keep_kernels``: trace every table (no derivation) and
     keep each row's kernel table with ``pred_ms`` (None for a failed row) and its full ``memory.footprint`` dict in

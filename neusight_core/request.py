@@ -48,13 +48,6 @@ def _given(v):
     return None if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA else v
 
 
-def _row_of(sc: Scenario, r: dict | None = None) -> dict:
-    """A validated scenario as the frame's fields (over the request ``r`` as given)."""
-    out = dict(r or {})
-    out.update(sc.as_dict())
-    return out
-
-
 def scenario_of(r: dict) -> Scenario:
     """One request (a configuration row or a dict of ``INPUTS`` fields; NaN = not given, integers from floats)
     -> its :class:`Scenario`, checked by ``scenario.scenario`` (raises its one-line error)."""
@@ -143,7 +136,7 @@ def requests(scenarios) -> tuple[list[dict], list[dict | None], list[str]]:
     if other is not None:
         raise TypeError(f"engine.predict takes Scenarios (scenario.scenario(...), or request.parse(dicts)), "
                         f"not a {type(other).__name__}")
-    norm = [_row_of(s) if isinstance(s, Scenario) else None for s in scenarios]
+    norm = [s.as_dict() if isinstance(s, Scenario) else None for s in scenarios]
     given = [n if n is not None else dict(s.fields) for n, s in zip(norm, scenarios)]
     return given, norm, ["" if isinstance(s, Scenario) else s.error for s in scenarios]
 

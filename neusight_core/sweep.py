@@ -130,9 +130,8 @@ def run(configs: pd.DataFrame, predictors=("neusight",), seeds=(0,), quick: bool
     ('' when predicted)). ``predictors``: names, or (label, trained predictor) pairs. Wall times are in its
     ``engine.RunInfo`` (``engine.run_info(frame)``). ``quick``: None (default) picks the weights as the CLI does
     (``engine.predict``: never half an hour of training unasked); True / False force them."""
-    out = engine.predict(request.parse(request.rows_of_frame(configs)), predictors, seeds, quick=quick, progress=progress,
-                         use_derivation=use_derivation,
-                         memory_columns=True)
+    out = engine.predict(request.parse(request.rows_of_frame(configs)), predictors, seeds, quick=quick,
+                         progress=progress, use_derivation=use_derivation, memory_columns=True)
     # every row's footprint: a traced table's from what memory.footprint reads of it (the table is not kept), a
     # derived one's from its family (derive_memory.py); the lower bound where neither exists
     return out[INPUTS + RESULTS[:-1] + MEMORY_VERDICT + RESULTS[-1:]]

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from neusight_core.predictors.base import KernelPredictor, PredictorLoadError
 from neusight_core.predictors.common import PredictorInputError
-from neusight_core.predictors.training import (WEIGHTS, auto_quick, choose_quick, describe, describe_line, folder,
-                                               full_training_estimate, full_weights_damage, get, is_trained, load,
-                                               quick_note, train_parallel, training_cost, training_lock, trains_long,
-                                               worker_environment)
+from neusight_core.predictors.training import (WEIGHTS, auto_quick, choose_quick, describe, describe_line,
+                                               folder, full_training_estimate, full_weights_damage, get, is_trained,
+                                               load, quick_note, train_parallel, training_cost, training_lock,
+                                               trains_long, worker_environment)
 from neusight_core.registry import UnknownPredictorError, create, names
 
 __all__ = ["KernelPredictor", "PredictorInputError", "PredictorLoadError", "UnknownPredictorError", "WEIGHTS",
-           "auto_quick", "choose_quick", "create", "describe", "describe_line", "folder", "full_training_estimate", "quick_note",
-           "full_weights_damage", "get", "is_trained", "load", "names", "train_parallel", "training_cost",
+           "auto_quick", "choose_quick", "create", "describe", "describe_line", "folder", "full_training_estimate",
+           "quick_note", "full_weights_damage", "get", "is_trained", "load", "names", "train_parallel", "training_cost",
            "training_lock", "trains_long", "worker_environment"]

@@ -256,18 +256,22 @@ def quick_note(name: str, how_full: str) -> str:
             f"({full_training_estimate(name)}), then ask again, or {how_full}.")
 
 
-def auto_quick(names, seeds=(0,), how_full: str = "pass quick=False") -> bool:
-    """``choose_quick`` for a Python question (``latency.predict_model``, ``sweep.run`` with ``quick=None``): quick
-    for all when any named predictor x seed is answered quick, with one warning per predictor whose full weights
-    are missing (``quick_note``). Objects among ``names`` (trained predictors) are skipped, and so are unknown
-    names: the engine records their error in their rows, and the other predictors answer."""
+def auto_quick(names, seeds=(0,), how_full: str = "pass quick=False", say=None) -> bool:
+    """``choose_quick`` of a question that does not say which weights (the CLI without --quick / --full; Python
+    with ``quick=None``): quick for all when any named predictor x seed is answered quick, with one ``quick_note``
+    per predictor whose full weights are missing, given to ``say`` (default: a warning). Objects among ``names``
+    (trained predictors) are skipped, and so are unknown names: the engine records their error in their rows,
+    and the other predictors answer."""
     known = set(registry_names())
     names = [n for n in names if isinstance(n, str) and n in known]
     quick = any(choose_quick(n, int(s), "auto") for n in names for s in seeds)
     if quick:
         for n in dict.fromkeys(names):
             if trains_long(n) and any(not is_trained(n, False, int(s)) for s in seeds):
-                warnings.warn(quick_note(n, how_full), stacklevel=3)
+                if say is None:
+                    warnings.warn(quick_note(n, how_full), stacklevel=3)
+                else:
+                    say(quick_note(n, how_full))
     return quick
 
 
