@@ -31,7 +31,6 @@ import pandas as pd
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 from neusight_core.schema import OpClass, Precision
 
 KERNEL_COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "flops",
@@ -55,8 +54,8 @@ from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs
 _NO_ATTN = (math.nan,) * len(schema.ATTN_COLUMNS)   # the fused-attention geometry of other rows
 
 
-from neusight_core import fused_attention  # noqa: E402
-from neusight_core.aten_ops import CONV, _NO_CONV, _nbytes, _op_name, classify, conv_rows, layer_of  # noqa: E402
+from neusight_core import fused_attention, meta_memo  # noqa: E402
+from neusight_core.aten_ops import CONV, _NO_CONV, _nbytes, _op_name, classify, conv_rows, layer_of, tensors_in  # noqa: E402
 # the model on the meta device; hidden_size / num_layers / load_config are re-exported (callers read them here)
 from neusight_core.meta_model import (TORCH_DTYPES, build_model, cache_tensors, filled_cache,  # noqa: E402,F401
                                       hidden_size, max_positions, model_inputs, num_layers, switch_routing_stand_in)
@@ -90,6 +89,7 @@ class _Recorder(TorchDispatchMode):
         self.unclassified: Counter = Counter()
         self.skipped: Counter = Counter()
         self.scalar_queries: Counter = Counter()  # .item() calls answered, by dtype
+        self.memo = meta_memo.MetaMemo()          # an op seen before on the same shapes is not run again
 
     # ------------------------------------------------------------ buffers and memory
     def _key(self, t: torch.Tensor) -> int:
@@ -146,9 +146,9 @@ class _Recorder(TorchDispatchMode):
             if t.dtype == torch.bool:
                 return True
             return 0.0 if t.dtype.is_floating_point else 0
-        out = func(*args, **kwargs)
-        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        out = self.memo.run(func, args, kwargs)
+        outs = tensors_in(out)
+        ins = tensors_in((args, kwargs))
         self._note_allocations(outs, ins)
         if base in CONV and outs:
             conv = conv_rows(base, args, out)
@@ -242,8 +242,7 @@ class _NodeTagger(TorchFunctionMode):
         # A composite function (matmul, linear, ...) creates several nodes; only the last is on
         # the output. Walk back through untagged nodes: everything older is already tagged, so
         # each node is visited about once over the whole forward pass.
-        todo = [t.grad_fn for t in tree_flatten(out)[0]
-                if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        todo = [t.grad_fn for t in tensors_in(out) if t.grad_fn is not None]
         while todo:
             fn = todo.pop()
             if fn is None or "module" in fn.metadata or type(fn).__name__ == "AccumulateGrad":
