@@ -47,6 +47,19 @@ def main(argv=None) -> int:
     kv = pd.cut(d["seq_kv"], [0, 16, 128, 1024, 8192, np.inf])
     print(d.assign(miss=miss, kv=kv).groupby("kv", observed=True)["miss"].mean().round(3).to_string())
     print(d.assign(miss=miss).groupby("B")["miss"].mean().round(3).to_string())
+    # the regimes the misses fall in (what the tile model does not describe): by kernel, sliding window and head dim,
+    # and the L40S's long caches split over few (batch, KV head) pairs
+    w = d["window"].fillna(0)
+    print("\nby GPU, kernel and sliding window: rows, median predicted / measured, share >= 5x too fast")
+    print(d.assign(miss=miss, w=w).groupby(["device", "kernel_source", "w"])
+          .agg(rows=("ratio", "size"), median_ratio=("ratio", "median"), miss=("miss", "mean")).round(3).to_string())
+    print("\nby kernel and head dim:")
+    print(d.assign(miss=miss).groupby(["kernel_source", "head_dim"])
+          .agg(rows=("ratio", "size"), median_ratio=("ratio", "median"), miss=("miss", "mean")).round(3).to_string())
+    few = (w == 0) & (d["seq_kv"] >= 4096) & (d["B"] * d["kv_heads"] <= 8)
+    print("\nno window, >= 4,096 keys over <= 8 (batch, KV head) pairs, by GPU: rows, median ratio, share missed")
+    print(d[few].assign(miss=miss[few]).groupby("device")
+          .agg(rows=("ratio", "size"), median_ratio=("ratio", "median"), miss=("miss", "mean")).round(3).to_string())
     return 0
 
 
