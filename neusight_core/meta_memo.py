@@ -23,6 +23,7 @@ from neusight_core.aten_ops import tensors_in
 
 _SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
 _NOT = object()            # a key whose op must run every time
+ENABLED = True             # False: every op runs (the tests compare both)
 
 
 def _key_of(v):
@@ -42,9 +43,6 @@ def _key_of(v):
 def _memoizable(func) -> bool:
     schema = func._schema
     return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
-
-
-ENABLED = True             # False: every op runs (the tests compare both)
 
 
 class MetaMemo:
@@ -122,5 +120,5 @@ def _rebuild(spec):
     if kind is _Seq:
         cls, parts = spec
         items = [_rebuild(p) for p in parts]
-        return cls(items) if cls is not tuple else tuple(items)
+        return cls(items)
     return spec

@@ -55,7 +55,8 @@ _NO_ATTN = (math.nan,) * len(schema.ATTN_COLUMNS)   # the fused-attention geomet
 
 
 from neusight_core import fused_attention, meta_memo  # noqa: E402
-from neusight_core.aten_ops import CONV, _NO_CONV, _nbytes, _op_name, classify, conv_rows, layer_of, tensors_in  # noqa: E402
+from neusight_core.aten_ops import (CONV, _NO_CONV, _nbytes, _op_name, classify, conv_rows, layer_of,  # noqa: E402
+                                   tensors_in)
 # the model on the meta device; hidden_size / num_layers / load_config are re-exported (callers read them here)
 from neusight_core.meta_model import (TORCH_DTYPES, build_model, cache_tensors, filled_cache,  # noqa: E402,F401
                                       hidden_size, max_positions, model_inputs, num_layers, switch_routing_stand_in)

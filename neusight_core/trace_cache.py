@@ -39,7 +39,8 @@ from neusight_core import configs, datafile, kernel_table, paths
 #: one ``kernel_table.TableInfo`` instead of loose ``attrs`` keys)
 CACHE_VERSION = 3
 #: source files whose content changes kernel tables: part of every key
-CODE_FILES = ("trace.py", "meta_memo.py", "aten_ops.py", "fused_attention.py", "meta_model.py", "configs.py", "fusion.py", "parallel.py")
+CODE_FILES = ("trace.py", "meta_memo.py", "aten_ops.py", "fused_attention.py", "meta_model.py", "configs.py",
+              "fusion.py", "parallel.py")
 
 #: hits / misses / corrupt entries / stores of this process (tests and benchmarks read it)
 STATS: Counter = Counter()
