@@ -77,7 +77,6 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool | None 
     of a request's validated fields returning its kernel table instead of the trace (``recipe_studies``' graph
     variants: the authors' graph, our trace without the mask ops); such tables are never derived. Wall times and counts
     are in the frame's :class:`RunInfo` (``run_info(frame)``)."""
-    from tqdm.auto import tqdm
     t_start = time.perf_counter()
     if quick is None:
         from neusight_core import predictors as _pred
@@ -100,7 +99,7 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool | None 
     out_frames, kept = [], []
     ctx = _Pool(pool.rows, pool.kid, pool.starts, tabs.tab_of, pool.cfg_dev, norm, ok, efficiency, raise_errors)
     todo = jobs(predictors, seeds)
-    pbar = tqdm(total=len(todo), desc="predicting", disable=not progress, leave=False)
+    pbar = _bar(progress, total=len(todo), desc="predicting")
     for job in todo:
         per_launch, p_err = _per_launch(job.predictor, job.seed, job.obj, quick, pool.request, pool.req_k, pool.req_d,
                                         pool.n_kid, pool.dev_names, raise_errors)
@@ -154,6 +153,18 @@ def run_info(frame: pd.DataFrame) -> RunInfo:
     return got if isinstance(got, RunInfo) else RunInfo()
 
 
+def _bar(progress: bool, **kw):
+    """A tqdm bar when ``progress``; else a stand-in, so that a question never imports tqdm (40 ms of a 0.7 s answer)."""
+    if not progress:
+        return _NoBar()
+    from tqdm.auto import tqdm
+    return tqdm(leave=False, **kw)
+
+
+class _NoBar:
+    update = close = staticmethod(lambda *a, **k: None)
+
+
 class _Tables(NamedTuple):
     tab_of: np.ndarray        # request -> table index (-1: the request failed its checks)
     n: int                    # tables
@@ -169,7 +180,6 @@ class _Tables(NamedTuple):
 def _tables(norm, use_derivation: bool, keep_full: bool, footprints: bool, table_of, raise_errors: bool,
             progress: bool) -> _Tables:
     """Stage 2: one kernel table per table key (not per device), each reduced to its distinct kernels."""
-    from tqdm.auto import tqdm
     n = len(norm)
     tab_of = np.full(n, -1)
     keys: dict[tuple, int] = {}
@@ -189,7 +199,7 @@ def _tables(norm, use_derivation: bool, keep_full: bool, footprints: bool, table
     fam_points: dict[int, tuple] = {}     # id(family) -> (family, [(tab, b, s)])
     real: list[tuple[int, tuple]] = []
     t0 = time.perf_counter()
-    bar = tqdm(total=len(keys), desc="kernel tables", disable=not progress, leave=False)
+    bar = _bar(progress, total=len(keys), desc="kernel tables")
     # derivation pays when a family covers several tables (building one costs ~7 traces of a
     # reduced model): at least MIN_FAMILY tables, MIN_BUCKET within a seq bucket
     def family_of(key) -> tuple:      # model, mode, past, batch 1, dtype, attention: what a family is built for

@@ -49,7 +49,7 @@ def _read(path: Path) -> dict:
     if why:
         raise RegistryError(f"{path}: {why} (NEUSIGHT_PREDICTORS names predictor registry files)")
     try:
-        d = yaml.safe_load(path.read_text(encoding="utf-8"))
+        d = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise RegistryError(f"{path}: cannot read predictor registry ({str(e).splitlines()[0]})") from None
     if not isinstance(d, dict) or not d:

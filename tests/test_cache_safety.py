@@ -54,6 +54,43 @@ def one_line(msgs, *words):
     return msgs[0]
 
 
+# ------------------------------------------------------------------ .npz members
+def test_load_npz_reads_what_numpy_reads(tmp_path):
+    """Plain arrays through the fast header path, the rest (Fortran order, datetimes, records) through numpy's."""
+    rng = np.random.default_rng(0)
+    arrays = dict(f4=rng.random((64, 32), dtype=np.float32), f8=rng.random(7), be=np.arange(5, dtype=">f8"),
+                  i8=np.arange(-3, 3), u1=np.frombuffer(b"text", np.uint8), b=np.array([True, False]),
+                  s=np.array("a skeleton, {'x': (1, 2)}"), u=np.array(["ab", "cde"]), empty=np.zeros((0, 3)),
+                  scalar=np.float64(2.5), cube=rng.random((2, 3, 4)), fortran=np.asfortranarray(rng.random((3, 4))),
+                  dt=np.array(["2026-11-27"], dtype="datetime64[D]"), rec=np.zeros(2, dtype=[("a", "<i4"), ("b", "<f8")]))
+    f = tmp_path / "a.npz"
+    np.savez(f, **arrays)
+    with np.load(f, allow_pickle=False) as z:
+        want = {k: z[k] for k in z.files}
+    with open(f, "rb") as fh:
+        got = datafile.load_npz(fh)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape, k
+        assert got[k].tobytes() == want[k].tobytes() and got[k].flags.writeable, k
+
+
+def test_load_npz_refuses_object_arrays_and_damage(tmp_path):
+    marker = tmp_path / "MARKER"
+    f = tmp_path / "evil.npz"
+    np.savez(f, ok=np.arange(3), evil=np.array([Payload(marker), 1], dtype=object))     # pickled inside the .npy
+    with open(f, "rb") as fh, pytest.raises(ValueError, match="evil.*refused"):
+        datafile.load_npz(fh)
+    assert not marker.exists()
+    good = tmp_path / "good.npz"
+    np.savez(good, w=np.arange(1000, dtype=np.float64))
+    raw = bytearray(good.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF                         # one byte of the array's data: the member's CRC catches it
+    good.write_bytes(bytes(raw))
+    with open(good, "rb") as fh, pytest.raises(Exception, match="CRC|Bad"):
+        datafile.load_npz(fh)
+
+
 # ------------------------------------------------------------------ trace cache
 @pytest.fixture
 def tcache(tmp_path, monkeypatch, release_root):

@@ -171,12 +171,13 @@ def test_a_cache_hit_does_not_import_transformers(cache_dir):
 
 
 def test_a_question_answered_from_the_cache_imports_neither_torch_nor_transformers(cache_dir):
-    """The CLI's whole path on a hit (validation, cached table, NeuSight weights run with numpy, memory)."""
+    """The CLI's whole path on a hit (validation, cached table, NeuSight weights run with numpy, memory); no
+    progress bar either (tqdm.auto: 40 ms of a 0.7 s answer)."""
     from neusight_core import predictors
     predictors.get("neusight", quick=True)            # weights exist before the timed question
     args = ["predict", "--model", "bert", "--device", "H100", "--batch", "2", "--seq", "64", "--quick"]
     code = ("import sys; from neusight_core.__main__ import main; rc = main(sys.argv[1:]); "
-            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; "
+            "bad = [m for m in ('torch', 'transformers', 'tqdm') if m in sys.modules]; "
             "assert rc == 0 and not bad, bad")
     env = {**os.environ, "NEUSIGHT_TRACE_CACHE": str(cache_dir)}
     first = subprocess.run([sys.executable, "-c", code] + args, capture_output=True, text=True, cwd=paths.REPO_ROOT, env=env)

@@ -86,9 +86,9 @@ def read_state(folder: Path, keep: bool = False) -> dict:
             _KEPT[key] = state
         return state
     try:
-        with open(f, "rb") as fh, np.load(fh, allow_pickle=False) as z:     # fh: closed also when np.load fails
-            arrays = {k: z[k] for k in z.files if k != "__skeleton__"}
-            state = _inflate(json.loads(str(z["__skeleton__"])), arrays)
+        with open(f, "rb") as fh:                       # closed also when reading fails
+            arrays = datafile.load_npz(fh)
+        state = _inflate(json.loads(str(arrays.pop("__skeleton__"))), arrays)
         _KEPT.clear()                  # one kept state at most
         if keep:
             _KEPT[key] = state
@@ -230,11 +230,22 @@ class NumpyMLP:
     blocking changes float32 rounding by ~1e-7), so a sweep and a single question agree to 1e-12."""
 
     def __init__(self, state: dict):
-        def arr(v):
-            return np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v, dtype=np.float64)
+        def own(v):       # a tensor's values now (a model may train on); arrays as given, cast when first used
+            return v.detach().cpu().numpy().copy() if hasattr(v, "detach") else v
         idx = sorted({int(k.split(".")[1]) for k in state if k.endswith(".weight")})
-        self.layers = [(arr(state[f"net.{i}.weight"]).T, arr(state[f"net.{i}.bias"])) for i in idx]   # W^T: a view
+        self._given = [(own(state[f"net.{i}.weight"]), own(state[f"net.{i}.bias"])) for i in idx]
+        self._layers = None
         self.keys = idx
+
+    @property
+    def layers(self) -> list:
+        """(W^T, b) per layer in float64, cast on first use: a question loads every network of a predictor but
+        runs only those of its op classes (the cast of all of them was 30 ms of a 0.7 s answer)."""
+        if self._layers is None:
+            self._layers = [(np.asarray(w, dtype=np.float64).T, np.asarray(b, dtype=np.float64))   # W^T: a view
+                            for w, b in self._given]
+            self._given = None
+        return self._layers
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         h = np.asarray(X, dtype=np.float64)

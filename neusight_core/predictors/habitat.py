@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from neusight_core import devices, schema
 import neusight_core.predictors.common as common
@@ -66,6 +65,7 @@ class HabitatPredictor(KernelPredictor):
 
     def fit(self, train, quick: bool = False) -> None:
         import torch
+        from tqdm.auto import tqdm
 
         from neusight_core.predictors.nets import as_tensors, train_loop
         torch.manual_seed(self.seed)

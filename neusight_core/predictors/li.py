@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from neusight_core import devices, schema
 import neusight_core.predictors.common as common
@@ -41,6 +40,7 @@ class LiPredictor(KernelPredictor):
         self.bw_fit: dict = {}       # cls -> (c0, c1): 1/a = c0 + c1 * bandwidth
 
     def fit(self, train, quick: bool = False) -> None:
+        from tqdm.auto import tqdm
         k = train.kernels
         classes = [c for c in common.PREDICTED_CLASSES if (k["op_class"] == c).any()]
         with Timer() as t:

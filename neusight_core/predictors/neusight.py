@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 import neusight_core.predictors.common as common
 import neusight_core.predictors.members as members
@@ -183,6 +182,7 @@ class NeuSightPredictor(KernelPredictor):
     # ------------------------------------------------------------ training
     def fit(self, train, quick: bool = False) -> None:
         import torch
+        from tqdm.auto import tqdm    # here, not at import: a question that only predicts never loads it (40 ms)
         torch.manual_seed(self.seed)
         k = self.filter_training(self.training_records(train))
         self.tiles.fit(k)
