@@ -14,8 +14,9 @@ Members of the ``.npz``:
 * one or two arrays per column: numpy columns (int, uint, float, bool, complex, datetime, timedelta)
   as their array, dtype kept; string columns (pandas ``str`` / ``string``) as int64 codes plus the
   distinct strings as JSON (missing = code -1, restored as the dtype's own NA); categoricals as
-  their codes plus the categories (stored like a column), ``ordered`` kept; object columns (tuples,
-  mixed values) as JSON of the values;
+  their codes plus the categories (stored like a column), ``ordered`` kept; object columns whose every cell
+  is a tuple of (int, int) tuples (a trace's ``reads`` / ``writes``) as the cells' lengths plus the pairs;
+  other object columns (tuples, mixed values) as JSON of the values;
 * arrays found in ``attrs`` (and the fields of :data:`DECODABLE_CLASSES`, e.g. ``schema.MemoryTimeline``) as
   their own members;
 * ``__sha256__``: SHA-256 over the header and every other member (name, dtype, shape, bytes).
@@ -143,10 +144,24 @@ def _put(values, name: str, arrays: dict) -> dict:
         arrays[name] = s.to_numpy()
         return {"kind": "numpy", "dtype": dt.str}
     if isinstance(dt, np.dtype) and dt.kind == "O":
-        cells = [_enc(v, arrays) for v in s.tolist()]
+        values = s.tolist()
+        if _int_pairs(values):        # a trace's buffer columns: two arrays instead of tagged JSON per tuple
+            arrays[name] = np.array([len(c) for c in values], dtype=np.int64)
+            arrays[name + ".pairs"] = np.array([p for c in values for p in c], dtype=np.int64).reshape(-1, 2)
+            return {"kind": "int_pairs", "n": len(values)}
+        cells = [_enc(v, arrays) for v in values]
         arrays[name] = _json_bytes(cells)
         return {"kind": "object", "n": len(cells)}
     raise DataFileError(f"cannot store column {s.name!r} of dtype {dt}")
+
+
+def _int_pairs(values: list) -> bool:
+    """Whether every cell is a tuple of (int, int) tuples in int64's range (the trace's ``reads`` / ``writes``:
+    (buffer, bytes) per operand), Python ints only, so that they come back as they were."""
+    lo, hi = -2 ** 63, 2 ** 63 - 1
+    return bool(values) and all(
+        type(c) is tuple and all(type(p) is tuple and len(p) == 2 and type(p[0]) is int and type(p[1]) is int
+                                 and lo <= p[0] <= hi and lo <= p[1] <= hi for p in c) for c in values)
 
 
 def _get(spec: dict, name: str, arrays: dict):
@@ -168,6 +183,17 @@ def _get(spec: dict, name: str, arrays: dict):
     if kind == "category":
         cats = pd.Index(_get(spec["categories"], name + ".cat", arrays))
         return pd.Categorical.from_codes(arrays[name], categories=cats, ordered=spec["ordered"])
+    if kind == "int_pairs":
+        counts, flat = arrays[name], arrays[name + ".pairs"]
+        if (counts.dtype != np.int64 or counts.ndim != 1 or len(counts) != spec["n"] or (counts < 0).any()
+                or flat.dtype != np.int64 or flat.shape != (int(counts.sum()), 2)):
+            raise DataFileError(f"column {name}: malformed (buffer, bytes) pairs")
+        pairs = list(map(tuple, flat.tolist()))
+        out = np.empty(len(counts), dtype=object)
+        ends = np.cumsum(counts).tolist()
+        for i, (a, b) in enumerate(zip([0] + ends[:-1], ends)):
+            out[i] = tuple(pairs[a:b])
+        return out
     if kind == "object":
         cells = _json_load(arrays[name], arrays)
         if len(cells) != spec["n"]:

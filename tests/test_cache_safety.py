@@ -91,6 +91,24 @@ def test_load_npz_refuses_object_arrays_and_damage(tmp_path):
         datafile.load_npz(fh)
 
 
+def test_buffer_columns_round_trip_as_pairs_and_others_as_json(tmp_path):
+    """(buffer, bytes) cells take the two-array form; a cell of any other shape or type keeps the whole column
+    JSON, so that every value comes back with its type."""
+    pairs = [((0, 514631680), (1, 16384)), (), ((3, 2 ** 63 - 1),)]
+    others = {"numpy int": [((np.int64(1), 2),)], "bool": [((True, 2),)], "triple": [((1, 2, 3),)],
+              "list": [[(1, 2)]], "too big": [((2 ** 63, 1),)], "mixed": [((1, 2),), "text"]}
+    for label, col in [("pairs", pairs), *others.items()]:
+        frame = pd.DataFrame({"x": pd.Series(col, dtype=object)})
+        f = tmp_path / "f.npz"
+        datafile.write_frame(f, frame)
+        with np.load(f, allow_pickle=False) as z:
+            stored = json.loads(z["__header__"].tobytes().decode())["columns"][0]["kind"]
+        assert stored == ("int_pairs" if label == "pairs" else "object"), label
+        got, _ = datafile.read_frame(f)
+        assert got["x"].tolist() == col, label
+        assert [repr(v) for v in got["x"]] == [repr(v) for v in col], label      # types too (np.int64, True)
+
+
 # ------------------------------------------------------------------ trace cache
 @pytest.fixture
 def tcache(tmp_path, monkeypatch, release_root):
