@@ -250,3 +250,23 @@ def test_sdpa_tables_are_derived_exactly(model, mode, seq, past):
     real = trace.trace_model(model, 4, seq, mode, past=past, dtype="bf16", attention="sdpa")
     assert (real["op_class"] == "ATTN").any()
     assert derive.compare(fam.table(4, seq), real) == ""
+
+
+def test_traced_scope_is_what_the_tracer_emits_and_all_the_scoped_network_trains_on(traces):
+    """Issue 33 item 6: a network with ``traced_scope`` trains on the database's attention rows whose shapes the tracer
+    emits (no sliding window, head dim <= 256) and on nothing else; every row a trace emits is in that scope."""
+    from neusight_core.predictors import tensor_core as tc
+    for (att, phase), k in traces.items():
+        assert tc.traced_scope(k).all(), (att, phase)
+    gqa = trace.trace_model("llama3_2_1b", 1, 1, "inf", past=64, dtype="bf16", attention="sdpa")
+    assert tc.traced_scope(gqa).all()
+    rows = pd.DataFrame({"op_class": "ATTN", "sub_op": "decode", "precision": "bf16", "device": ["g"] * 6,
+                         "B": 1.0, "seq_q": 1.0, "seq_kv": 512.0, "heads": 8.0, "kv_heads": 8.0,
+                         "head_dim": [64.0, 128.0, 256.0, 512.0, 128.0, 128.0],
+                         "window": [np.nan, 0.0, 0.0, 0.0, 128.0, np.nan], "latency_ms": 0.01})
+    assert tc.traced_scope(rows).tolist() == [True, True, True, False, False, True]
+    cfg = {**tc.DEFAULTS, "rows_per_gpu": 100}
+    assert len(tc.training_rows(rows, "ATTN_decode", cfg, False, 0)) == 6
+    kept = tc.training_rows(rows, "ATTN_decode", {**cfg, "traced_scope": ["ATTN_decode"]}, False, 0)
+    assert kept["head_dim"].tolist() == [64.0, 128.0, 256.0, 128.0]
+    assert len(tc.training_rows(rows, "ATTN_decode", {**cfg, "traced_scope": ["ATTN_prefill"]}, False, 0)) == 6

@@ -58,7 +58,7 @@ TILE_INPUTS = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per
                "tile_intensity_per_ridge", "waves", "wave_bytes_per_sm_bw")
 
 DEFAULTS = {"gemm_tiles": [[128, 128]], "splits": [1], "gemm_inputs": [], "u_max": 1.0, "block_q": 128, "tiles_per_sm": 1, "kv_split": True, "dims_input": False,
-            "members": 1, "hidden": 128, "layers": 4, "lr": 1.0e-3, "batch": 512, "epochs": 40, "loss": "ape",
+            "traced_scope": [], "members": 1, "hidden": 128, "layers": 4, "lr": 1.0e-3, "batch": 512, "epochs": 40, "loss": "ape",
             "rows_per_gpu": 8000, "val_fraction": 0.1, "quick_rows_per_gpu": 1000, "quick_epochs": 4,
             "networks": list(NETWORKS)}
 
@@ -85,6 +85,34 @@ def _backward_as_forward(kernels: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarra
     k.loc[bw, "bytes_read"] = e * b * sq * h * d + 2 * e * b * skv * hkv * d
     k.loc[bw, "bytes_written"] = e * b * sq * h * d + 4.0 * b * h * sq
     return k, np.where(bw, ATTN_BACKWARD_FACTOR, 1.0)
+
+
+#: the largest attention head the tracer records (Hugging Face's heads are 64-256 wide); the database's head dim 512
+#: rows are latent-attention (MLA) decode kernels with the latent as the head, which no traced model runs
+TRACED_MAX_HEAD_DIM = 256
+
+
+def traced_scope(kernels: pd.DataFrame) -> np.ndarray:
+    """Per row: a shape the tracer can emit (True for rows without attention columns). An attention row is out of
+    scope with a sliding window (the tracer records none: torch's sdpa takes a window as a mask over every key, so
+    the kernel sees the whole cache) or a head wider than ``TRACED_MAX_HEAD_DIM``. Recipe key ``traced_scope``: the
+    networks trained, and scored, on such rows only (issue 33 item 6, docs/recipes.md)."""
+    ok = np.ones(len(kernels), dtype=bool)
+    if "window" in kernels.columns:
+        ok &= ~(kernels["window"].fillna(0).to_numpy(float) > 0)
+    if "head_dim" in kernels.columns:
+        ok &= ~(kernels["head_dim"].to_numpy(float) > TRACED_MAX_HEAD_DIM)
+    return ok
+
+
+def training_rows(kernels: pd.DataFrame, net: str, config: dict, quick: bool, seed: int) -> pd.DataFrame:
+    """The rows network ``net`` of ``config`` trains on (the networks and the tree baselines alike): its rows, in the
+    tracer's scope where ``traced_scope`` names it, at most ``rows_per_gpu`` (``quick_rows_per_gpu``) per GPU."""
+    df = kernels[network_of(kernels) == net]
+    if net in config.get("traced_scope", []):
+        df = df[traced_scope(df)]
+    v = config["quick_rows_per_gpu" if quick else "rows_per_gpu"]
+    return subsample(df, int(v[net] if isinstance(v, dict) else v), seed)
 
 
 def network_of(kernels: pd.DataFrame) -> np.ndarray:
@@ -283,9 +311,8 @@ class TensorCoreNets:
         with Timer() as t:
             for net in c["networks"]:
                 u_max = float(self.value("u_max", net))
-                rows = int(self.value("quick_rows_per_gpu" if quick else "rows_per_gpu", net))
                 epochs = int(self.value("quick_epochs" if quick else "epochs", net))
-                df = subsample(kernels[network_of(kernels) == net], rows, self.seed)
+                df = training_rows(kernels, net, c, quick, self.seed)
                 if df.empty:
                     continue
                 dev = common.device_arrays(df)

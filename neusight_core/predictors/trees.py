@@ -16,7 +16,7 @@ import pandas as pd
 
 import neusight_core.predictors.common as common
 from neusight_core.predictors.base import KernelPredictor, Timer
-from neusight_core.predictors.tensor_core import DEFAULTS, network_of, shape_inputs, subsample, training_kernels
+from neusight_core.predictors.tensor_core import DEFAULTS, network_of, shape_inputs, training_kernels, training_rows
 
 
 def spec_inputs(kernels: pd.DataFrame, dev: dict, net: str) -> np.ndarray:
@@ -115,9 +115,7 @@ class ShapeTree:
         # and took 50 s for what one thread fits in 3 s (same trees either way)
         with Timer() as t, threadpool_limits(1):
             for net in c["networks"]:
-                v = c["quick_rows_per_gpu" if quick else "rows_per_gpu"]
-                df = subsample(kernels[network_of(kernels) == net], int(v[net] if isinstance(v, dict) else v),
-                               self.seed)
+                df = training_rows(kernels, net, c, quick, self.seed)
                 if df.empty:
                     continue
                 dev = common.device_arrays(df)

@@ -160,7 +160,7 @@ def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=N
              "roofline": predictors.get("roofline").predict(df, None), "shape-only tree": shape.predict(df, None),
              "structural tree": spec.predict(df, None)}
     keep = ["device", "role", "kind", "framework", "version", "kernel_source", "M", "N", "K", "B", "seq_q",
-            "seq_kv", "heads", "head_dim", "tokens", "arith_intensity", "flops", "latency_ms"]
+            "seq_kv", "heads", "head_dim", "window", "tokens", "arith_intensity", "flops", "latency_ms"]
     # the GEMM tile, split-K and waves neusight's networks chose per row (miss_breakdown groups by them)
     base = pd.concat([df[[c for c in keep if c in df.columns]].reset_index(drop=True),
                       p.tc.gemm_choice(df)], axis=1)
