@@ -263,7 +263,8 @@ def test_traced_scope_is_what_the_tracer_emits_and_all_the_scoped_network_trains
     rows = pd.DataFrame({"op_class": "ATTN", "sub_op": "decode", "precision": "bf16", "device": ["g"] * 6,
                          "B": 1.0, "seq_q": 1.0, "seq_kv": 512.0, "heads": 8.0, "kv_heads": 8.0,
                          "head_dim": [64.0, 128.0, 256.0, 512.0, 128.0, 128.0],
-                         "window": [np.nan, 0.0, 0.0, 0.0, 128.0, np.nan], "latency_ms": 0.01})
+                         "window": [np.nan, 0.0, 0.0, 0.0, 128.0, np.nan], "latency_ms": 0.01,
+                         "M": np.nan, "N": np.nan, "K": np.nan})
     assert tc.traced_scope(rows).tolist() == [True, True, True, False, False, True]
     cfg = {**tc.DEFAULTS, "rows_per_gpu": 100}
     assert len(tc.training_rows(rows, "ATTN_decode", cfg, False, 0)) == 6
