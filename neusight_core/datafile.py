@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import io
 import json
 import math
 import os
@@ -263,7 +264,6 @@ def load_npz(fh) -> dict:
             end = start + int.from_bytes(b[8:start], "little")
             m = _NPY_HEADER.fullmatch(b[start:end].decode("latin1"))
             if m is None:
-                import io
                 a = np.lib.format.read_array(io.BytesIO(b), allow_pickle=False)
             else:       # a writable array, as np.load gives
                 dt, shape = np.dtype(m.group(1)), tuple(int(x) for x in m.group(2).split(",") if x.strip())

@@ -96,7 +96,8 @@ def traced_scope(kernels: pd.DataFrame) -> np.ndarray:
     """Per row: a shape the tracer can emit (True for rows without attention columns). An attention row is out of
     scope with a sliding window (the tracer records none: torch's sdpa takes a window as a mask over every key, so
     the kernel sees the whole cache) or a head wider than ``TRACED_MAX_HEAD_DIM``. Recipe key ``traced_scope``: the
-    networks trained, and scored, on such rows only (docs/recipes.md, "Leaving them out")."""
+    networks it names train on such rows only (tried for the decode network and not adopted: docs/recipes.md,
+    "Leaving them out"); the BF16 benchmarks also score these rows apart."""
     ok = np.ones(len(kernels), dtype=bool)
     if "window" in kernels.columns:
         ok &= ~(kernels["window"].fillna(0).to_numpy(float) > 0)
