@@ -49,7 +49,7 @@ def _read(path: Path) -> dict:
     if why:
         raise RegistryError(f"{path}: {why} (NEUSIGHT_PREDICTORS names predictor registry files)")
     try:
-        d = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        d = _load_yaml(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise RegistryError(f"{path}: cannot read predictor registry ({str(e).splitlines()[0]})") from None
     if not isinstance(d, dict) or not d:
@@ -151,11 +151,15 @@ def hparams(name: str) -> dict:
     return dict(copy.deepcopy(entry.config or {})) if entry is not None else {}
 
 
+def _load_yaml(text: str):
+    """``yaml.safe_load`` with libyaml's parser where installed (the same values, faster)."""
+    import yaml
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 @functools.lru_cache(maxsize=16)
 def _yaml(path: str, mtime_ns: int):
-    import yaml
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(Path(path).read_text(), Loader=loader)
+    return _load_yaml(Path(path).read_text())
 
 
 class UnknownPredictorError(KeyError):
