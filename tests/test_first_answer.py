@@ -120,3 +120,18 @@ def test_the_readmes_first_prediction_is_what_the_command_prints(capsys):
     assert e2e == pytest.approx(shown_e2e, rel=0.01) and launches == shown_launches
     # the kernels come from the quick weights, trained on this machine: equal here, within 2 % on another CPU
     assert float(kernels) == pytest.approx(float(shown_kernels), rel=0.02), (kernels, shown_kernels)
+
+
+def test_a_command_of_its_own_process_skips_the_exit_collection_and_a_call_with_argv_does_not(monkeypatch, capsys):
+    """``main()`` reading sys.argv (``python -m neusight_core``, the ``neusight`` script) freezes the objects
+    left, so that Python's exit skips a full collection over them; a call with an argv list (tests, notebooks)
+    leaves its process's collector alone."""
+    import gc
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    assert cli(["models"]) == 0
+    assert frozen == []
+    monkeypatch.setattr("sys.argv", ["neusight", "models"])
+    assert cli() == 0
+    assert frozen == [True]
+    assert "gpt2_large" in capsys.readouterr().out
