@@ -10,6 +10,7 @@ import pytest
 from neusight_core import dataset, latency, paths
 from neusight_core import predictors as P
 from neusight_core.__main__ import main as cli
+from neusight_core.datafile import CacheWarning
 from neusight_core.predictors.base import STATE_FILE, config_hash
 from neusight_core.predictors.neusight import NeuSightPredictor
 
@@ -97,5 +98,6 @@ def test_full_flag_still_retrains_damaged_weights(weights, capsys):
     (weights / STATE_FILE).write_bytes(b"")
     assert P.choose_quick("neusight", 0, "full") is False     # asked for: get() warns and retrains (issue 24)
     assert P.full_weights_damage("neusight", 0).startswith(str(weights / STATE_FILE))
-    with pytest.raises(AssertionError, match="retrained unasked"):
+    with pytest.raises(AssertionError, match="retrained unasked"), \
+            pytest.warns(CacheWarning, match="ignoring damaged weights of 'neusight'"):
         P.get("neusight", quick=False)

@@ -248,8 +248,7 @@ def plot_latency_heatmap(rows: pd.DataFrame, title: str, note: str, ncols: int =
         fit = (sel.pivot_table(index="gpu_short", columns="batch", values="fit", aggfunc="first", dropna=False)
                .reindex(index=t.index, columns=t.columns) if "fit" in sel else None)
         z = np.log10(t.to_numpy(float))
-        cmap = matplotlib.colormaps["viridis_r"].copy()
-        cmap.set_bad("0.92")
+        cmap = matplotlib.colormaps["viridis_r"].with_extremes(bad="0.92")
         im = ax.imshow(np.ma.masked_invalid(z), aspect="auto", cmap=cmap)
         ax.grid(False)                           # the global whitegrid style would draw lines through the cells
         ax.set_xticks(range(len(t.columns)), [f"b{b}" for b in t.columns])
