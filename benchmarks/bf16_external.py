@@ -39,13 +39,25 @@ def main(argv=None):
                     help="train and score these networks only (e.g. the attention ones: minutes less than the GEMM "
                          "ensemble)")
     ap.add_argument("--config", default=None, help="JSON overrides of the recipe's tensor_core section")
+    ap.add_argument("--by-framework", action="store_true",
+                    help="also score the GEMMs on every framework's file of each GPU (metrics_by_framework) and say "
+                         "how far those files are from the scored one on the same shapes (framework_agreement)")
     a = ap.parse_args(argv)
     out = paths.out_dir(a.out)
     df = xe.rows(a.per_gpu)
     if a.networks:
         df = df[df["kind"].isin(a.networks)].reset_index(drop=True)
     report.save_table(xe.provenance(df), out, "provenance")
-    per_seed, scoped, times, held = [], [], {}, []
+    per_seed, scoped, times, held, by_fw = [], [], {}, [], []
+    every = None
+    if a.by_framework:
+        every = xe.framework_gemms()
+        if a.per_gpu:
+            every = every.groupby(["device", "framework"], group_keys=False).sample(
+                n=a.per_gpu, random_state=7, replace=False) if len(every) else every
+        agree = xe.framework_agreement(every)
+        report.save_table(agree, out, "framework_agreement")
+        print(report.markdown_table(agree, ".2f"), flush=True)
     for s in a.seeds:
         p = P.get("neusight", quick=True, seed=s)
         cfg = {**p.config["tensor_core"], **json.loads(a.config or "{}")}
@@ -62,6 +74,10 @@ def main(argv=None):
         # the shapes the tracer emits (tensor_core.traced_scope: no sliding window, head dim <= 256; issue 33 item 6)
         scoped.append(xe.metrics(long[tc.traced_scope(long)]))
         held.append(long[(long["role"] == "held_out") & (long["kind"] == "GEMM")])
+        if every is not None:       # one GPU at a time: every file of six GPUs x five predictors is 3 M rows
+            for _, part in every.groupby("device", sort=True):
+                lp = xe.predict_all(part.reset_index(drop=True), seed=s, quick=False, neusight=p)
+                by_fw.append(xe.metrics(lp, by=("framework",)))
         print(f"seed {s}: BF16 networks trained in {nets.info['train_seconds']:.1f} s", flush=True)
     per_seed = pd.concat(per_seed, ignore_index=True)
     table = xe.over_seeds(per_seed)
@@ -71,6 +87,11 @@ def main(argv=None):
     report.save_table(scoped_table, out, "metrics_traced_scope")
     if not a.networks or "GEMM" in a.networks:
         report.save_table(xe.miss_breakdown(pd.concat(held, ignore_index=True)), out, "gemm_miss_breakdown")
+    if by_fw:
+        fw_table = xe.over_seeds(pd.concat(by_fw, ignore_index=True), by=("framework",))
+        report.save_table(fw_table, out, "metrics_by_framework")
+        print("\nGEMMs on every framework's file:")
+        print(report.markdown_table(fw_table[fw_table["predictor"].isin(["neusight", "structural tree"])], ".1f"))
     h = xe.headline(table)
     (out / "summary.json").write_text(json.dumps({"headline": h, "line": xe.summary_line(h), "train": times},
                                                  indent=2, default=str))

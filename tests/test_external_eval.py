@@ -193,6 +193,12 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     assert set(miss["device"]) == set(mk.split()["held_out"])
     assert set(miss["dimension"]) == {"m (tokens)", "FLOPs / byte", "tile (m x k)", "split-K", "waves"}
     assert (out / "summary.md").read_text().count("BF16 on unseen Blackwell GPUs") == 1
+    # what the data allows: one scored file per GPU, every other file scored against it on shared shapes
+    agree = pd.read_csv(out / "tables" / "framework_agreement.csv")
+    assert set(agree["device"]) == set(mk.split()["training"] + mk.split()["held_out"])
+    assert (agree.groupby("device")["scored"].sum() == 1).all()
+    assert (agree.loc[agree["scored"], "mape_vs_scored"] == 0).all()
+    assert (agree.loc[~agree["scored"], "mape_vs_scored"] > 0).all() and (agree["shapes_shared"] > 0).all()
 
 
 def test_runner_puts_the_external_line_in_the_verdict_block(tmp_path):
@@ -470,3 +476,28 @@ def test_an_ensemble_averages_its_members_utilisations(small_nets):
     one = tc.TensorCoreNets({**small_nets.config, "members": 1, "networks": ["GEMM"]}, seed=0)
     one.fit(quick=True)
     assert np.allclose(one.predict(g), base / (u_max * us[0]), rtol=1e-6)
+
+
+def test_framework_agreement_by_hand():
+    """Two files of one GPU: the other framework's latency scored as a prediction of the scored file's, on the
+    shapes both measured, and each file's fraction of the dense BF16 peak on its big GEMMs."""
+    from neusight_core.studies import external_eval as xe
+    peak = devices.get_device(H100).bf16_tensor_gflops * 1e6          # FLOPs per ms
+    dims = [(8192.0, 8192.0, 8192.0), (16.0, 4096.0, 4096.0), (32.0, 64.0, 64.0)]
+    def file(fw, scored, lat):
+        return pd.DataFrame([{"device": H100, "role": "training", "framework": fw, "version": "1", "kernel_source": fw,
+                              "scored": scored, "B": np.nan, "M": m, "N": n, "K": k, "flops": 2 * m * n * k,
+                              "latency_ms": l, "op_class": "LINEAR", "precision": "bf16"}
+                             for (m, n, k), l in zip(dims, lat)])
+    big = 2 * 8192.0 ** 3 / peak                 # the big GEMM at the datasheet peak
+    a = file("a", True, [big / 0.8, 1.0, 2.0])
+    b = file("b", False, [big / 0.6, 1.5, 2.0]).iloc[[0, 1]]          # b did not measure the third shape
+    t = xe.framework_agreement(pd.concat([a, b], ignore_index=True)).set_index("framework")
+    assert t.loc["a", "shapes_shared"] == 3 and t.loc["a", "mape_vs_scored"] == 0.0
+    assert t.loc["b", "shapes_shared"] == 2
+    # b against a: |0.8/0.6 - 1| = 33.3 % and 50 %
+    assert t.loc["b", "mape_vs_scored"] == pytest.approx((100 / 3 + 50) / 2)
+    assert t.loc["b", "bias_vs_scored"] == pytest.approx((100 / 3 + 50) / 2)
+    assert t.loc["a", "big_gemm_peak_fraction"] == pytest.approx(0.8)
+    assert t.loc["b", "big_gemm_peak_fraction"] == pytest.approx(0.6)
+    assert bool(t.loc["a", "scored"]) and not bool(t.loc["b", "scored"])

@@ -178,17 +178,18 @@ def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=N
     return long
 
 
-def metrics(long: pd.DataFrame) -> pd.DataFrame:
-    """Per (device, role, kind, predictor, seed): rows, MAPE, median APE, P90 APE, bias (%)."""
-    g = long.groupby(["role", "device", "kind", "predictor", "seed"], sort=False)
+def metrics(long: pd.DataFrame, by: tuple = ()) -> pd.DataFrame:
+    """Per (device, role, kind, predictor, seed, and the columns ``by``): rows, MAPE, median APE, P90 APE,
+    bias (%)."""
+    g = long.groupby(["role", "device", "kind", *by, "predictor", "seed"], sort=False)
     out = g.agg(rows=("ape", "size"), mape=("ape", "mean"), median_ape=("ape", "median"),
                 p90_ape=("ape", lambda a: float(np.percentile(a, 90))), bias=("err", "mean"))
     return out.reset_index()
 
 
-def over_seeds(per_seed: pd.DataFrame) -> pd.DataFrame:
+def over_seeds(per_seed: pd.DataFrame, by: tuple = ()) -> pd.DataFrame:
     """Mean over seeds of each metric, and the seed spread (max - min) of the MAPE."""
-    keys = ["role", "device", "kind", "predictor"]
+    keys = ["role", "device", "kind", *by, "predictor"]
     g = per_seed.groupby(keys, sort=False)
     out = g[["rows", "mape", "median_ape", "p90_ape", "bias"]].mean()
     out["mape_spread"] = g["mape"].max() - g["mape"].min()
@@ -203,6 +204,46 @@ def provenance(df: pd.DataFrame) -> pd.DataFrame:
                  version=("version", lambda s: ", ".join(sorted(set(map(str, s))))),
                  kernel_source=("kernel_source", lambda s: ", ".join(sorted(set(s)))),
                  rows=("latency_ms", "size")).reset_index()
+
+
+def framework_gemms(gpus=None) -> pd.DataFrame:
+    """Every framework's newest BF16 GEMM file of ``gpus`` (default: the training and held-out GPUs), annotated as
+    ``rows`` is; ``scored`` marks the file ``tensor_core.gemm_rows`` chose, the one the networks train on and the
+    metrics score. The database measured the same shape grid through each framework's linear layer (cuBLAS)."""
+    gpus = list(mk.TRAINING + mk.HELD_OUT) if gpus is None else gpus
+    every = pd.concat([mk.load_gemm(s, frameworks=tc.GEMM_FRAMEWORKS) for s in mk._systems(gpus, False)],
+                      ignore_index=True)
+    chosen = tc.gemm_rows(gpus).groupby("device")["framework"].first()
+    every["scored"] = every["framework"].to_numpy() == every["device"].map(chosen).to_numpy()
+    return _annotate(every)
+
+
+def framework_agreement(df: pd.DataFrame) -> pd.DataFrame:
+    """How far two measurements of the same GEMM on the same GPU model are apart (``framework_gemms`` rows): per
+    GPU and framework, on the shapes it shares with the scored file, the MAPE, median APE and bias (%) of its
+    latency taken as a prediction of the scored file's. A predictor that sees only the shape and the GPU cannot be
+    judged much below this: it is how well the data agrees with itself. Also each file's median fraction of the
+    dense BF16 datasheet peak on its GEMMs with m, n, k >= 4,096 (``big_gemm_peak_fraction``)."""
+    from neusight_core.predictors import common
+    key = ["device", "B", "M", "N", "K"]
+    d = df.assign(B=df["B"].fillna(1))
+    ref = d[d["scored"]].groupby(key)["latency_ms"].first().rename("scored_ms")
+    big = (d["M"] >= 4096) & (d["N"] >= 4096) & (d["K"] >= 4096)
+    x = d[big].reset_index(drop=True)
+    frac = x["flops"].to_numpy(float) / x["latency_ms"].to_numpy(float) / (
+        common.peak_gflops(x, common.device_arrays(x)) * 1e6)
+    peak = x.assign(f=frac).groupby(["device", "framework"])["f"].median()
+    out = []
+    for (dev, fw), g in d.groupby(["device", "framework"], sort=True):
+        m = g.join(ref, on=key, how="inner")
+        ape = errors.ape(m["scored_ms"], m["latency_ms"])
+        out.append({"device": dev, "role": g["role"].iloc[0], "framework": fw, "version": g["version"].iloc[0],
+                    "kernel_source": ", ".join(sorted(set(g["kernel_source"]))), "scored": bool(g["scored"].iloc[0]),
+                    "shapes_shared": int(len(m)), "mape_vs_scored": float(np.mean(ape)),
+                    "median_ape_vs_scored": float(np.median(ape)),
+                    "bias_vs_scored": float(np.mean(m["latency_ms"] / m["scored_ms"] - 1) * 100),
+                    "big_gemm_peak_fraction": float(peak.get((dev, fw), np.nan))})
+    return pd.DataFrame(out)
 
 
 def binned(long: pd.DataFrame, column: str, bins: int = 12) -> pd.DataFrame:
