@@ -62,3 +62,21 @@ def test_no_workers_once_cuda_is_initialised(fresh_families, monkeypatch):
     import torch
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     assert derive_pool.build(SPECS, workers=2) == 0 and not derive._FAMILIES
+
+
+def test_workers_trace_with_torch_and_transformers_frozen_and_the_caller_keeps_its_collector(fresh_families,
+                                                                                            monkeypatch):
+    """Each worker imports transformers' model code and freezes what is alive before its first family, so the
+    collector stops walking those objects while it traces; the calling process is left as it was."""
+    import gc
+    import sys
+
+    def probe(**spec):            # forked workers inherit the patch: report what the worker looks like
+        return (gc.get_freeze_count(), "transformers.modeling_utils" in sys.modules)
+
+    monkeypatch.setattr(derive, "family", probe)
+    before = gc.get_freeze_count()
+    assert derive_pool.build(SPECS, workers=2) == len(SPECS)
+    seen = [derive._FAMILIES[derive._family_key(**s)] for s in SPECS]
+    assert all(frozen > 10_000 and imported for frozen, imported in seen), seen
+    assert gc.get_freeze_count() == before
