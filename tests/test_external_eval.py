@@ -498,6 +498,6 @@ def test_framework_agreement_by_hand():
     # b against a: |0.8/0.6 - 1| = 33.3 % and 50 %
     assert t.loc["b", "mape_vs_scored"] == pytest.approx((100 / 3 + 50) / 2)
     assert t.loc["b", "bias_vs_scored"] == pytest.approx((100 / 3 + 50) / 2)
-    assert t.loc["a", "big_gemm_peak_fraction"] == pytest.approx(0.8)
-    assert t.loc["b", "big_gemm_peak_fraction"] == pytest.approx(0.6)
+    assert t.loc["a", "big_gemm_peak_pct"] == pytest.approx(80.0)
+    assert t.loc["b", "big_gemm_peak_pct"] == pytest.approx(60.0)
     assert bool(t.loc["a", "scored"]) and not bool(t.loc["b", "scored"])

@@ -223,7 +223,7 @@ def framework_agreement(df: pd.DataFrame) -> pd.DataFrame:
     GPU and framework, on the shapes it shares with the scored file, the MAPE, median APE and bias (%) of its
     latency taken as a prediction of the scored file's. A predictor that sees only the shape and the GPU cannot be
     judged much below this: it is how well the data agrees with itself. Also each file's median fraction of the
-    dense BF16 datasheet peak on its GEMMs with m, n, k >= 4,096 (``big_gemm_peak_fraction``)."""
+    dense BF16 datasheet peak on its GEMMs with m, n, k >= 4,096 (``big_gemm_peak_pct``, %)."""
     from neusight_core.predictors import common
     key = ["device", "B", "M", "N", "K"]
     d = df.assign(B=df["B"].fillna(1))
@@ -242,7 +242,7 @@ def framework_agreement(df: pd.DataFrame) -> pd.DataFrame:
                     "shapes_shared": int(len(m)), "mape_vs_scored": float(np.mean(ape)),
                     "median_ape_vs_scored": float(np.median(ape)),
                     "bias_vs_scored": float(np.mean(m["latency_ms"] / m["scored_ms"] - 1) * 100),
-                    "big_gemm_peak_fraction": float(peak.get((dev, fw), np.nan))})
+                    "big_gemm_peak_pct": 100 * float(peak.get((dev, fw), np.nan))})
     return pd.DataFrame(out)
 
 
