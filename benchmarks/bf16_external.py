@@ -52,9 +52,7 @@ def main(argv=None):
     every = None
     if a.by_framework:
         every = xe.framework_gemms()
-        if a.per_gpu:
-            every = every.groupby(["device", "framework"], group_keys=False).sample(
-                n=a.per_gpu, random_state=7, replace=False) if len(every) else every
+        every = xe.subsample(every, ["device", "framework"], a.per_gpu)
         agree = xe.framework_agreement(every)
         report.save_table(agree, out, "framework_agreement")
         print(report.markdown_table(agree, ".2f"), flush=True)

@@ -199,6 +199,11 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     assert (agree.groupby("device")["scored"].sum() == 1).all()
     assert (agree.loc[agree["scored"], "mape_vs_scored"] == 0).all()
     assert (agree.loc[~agree["scored"], "mape_vs_scored"] > 0).all() and (agree["shapes_shared"] > 0).all()
+    # and the predictors on every file of the held-out GPUs
+    files = pd.read_csv(out / "tables" / "held_out_files.csv")
+    assert set(files["device"]) == set(mk.split()["held_out"]) and (files.groupby("device").size() >= 2).all()
+    assert files[["neusight", "structural tree"]].notna().all().all()
+    assert (out / "figures" / "held_out_files.png").is_file()
 
 
 def test_runner_puts_the_external_line_in_the_verdict_block(tmp_path):
@@ -501,3 +506,29 @@ def test_framework_agreement_by_hand():
     assert t.loc["a", "big_gemm_peak_pct"] == pytest.approx(80.0)
     assert t.loc["b", "big_gemm_peak_pct"] == pytest.approx(60.0)
     assert bool(t.loc["a", "scored"]) and not bool(t.loc["b", "scored"])
+
+
+def test_held_out_files_and_a_subset_of_predictors_by_hand():
+    """One row per held-out GPU and file: the data's agreement with the scored file and each predictor's MAPE,
+    the scored file's from the main table and the others' from the per-file table; training GPUs left out."""
+    from neusight_core.studies import external_eval as xe
+    agree = pd.DataFrame({"device": ["B", "B", "T"], "role": ["held_out", "held_out", "training"],
+                          "framework": ["v", "s", "v"], "scored": [True, False, True],
+                          "mape_vs_scored": [0.0, 8.0, 0.0]})
+    table = pd.DataFrame({"role": ["held_out", "held_out", "held_out", "training"], "device": ["B", "B", "B", "T"],
+                          "kind": "GEMM", "predictor": ["neusight", "structural tree", "roofline", "neusight"],
+                          "mape": [15.0, 22.0, 57.0, 4.0]})
+    by_file = pd.DataFrame({"role": "held_out", "device": "B", "kind": "GEMM", "framework": ["s", "s"],
+                            "predictor": ["neusight", "structural tree"], "mape": [19.0, 26.0]})
+    f = xe.held_out_files(table, by_file, agree)
+    assert list(f["framework"]) == ["v", "s"] and list(f["scored"]) == [True, False]
+    assert list(f["neusight"]) == [15.0, 19.0] and list(f["structural tree"]) == [22.0, 26.0]
+    assert list(f["mape_vs_scored"]) == [0.0, 8.0] and set(f["device"]) == {"B"}
+    assert "roofline" not in f.columns                # scored on the scored file only: not a column here
+    # a subsample keeps at most n rows per group, in their order
+    d = pd.DataFrame({"g": ["a"] * 5 + ["b"] * 2, "i": range(7)})
+    s = xe.subsample(d, ["g"], 3)
+    assert list(s.groupby("g").size()) == [3, 2] and s["i"].is_monotonic_increasing
+    assert len(xe.subsample(d, ["g"], None)) == 7
+    with pytest.raises(ValueError, match="no predictor"):
+        xe.predict_all(d, names=("nope",))

@@ -45,12 +45,17 @@ def rows(per_gpu: int | None = None, seed: int = 0) -> pd.DataFrame:
     gpus = list(mk.TRAINING + mk.HELD_OUT)
     df = pd.concat([tc.gemm_rows(gpus), tc.attention_rows(gpus)], ignore_index=True)
     df["kind"] = tc.network_of(df)        # the subsample below draws per kind
-    if per_gpu:
-        rng = np.random.default_rng(seed + 7)
-        keep = [rng.choice(idx, size=min(len(idx), int(per_gpu)), replace=False)
-                for _, idx in sorted(df.groupby(["device", "kind"]).indices.items())]
-        df = df.iloc[np.sort(np.concatenate(keep))].reset_index(drop=True)
-    return _annotate(df)
+    return _annotate(subsample(df, ["device", "kind"], per_gpu, seed))
+
+
+def subsample(df: pd.DataFrame, keys: list, n: int | None, seed: int = 0) -> pd.DataFrame:
+    """At most ``n`` rows drawn at random per group of ``keys`` (``n`` None: all rows), in their order."""
+    if not n:
+        return df.reset_index(drop=True)
+    rng = np.random.default_rng(seed + 7)
+    keep = [rng.choice(idx, size=min(len(idx), int(n)), replace=False)
+            for _, idx in sorted(df.groupby(keys).indices.items())]
+    return df.iloc[np.sort(np.concatenate(keep))].reset_index(drop=True)
 
 
 def _annotate(df: pd.DataFrame) -> pd.DataFrame:
@@ -143,10 +148,14 @@ def local_rows_from(folder) -> pd.DataFrame | None:
     return _annotate(df) if len(df) else None
 
 
-def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=None) -> pd.DataFrame:
-    """Long frame: one row per (evaluation row, predictor) with ``pred_ms``. ``neusight``: a trained
-    ``neusight`` predictor (default ``predictors.get("neusight", quick, seed)``)."""
+def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=None,
+                names: tuple = COMPARED) -> pd.DataFrame:
+    """Long frame: one row per (evaluation row, predictor of ``names``, default all of ``COMPARED``) with
+    ``pred_ms``. ``neusight``: a trained ``neusight`` predictor (default ``predictors.get("neusight", quick, seed)``)."""
     from neusight_core import predictors
+    unknown = set(names) - set(COMPARED)
+    if unknown:
+        raise ValueError(f"predict_all: no predictor {sorted(unknown)}; known: {', '.join(COMPARED)}")
     p = neusight if neusight is not None else predictors.get("neusight", quick=quick, seed=seed)
     if p.tc is None or not p.tc.nets:
         raise ValueError("the neusight recipe has no trained tensor_core networks (recipe key tensor_core)")
@@ -154,11 +163,12 @@ def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=N
     # tensor-core networks, saved, and loaded like every predictor
     # (a ``neusight`` given explicitly, e.g. a searched config: the trees train on its networks' rows)
     rows = None if neusight is None else {"tensor_core": p.tc.config}
-    shape = predictors.get("tree-shape", quick=quick, seed=seed, config=rows)
-    spec = predictors.get("tree-structural", quick=quick, seed=seed, config=rows)
-    preds = {"neusight": p.predict(df, None), "neusight FP32-extrapolated": p.predict_extrapolated(df, None),
-             "roofline": predictors.get("roofline").predict(df, None), "shape-only tree": shape.predict(df, None),
-             "structural tree": spec.predict(df, None)}
+    trees = {"shape-only tree": "tree-shape", "structural tree": "tree-structural"}
+    made = {n: predictors.get(key, quick=quick, seed=seed, config=rows) for n, key in trees.items() if n in names}
+    run = {"neusight": lambda: p.predict(df, None), "neusight FP32-extrapolated": lambda: p.predict_extrapolated(df, None),
+           "roofline": lambda: predictors.get("roofline").predict(df, None),
+           **{n: (lambda t=t: t.predict(df, None)) for n, t in made.items()}}
+    preds = {n: run[n]() for n in COMPARED if n in names}
     keep = ["device", "role", "kind", "framework", "version", "kernel_source", "M", "N", "K", "B", "seq_q",
             "seq_kv", "heads", "head_dim", "window", "tokens", "arith_intensity", "flops", "latency_ms"]
     # the GEMM tile, split-K and waves neusight's networks chose per row (miss_breakdown groups by them)
@@ -166,8 +176,7 @@ def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=N
                       p.tc.gemm_choice(df)], axis=1)
     # the tensor-core networks' training time: theirs when trained in this process, else the saved meta.json's
     tc_secs = (p.tc.info or (p.info or {}).get("tensor_core") or {}).get("train_seconds")
-    secs = {"neusight": tc_secs, "shape-only tree": shape.info.get("train_seconds"),
-            "structural tree": spec.info.get("train_seconds")}
+    secs = {"neusight": tc_secs, **{n: t.info.get("train_seconds") for n, t in made.items()}}
     out = []
     for name, pred in preds.items():
         t = secs.get(name)
@@ -244,6 +253,23 @@ def framework_agreement(df: pd.DataFrame) -> pd.DataFrame:
                     "bias_vs_scored": float(np.mean(m["latency_ms"] / m["scored_ms"] - 1) * 100),
                     "big_gemm_peak_pct": 100 * float(peak.get((dev, fw), np.nan))})
     return pd.DataFrame(out)
+
+
+def held_out_files(table: pd.DataFrame, by_file: pd.DataFrame, agree: pd.DataFrame) -> pd.DataFrame:
+    """Per held-out GPU and GEMM file: how far that file is from the scored one (``agree``: ``framework_agreement``)
+    and each predictor's MAPE on it, mean over seeds: the scored file's from ``table`` (``over_seeds``), the
+    other files' from ``by_file`` (``over_seeds(..., by=("framework",))``). One column per predictor of ``by_file``."""
+    files = agree.loc[agree["role"] == "held_out", ["device", "framework", "scored", "mape_vs_scored"]]
+    other = by_file[(by_file["role"] == "held_out") & by_file["kind"].isin(["GEMM", KINDS["GEMM"]])]
+    gemm = table[(table["role"] == "held_out") & table["kind"].isin(["GEMM", KINDS["GEMM"]])
+                 & table["predictor"].isin(set(other["predictor"]))]        # the predictors scored on every file
+    scored = gemm.merge(files.loc[files["scored"], ["device", "framework"]], on="device")
+    both = pd.concat([scored, other.merge(files.loc[~files["scored"], ["device", "framework"]],
+                                          on=["device", "framework"])], ignore_index=True)
+    wide = both.pivot_table(index=["device", "framework"], columns="predictor", values="mape").reset_index()
+    wide.columns.name = None
+    return files.merge(wide, on=["device", "framework"], how="left").sort_values(
+        ["device", "scored", "framework"], ascending=[True, False, True]).reset_index(drop=True)
 
 
 def binned(long: pd.DataFrame, column: str, bins: int = 12) -> pd.DataFrame:
