@@ -198,7 +198,7 @@ def _predict(a) -> int:
     print(f"{a.model} {a.mode} batch={a.batch} {size}{f' past={a.past}' if a.past else ''}"
           f"{' fused' if a.fusion else ''}{plan} {a.dtype} {r['attention']} attention, {r['execution']} execution "
           f"on {r['device']} ({r['predictor']})"
-          + ("" if a.dtype == Precision.FP32 else f"  [{a.dtype}: extrapolation, the predictors are validated on FP32]"))
+          + ("" if a.dtype == Precision.FP32 else f"  [{a.dtype}: {_half_label(r['measured_share'], a.dtype)}]"))
     if r["dtype_note"]:
         print(f"NOTE: {r['dtype_note']}")
     if r.get("conv_note"):
@@ -215,13 +215,25 @@ def _predict(a) -> int:
                        ("comm_ms", "comm"), ("comm_exposed_ms", "comm exposed")):
         if r.get(key):
             print(f"  {label:<11} {r[key]:12.3f} ms")
-    print("  by op class:")
+    share = r["measured_share"] if any(r["measured_share"].values()) else {}     # none measured: the header says so
+    print("  by op class:" + (f"{'':18s}(share of the time from models trained on measured {a.dtype} kernels)"
+                               if share else ""))
     for c, v in r["breakdown"].items():
-        print(f"    {c:<12} {v:12.3f} ms")
+        tail = "" if not share else (f"   measured {100 * share[c]:3.0f} %" if share.get(c) else "   extrapolation")
+        print(f"    {c:<12} {v:12.3f} ms{tail}")
     for line in memory.format_footprint(mem):
         print("  " + line)
     print(f"  {r['kernels']} kernel rows; trace {r['trace_s']:.2f} s, predict {r['predict_s']:.2f} s")
     return 0
+
+
+def _half_label(share: dict, dtype: str) -> str:
+    """What a bf16 / fp16 answer rests on, in the header line (the breakdown gives it per op class)."""
+    measured = [c for c, v in share.items() if v > 0]
+    if not measured:
+        return "extrapolation, the predictors are validated on FP32"
+    return (f"{', '.join(measured)} from models trained on measured {dtype} kernels (checked on held-out GPUs, "
+            "notebook 07); the other kernels are extrapolations of FP32-trained models")
 
 
 def _add_question_options(p, many: bool) -> None:

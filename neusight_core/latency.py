@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import network
+from neusight_core import network, schema
 # the tables' pieces and the request's error, named here too: their callers (whatif, live, the CLI, the tests)
 # read them as latency.*
 from neusight_core.tables import aggregate, loaded_predictor, predict_kernels, trace, trace_cached
@@ -62,7 +62,9 @@ def predict_model(model, device, batch: int, seq: int | None = None, mode: str =
     ``breakdown`` (ms per op class), ``stage_ms`` (PP only), ``trace_s`` and ``predict_s`` (wall
     times), ``memory`` (per-GPU footprint and ``fits`` / ``verdict``, ``memory.footprint``), ``dtype``,
     ``dtype_note`` ("" or the sentence of ``Device.precision_note``: this GPU has no tensor cores for
-    ``dtype``, its GEMMs use the FP32 peak) and ``kernels`` (the kernel table with ``pred_ms``).
+    ``dtype``, its GEMMs use the FP32 peak), ``measured_share`` (bf16 / fp16 only, else {}: per op class the share
+    of its time answered by models trained on measured kernels of that precision, ``KernelPredictor.measured_rows``;
+    the rest is an extrapolation) and ``kernels`` (the kernel table with ``pred_ms``).
     """
     sc = scenario(model, device, batch, seq, mode, image_size=image_size, past=past, dtype=dtype, fusion=fusion, parallel=parallel, gpus=gpus, micro_batches=micro_batches,
                   link_gbs=link_gbs, attention=attention, execution=execution)
@@ -94,8 +96,20 @@ def predict_scenario(sc, predictor="neusight", quick: bool | None = None,
     out.update(trace_s=run.tables_s, predict_s=run.predict_s, kernels=kernels,
                device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name,
                dtype=sc.dtype, dtype_note=dev.precision_note(sc.dtype), memory=run.memory[0],
-               conv_note=conv_note(kernels, predictor, quick))
+               conv_note=conv_note(kernels, predictor, quick), measured_share=measured_share(kernels, pred, sc.dtype))
     return out
+
+
+def measured_share(kernels: pd.DataFrame, pred, dtype: str) -> dict:
+    """{op class: share (0-1) of its predicted time answered by models trained on measured kernels of ``dtype``}
+    for a bf16 / fp16 table (``KernelPredictor.measured_rows``); {} for the other precisions."""
+    if dtype not in schema.HALF_PRECISIONS or kernels.empty:
+        return {}
+    k = kernels.reset_index(drop=True)
+    ms = k["pred_ms"].to_numpy(float) * k["count"].to_numpy(float)
+    got = pd.DataFrame({"op_class": k["op_class"].astype(str).to_numpy(), "ms": ms,
+                        "measured": np.where(pred.measured_rows(k), ms, 0.0)}).groupby("op_class", sort=False).sum()
+    return {c: float(m / t) if t > 0 else 0.0 for c, m, t in zip(got.index, got["measured"], got["ms"])}
 
 
 def _weights(predictor, quick: bool | None, seed: int) -> bool:

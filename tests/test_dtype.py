@@ -144,3 +144,31 @@ def test_bf16_without_tensor_cores_says_it_uses_the_fp32_peak(capsys):
         assert json.loads(capsys.readouterr().out)["dtype_note"] == ""
     assert devices.get_device("V100").precision_note("fp16") == ""            # fp16 tensor cores only
     assert "no bf16 tensor cores" in devices.get_device("V100").precision_note("bf16")
+
+
+def test_a_half_precision_answer_says_which_kernels_rest_on_measured_kernels(capsys):
+    """bf16 with `neusight`: GEMMs (and fused-attention forwards) come from networks trained on measured bf16 kernels,
+    the rest is extrapolated; the attention backward (forward network x a stated ratio) is not counted as measured;
+    FP32 answers carry no such split, and a predictor without such models says extrapolation throughout."""
+    from neusight_core.__main__ import main
+    inf = latency.predict_model("llama2_7b", "H100", 1, 256, "inf", predictor="neusight", quick=True, dtype="bf16")
+    s = inf["measured_share"]
+    assert s["LINEAR"] == 1.0 and s["ATTN"] == 1.0 and s["VEC"] == 0.0
+    train = latency.predict_model("llama2_7b", "H100", 1, 256, "train", predictor="neusight", quick=True, dtype="bf16")
+    assert 0.0 < train["measured_share"]["ATTN"] < 1.0 and train["measured_share"]["LINEAR"] == 1.0
+    assert latency.predict_model("gpt2_large", "H100", 1, 64, "inf", predictor="neusight", quick=True)["measured_share"] == {}
+    from neusight_core import predictors
+    k = inf["kernels"].reset_index(drop=True)
+    m = predictors.get("tree-structural", quick=True).measured_rows(k)       # its trees answer the same rows
+    assert m[(k["op_class"] == "LINEAR").to_numpy()].all() and not m[(k["op_class"] == "VEC").to_numpy()].any()
+    roof = latency.predict_model("llama2_7b", "H100", 1, 256, "inf", predictor="roofline", dtype="bf16")
+    assert set(roof["measured_share"].values()) == {0.0}
+    assert main(["predict", "--model", "llama2_7b", "--device", "H100", "--batch", "1", "--seq", "256",
+                 "--dtype", "bf16", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "[bf16: LINEAR, ATTN from models trained on measured bf16 kernels" in out
+    assert "measured 100 %" in out and "extrapolation" in out.split("by op class:")[1]
+    assert main(["predict", "--model", "llama2_7b", "--device", "H100", "--batch", "1", "--seq", "256",
+                 "--dtype", "bf16", "--predictor", "roofline"]) == 0
+    out = capsys.readouterr().out
+    assert "[bf16: extrapolation" in out and "measured" not in out

@@ -157,6 +157,13 @@ class KernelPredictor(abc.ABC):
         pass
 
     # ------------------------------------------------------------ shared
+    def measured_rows(self, kernels: pd.DataFrame) -> np.ndarray:
+        """Which rows of a table this predictor answers with a model trained on measured kernels of the row's own
+        half precision (bf16 / fp16), so that notebook 07 checked it against held-out GPUs; every other
+        half-precision row is an extrapolation of FP32-trained models. None here: a predictor with such models
+        says so."""
+        return np.zeros(len(kernels), bool)
+
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         common.check_kernels(kernels)
         if self.missing_networks and getattr(self, "use_tensor_core", True):

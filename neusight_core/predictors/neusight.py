@@ -424,6 +424,15 @@ class NeuSightPredictor(KernelPredictor):
             out[rows] = base / self._u(cls, self._scale(cls, X), waves)
         return out
 
+    def measured_rows(self, kernels: pd.DataFrame) -> np.ndarray:
+        """The rows the tensor-core networks answer (BF16 / FP16 GEMMs and fused-attention forwards), less the
+        attention backwards: those are their forward's network times a stated FLOP ratio, not a measured kernel."""
+        if self.tc is None or not self.use_tensor_core or not self.tc.nets:
+            return super().measured_rows(kernels)
+        k = self.as_gemm(kernels).reset_index(drop=True)
+        backward = (k["op_class"].to_numpy() == OpClass.ATTN) & (k["sub_op"].astype(str).to_numpy() == "backward")
+        return self.tc.handles(k) & ~backward
+
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         """As ``KernelPredictor.predict``; BF16 / FP16 GEMM (LINEAR, BMM) and fused-attention (ATTN) rows go
         through the tensor-core networks when the recipe has them (``tensor_core.network_of``); 1 x 1

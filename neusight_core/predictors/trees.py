@@ -184,6 +184,12 @@ class TreeBaseline(KernelPredictor):
     def _predict_model(self, kernels: pd.DataFrame, device, dev: dict) -> np.ndarray:
         return common.roofline_ms(kernels, dev)
 
+    def measured_rows(self, kernels: pd.DataFrame) -> np.ndarray:
+        """The rows its trees answer: the tensor-core networks' rows whose network has a tree."""
+        if getattr(self, "tree", None) is None:
+            return super().measured_rows(kernels)
+        return np.isin(network_of(kernels.reset_index(drop=True)), list(self.tree.models))
+
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         out = super().predict(kernels, device)
         if device is None:
