@@ -159,9 +159,9 @@ def bf16_validation(tensor_core: bool = True, log=None) -> pd.DataFrame:
          "trained on": train, "held-out MAPE": gemm},
         {"kernels": "fused attention", "op classes": "ATTN (prefill, decode)",
          "status": "validated on measured BF16 kernels (notebook 07), forward only (a backward is its forward's "
-                   "network times a stated FLOP ratio); used where a model runs fused attention (sdpa: section 3c, "
-                   "the CLI's default), not in the what-if grid or the floors table, which trace the paper's eager attention "
-                   "(BMM + softmax)",
+                   "network times a stated FLOP ratio); used where a model runs fused attention (sdpa: section "
+                   "3c, the CLI's default), not in the what-if grid or the floors table, which trace the paper's "
+                   "eager attention (BMM + softmax)",
          "trained on": train, "held-out MAPE": "prefill: " + held(h.get("attention_per_gpu", {}), "ATTN_prefill")
          + " | decode: " + held(h.get("attention_per_gpu", {}), "ATTN_decode")},
         {"kernels": "element-wise, softmax, layernorm", "op classes": "VEC, SOFTMAX, LAYERNORM",
