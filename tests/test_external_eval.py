@@ -348,6 +348,14 @@ def test_bf16_validation_reads_the_logged_held_out_numbers(tmp_path, release_roo
     assert "H100" in t.loc["GEMM", "trained on"] and "B200" not in t.loc["GEMM", "trained on"]
     assert whatif.bf16_validation(tensor_core=False, log=log)["status"].str.startswith("extrapolation").all()
     assert "not evaluated" in whatif.bf16_validation(log=tmp_path / "none.jsonl").set_index("kernels").loc["GEMM", "held-out MAPE"]
+    # a later evaluation of the GEMMs alone keeps the attention numbers of the last one that measured attention
+    with log.open("a") as f:
+        f.write(json.dumps({"tag": "held-out-evaluated", "date": "2026-12-01T00:00:00",
+                            "neusight_held_out_mape_mean_over_seeds": {"gemm_per_gpu": {"NVIDIA_B200": 9.87}}}) + "\n")
+    t = whatif.bf16_validation(log=log).set_index("kernels")
+    assert t.loc["GEMM", "held-out MAPE"] == "B200 9.9 %"
+    assert "prefill: B200 31.0 %" in t.loc["fused attention", "held-out MAPE"]
+    assert "(from the evaluation of " in t.loc["fused attention", "held-out MAPE"]
 
 
 def test_heatmap_labels_are_compact():

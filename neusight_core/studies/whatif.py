@@ -163,7 +163,8 @@ def bf16_validation(tensor_core: bool = True, log=None) -> pd.DataFrame:
                    "3c, the CLI's default), not in the what-if grid or the floors table, which trace the paper's "
                    "eager attention (BMM + softmax)",
          "trained on": train, "held-out MAPE": "prefill: " + held(h.get("attention_per_gpu", {}), "ATTN_prefill")
-         + " | decode: " + held(h.get("attention_per_gpu", {}), "ATTN_decode")},
+         + " | decode: " + held(h.get("attention_per_gpu", {}), "ATTN_decode")
+         + (f" (from the evaluation of {h['attention_from']})" if h.get("attention_from") else "")},
         {"kernels": "element-wise, softmax, layernorm", "op classes": "VEC, SOFTMAX, LAYERNORM",
          "status": "extrapolation: FP32-trained networks at 2-byte elements, never checked at bf16",
          "trained on": "FP32 kernels of the release's GPUs", "held-out MAPE": "none"}]
