@@ -381,11 +381,12 @@ class TensorCoreNets:
 
 
 # ---------------------------------------------------------------- data
-def subsample(df: pd.DataFrame, per_gpu: int, seed: int) -> pd.DataFrame:
-    """At most ``per_gpu`` random rows of each device (fixed by ``seed``), in their original order."""
-    rng = np.random.default_rng(seed + 2025)
+def subsample(df: pd.DataFrame, per_gpu: int, seed: int, keys=("device",), offset: int = 2025) -> pd.DataFrame:
+    """At most ``per_gpu`` random rows of each group of ``keys`` (each device), fixed by ``seed`` + ``offset``, in
+    their original order."""
+    rng = np.random.default_rng(seed + offset)
     keep = [rng.choice(idx, size=min(len(idx), per_gpu), replace=False)
-            for _, idx in sorted(df.groupby("device").indices.items())]
+            for _, idx in sorted(df.groupby(list(keys)).indices.items())]
     if not keep:
         return df
     return df.iloc[np.sort(np.concatenate(keep))].reset_index(drop=True)

@@ -49,13 +49,9 @@ def rows(per_gpu: int | None = None, seed: int = 0) -> pd.DataFrame:
 
 
 def subsample(df: pd.DataFrame, keys: list, n: int | None, seed: int = 0) -> pd.DataFrame:
-    """At most ``n`` rows drawn at random per group of ``keys`` (``n`` None: all rows), in their order."""
-    if not n:
-        return df.reset_index(drop=True)
-    rng = np.random.default_rng(seed + 7)
-    keep = [rng.choice(idx, size=min(len(idx), int(n)), replace=False)
-            for _, idx in sorted(df.groupby(keys).indices.items())]
-    return df.iloc[np.sort(np.concatenate(keep))].reset_index(drop=True)
+    """At most ``n`` rows drawn at random per group of ``keys`` (``n`` None: all rows), in their order:
+    ``tensor_core.subsample`` with this module's seed offset (the rows notebook 07 always drew)."""
+    return df.reset_index(drop=True) if not n else tc.subsample(df, int(n), seed, keys=keys, offset=7)
 
 
 def _annotate(df: pd.DataFrame) -> pd.DataFrame:
