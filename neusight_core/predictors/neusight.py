@@ -68,7 +68,7 @@ from neusight_core import devices
 from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, split_validation
 from neusight_core.predictors.features import (CONV_TILE, FEATURE_NAMES, U_MIN, features,
                                                utilisation)
-from neusight_core.predictors.tensor_core import TensorCoreNets
+from neusight_core.predictors.tensor_core import TensorCoreNets, attention_backward
 from neusight_core.predictors.tiles import TileLookup
 from neusight_core.schema import OpClass
 
@@ -430,8 +430,7 @@ class NeuSightPredictor(KernelPredictor):
         if self.tc is None or not self.use_tensor_core or not self.tc.nets:
             return super().measured_rows(kernels)
         k = self.as_gemm(kernels).reset_index(drop=True)
-        backward = (k["op_class"].to_numpy() == OpClass.ATTN) & (k["sub_op"].astype(str).to_numpy() == "backward")
-        return self.tc.handles(k) & ~backward
+        return self.tc.handles(k) & ~attention_backward(k)
 
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         """As ``KernelPredictor.predict``; BF16 / FP16 GEMM (LINEAR, BMM) and fused-attention (ATTN) rows go

@@ -69,11 +69,16 @@ DEFAULTS = {"gemm_tiles": [[128, 128]], "splits": [1], "gemm_inputs": [], "u_max
 ATTN_BACKWARD_FACTOR = schema.ATTN_BACKWARD_FLOPS
 
 
+def attention_backward(kernels: pd.DataFrame) -> np.ndarray:
+    """Per row: a fused attention's backward (predicted through its forward, ``ATTN_BACKWARD_FACTOR``)."""
+    if "sub_op" not in kernels.columns:
+        return np.zeros(len(kernels), bool)
+    return (kernels["op_class"].to_numpy() == OpClass.ATTN) & (kernels["sub_op"].astype(str).to_numpy() == "backward")
+
+
 def _backward_as_forward(kernels: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     """``kernels`` with ATTN backward rows turned into the forward of their shape, and the factor per row."""
-    if "sub_op" not in kernels.columns:
-        return kernels, np.ones(len(kernels))
-    bw = (kernels["op_class"].to_numpy() == OpClass.ATTN) & (kernels["sub_op"].astype(str).to_numpy() == "backward")
+    bw = attention_backward(kernels)
     if not bw.any():
         return kernels, np.ones(len(kernels))
     k = kernels.copy()
