@@ -35,9 +35,16 @@ def test_decode_step_decodes_the_same_step_every_call():
     m, cfg = lm.build(TINY, "cpu", torch.float32)
     fn, keep = lm.step_callable(m, cfg, lm.ModernCase(TINY, "decode", 2, 10, "sdpa"), "cpu")
     cache = keep[1]
+    from neusight_core.meta_model import cache_tensors
+    first = [t.data_ptr() for t in cache_tensors(cache)]
     for _ in range(3):
         fn()
         assert cache.get_seq_length() == 10
+        # every call appends to the same contiguous cache, as generation does (a strided view after crop would
+        # make the append take the generic copy kernel on a GPU)
+        tensors = cache_tensors(cache)
+        assert all(t.is_contiguous() for t in tensors)
+        assert [t.data_ptr() for t in tensors] == first
 
 
 def test_attention_switch_changes_the_kernels():
@@ -84,12 +91,14 @@ def test_section_without_gpu_predicts_the_recorded_run(tmp_path):
     r = lm.section(tmp_path, quick=True, predictors=("roofline",))
     assert r["status"] == "SKIPPED" and "no CUDA GPU" in r["reason"]
     assert r["steps"] is None
-    assert set(r["pred"]["run"]) == {"recorded H100", "recorded H200"}
+    assert set(r["pred"]["run"]) == set(lm.RECORDED) and len(lm.RECORDED) == 4
     assert r["pred"]["predicted_ms"].notna().all()
     # each recorded run is predicted on its own GPU: the H200's faster memory gives it the smaller roofline
     p = r["pred"].query("variant == 'graph'").set_index(["run", "model", "phase", "batch", "seq", "attention"])
-    both = p.loc["recorded H100"].join(p.loc["recorded H200"], lsuffix="_h100", rsuffix="_h200", how="inner")
-    assert len(both) and (both["predicted_ms_h200"] <= both["predicted_ms_h100"]).all()
+    for day in ("2026-11-26", "2026-11-27"):
+        both = p.loc[f"recorded H100 {day}"].join(p.loc[f"recorded H200 {day}"], lsuffix="_h100", rsuffix="_h200",
+                                                  how="inner")
+        assert len(both) and (both["predicted_ms_h200"] <= both["predicted_ms_h100"]).all()
 
 
 def test_the_module_on_its_own_says_skipped_without_a_gpu(tmp_path):
@@ -124,7 +133,11 @@ def test_memory_kernels_are_the_tracers_kv_cache_appends():
         assert (cat[c] == row[c]).all(), c
     y = live_kernels.kernel_callable(row, device="cpu")()
     assert tuple(y.shape) == (b * TINY.num_key_value_heads, past + 1, d) and y.dtype == torch.bfloat16
-    copy = live_kernels.kernel_callable(sweep.iloc[1], device="cpu")()
+    strided = sweep[sweep["cache_layout"] == "strided"].iloc[0]
+    assert strided["aten_op"] == "aten.cat.default" and strided["bytes_read"] == row["bytes_read"]
+    z = live_kernels.kernel_callable(strided, device="cpu")()
+    assert z.shape == y.shape and z.is_contiguous()
+    copy = live_kernels.kernel_callable(sweep[sweep["aten_op"] == "aten.clone.default"].iloc[0], device="cpu")()
     assert copy.shape == y.shape
 
 

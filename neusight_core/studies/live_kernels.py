@@ -101,8 +101,9 @@ def _conv_callable(row, mk) -> Callable[[], object]:
 #: (batch, KV heads, cached tokens, head dim) of the KV-cache appends of BF16 decode steps: Hugging Face's
 #: DynamicCache.update puts each layer's new keys (and values) after its cache with torch.cat along the sequence,
 #: which reads and writes the whole cache. 2, 8 and 32 KV heads of 128 are Qwen2.5-1.5B's, Llama-3-8B's and
-#: Llama-2-7B's. On the lent H100 such an append ran at about a fifth of the bandwidth (docs/tier2.md), and the
-#: release has no kernel of this class: every predictor puts it at the roofline.
+#: Llama-2-7B's. Inside the recorded decode steps such an append ran at 0.60-0.68 TB/s on the lent H100 and H200
+#: alike, on the strided cache that the harness's crop left (docs/tier2.md, 2026-11-27); the release has no kernel of
+#: this class: every predictor puts it at the roofline.
 KV_APPENDS = tuple((b, h, p, 128) for b in (1, 8) for h in (2, 8, 32) for p in (128, 512, 2048, 8192))
 QUICK_KV_APPENDS = ((1, 2, 16, 8), (2, 2, 40, 8))
 
@@ -111,15 +112,20 @@ def memory_kernel_sweep(quick: bool = False, appends=None) -> pd.DataFrame:
     """Each KV-cache append of ``appends`` (default ``KV_APPENDS``) as an ``aten.cat`` row and, beside it, a plain
     copy of the same bytes (``aten.clone``: the bandwidth a copy of that size reaches), in the tracer's convention
     for MEM rows (B = the output's rows, H = its last dimension, bytes read = the inputs', written = the output's)
-    in BF16. ``cat_rows`` x ``cat_past`` x H is one cache before the append (rows = batch x KV heads)."""
+    in BF16. ``cat_rows`` x ``cat_past`` x H is one cache before the append (rows = batch x KV heads).
+    ``cache_layout``: ``contiguous`` (generation's cache: the previous append's output) or, for a second append row,
+    ``strided`` (the first ``cat_past`` tokens of a longer buffer, the view a crop leaves: PyTorch's generic copy
+    kernel). Timed one launch at a time, a kernel of a few MB or less is bound by the launch (about 16 us here), not
+    by its bytes."""
     appends = appends if appends is not None else (QUICK_KV_APPENDS if quick else KV_APPENDS)
     rows = []
     for b, h, past, d in appends:
         n = b * h * (past + 1) * d              # elements of the cache after the append
-        for op in ("aten.cat.default", "aten.clone.default"):
+        for op, layout in (("aten.cat.default", "contiguous"), ("aten.cat.default", "strided"),
+                           ("aten.clone.default", "contiguous")):
             rows.append(dict(op_class=OpClass.MEM, aten_op=op, sub_op="", B=b * h * (past + 1), M=np.nan, N=np.nan,
                              K=np.nan, H=d, flops=0.0, bytes_read=2.0 * n, bytes_written=2.0 * n,
-                             cat_rows=b * h, cat_past=past, batch=b, kv_heads=h))
+                             cat_rows=b * h, cat_past=past, batch=b, kv_heads=h, cache_layout=layout))
     df = pd.DataFrame(rows)
     df["dtype"] = "bfloat16"
     df["precision"] = Precision.BF16
@@ -128,13 +134,17 @@ def memory_kernel_sweep(quick: bool = False, appends=None) -> pd.DataFrame:
 
 
 def _memory_callable(row, device: str) -> Callable[[], object]:
-    """A ``memory_kernel_sweep`` row's kernel: the append (cache, then one new token, along the sequence) or the
-    copy of the appended cache, in the row's dtype."""
+    """A ``memory_kernel_sweep`` row's kernel: the append (cache in the row's layout, then one new token, along
+    the sequence) or the copy of the appended cache, in the row's dtype."""
     import torch
     dt = getattr(torch, str(row["dtype"]))
     rows, past, d = int(row["cat_rows"]), int(row["cat_past"]), int(row["H"])
     if row["aten_op"] == "aten.cat.default":
-        cache, new = (torch.randn(rows, n, d, device=device, dtype=dt) for n in (past, 1))
+        new = torch.randn(rows, 1, d, device=device, dtype=dt)
+        if row.get("cache_layout", "contiguous") == "strided":
+            cache = torch.randn(rows, past + 1, d, device=device, dtype=dt)[:, :past]
+        else:
+            cache = torch.randn(rows, past, d, device=device, dtype=dt)
         return lambda: torch.cat([cache, new], dim=-2)
     if row["aten_op"] == "aten.clone.default":
         x = torch.randn(rows, past + 1, d, device=device, dtype=dt)
