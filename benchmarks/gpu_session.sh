@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device session in one call (the developers' guide; issues 33 and 36), written to $OUT for docs/tier2/:
+# One device session in one call (the developers' guide; issues 33 and 36), packed into $OUT/session.tgz for docs/tier2/:
 #   1. the machine (GPU, driver, cores, torch / transformers);
 #   2. notebook 05's modern section (BF16, sdpa and eager, prefill / decode / training steps, host launch cost),
 #      MODERN_S seconds, alone on the machine so that the host-bound steps are timed on a quiet CPU;
@@ -15,12 +15,17 @@
 # TOTAL (s) is the whole budget (default 560, under a 600 s call); MODERN_S / TRAIN_S / TIER1_S cap steps 2 / 3 / 5;
 # WORKERS the CPU training's processes (default: cores - 1, one core left to the GPU seed); QUICK=1 the quick
 # weights (a dry run: it also runs on a CPU machine, where the GPU steps say what is missing).
+# Everything is written to a work folder and packed into $OUT/session.tgz after each step: the device brings back
+# 8 files at most, and a call stopped at its limit still returns the steps it finished (2026-11-27 lost two CSVs).
 set -u
 T0=$(date +%s)
 PY=${PY:-python3}
-OUT=${OUT:?set OUT to the folder the results go to}
+FINAL=${OUT:?set OUT to the folder the results go to}
+OUT=$(mktemp -d)
+pack() { tar czf "$FINAL/.session.tgz" -C "$OUT" . && mv "$FINAL/.session.tgz" "$FINAL/session.tgz"; }
+trap pack EXIT
 Q=${QUICK:+--quick}
-mkdir -p "$OUT"
+mkdir -p "$FINAL"
 export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=20
 [ -d .device/aic ] && export PYTHONPATH=$PWD:$PWD/.device/aic
 [ -d .device/upstream ] && $PY -m neusight_core.release --source .device/upstream 2>&1 | tail -1
@@ -41,6 +46,7 @@ if [ "$HAS_GPU" = 1 ] && [ "$ms" -gt 30 ]; then
 else
   echo "[modern] SKIPPED: no CUDA GPU (or MODERN_S=$ms)"
 fi
+pack
 
 # 3. training: every member of both recipes on the CPU cores; one seed on the GPU beside it
 ( while true; do nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader \
@@ -64,12 +70,14 @@ fi
 kill $SMI 2>/dev/null
 grep -v "%|" "$OUT/train_log.txt" | tail -12
 tr '\r' '\n' < "$OUT/train_gpu_log.txt" 2>/dev/null | grep -v "^$" | tail -3
+pack
 
 # 4. digests
 $PY benchmarks/weights_digest.py --predictors "${RECIPES:-neusight-paper,neusight}" $Q > "$OUT/weights_cpu.csv"
 NEUSIGHT_TRAINED=/tmp/gpu_trained $PY benchmarks/weights_digest.py --predictors neusight --seeds 0 $Q \
   > "$OUT/weights_gpu.csv" 2>/dev/null
 cat "$OUT/weights_cpu.csv" "$OUT/weights_gpu.csv"
+pack
 
 # 5. Tier 1 of the CPU-trained weights, if asked and time is left
 left=$(( ${TOTAL:-560} - ($(date +%s) - T0) ))
