@@ -23,7 +23,7 @@ PY=${PY:-python3}
 FINAL=${OUT:?set OUT to the folder the results go to}
 OUT=$(mktemp -d)
 pack() { tar czf "$FINAL/.session.tgz" -C "$OUT" . && mv "$FINAL/.session.tgz" "$FINAL/session.tgz"; }
-trap pack EXIT
+trap 'pack; rm -rf "$OUT"' EXIT
 Q=${QUICK:+--quick}
 mkdir -p "$FINAL"
 export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=20
