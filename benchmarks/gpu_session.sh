@@ -11,8 +11,10 @@
 #   5. Tier 1 of the CPU-trained weights (benchmarks/tier1_seeds.py) if TIER1_S > 0 and time is left.
 # Run from the repository root on the device machine, e.g. `OUT=$OUT bash benchmarks/gpu_session.sh`. Data: the
 # authors' release from .device/upstream and the measured kernels from .device/aic when they are there (copies
-# carried along: docs/tier2/2026-11-26-h100-training/README.md says how they are made), else what is installed.
-# TOTAL (s) is the whole budget (default 560, under a 600 s call); MODERN_S / TRAIN_S / TIER1_S cap steps 2 / 3 / 5;
+# carried along: `bash benchmarks/device_carry.sh` builds them), else what is installed.
+# TOTAL (s) is the whole budget (default 560, under a 600 s call); MODERN_S / TRAIN_S / TIER1_S cap steps 2 / 3 / 5
+# (defaults 230 / 200 / 0: the section measures all 32 steps and the memory kernels in about 170 s on an H100 or
+# H200, and the full training does not fit one call anyway: docs/tier2/2026-11-27-h200-training/README.md);
 # WORKERS the CPU training's processes (default: cores - 1, one core left to the GPU seed); QUICK=1 the quick
 # weights (a dry run: it also runs on a CPU machine, where the GPU steps say what is missing).
 # Everything is written to a work folder and packed into $OUT/session.tgz after each step: the device brings back
@@ -38,7 +40,7 @@ $PY -c 'from neusight_core import measured_kernels as m; print("measured kernels
 HAS_GPU=$($PY -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)
 
 # 2. the modern section, alone
-ms=${MODERN_S:-130}
+ms=${MODERN_S:-230}
 if [ "$HAS_GPU" = 1 ] && [ "$ms" -gt 30 ]; then
   timeout $(( ms + 20 )) $PY -m neusight_core.studies.live_modern --out "$OUT/modern" --budget-s "$ms" \
     > "$OUT/modern_log.txt" 2>&1
@@ -52,7 +54,7 @@ pack
 ( while true; do nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader \
     >> "$OUT/machine.txt" 2>/dev/null; sleep 15; done ) &
 SMI=$!
-ts=${TRAIN_S:-330}
+ts=${TRAIN_S:-200}
 workers=${WORKERS:-$(( $(nproc) - HAS_GPU * ${GPU_SEED:-1} ))}
 t1=$(date +%s)
 if [ "$HAS_GPU" = 1 ] && [ "${GPU_SEED:-1}" = 1 ]; then
