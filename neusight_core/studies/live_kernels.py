@@ -117,8 +117,8 @@ def memory_kernel_sweep(quick: bool = False, appends=None) -> pd.DataFrame:
     for MEM rows (B = the output's rows, H = its last dimension, bytes read = the inputs', written = the output's)
     in BF16. ``cat_rows`` x ``cat_past`` x H is one cache before the append (rows = batch x KV heads).
     ``cache_layout``: ``contiguous`` (generation's cache: the previous append's output) or, for a second append row,
-    ``strided`` (the first ``cat_past`` tokens of a longer buffer, the view a crop leaves: PyTorch's generic copy
-    kernel). Timed one launch at a time, a kernel of a few MB or less is bound by the launch (about 16 us here), not
+    ``strided`` (the first ``cat_past`` tokens of a longer buffer: the view a crop leaves, as the recorded decode
+    steps had). Timed one launch at a time, a kernel of a few MB or less is bound by the launch (about 16 us here), not
     by its bytes."""
     appends = appends if appends is not None else (QUICK_KV_APPENDS if quick else KV_APPENDS)
     rows = []

@@ -149,9 +149,9 @@ def step_callable(m, cfg, case: ModernCase, device: str) -> tuple[Callable[[], o
         with torch.no_grad():
             out = m(input_ids=ids, past_key_values=cache, use_cache=True)
         cache.crop(-1)                       # back to ``seq`` tokens: every call decodes the same step
-        # ...and back to the contiguous tensors: crop leaves a strided view of the appended cache, and the next
-        # call's append (torch.cat) of a strided cache takes PyTorch's generic copy kernel, which generation never
-        # runs (there the cache is the previous append's contiguous output). Measured on the lent H100 and H200
+        # ...and back to the contiguous tensors: crop leaves a strided view of the appended cache, so the next call
+        # would append (torch.cat) to a strided cache, which generation never does (there the cache is the previous
+        # append's contiguous output), and a slower copy. Measured on the lent H100 and H200
         # (docs/tier2.md, 2026-11-27): that append ran at 0.60-0.68 TB/s on both GPUs alike, where contiguous
         # appends of the same sizes timed alone reached 1.4-2.6 TB/s (H100) and 2.0-3.6 TB/s (H200).
         for layer, (k, v) in zip(layers, kept):
