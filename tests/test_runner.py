@@ -335,3 +335,18 @@ def test_disk_full_in_the_html_export_fails_that_notebook(small_disk):
     assert [n["status"] for n in run["notebooks"]] == ["OK", "FAILED"]
     assert run["notebooks"][1]["reason"] == f"disk full while writing {out / '02_fills.html'}"
     _no_finished_looking_partials(small_disk)
+
+
+def test_a_run_called_in_process_gives_the_callers_signal_handlers_back(tmp_path):
+    """main() ignores SIGINT / SIGTERM while it writes the run's record; a caller (a test, a notebook) gets its own
+    handlers back, whatever the run's end: an ignored signal would also pass to every process the caller starts
+    (it survives exec), which made a background loop of benchmarks/gpu_session.sh unkillable in the test suite."""
+    import signal
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    assert runner.main(["--quick", "--only", "01", "--out", str(tmp_path / "run"),
+                        "--notebooks-dir", str(FIXTURES)]) == 0
+    assert {s: signal.getsignal(s) for s in before} == before
+    r = subprocess.run(["bash", "-c", "grep SigIgn /proc/self/status"], capture_output=True, text=True)
+    if r.returncode == 0:                    # Linux: the child ignores neither signal
+        ignored = int(r.stdout.split()[1], 16)
+        assert not ignored & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGTERM - 1)), r.stdout

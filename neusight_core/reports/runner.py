@@ -349,107 +349,110 @@ def main(argv: list[str] | None = None) -> int:
     # run is under way), so the run always ends with its record and never leaves its lock behind.
     signals = _Signals()
     try:
-        run_dir = claim(run_dir, default=not a.out)
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        signals.restore()
-        return 2
-    try:
-        reserve_space(run_dir)
-    except OSError as e:
-        signals.restore()
-        (run_dir / RESERVE_FILE).unlink(missing_ok=True)
-        (run_dir / LOCK_FILE).unlink(missing_ok=True)
-        print(f"error: {run_dir}: not even {RESERVE_BYTES // 1024} KiB free for the run's record "
-              f"({e.strerror or e})", file=sys.stderr)
-        return 2
-    # Executed notebooks keep their outputs in the HTML: progress bars there are noise.
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    # What the run's record imports (yaml, pandas, ...), imported while a signal is only remembered: a signal
-    # raised inside an import leaves a half-initialised module that the record could then not import (0.5 s).
-    from neusight_core import predictors, registry, release  # noqa: F401
-    from neusight_core.reports import run_estimate
-
-    t_start = time.time()
-    results: list[NotebookResult] = []
-    interrupted: _Interrupted | None = None
-    try:
-        signals.arm()
-        print(f"NeuSight artifact: {len(notebooks)} notebook(s), {'quick' if a.quick else 'full'} mode -> {run_dir}",
-              flush=True)
-        if not a.only:       # a whole run (the figures are for whole runs)
-            print(f"  {run_estimate.line(run_dir.parent, a.quick)}", flush=True)
-        for stem, given in a.params.items():
-            if given:
-                print(f"  {stem} parameters: {format_params(given)}", flush=True)
-        for i, nb in enumerate(notebooks, 1):
-            print(f"[{i}/{len(notebooks)}] {nb.stem} ... (started at +{time.time() - t_start:.0f} s)", flush=True)
-            t_nb = time.time()
-            given = dict(a.params.get(nb.stem) or {})
-            try:
-                r = run_notebook(nb, run_dir, a.quick, given)
-                signals.check()   # the signal's exception may have been lost inside the kernel client
-            except _Interrupted:
-                results.append(NotebookResult(nb.stem, "INTERRUPTED", time.time() - t_nb, "interrupted while running",
-                                              given))
-                raise
-            except Exception as e:  # the runner itself must survive anything a notebook does
-                full = disk_full_cause(e)
-                if full is None:
-                    traceback.print_exc()
-                r = NotebookResult(nb.stem, "FAILED", time.time() - t_nb,
-                                   disk_full_reason(full, run_dir) if full else f"runner error: {e}")
-            r.parameters = given
-            results.append(r)
-            extra = f": {r.reason}" if r.reason else ""
-            print(f"[{i}/{len(notebooks)}] {nb.stem} {r.status} in {r.seconds:.1f} s "
-                  f"(elapsed {time.time() - t_start:.0f} s){extra}", flush=True)
-    except _Interrupted as e:
-        interrupted = e
-    interrupted = signals.got or interrupted    # also a signal between the last notebook's end and here
-    # From here on the run is written out whole: further signals wait until it is.
-    signals.ignore()
-    notebook_kernel.stop_all()   # none outlives the run, whatever papermill left behind
-    total = time.time() - t_start
-    (run_dir / RESERVE_FILE).unlink(missing_ok=True)   # the room kept for the record below
-    try:
-        env = environment()
-    except Exception as e:  # an incomplete capture must not lose the summary
-        env = {"error": f"environment capture failed: {e}"}
-    sig = interrupted.signame if interrupted else None
-    try:
-        # the tarball is made after the record, which already names it (run.json said null before);
-        # if making it fails, the record is written again with why
-        summary = write_record(run_dir, results, env, a.quick, total, sig,
-                               tarball=None if interrupted else str(tarball_path(run_dir)))
-    except OSError as e:
-        (run_dir / LOCK_FILE).unlink(missing_ok=True)
-        what = disk_full_reason(e, run_dir) if is_disk_full(e) else f"{e.strerror or e} ({e.filename or run_dir})"
-        print(f"FAILED: {what}: the run's record could not be written", file=sys.stderr, flush=True)
-        return 1
-    (run_dir / LOCK_FILE).unlink(missing_ok=True)
-    if interrupted:
-        print(f"INTERRUPTED by {interrupted.signame}: {sum(r.status != 'INTERRUPTED' for r in results)} "
-              f"notebook(s) finished; no tarball.\nsummary: {summary}", flush=True)
-        return interrupted.code
-    n_failed = sum(r.status == "FAILED" for r in results)
-    counts = ", ".join(f"{s} {sum(r.status == s for r in results)}" for s in ("OK", "SKIPPED", "FAILED"))
-    try:
-        tar = make_tarball(run_dir)
-    except OSError as e:
-        tar_name = tarball_path(run_dir)
-        why = disk_full_reason(e, tar_name) if is_disk_full(e) else f"{e.strerror or e}"
-        note = (f"FAILED: {why}; no tarball was made (the run folder is complete: "
-                f"`tar czf neusight_results_{run_dir.name}.tar.gz {run_dir.name}` where there is room)")
         try:
-            write_record(run_dir, results, env, a.quick, total, None, tarball=note)
-        except OSError:
-            pass    # SUMMARY.md of the first write stands; the console says the rest
-        print(f"done in {total / 60:.1f} min: {counts}\nsummary: {summary}\ntarball: {note}", flush=True)
-        return 1
-    print(f"done in {total / 60:.1f} min: {counts}")
-    print(f"summary: {summary}\ntarball: {tar}")
-    return 1 if n_failed else 0
+            run_dir = claim(run_dir, default=not a.out)
+        except UsageError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        try:
+            reserve_space(run_dir)
+        except OSError as e:
+            (run_dir / RESERVE_FILE).unlink(missing_ok=True)
+            (run_dir / LOCK_FILE).unlink(missing_ok=True)
+            print(f"error: {run_dir}: not even {RESERVE_BYTES // 1024} KiB free for the run's record "
+                  f"({e.strerror or e})", file=sys.stderr)
+            return 2
+        # Executed notebooks keep their outputs in the HTML: progress bars there are noise.
+        os.environ.setdefault("TQDM_DISABLE", "1")
+        # What the run's record imports (yaml, pandas, ...), imported while a signal is only remembered: a signal
+        # raised inside an import leaves a half-initialised module that the record could then not import (0.5 s).
+        from neusight_core import predictors, registry, release  # noqa: F401
+        from neusight_core.reports import run_estimate
+
+        t_start = time.time()
+        results: list[NotebookResult] = []
+        interrupted: _Interrupted | None = None
+        try:
+            signals.arm()
+            print(f"NeuSight artifact: {len(notebooks)} notebook(s), {'quick' if a.quick else 'full'} mode "
+                  f"-> {run_dir}", flush=True)
+            if not a.only:       # a whole run (the figures are for whole runs)
+                print(f"  {run_estimate.line(run_dir.parent, a.quick)}", flush=True)
+            for stem, given in a.params.items():
+                if given:
+                    print(f"  {stem} parameters: {format_params(given)}", flush=True)
+            for i, nb in enumerate(notebooks, 1):
+                print(f"[{i}/{len(notebooks)}] {nb.stem} ... (started at +{time.time() - t_start:.0f} s)", flush=True)
+                t_nb = time.time()
+                given = dict(a.params.get(nb.stem) or {})
+                try:
+                    r = run_notebook(nb, run_dir, a.quick, given)
+                    signals.check()   # the signal's exception may have been lost inside the kernel client
+                except _Interrupted:
+                    results.append(NotebookResult(nb.stem, "INTERRUPTED", time.time() - t_nb,
+                                                  "interrupted while running", given))
+                    raise
+                except Exception as e:  # the runner itself must survive anything a notebook does
+                    full = disk_full_cause(e)
+                    if full is None:
+                        traceback.print_exc()
+                    r = NotebookResult(nb.stem, "FAILED", time.time() - t_nb,
+                                       disk_full_reason(full, run_dir) if full else f"runner error: {e}")
+                r.parameters = given
+                results.append(r)
+                extra = f": {r.reason}" if r.reason else ""
+                print(f"[{i}/{len(notebooks)}] {nb.stem} {r.status} in {r.seconds:.1f} s "
+                      f"(elapsed {time.time() - t_start:.0f} s){extra}", flush=True)
+        except _Interrupted as e:
+            interrupted = e
+        interrupted = signals.got or interrupted    # also a signal between the last notebook's end and here
+        # From here on the run is written out whole: further signals wait until it is.
+        signals.ignore()
+        notebook_kernel.stop_all()   # none outlives the run, whatever papermill left behind
+        total = time.time() - t_start
+        (run_dir / RESERVE_FILE).unlink(missing_ok=True)   # the room kept for the record below
+        try:
+            env = environment()
+        except Exception as e:  # an incomplete capture must not lose the summary
+            env = {"error": f"environment capture failed: {e}"}
+        sig = interrupted.signame if interrupted else None
+        try:
+            # the tarball is made after the record, which already names it (run.json said null before);
+            # if making it fails, the record is written again with why
+            summary = write_record(run_dir, results, env, a.quick, total, sig,
+                                   tarball=None if interrupted else str(tarball_path(run_dir)))
+        except OSError as e:
+            (run_dir / LOCK_FILE).unlink(missing_ok=True)
+            what = disk_full_reason(e, run_dir) if is_disk_full(e) else f"{e.strerror or e} ({e.filename or run_dir})"
+            print(f"FAILED: {what}: the run's record could not be written", file=sys.stderr, flush=True)
+            return 1
+        (run_dir / LOCK_FILE).unlink(missing_ok=True)
+        if interrupted:
+            print(f"INTERRUPTED by {interrupted.signame}: {sum(r.status != 'INTERRUPTED' for r in results)} "
+                  f"notebook(s) finished; no tarball.\nsummary: {summary}", flush=True)
+            return interrupted.code
+        n_failed = sum(r.status == "FAILED" for r in results)
+        counts = ", ".join(f"{s} {sum(r.status == s for r in results)}" for s in ("OK", "SKIPPED", "FAILED"))
+        try:
+            tar = make_tarball(run_dir)
+        except OSError as e:
+            tar_name = tarball_path(run_dir)
+            why = disk_full_reason(e, tar_name) if is_disk_full(e) else f"{e.strerror or e}"
+            note = (f"FAILED: {why}; no tarball was made (the run folder is complete: "
+                    f"`tar czf neusight_results_{run_dir.name}.tar.gz {run_dir.name}` where there is room)")
+            try:
+                write_record(run_dir, results, env, a.quick, total, None, tarball=note)
+            except OSError:
+                pass    # SUMMARY.md of the first write stands; the console says the rest
+            print(f"done in {total / 60:.1f} min: {counts}\nsummary: {summary}\ntarball: {note}", flush=True)
+            return 1
+        print(f"done in {total / 60:.1f} min: {counts}")
+        print(f"summary: {summary}\ntarball: {tar}")
+        return 1 if n_failed else 0
+    finally:
+        # the caller's handlers back: ignored SIGINT / SIGTERM would outlive the run in a process that called
+        # main() (a test, a notebook) and pass to every process it starts (an ignored signal survives exec)
+        signals.restore()
 
 
 if __name__ == "__main__":
