@@ -52,7 +52,7 @@ pack
 
 # 3. training: every member of both recipes on the CPU cores; one seed on the GPU beside it
 ( while true; do nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader \
-    >> "$OUT/machine.txt" 2>/dev/null; sleep 15; done ) &
+    >> "$OUT/machine.txt" 2>/dev/null; sleep 15; done ) < /dev/null > /dev/null 2>&1 &   # holds none of the caller's pipes
 SMI=$!
 ts=${TRAIN_S:-200}
 workers=${WORKERS:-$(( $(nproc) - HAS_GPU * ${GPU_SEED:-1} ))}
@@ -69,7 +69,7 @@ if [ "$HAS_GPU" = 1 ] && [ "${GPU_SEED:-1}" = 1 ]; then
   wait $GPU_TRAIN
   echo "[train gpu, neusight seed 0] exit $? after $(( $(date +%s) - t1 )) s" | tee -a "$OUT/train_gpu_log.txt"
 fi
-kill $SMI 2>/dev/null
+kill -9 $SMI 2>/dev/null   # KILL: a TERM that the caller ignores passes to the loop (runner.main did)
 grep -v "%|" "$OUT/train_log.txt" | tail -12
 tr '\r' '\n' < "$OUT/train_gpu_log.txt" 2>/dev/null | grep -v "^$" | tail -3
 pack
