@@ -1,10 +1,10 @@
 """What the recorded decode steps' KV-cache appends cost, and what they would cost on a contiguous cache.
 
 The modern section's decode steps (notebook 05, docs/tier2/<day>-<gpu>-modern) cropped the cache back after every
-call, which leaves a strided view: each timed call's torch.cat then ran PyTorch's generic copy kernel, which
-generation does not (there the cache is the previous append's contiguous output). This script reads, per decode
+call, which leaves a strided view: each timed call's torch.cat then appended to a strided cache, which generation
+does not (there the cache is the previous append's contiguous output). This script reads, per decode
 step of a recorded run, the append kernels' time (``CatArrayBatchedCopy`` in modern_kernels.json, the rotary
-halves' small cats included), the bytes the K and V appends move (from the model's config), the rate that gives,
+halves' small cats included), the bytes the K and V appends move (the tracer's rows of the same step), the rate that gives,
 and, for appends of 30 MB or more, the rate a contiguous append of that size reached when timed alone on the same
 machine (modern_memory_kernels.csv, log-interpolated; smaller ones are bound by the one-launch timing). The last
 column is the step's kernel sum with the appends at that rate: an ESTIMATE from two measurements, not a
@@ -21,19 +21,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from neusight_core import configs, paths
+from neusight_core import paths, trace_cache
 
 RUNS = ("docs/tier2/2026-11-27-h100-modern", "docs/tier2/2026-11-27-h200-modern")
 MIN_MB = 30.0      # below this a one-launch timing is bound by the launch (about 16 us), not by the bytes
 
 
 def append_mb(model: str, batch: int, seq: int) -> tuple[float, int]:
-    """MB read and written by one layer's K (or V) append to a BF16 cache of ``seq`` tokens, and the appends per
-    step (K and V of every layer)."""
-    c = configs.load_config(model)
-    kv = int(getattr(c, "num_key_value_heads", None) or c.num_attention_heads)
-    d = int(getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads)
-    return 2 * batch * kv * (seq + 1) * d * 2 / 1e6, 2 * int(c.num_hidden_layers)
+    """MB read and written by one K (or V) append of a BF16 decode step on a cache of ``seq`` tokens, and the
+    appends per step: the tracer's own rows (its torch.cat rows longer than the cache, not the rotary halves)."""
+    t = trace_cache.trace(model, batch, 1, "inf", past=seq, dtype="bf16", attention="sdpa")
+    cat = t[(t["aten_op"] == "aten.cat.default") & (t["B"] > seq)]
+    n = int(cat["count"].sum())
+    return float(((cat["bytes_read"] + cat["bytes_written"]) * cat["count"]).sum()) / n / 1e6, n
 
 
 def estimate(run: str | Path) -> pd.DataFrame:
