@@ -14,6 +14,7 @@ import json
 import pandas as pd
 
 from neusight_core import paths
+from neusight_core.studies.live_modern import ATTENTION_KERNEL_WORDS
 
 #: (day, H100 file, H200 file) under docs/tier2/
 PAIRS = (("2026-11-26", "2026-11-26-h100-modern/modern_kernels_run1.json", "2026-11-26-h200-modern/modern_kernels.json"),
@@ -25,7 +26,7 @@ def kind(name: str) -> str:
     n = name.lower()
     if any(w in n for w in ("nvjet", "gemm", "cutlass")):
         return "GEMM"
-    if any(w in n for w in ("flash", "fmha", "sdpa", "attention")):
+    if any(w in n for w in ATTENTION_KERNEL_WORDS):
         return "fused attention"
     if "catarray" in n:
         return "KV append (cat)"
