@@ -36,7 +36,7 @@ pkg.mkdir(parents=True, exist_ok=True)
 n = 0
 for system in mk.TRAINING:                           # the training GPUs only: the held-out ones stay here
     for f in (src / system).rglob("*.parquet"):
-        if f.name.split(".")[0] in ("gemm_perf", "context_attention_perf", "generation_attention_perf"):
+        if f.name in (mk.GEMM_FILE, *mk.ATTENTION_FILES.values()):
             t = pkg / "systems" / "data" / f.relative_to(src)
             t.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(f, t)
