@@ -101,6 +101,13 @@ DB_DTYPE_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 REINSTALL = (f"the file is damaged or not {DISTRIBUTION} {PINNED_VERSION}'s: reinstall it (pip install "
              f"--force-reinstall {DISTRIBUTION}=={PINNED_VERSION})")
 ATTENTION_EXTRA = ("seq_q", "seq_kv", "heads", "kv_heads", "head_dim", "window", "kv_dtype")
+#: BF16 -> FP8 quantisation of an m x k matrix (``quantize/<fw>/<ver>/``): one element-wise kernel per row
+QUANTIZE_FILE = "scale_matrix_perf.parquet"
+QUANTIZE_COLUMNS = ("kernel_source", "m", "k", "quant_dtype", "latency")
+#: the single-pass kernels: PyTorch's own (``torch_ops``) and vLLM's static quantiser. SGLang's is left out: it
+#: moves 3 B per element at 0.34 TB/s on the H100 SXM at the largest sizes (10 % of the bandwidth, where the
+#: other two reach 3.0 TB/s), so it does work its bytes do not show.
+QUANTIZE_SOURCES = ("torch_ops", "static_scaled_fp8_quant")
 
 
 class SealedGPUError(MeasuredDataError):
@@ -405,6 +412,44 @@ def load_gemm(gpus="training", frameworks=None, versions="latest", allow_sealed:
         for fw, ver, f in _files(base, s, "gemm", GEMM_FILE, frameworks, versions):
             parts.append(validate(gemm_kernels(_read(f, GEMM_COLUMNS), s, fw, ver), f, REINSTALL))
     return _finish(parts, "BF16 GEMM", systems, features)
+
+
+def quantize_kernels(raw: pd.DataFrame, system: str, framework: str = "", version: str = "") -> pd.DataFrame:
+    """``QUANTIZE_SOURCES`` rows of a ``scale_matrix_perf.parquet`` frame -> kernel table, op class VEC (no device
+    features): x[m, k] BF16 read (2 B an element), times a scale, written as FP8 (1 B); B = m rows of H = k
+    elements, 1 FLOP an element. A memory-bound element-wise kernel of a BF16 model, measured."""
+    raw = raw[raw["kernel_source"].isin(QUANTIZE_SOURCES) & (raw["quant_dtype"] == "fp8")].reset_index(drop=True)
+    m, k = (raw[c].to_numpy(float) for c in ("m", "k"))
+    nan = np.full(len(raw), np.nan)
+    out = _kernel_frame("mul", OpClass.VEC, "mulu", m, nan, nan, nan)
+    out["H"] = k
+    out["flops"] = m * k
+    out["bytes_read"] = DB_DTYPE_BYTES["bfloat16"] * m * k
+    out["bytes_written"] = DB_DTYPE_BYTES["fp8"] * m * k
+    return _provenance(out, raw["latency"], system, framework, version, raw["kernel_source"])
+
+
+def load_quantize(gpus="training", allow_sealed: bool = False, root: str | Path | None = None) -> pd.DataFrame:
+    """Measured BF16 -> FP8 element-wise kernels (:func:`quantize_kernels`, each framework's newest version) of
+    ``gpus`` as a kernel table. A GPU without FP8 has no such file (the A100 SXM): it is skipped, not an error,
+    unless no GPU asked for has one. Their values are checked like the others' except the bandwidth bound:
+    an input that fits the L2 is read from it, faster than DRAM allows (7 x on the L40S)."""
+    systems = _systems(gpus, allow_sealed)
+    base = data_root(root)
+    parts = []
+    for s in systems:
+        if not (base / s / "quantize").is_dir():
+            continue
+        for fw, ver, f in _files(base, s, "quantize", QUANTIZE_FILE, None, "latest"):
+            q = quantize_kernels(_read(f, QUANTIZE_COLUMNS), s, fw, ver)
+            lat = q["latency_ms"].to_numpy(float)
+            if len(q) and not (np.isfinite(lat) & (lat > 0)).all():
+                raise MeasuredDataError(f"{f}: {int((~(np.isfinite(lat) & (lat > 0))).sum())} rows without a positive "
+                                        f"finite latency; {REINSTALL}")
+            parts.append(q)
+    if not any(len(p) for p in parts):
+        raise MeasuredDataError(f"no BF16 -> FP8 element-wise kernels for {', '.join(systems)} ({_layout_hint()})")
+    return pd.concat([p for p in parts if len(p)], ignore_index=True)
 
 
 def load_attention(gpus="training", kinds=("prefill", "decode"), frameworks=None, versions="latest",

@@ -36,20 +36,24 @@ def check_kernels(kernels: pd.DataFrame) -> None:
                                   "(see docs/interfaces.md, kernel table)")
 
 
+#: the catalogue's figures ``device_arrays`` gives per row
+DEVICE_FIELDS = ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb", "freq_mhz")
+
+
 def device_arrays(kernels: pd.DataFrame, device=None) -> dict:
     """Device numbers per row: from ``device`` (one GPU) or from the table's ``device`` column."""
     n = len(kernels)
     if device is not None:
         d = devices.get_device(device)
         out = {c: np.full(n, float(getattr(d, c))) for c in
-               ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")}
+               DEVICE_FIELDS}
         out.update({f"{p}_gemm_gflops": np.full(n, d.gemm_peak_gflops(p)) for p in schema.TENSOR_PRECISIONS})
         return out
     if "device" not in kernels:
         raise PredictorInputError("no device given and the kernel table has no 'device' column")
     devs = {name: devices.get_device(name) for name in kernels["device"].unique()}
     out = {c: kernels["device"].map({k: float(getattr(d, c)) for k, d in devs.items()}).to_numpy(float)
-           for c in ("num_sm", "fp32_gflops", "fp32_vec_gflops", "mem_bw_gbs", "mem_gb", "l2_mb")}
+           for c in DEVICE_FIELDS}
     out.update({f"{p}_gemm_gflops": kernels["device"].map({k: d.gemm_peak_gflops(p) for k, d in devs.items()})
                 .to_numpy(float) for p in schema.TENSOR_PRECISIONS})
     return out

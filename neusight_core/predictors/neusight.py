@@ -64,6 +64,7 @@ import pandas as pd
 
 import neusight_core.predictors.common as common
 import neusight_core.predictors.members as members
+import neusight_core.predictors.memory_law as memory_law
 from neusight_core import devices
 from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, split_validation
 from neusight_core.predictors.features import (CONV_TILE, FEATURE_NAMES, U_MIN, features,
@@ -444,6 +445,9 @@ class NeuSightPredictor(KernelPredictor):
         rows = np.flatnonzero(self.tc.handles(kernels))
         if rows.size:
             out[rows] = self.tc.predict(kernels.iloc[rows], device)
+        rows = np.flatnonzero(memory_law.answers(kernels))
+        if rows.size:        # BF16 / FP16 element-wise, normalisation, softmax and copy rows: the memory law
+            out[rows] = memory_law.time_ms(kernels.iloc[rows], device)
         return out
 
     def predict_extrapolated(self, kernels: pd.DataFrame, device) -> np.ndarray:

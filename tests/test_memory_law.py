@@ -1,0 +1,91 @@
+"""Issue 33 item 2: BF16 / FP16 memory-bound kernels by the memory law (predictors/memory_law.py), its numbers from
+NVIDIA's measured element-wise kernels of the training GPUs; FP32 rows and the paper's recipes untouched."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from neusight_core import measured_kernels, tables
+from neusight_core.predictors import memory_law
+
+NO_DB = measured_kernels.unavailable() is not None
+GPUS = ("NVIDIA_H100_80GB_HBM3", "NVIDIA_H200", "NVIDIA_L40S")
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    monkeypatch.setattr(memory_law, "_PARAMS", None)
+    yield
+    memory_law._PARAMS = None
+
+
+def _vec_rows(moved_bytes, device=None) -> pd.DataFrame:
+    """BF16 element-wise rows moving ``moved_bytes`` each (2/3 read, 1/3 written)."""
+    b = np.asarray(moved_bytes, float)
+    k = pd.DataFrame({"op_class": "VEC", "sub_op": "mulu", "B": b / 3, "M": np.nan, "N": np.nan, "K": np.nan,
+                      "H": 1.0, "flops": b / 3, "bytes_read": 2 * b / 3, "bytes_written": b / 3,
+                      "precision": "bf16", "count": 1})
+    if device is not None:
+        k["device"] = device
+    return k
+
+
+def test_fit_recovers_a_known_law():
+    want = {"t0_us": 2.5, "eta": 0.8, "beta": 20.0}
+    moved = np.geomspace(1e4, 4e9, 60)
+    k = pd.concat([_vec_rows(moved, d) for d in GPUS], ignore_index=True)
+    k["latency_ms"] = memory_law.time_ms(k, None, want)
+    got = memory_law.fit(k)
+    for c, v in want.items():
+        assert got[c] == pytest.approx(v, rel=1e-4), c
+
+
+def test_below_the_l2_bandwidth_does_not_matter_above_it_it_does():
+    p = memory_law.DEFAULT_LAW
+    t0 = p["t0_us"] * 1e-3
+    small, large = _vec_rows([16e6]), _vec_rows([2e9])
+    h100, h200 = (memory_law.time_ms(small, d, p)[0] for d in ("H100", "H200"))
+    assert h200 == pytest.approx(h100, rel=1e-12)           # same SMs, clock and L2: same time
+    a, b = ((memory_law.time_ms(large, d, p)[0] - t0) for d in ("H100", "H200"))
+    assert b / a == pytest.approx(3430 / 4800, rel=1e-9)    # DRAM-bound: the catalogue's bandwidth ratio
+    assert memory_law.time_ms(_vec_rows([0.0]), "H100", p)[0] >= t0          # a fixed time, whatever it moves
+
+
+def test_it_answers_half_precision_memory_bound_rows_only():
+    k = tables.trace("llama2_7b", 1, 64, "inf", dtype="bf16", attention="sdpa")
+    rows = memory_law.answers(k)
+    assert rows.any()
+    assert set(k.loc[rows, "precision"]) <= {"bf16", "fp16"}
+    assert set(k.loc[rows, "op_class"]) <= set(memory_law.LAW_CLASSES) and "LINEAR" not in memory_law.LAW_CLASSES
+    assert (k.loc[~rows & k["op_class"].isin(memory_law.LAW_CLASSES), "precision"] == "fp32").all()   # upcasts: FP32 rows
+    assert not memory_law.answers(tables.trace("gpt2_large", 1, 64, "inf")).any()       # the paper's FP32 tables
+
+
+def test_neusight_uses_it_for_those_rows_and_nothing_else():
+    from neusight_core import predictors
+    p = predictors.get("neusight", quick=True)
+    k = tables.trace("llama2_7b", 1, 64, "inf", dtype="bf16", attention="sdpa").reset_index(drop=True)
+    rows = memory_law.answers(k)
+    got = p.predict(k, "H200")
+    assert np.allclose(got[rows], memory_law.time_ms(k[rows], "H200"), rtol=1e-12)
+    before = p.predict_extrapolated(k, "H200")          # the FP32 networks' path, as before the law
+    fp32 = (k["precision"] == "fp32").to_numpy()
+    assert np.allclose(got[fp32], before[fp32], rtol=1e-12)
+    assert not np.allclose(got[rows], before[rows])
+
+
+@pytest.mark.skipif(NO_DB, reason="aiconfigurator-core is not installed")
+def test_its_numbers_are_the_fit_on_the_training_gpus(fresh):
+    q = measured_kernels.load_quantize("training")
+    assert set(q["device"]) == set(GPUS)                  # no FP8 on the A100: no such kernels; held out unread
+    assert set(q["kernel_source"]) == set(measured_kernels.QUANTIZE_SOURCES)
+    assert np.allclose(q["bytes_read"], 2 * q["bytes_written"])
+    got = memory_law.params()
+    assert got == pytest.approx(memory_law.fit(q))
+    assert got == pytest.approx(memory_law.DEFAULT_LAW, rel=1e-4)   # the documented default is that fit
+    with pytest.raises(measured_kernels.SealedGPUError):
+        measured_kernels.load_quantize("B300")
+
+
+def test_without_the_database_the_documented_default(fresh, monkeypatch):
+    monkeypatch.setattr(measured_kernels, "unavailable", lambda root=None: "not installed")
+    assert memory_law.params() == memory_law.DEFAULT_LAW
