@@ -344,7 +344,8 @@ def test_bf16_validation_reads_the_logged_held_out_numbers(tmp_path, release_roo
     assert t.loc["GEMM", "held-out MAPE"] == "B200 12.3 %; GB200 23.4 % (P90 B200 40 %)"
     assert "prefill: B200 31.0 %" in t.loc["fused attention", "held-out MAPE"]
     assert "decode: B200 41.0 %" in t.loc["fused attention", "held-out MAPE"]
-    assert t.loc["element-wise, softmax, layernorm", "status"].startswith("extrapolation")
+    assert t.loc["element-wise, softmax, layernorm, copies", "status"].startswith("memory law")
+    assert "MEM" in t.loc["element-wise, softmax, layernorm, copies", "op classes"]
     assert "H100" in t.loc["GEMM", "trained on"] and "B200" not in t.loc["GEMM", "trained on"]
     assert whatif.bf16_validation(tensor_core=False, log=log)["status"].str.startswith("extrapolation").all()
     assert "not evaluated" in whatif.bf16_validation(log=tmp_path / "none.jsonl").set_index("kernels").loc["GEMM", "held-out MAPE"]

@@ -435,8 +435,9 @@ class NeuSightPredictor(KernelPredictor):
 
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         """As ``KernelPredictor.predict``; BF16 / FP16 GEMM (LINEAR, BMM) and fused-attention (ATTN) rows go
-        through the tensor-core networks when the recipe has them (``tensor_core.network_of``); 1 x 1
-        convolutions as GEMMs when the recipe says so (``as_gemm``)."""
+        through the tensor-core networks when the recipe has them (``tensor_core.network_of``), and with them the
+        BF16 / FP16 memory-bound rows through the memory law (``memory_law.answers``); 1 x 1 convolutions as GEMMs
+        when the recipe says so (``as_gemm``)."""
         kernels = self.as_gemm(kernels)
         out = super().predict(common.half_as_fp32(kernels), device)
         if device is None or self.tc is None or not self.use_tensor_core or not self.tc.nets:

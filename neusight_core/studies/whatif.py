@@ -133,6 +133,7 @@ def bf16_validation(tensor_core: bool = True, log=None) -> pd.DataFrame:
     one row per kernel family (status, GPUs, held-out MAPE), the numbers read from the BF16 log's
     ``held-out-evaluated`` record (``external_eval.held_out_record``), never typed in. ``tensor_core``: the
     predictor has the BF16 networks (``neusight``); without them every family is an extrapolation."""
+    import neusight_core.predictors.memory_law as memory_law
     from neusight_core import measured_kernels
     from neusight_core.studies import external_eval
     rec = external_eval.held_out_record(log) or {}
@@ -165,9 +166,12 @@ def bf16_validation(tensor_core: bool = True, log=None) -> pd.DataFrame:
          "trained on": train, "held-out MAPE": "prefill: " + held(h.get("attention_per_gpu", {}), "ATTN_prefill")
          + " | decode: " + held(h.get("attention_per_gpu", {}), "ATTN_decode")
          + (f" (from the evaluation of {h['attention_from']})" if h.get("attention_from") else "")},
-        {"kernels": "element-wise, softmax, layernorm", "op classes": "VEC, SOFTMAX, LAYERNORM",
-         "status": "extrapolation: FP32-trained networks at 2-byte elements, never checked at bf16",
-         "trained on": "FP32 kernels of the release's GPUs", "held-out MAPE": "none"}]
+        {"kernels": "element-wise, softmax, layernorm, copies", "op classes": ", ".join(memory_law.LAW_CLASSES),
+         "status": "memory law (bytes over the L2's or DRAM's rate, plus a fixed time) fitted on measured BF16 "
+                   "element-wise kernels (quantisers); other element-wise kernels, norms and copies: an extrapolation "
+                   "of it",
+         "trained on": "BF16 -> FP8 element-wise kernels of H100 SXM, H200 SXM, L40S (the A100 SXM has none)",
+         "held-out MAPE": "on such kernels: benchmarks/memory_law_eval.py (docs/recipes.md)"}]
     return pd.DataFrame(rows)
 
 
