@@ -45,8 +45,7 @@ def device_arrays(kernels: pd.DataFrame, device=None) -> dict:
     n = len(kernels)
     if device is not None:
         d = devices.get_device(device)
-        out = {c: np.full(n, float(getattr(d, c))) for c in
-               DEVICE_FIELDS}
+        out = {c: np.full(n, float(getattr(d, c))) for c in DEVICE_FIELDS}
         out.update({f"{p}_gemm_gflops": np.full(n, d.gemm_peak_gflops(p)) for p in schema.TENSOR_PRECISIONS})
         return out
     if "device" not in kernels:

@@ -50,7 +50,7 @@ the authors' recipe (``recipes/neusight-paper.yaml``, documented with file and l
 | ``conv_winograd`` | float | CONV: FLOPs of a 3 x 3 stride-1 conv's bound divided by this (Winograd; 1 = none) |
 | ``conv_wgrad_split_k`` | bool | CONV weight-gradient rows: the long reduction split across the SMs (``split_k_wgrad``; prediction only) |
 | ``conv_1x1_network`` | a class or absent | CONV rows of a 1 x 1, stride-1, unpadded, ungrouped convolution (forward and backward): predicted by this class's network as the plain GEMMs they are (prediction only: not part of the weights' key) |
-| ``tensor_core`` | {key: value} or absent | BF16 / FP16 GEMM and fused-attention networks trained on NVIDIA's measured kernels of the training GPUs (``tensor_core.TensorCoreNets``); absent: such rows go through the FP32 networks at the tensor-core peak (an extrapolation) |
+| ``tensor_core`` | {key: value} or absent | BF16 / FP16 GEMM and fused-attention networks trained on NVIDIA's measured kernels of the training GPUs (``tensor_core.TensorCoreNets``), and with them BF16 / FP16 memory-bound rows by ``memory_law``; absent: such rows go through the FP32 networks at the tensor-core peak (an extrapolation) |
 
 Convolutions (CONV) are predicted the same way over their implicit GEMM (``common.geometry``:
 M = batch x output pixels, N = C_in k^2 the reduction, K = C_out for a forward conv). The release measures
