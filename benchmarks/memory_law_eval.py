@@ -5,7 +5,8 @@ H200 SXM, L40S; the A100 SXM has none), judged on the third, for each L2 thresho
 tried goes to docs/search_bf16.jsonl (tag ``i33-memory-law``), the threshold with the lowest mean is the one
 ``memory_law.L2_SHARE`` holds. Then, beside it, what the ``neusight`` weights answered for the same rows before
 the law (``common.half_as_fp32`` through the FP32 networks) and the roofline, all with the BF16 kernel floor, on
-the training GPUs and, reported only, on the held-out B200 and GB200 (never fitted or chosen on).
+the training GPUs and, reported only, on the held-out B200 and GB200 (never fitted or chosen on):
+``studies.memory_bound_eval``, as notebook 07 shows it.
 
     .venv/bin/python benchmarks/memory_law_eval.py [--no-log] [--seeds 0,1,2]
 """
@@ -73,24 +74,11 @@ def main(argv=None) -> int:
                 f.write(json.dumps(rec) + "\n")
     print(f"  chosen: {best[0]} (memory_law.L2_SHARE = {memory_law.L2_SHARE})")
 
-    from neusight_core import predictors
-    held = measured_kernels.load_quantize("held_out")
-    seeds = [int(s) for s in a.seeds.split(",")]
-    rows = []
-    for role, frame in (("training (law fitted on all three)", q), ("held out", held)):
-        for dev, te in frame.groupby("device"):
-            te = te.reset_index(drop=True)
-            r = {"GPUs": role, "GPU": dev, "rows": len(te), "law": scores(memory_law.time_ms(te, dev), te)["mape"],
-                 "roofline": scores(common.roofline_ms(te, common.device_arrays(te, dev)), te)["mape"]}
-            fp32 = []
-            for s in seeds:
-                p = predictors.get("neusight", quick=False, seed=s)
-                fp32.append(scores(p.predict_extrapolated(te, dev), te)["mape"])
-            r["FP32 networks (before), mean over seeds"] = round(float(np.mean(fp32)), 1)
-            r["min-max"] = f"{min(fp32):.1f}-{max(fp32):.1f}"
-            rows.append(r)
-    print("\nMAPE % on every kernel (kernel floor applied)")
-    print(pd.DataFrame(rows).to_string(index=False))
+    from neusight_core.studies import memory_bound_eval
+    seeds = [int(x) for x in a.seeds.split(",")]
+    print("\nMAPE % on every kernel (kernel floor applied; FP32 networks: mean over seeds " + a.seeds + ")")
+    print(memory_bound_eval.table(memory_bound_eval.predict_all(memory_bound_eval.rows(), seeds)).round(1)
+          .to_string(index=False))
     return 0
 
 

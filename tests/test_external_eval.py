@@ -204,6 +204,12 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     assert set(files["device"]) == set(mk.split()["held_out"]) and (files.groupby("device").size() >= 2).all()
     assert files[["neusight", "structural tree"]].notna().all().all()
     assert (out / "figures" / "held_out_files.png").is_file()
+    # section 5c: the memory law on measured BF16 element-wise kernels, training and held-out GPUs
+    law = pd.read_csv(out / "tables" / "memory_law.csv").set_index("device")
+    assert set(law.index) == {"NVIDIA_H100_80GB_HBM3", "NVIDIA_H200", "NVIDIA_L40S"} | set(mk.split()["held_out"])
+    assert law.loc[list(mk.split()["held_out"]), "law, GPU left out"].isna().all()     # held out: never fitted on
+    assert law[["law", "FP32 networks", "roofline"]].notna().all().all()
+    assert (out / "figures" / "memory_law.png").is_file() and len(metrics["memory_law"]) == len(law)
 
 
 def test_runner_puts_the_external_line_in_the_verdict_block(tmp_path):

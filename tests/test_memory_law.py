@@ -89,3 +89,20 @@ def test_its_numbers_are_the_fit_on_the_training_gpus(fresh):
 def test_without_the_database_the_documented_default(fresh, monkeypatch):
     monkeypatch.setattr(measured_kernels, "unavailable", lambda root=None: "not installed")
     assert memory_law.params() == memory_law.DEFAULT_LAW
+
+
+@pytest.mark.skipif(NO_DB, reason="aiconfigurator-core is not installed")
+def test_notebook_07_table_scores_each_gpu_with_the_law_left_out_on_training_gpus_only():
+    from neusight_core.studies import memory_bound_eval as mbe
+    k = mbe.rows()
+    k = k.groupby("device").sample(40, random_state=0).reset_index(drop=True)
+    long = mbe.predict_all(k, seeds=(0,), quick=True)
+    t = mbe.table(long).set_index("device")
+    assert set(t.loc[t.role == "training"].index) == set(GPUS)
+    assert t.loc[t.role == "held_out", "law, GPU left out"].isna().all()
+    assert t.loc[t.role == "training", "law, GPU left out"].notna().all()
+    law = long[long.predictor == "law"]
+    assert (law.predicted_ms >= mbe.kernel_floor.floor_ms() * (1 - 1e-12)).all()      # the engine's floor, as applied
+    # the left-out fit is not the all-GPU fit: on the left-out GPU its numbers differ
+    h100 = long[long.device == GPUS[0]]
+    assert not np.allclose(h100[h100.predictor == "law"].predicted_ms, h100[h100.predictor == "law, GPU left out"].predicted_ms)

@@ -171,7 +171,7 @@ def bf16_validation(tensor_core: bool = True, log=None) -> pd.DataFrame:
                    "element-wise kernels (quantisers); other element-wise kernels, norms and copies: an extrapolation "
                    "of it",
          "trained on": "BF16 -> FP8 element-wise kernels of H100 SXM, H200 SXM, L40S (the A100 SXM has none)",
-         "held-out MAPE": "on such kernels: benchmarks/memory_law_eval.py (docs/recipes.md)"}]
+         "held-out MAPE": "on such kernels: notebook 07, section 5c"}]
     return pd.DataFrame(rows)
 
 
