@@ -1,4 +1,4 @@
-"""Issue 33 item 2 in notebook 07: BF16 memory-bound kernels, measured by NVIDIA, against the memory law.
+"""Notebook 07, section 5c: BF16 memory-bound kernels, measured by NVIDIA, against the memory law.
 
 The rows: ``measured_kernels.load_quantize`` (BF16 -> FP8 element-wise kernels; training GPUs H100 SXM, H200 SXM,
 L40S, and the held-out B200 and GB200, reported only). The predictions, each with the engine's BF16 kernel floor
@@ -20,7 +20,7 @@ import neusight_core.predictors.common as common
 import neusight_core.predictors.memory_law as memory_law
 from neusight_core import kernel_floor, measured_kernels
 
-COMPARED = ("law, GPU left out", "law", "FP32 networks", "roofline")
+LAW_COMPARISON = ("law, GPU left out", "law", "FP32 networks", "roofline")
 
 
 def rows() -> pd.DataFrame:
@@ -66,6 +66,6 @@ def table(long: pd.DataFrame) -> pd.DataFrame:
     g = per.groupby(["role", "device", "predictor"])
     t = pd.DataFrame({"mape": g.mean(), "spread": g.max() - g.min()}).reset_index()
     wide = t.pivot_table(index=["role", "device"], columns="predictor", values="mape")
-    wide = wide[[c for c in COMPARED if c in wide.columns]]
+    wide = wide[[c for c in LAW_COMPARISON if c in wide.columns]]
     wide["FP32 networks spread"] = t[t.predictor == "FP32 networks"].set_index(["role", "device"])["spread"]
     return wide.sort_index(ascending=[False, True]).reset_index()
