@@ -20,9 +20,10 @@ def test_measures_every_case_on_cpu(tmp_path):
     assert (df["events_ms"] > 0).all() and (df["wall_ms"] >= df["host_ms"]).all()
     host = (tmp_path / "modern_host.json").read_text()
     assert "cpu_dispatch_us" in host
-    mem = pd.read_csv(tmp_path / "modern_memory_kernels.csv")       # the dry run's small appends and copies
+    mem = pd.read_csv(tmp_path / "modern_memory_kernels.csv")       # the dry run's small appends, copies, products
     assert set(mem["status"]) == {"OK"} and (mem["achieved_gbs"] > 0).all()
-    assert set(mem["aten_op"]) == {"aten.cat.default", "aten.clone.default"}
+    assert set(mem["aten_op"]) == {"aten.cat.default", "aten.clone.default", "aten.mul.Tensor", "aten._to_copy.default"}
+    assert set(mem["memory_kind"]) == {"kv_append", "copy", "mul", "rotary_mul", "to_fp32"}
 
 
 def test_budget_leaves_cases_out(tmp_path):
@@ -154,3 +155,28 @@ def test_a_failing_memory_kernel_sweep_costs_the_steps_nothing(tmp_path, monkeyp
                          dtype="fp32", log=logs.append)
     assert [r["status"] for r in rows] == ["OK"]
     assert "[modern] memory kernels failed: RuntimeError: boom" in logs
+
+
+def test_elementwise_sweep_rows_are_the_tracers_rows_of_llama_prefill():
+    """The element-wise rows of the memory sweep (``live_kernels.ELEMENTWISE``) are what the tracer writes for the
+    same kernels of Llama-2-7B's 2,048-token BF16 prefill: the rotary q * cos (32 heads x 2,048 x 128), the RMSNorm
+    upcast and a contiguous product of the MLP's size; and each kernel makes a tensor of that row's output."""
+    from neusight_core import trace_cache
+    from neusight_core.studies import live_kernels as lk
+    t = trace_cache.trace("llama2_7b", 1, 2048, "inf", dtype="bf16", attention="sdpa")
+    t = t[t["layer"] == 0]
+    cols = ("op_class", "aten_op", "B", "H", "flops", "bytes_read", "bytes_written", "precision")
+    want = {"rotary_mul": t[(t["module"].str.endswith("self_attn")) & (t["aten_op"] == "aten.mul.Tensor")].iloc[0],
+            "to_fp32": t[(t["aten_op"] == "aten._to_copy.default") & (t["precision"] == "fp32")].iloc[0],
+            "mul": t[(t["module"].str.endswith(".mlp")) & (t["aten_op"] == "aten.mul.Tensor")].iloc[0]}
+    sweep = lk.memory_kernel_sweep(appends=[], elementwise=[(32 * 2048, 128, "rotary_mul"), (2048, 4096, "to_fp32"),
+                                                                 (2048, 11008, "mul")])
+    assert list(sweep["memory_kind"]) == ["rotary_mul", "to_fp32", "mul"]
+    for _, row in sweep.iterrows():
+        tr = want[row["memory_kind"]]
+        for c in cols:
+            assert row[c] == tr[c], (row["memory_kind"], c, row[c], tr[c])
+    small = lk.memory_kernel_sweep(quick=True)
+    for _, row in small[small["memory_kind"].isin(lk.ELEMENTWISE_KINDS)].iterrows():
+        y = lk.kernel_callable(row, device="cpu")()
+        assert y.numel() * y.element_size() == row["bytes_written"], row["memory_kind"]

@@ -54,6 +54,8 @@ def kernel_callable(row, device: str = "cuda", dtype=None, bias: bool = True) ->
     dt = dtype or torch.float32
     mk = lambda *s: torch.randn(*[int(x) for x in s], device=device, dtype=dt)  # noqa: E731
     c = row["op_class"]
+    if row.get("memory_kind") in ELEMENTWISE_KINDS:
+        return _elementwise_callable(row, device)
     if c == OpClass.MEM:
         return _memory_callable(row, device)
     if c == OpClass.LINEAR:
@@ -111,7 +113,56 @@ KV_APPENDS = tuple((b, h, p, 128) for b in (1, 8) for h in (2, 8, 32) for p in (
 QUICK_KV_APPENDS = ((1, 2, 16, 8), (2, 2, 40, 8))
 
 
-def memory_kernel_sweep(quick: bool = False, appends=None) -> pd.DataFrame:
+#: BF16 element-wise kernels of Hugging Face models, to check the memory law (``predictors/memory_law.py``) on
+#: PyTorch's own kernels, below and above a 50 MB L2, as (rows, row length, kind): ``mul`` (x * y, contiguous: the
+#: vectorised kernel the law was fitted on; tokens x a hidden size of 4,096), ``rotary_mul`` (q * cos as Llama's
+#: rotary embedding does it: q of [1, heads, 2048, 128] a transposed view, cos of [1, 1, 2048, 128] broadcast;
+#: PyTorch's non-vectorised path, about 1.4 TB/s inside the recorded prefill steps on both GPUs; rows = heads x
+#: 2,048) and ``to_fp32`` (RMSNorm's upcast, a MEM row). Each moves 1 M to 64 M elements.
+ELEMENTWISE_KINDS = ("mul", "rotary_mul", "to_fp32")
+ROTARY_SEQ, ROTARY_HEAD, HIDDEN = 2048, 128, 4096
+ELEMENTWISE = tuple(row for m in (1, 4, 16, 64) for row in (
+    (256 * m, HIDDEN, "mul"), (4 * m * ROTARY_SEQ, ROTARY_HEAD, "rotary_mul"), (256 * m, HIDDEN, "to_fp32")))
+QUICK_ELEMENTWISE = ((16, 64, "mul"), (ROTARY_SEQ, 8, "rotary_mul"), (16, 64, "to_fp32"))
+
+
+def elementwise_rows(sizes) -> list[dict]:
+    """Kernel-table rows of ``(rows, row length, kind)`` (``ELEMENTWISE``), in the tracer's convention: B rows of H
+    elements; a ``rotary_mul`` reads its cos table (2,048 positions x H) once, a ``to_fp32`` writes FP32."""
+    rows = []
+    for b, h, kind in sizes:
+        n = float(b) * float(h)
+        if kind == "to_fp32":
+            rows.append(dict(op_class=OpClass.MEM, aten_op="aten._to_copy.default", sub_op="", flops=0.0,
+                             bytes_read=2 * n, bytes_written=4 * n,
+                             dtype="float32", precision=Precision.FP32))      # the tracer's: the output's type
+        elif kind in ("mul", "rotary_mul"):
+            other = n if kind == "mul" else ROTARY_SEQ * float(h)         # cos: one (position, dim) table
+            rows.append(dict(op_class=OpClass.VEC, aten_op="aten.mul.Tensor", sub_op="mul", flops=n,
+                             bytes_read=2 * (n + other), bytes_written=2 * n))
+        else:
+            raise ValueError(f"element-wise sweep: unknown kind {kind!r} (one of {', '.join(ELEMENTWISE_KINDS)})")
+        rows[-1].update(B=float(b), M=np.nan, N=np.nan, K=np.nan, H=float(h), memory_kind=kind)
+    return rows
+
+
+def _elementwise_callable(row, device: str) -> Callable[[], object]:
+    """An ``elementwise_rows`` row's kernel, from BF16 tensors."""
+    import torch
+    b, h, kind = int(row["B"]), int(row["H"]), row["memory_kind"]
+    if kind == "to_fp32":
+        x = torch.randn(b, h, device=device, dtype=torch.bfloat16)
+        return lambda: x.float()
+    if kind == "mul":
+        x, y = (torch.randn(b, h, device=device, dtype=torch.bfloat16) for _ in range(2))
+        return lambda: x * y
+    heads = max(1, b // ROTARY_SEQ)
+    q = torch.randn(1, ROTARY_SEQ, heads, h, device=device, dtype=torch.bfloat16).transpose(1, 2)
+    cos = torch.randn(1, 1, ROTARY_SEQ, h, device=device, dtype=torch.bfloat16)
+    return lambda: q * cos
+
+
+def memory_kernel_sweep(quick: bool = False, appends=None, elementwise=None) -> pd.DataFrame:
     """Each KV-cache append of ``appends`` (default ``KV_APPENDS``) as an ``aten.cat`` row and, beside it, a plain
     copy of the same bytes (``aten.clone``: the bandwidth a copy of that size reaches), in the tracer's convention
     for MEM rows (B = the output's rows, H = its last dimension, bytes read = the inputs', written = the output's)
@@ -119,8 +170,10 @@ def memory_kernel_sweep(quick: bool = False, appends=None) -> pd.DataFrame:
     ``cache_layout``: ``contiguous`` (generation's cache: the previous append's output) or, for a second append row,
     ``strided`` (the first ``cat_past`` tokens of a longer buffer: the view a crop leaves, as the recorded decode
     steps had). Timed one launch at a time, a kernel of a few MB or less is bound by the launch (about 16 us here), not
-    by its bytes."""
+    by its bytes. Then the BF16 element-wise kernels of ``elementwise`` (default ``ELEMENTWISE``; column
+    ``memory_kind``: ``kv_append`` / ``copy`` for the rows above)."""
     appends = appends if appends is not None else (QUICK_KV_APPENDS if quick else KV_APPENDS)
+    elementwise = elementwise if elementwise is not None else (QUICK_ELEMENTWISE if quick else ELEMENTWISE)
     rows = []
     for b, h, past, d in appends:
         n = b * h * (past + 1) * d              # elements of the cache after the append
@@ -128,10 +181,11 @@ def memory_kernel_sweep(quick: bool = False, appends=None) -> pd.DataFrame:
                            ("aten.clone.default", "contiguous")):
             rows.append(dict(op_class=OpClass.MEM, aten_op=op, sub_op="", B=b * h * (past + 1), M=np.nan, N=np.nan,
                              K=np.nan, H=d, flops=0.0, bytes_read=2.0 * n, bytes_written=2.0 * n,
-                             cat_rows=b * h, cat_past=past, batch=b, kv_heads=h, cache_layout=layout))
-    df = pd.DataFrame(rows)
-    df["dtype"] = "bfloat16"
-    df["precision"] = Precision.BF16
+                             cat_rows=b * h, cat_past=past, batch=b, kv_heads=h, cache_layout=layout,
+                             memory_kind="kv_append" if op == "aten.cat.default" else "copy"))
+    df = pd.DataFrame(rows + elementwise_rows(elementwise))
+    df["dtype"] = df["dtype"].fillna("bfloat16") if "dtype" in df else "bfloat16"
+    df["precision"] = df["precision"].fillna(Precision.BF16) if "precision" in df else Precision.BF16
     df["count"] = 1
     return df
 
