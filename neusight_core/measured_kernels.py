@@ -432,8 +432,9 @@ def quantize_kernels(raw: pd.DataFrame, system: str, framework: str = "", versio
 def load_quantize(gpus="training", allow_sealed: bool = False, root: str | Path | None = None) -> pd.DataFrame:
     """Measured BF16 -> FP8 element-wise kernels (:func:`quantize_kernels`, each framework's newest version) of
     ``gpus`` as a kernel table. A GPU without FP8 has no such file (the A100 SXM): it is skipped, not an error,
-    unless no GPU asked for has one. Their values are checked like the others' except the bandwidth bound:
-    an input that fits the L2 is read from it, faster than DRAM allows (7 x on the L40S)."""
+    unless no GPU asked for has one. Checked: every latency positive and finite. Not ``measured_checks.validate``,
+    whose bandwidth bound does not hold here: an input that fits the L2 is read from it, up to 7 x faster than
+    DRAM allows on the L40S."""
     systems = _systems(gpus, allow_sealed)
     base = data_root(root)
     parts = []
