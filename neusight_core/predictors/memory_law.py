@@ -66,13 +66,14 @@ def law_s(moved, bw, sm_cycles, l2, t0_s: float, eta: float, beta: float, l2_sha
     return t0_s + moved / rate
 
 
-def fit(kernels: pd.DataFrame, l2_share: float = L2_SHARE) -> dict:
-    """t0, eta and beta on measured kernels (``latency_ms`` and ``device`` columns): least squares on log time."""
+def fit(kernels: pd.DataFrame, l2_share: float = L2_SHARE, law=law_s) -> dict:
+    """t0, eta and beta on measured kernels (``latency_ms`` and ``device`` columns): least squares on log time
+    (``law``: another form with ``law_s``'s arguments, for the search)."""
     from scipy.optimize import least_squares
     moved = common.total_bytes(kernels)
     bw, sm, l2 = device_rates(kernels, None)
     y = np.log(kernels["latency_ms"].to_numpy(float) * 1e-3)
-    res = least_squares(lambda p: np.log(law_s(moved, bw, sm, l2, p[0] * 1e-6, p[1], p[2], l2_share)) - y,
+    res = least_squares(lambda p: np.log(law(moved, bw, sm, l2, p[0] * 1e-6, p[1], p[2], l2_share)) - y,
                         x0=[2.0, 0.85, 15.0], bounds=([0.0, 0.1, 1.0], [10.0, 1.0, 100.0]))
     return {"t0_us": float(res.x[0]), "eta": float(res.x[1]), "beta": float(res.x[2])}
 
