@@ -24,15 +24,16 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from neusight_core import kernel_floor, measured_kernels  # noqa: E402
-from neusight_core.predictors import common, memory_law  # noqa: E402
+from neusight_core import measured_kernels  # noqa: E402
+from neusight_core.predictors import memory_law  # noqa: E402
+from neusight_core.studies import memory_bound_eval  # noqa: E402
 
 SHARES = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 LOG = ROOT / "docs" / "search_bf16.jsonl"
 
 
 def scores(pred_ms, kernels) -> dict:
-    e = np.abs(np.maximum(pred_ms, kernel_floor.floor_ms()) / kernels["latency_ms"].to_numpy(float) - 1) * 100
+    e = np.abs(memory_bound_eval.floored(pred_ms) / kernels["latency_ms"].to_numpy(float) - 1) * 100
     return {"mape": round(float(e.mean()), 2), "p90": round(float(np.percentile(e, 90)), 2), "rows": int(len(e))}
 
 
@@ -49,14 +50,10 @@ FORMS = {"step": memory_law.law_s, "blend": blend_s}
 
 def logo(q: pd.DataFrame, share: float, form: str = "step") -> dict:
     """{GPU: scores of the law (``FORMS[form]``) fitted on the other GPUs}."""
-    law = FORMS[form]
     out = {}
     for dev in sorted(q["device"].unique()):
-        p = memory_law.fit(q[q["device"] != dev], share, law)
-        te = q[q["device"] == dev]
-        bw, sm, l2 = memory_law.device_rates(te, None)
-        t = law(common.total_bytes(te), bw, sm, l2, p["t0_us"] * 1e-6, p["eta"], p["beta"], share)
-        out[dev] = scores(t * 1e3, te)
+        te = q[q["device"] == dev].reset_index(drop=True)
+        out[dev] = scores(memory_bound_eval.left_out_ms(q, te, dev, share, FORMS[form]), te)
     return out
 
 
@@ -91,7 +88,6 @@ def main(argv=None) -> int:
     if a.form != "step":
         return 0
 
-    from neusight_core.studies import memory_bound_eval
     seeds = [int(x) for x in a.seeds.split(",")]
     print("\nMAPE % on every kernel (kernel floor applied; FP32 networks: mean over seeds " + a.seeds + ")")
     print(memory_bound_eval.table(memory_bound_eval.predict_all(memory_bound_eval.rows(), seeds)).round(1)

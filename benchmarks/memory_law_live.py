@@ -7,7 +7,7 @@ Per recorded run and kind, for kernels moving at least ``MIN_MB`` (a one-launch 
 by the launch, 16-23 us on the lent H100 and H200): the measured time against the law and against the roofline,
 which is what ``neusight`` answered for BF16 copies before the law.
 
-    .venv/bin/python benchmarks/memory_law_live.py [docs/tier2/<run> ...]
+    .venv/bin/python benchmarks/memory_law_live.py [docs/tier2/<run>=<GPU> ...]   (default: the recorded runs)
 """
 from __future__ import annotations
 
@@ -21,15 +21,16 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from neusight_core.predictors import common, memory_law  # noqa: E402
+from neusight_core.studies import live_modern  # noqa: E402
 
-RUNS = ("docs/tier2/2026-11-27-h100-modern", "docs/tier2/2026-11-27-h200-modern")
-GPU = {"h100": "H100", "h200": "H200"}
+#: the recorded runs that have memory kernels, and their GPU (live_modern.RECORDED: the runs notebook 05 predicts)
+RUNS = {folder: gpu for gpu, folder in live_modern.RECORDED.values()
+        if (ROOT / folder / "modern_memory_kernels.csv").is_file()}
 MIN_MB = 30.0
 
 
-def compare(run: str | Path) -> pd.DataFrame:
+def compare(run: str, gpu: str) -> pd.DataFrame:
     run = ROOT / run
-    gpu = next(v for k, v in GPU.items() if f"-{k}-" in run.name)
     m = pd.read_csv(run / "modern_memory_kernels.csv")
     m = m[m["status"] == "OK"].reset_index(drop=True)
     if "memory_kind" not in m:        # sweeps before the element-wise rows: appends and copies only
@@ -48,8 +49,9 @@ def compare(run: str | Path) -> pd.DataFrame:
 
 
 def main(argv=None) -> int:
-    runs = (argv if argv is not None else sys.argv[1:]) or RUNS
-    rows = pd.concat([compare(r) for r in runs], ignore_index=True)
+    args = argv if argv is not None else sys.argv[1:]
+    runs = {a.split("=")[0]: a.split("=")[1] for a in args} if args else RUNS
+    rows = pd.concat([compare(r, gpu) for r, gpu in runs.items()], ignore_index=True)
     pd.set_option("display.width", 200)
     print(rows.round(1).to_string(index=False))
     g = rows.groupby(["run", "kind"])

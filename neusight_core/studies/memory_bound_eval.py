@@ -29,8 +29,17 @@ def rows() -> pd.DataFrame:
                      ignore_index=True)
 
 
-def _floored(ms) -> np.ndarray:
+def floored(ms) -> np.ndarray:
+    """Per-launch ms with the engine's BF16 kernel floor, as every BF16 answer has it."""
     return np.maximum(np.asarray(ms, float), kernel_floor.floor_ms())
+
+
+def left_out_ms(train: pd.DataFrame, kernels: pd.DataFrame, device: str, l2_share: float = memory_law.L2_SHARE,
+                law=memory_law.law_s) -> np.ndarray:
+    """ms of ``kernels`` on ``device`` by ``law`` fitted on ``train``'s other GPUs (leave that GPU out)."""
+    p = memory_law.fit(train[train["device"] != device], l2_share, law)
+    bw, sm, l2 = memory_law.device_rates(kernels, device)
+    return law(common.total_bytes(kernels), bw, sm, l2, p["t0_us"] * 1e-6, p["eta"], p["beta"], l2_share) * 1e3
 
 
 def predict_all(kernels: pd.DataFrame, seeds=(0,), quick: bool = False) -> pd.DataFrame:
@@ -41,19 +50,16 @@ def predict_all(kernels: pd.DataFrame, seeds=(0,), quick: bool = False) -> pd.Da
     out = []
     for dev, k in kernels.groupby("device", sort=True):
         k = k.reset_index(drop=True)
-        bw, sm, l2 = memory_law.device_rates(k, dev)
         moved = common.total_bytes(k)
         preds = [("law", 0, memory_law.time_ms(k, dev)),
                  ("roofline", 0, common.roofline_ms(k, common.device_arrays(k, dev)))]
         if k["role"].iloc[0] == "training":
-            p = memory_law.fit(train[train["device"] != dev])
-            preds.append(("law, GPU left out", 0, memory_law.law_s(moved, bw, sm, l2, p["t0_us"] * 1e-6, p["eta"],
-                                                                  p["beta"]) * 1e3))
+            preds.append(("law, GPU left out", 0, left_out_ms(train, k, dev)))
         for s in seeds:
             preds.append(("FP32 networks", s, predictors.get("neusight", quick=quick, seed=s).predict_extrapolated(k, dev)))
         meas = k["latency_ms"].to_numpy(float)
         for name, seed, ms in preds:
-            ms = _floored(ms)
+            ms = floored(ms)
             out.append(pd.DataFrame({"device": dev, "role": k["role"].iloc[0], "bytes": moved, "measured_ms": meas,
                                      "predictor": name, "seed": seed, "predicted_ms": ms,
                                      "ape": np.abs(ms / meas - 1) * 100}))
