@@ -6,15 +6,15 @@ stored on that task (asyncio re-raises only KeyboardInterrupt and SystemExit), a
 nobody awaits loses it, so the run went on into the next notebook (a CI run waited 120 s on a kernel
 sleeping 300 s). Killing the kernels does not depend on where the exception lands: the notebook
 ends at once with a dead kernel, and the runner, which also remembers the signal, stops there. It is
-the fallback, armed by the signal and cancelled when the exception arrives: killed at once, a kernel
-that the client was shutting down anyway prints a dead-kernel traceback over the run's last lines.
+the runner's fallback (``runner._Fallback``), started by the signal and cancelled when the exception
+arrives: killed at once, a kernel that the client was shutting down anyway prints a dead-kernel
+traceback over the run's last lines.
 """
 from __future__ import annotations
 
 import logging
 import os
 import signal
-import threading
 from pathlib import Path
 
 # the kernels of this process, live or not (a handful per run)
@@ -76,11 +76,3 @@ def stop_all() -> int:
     if n:
         logging.getLogger("asyncio").addFilter(_QUIET)     # adding it twice keeps one
     return n
-
-
-def stop_all_later(seconds: float) -> threading.Timer:
-    """``stop_all`` in ``seconds`` unless cancelled first (a daemon timer: it never keeps the process)."""
-    timer = threading.Timer(seconds, stop_all)
-    timer.daemon = True
-    timer.start()
-    return timer

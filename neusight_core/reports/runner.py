@@ -28,6 +28,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -42,6 +43,7 @@ __all__ = ["NotebookResult", "claim", "discover", "main", "run_notebook", "verdi
            "write_record"]   # the record's names are run_record's / run_summary's, named here for the run
 NOTEBOOKS_DIR = paths.REPO_ROOT / "notebooks"
 KERNEL_GRACE_S = 10.0   # after a signal, the kernel client's own shutdown; then the kernels are killed
+REDELIVER_S = 2.0       # then the signal again, this often, until the run has stopped
 
 
 class UsageError(Exception):
@@ -297,23 +299,46 @@ class _Interrupted(BaseException):
         self.signame, self.code = signame, code
 
 
+class _Fallback(threading.Thread):
+    """What an armed signal leaves behind in case its exception is lost: after ``KERNEL_GRACE_S`` the run's
+    kernels are killed, then the signal is sent again to the main thread every ``REDELIVER_S`` until
+    ``cancel``. Killing the kernels is not enough: raised inside an asyncio callback (a CI run caught it in
+    ``_set_result_unless_cancelled``), the exception is logged and dropped, the future that callback was to
+    resolve never is, and the run waits on it for ever, dead kernel or not. A later delivery lands where the
+    loop idles (its ``select``), from where it propagates."""
+
+    def __init__(self, signum: int):
+        super().__init__(daemon=True, name="neusight-signal-fallback")
+        self.signum, self.main_ident, self.stopped = signum, threading.main_thread().ident, threading.Event()
+
+    def run(self) -> None:
+        if self.stopped.wait(KERNEL_GRACE_S):
+            return
+        notebook_kernel.stop_all()
+        while not self.stopped.wait(REDELIVER_S):
+            signal.pthread_kill(self.main_ident, self.signum)
+
+    def cancel(self) -> None:
+        self.stopped.set()
+
+
 class _Signals:
     """SIGINT / SIGTERM of one run. Before ``arm`` a signal is only remembered; after it, it is raised as
-    ``_Interrupted`` and arms a fallback that kills the kernels after ``KERNEL_GRACE_S``, since asyncio may
-    swallow the exception (notebook_kernel); ``check`` raises a remembered one. The first signal is the one
-    reported."""
+    ``_Interrupted`` and starts a ``_Fallback``, since asyncio may swallow the exception (notebook_kernel);
+    ``check`` raises a remembered one. The first signal is the one reported."""
 
     def __init__(self):
         self.got: _Interrupted | None = None
         self.armed = False
-        self.fallback = None
+        self.fallback: _Fallback | None = None
         self.old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def _on_signal(self, signum, frame):
         self.got = self.got or _Interrupted(signal.Signals(signum).name, 128 + signum)
         if self.armed:
             if self.fallback is None:
-                self.fallback = notebook_kernel.stop_all_later(KERNEL_GRACE_S)
+                self.fallback = _Fallback(signum)
+                self.fallback.start()
             raise self.got
 
     def arm(self) -> None:
@@ -328,9 +353,14 @@ class _Signals:
         for s, h in self.old.items():
             signal.signal(s, h)
 
-    def ignore(self) -> None:
+    def disarm(self) -> None:
+        """The exception has arrived: no further raise (a re-delivered signal is only remembered)."""
+        self.armed = False
         if self.fallback is not None:
             self.fallback.cancel()
+
+    def ignore(self) -> None:
+        self.disarm()
         for s in self.old:
             signal.signal(s, signal.SIG_IGN)
 
@@ -389,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
                     r = run_notebook(nb, run_dir, a.quick, given)
                     signals.check()   # the signal's exception may have been lost inside the kernel client
                 except _Interrupted:
+                    signals.disarm()
                     results.append(NotebookResult(nb.stem, "INTERRUPTED", time.time() - t_nb,
                                                   "interrupted while running", given))
                     raise
@@ -404,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{i}/{len(notebooks)}] {nb.stem} {r.status} in {r.seconds:.1f} s "
                       f"(elapsed {time.time() - t_start:.0f} s){extra}", flush=True)
         except _Interrupted as e:
+            signals.disarm()
             interrupted = e
         interrupted = signals.got or interrupted    # also a signal between the last notebook's end and here
         # From here on the run is written out whole: further signals wait until it is.
