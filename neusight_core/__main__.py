@@ -396,10 +396,14 @@ def _host(a) -> int:
         print(json.dumps({**c, "in_use_us": now, "in_use_source": src}))
         return 0
     print(f"host cost per kernel launch of eager PyTorch on this machine: {c['launch_us']:.1f} us")
+    print(f"  from  {c['launch_source']}")
     print(f"  CPU   {c['per_kernel_cpu_us']:.1f} us per kernel of a tiny Llama's eager decode step "
           f"({c['kernels']} kernels, median of {a.repeats} steps)")
     print(f"  CUDA  + {c['cuda_launch_extra_us']:.1f} us per launch ({c['extra_source']})")
-    if c["extra_source"] != "measured here":
+    if "gpu_decode_us" in c:
+        print(f"  GPU   {c['gpu_decode_us']:.1f} us per kernel of the same step on the GPU, "
+              f"{c['gpu_train_us']:.1f} us of its training step")
+    else:
         print("  (no CUDA GPU here: this CPU with the lent H100's launch cost; hosts differ, so measure on the "
               "machine the model will run on)")
     print(f"in use now: {now:.1f} us ({src}). To predict with this machine's host:")

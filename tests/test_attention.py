@@ -148,9 +148,33 @@ def test_host_model_on_a_fake_calibration(monkeypatch):
 
 def test_calibration_runs_on_cpu():
     c = host.calibrate(repeats=3)
-    assert c["kernels"] > 50
-    assert 0 < c["per_kernel_cpu_us"] < 1000
+    assert c["kernels"] > 50 and c["train_kernels"] > 2 * c["kernels"]      # forward + backward of 8 tokens
+    assert 0 < c["per_kernel_cpu_us"] < 1000 and 0 < c["train_per_kernel_cpu_us"] < 1000
     assert c["launch_us"] == pytest.approx(c["per_kernel_cpu_us"] + host.CUDA_LAUNCH_EXTRA_US)
+    assert "gpu_decode_us" not in c and "on the CPU" in c["launch_source"]
+
+
+def test_calibration_on_a_gpu_uses_the_tiny_model_run_there(monkeypatch):
+    """With a GPU the per-launch cost is the tiny model's decode step run on it (host-bound by construction), not
+    the CPU figure plus a launch cost; the CPU figures are still reported. A fake GPU here: the device's
+    ``tiny_step_us`` and launch timing are stand-ins, the CPU run is real."""
+    import torch
+    real = host.tiny_step_us
+    seen = []
+
+    def fake(device, repeats=30):
+        seen.append(device)
+        if device == "cuda":
+            return {"decode_us": 31.0, "train_us": 36.0, "decode_kernels": 161, "train_kernels": 494}
+        return real(device, repeats)
+    monkeypatch.setattr(host, "tiny_step_us", fake)
+    monkeypatch.setattr(host, "_cuda_launch_extra_us", lambda n=5000: 3.9)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    c = host.calibrate(cuda=True, repeats=2)
+    assert seen == ["cpu", "cuda"]
+    assert c["launch_us"] == 31.0 and c["gpu_train_us"] == 36.0 and "on this GPU" in c["launch_source"]
+    assert c["cuda_launch_extra_us"] == 3.9 and c["extra_source"] == "measured here"
+    assert 0 < c["per_kernel_cpu_us"] < 1000
 
 
 def test_the_host_verb_measures_and_says_how_to_use_it(capsys, monkeypatch):

@@ -77,14 +77,18 @@ def host_calibration(device: str = "cuda", n: int = 5000) -> dict:
     """Microseconds per call of ``x.add_(1)`` on a one-element tensor, launched back to back: on the CPU
     (the dispatcher alone; runs anywhere) and, on a GPU, as a CUDA launch (host time until the last launch
     returned, and until the GPU finished). Median of 5 repetitions (``host.launch_times``); on a GPU also
-    ``host.calibrate``'s per-kernel cost of an eager Hugging Face decode step (``hf_*``)."""
+    ``host.calibrate``'s per-kernel costs of a tiny Hugging Face model's eager steps (``hf_*``): decode on CPU
+    tensors (``hf_per_kernel_cpu_us``, and ``hf_launch_us`` with the CUDA launch added), and decode and training
+    on the GPU (``hf_gpu_decode_us``, ``hf_gpu_train_us``)."""
     from neusight_core import host
     out = {"cpu_dispatch_us": host.launch_times("cpu", n)[0], "n": n}
     if device == "cuda":
         h, t = host.launch_times("cuda", n)
         out.update(cuda_launch_host_us=h, cuda_launch_total_us=t)
         c = host.calibrate(cuda=True)
-        out.update(hf_per_kernel_cpu_us=c["per_kernel_cpu_us"], hf_launch_us=c["launch_us"])
+        out.update(hf_per_kernel_cpu_us=c["per_kernel_cpu_us"],
+                   hf_launch_us=c["per_kernel_cpu_us"] + c["cuda_launch_extra_us"],
+                   hf_gpu_decode_us=c.get("gpu_decode_us"), hf_gpu_train_us=c.get("gpu_train_us"))
     return out
 
 
