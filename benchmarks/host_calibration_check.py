@@ -5,7 +5,9 @@ a tiny Llama's decode step on CPU tensors plus the measured CUDA launch; from th
 run on the GPU, ``hf_gpu_decode_us``) and, per step, its host time and kernel count (``modern_steps.csv``). The host
 time per kernel of the host-bound steps (host time above 1.5x the kernel sum) is what the calibration stands for.
 Then the eager steps' wall times predicted with the default per-launch cost and with the run's own calibration
-(``live_modern.predict_steps``, eager variant). Validation only: nothing here sets a parameter.
+(``live_modern.predict_steps``, eager variant). Validation only: nothing here sets a parameter. The last column is
+an oracle, labelled so: the per-launch cost set to the run's own measured decode host time per kernel, i.e. what
+the max(kernel sum, launches x h) form reaches with a calibration that is exactly right on decode.
 
     .venv/bin/python benchmarks/host_calibration_check.py [--seeds 0,1,2]
 """
@@ -65,7 +67,8 @@ def main(argv=None) -> int:
         row = {"run": name, "calibration (CPU + launch) us": cal.get("hf_launch_us"),
                "calibration (GPU) us": cal.get("hf_gpu_decode_us"),
                **{f"measured {ph} us/kernel": round(v, 1) for ph, v in measured.items()}}
-        for label, h in (("default", None), ("own calibration", cal.get("hf_gpu_decode_us") or cal.get("hf_launch_us"))):
+        for label, h in (("default", None), ("own calibration", cal.get("hf_gpu_decode_us") or cal.get("hf_launch_us")),
+                         ("oracle (measured decode host)", measured.get("decode"))):
             if label != "default" and h is None:
                 continue
             m = eager_mape(steps, gpu, seeds, h)
