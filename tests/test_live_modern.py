@@ -23,7 +23,7 @@ def test_measures_every_case_on_cpu(tmp_path):
     mem = pd.read_csv(tmp_path / "modern_memory_kernels.csv")       # the dry run's small appends, copies, products
     assert set(mem["status"]) == {"OK"} and (mem["achieved_gbs"] > 0).all()
     assert set(mem["aten_op"]) == {"aten.cat.default", "aten.clone.default", "aten.mul.Tensor", "aten._to_copy.default"}
-    assert set(mem["memory_kind"]) == {"kv_append", "copy", "mul", "rotary_mul", "to_fp32"}
+    assert set(mem["memory_kind"]) == {"kv_append", "copy", "mul", "rotary_mul", "to_fp32", "rotate_half"}
 
 
 def test_budget_leaves_cases_out(tmp_path):
@@ -160,7 +160,7 @@ def test_a_failing_memory_kernel_sweep_costs_the_steps_nothing(tmp_path, monkeyp
 def test_elementwise_sweep_rows_are_the_tracers_rows_of_llama_prefill():
     """The element-wise rows of the memory sweep (``live_kernels.ELEMENTWISE``) are what the tracer writes for the
     same kernels of Llama-2-7B's 2,048-token BF16 prefill: the rotary q * cos (32 heads x 2,048 x 128), the RMSNorm
-    upcast and a contiguous product of the MLP's size; and each kernel makes a tensor of that row's output."""
+    upcast, a contiguous product of the MLP's size and rotate_half's cat; and each kernel makes a tensor of that row's output."""
     from neusight_core import trace_cache
     from neusight_core.studies import live_kernels as lk
     t = trace_cache.trace("llama2_7b", 1, 2048, "inf", dtype="bf16", attention="sdpa")
@@ -168,10 +168,11 @@ def test_elementwise_sweep_rows_are_the_tracers_rows_of_llama_prefill():
     cols = ("op_class", "aten_op", "B", "H", "flops", "bytes_read", "bytes_written", "precision")
     want = {"rotary_mul": t[(t["module"].str.endswith("self_attn")) & (t["aten_op"] == "aten.mul.Tensor")].iloc[0],
             "to_fp32": t[(t["aten_op"] == "aten._to_copy.default") & (t["precision"] == "fp32")].iloc[0],
-            "mul": t[(t["module"].str.endswith(".mlp")) & (t["aten_op"] == "aten.mul.Tensor")].iloc[0]}
+            "mul": t[(t["module"].str.endswith(".mlp")) & (t["aten_op"] == "aten.mul.Tensor")].iloc[0],
+            "rotate_half": t[(t["module"].str.endswith("self_attn")) & (t["aten_op"] == "aten.cat.default")].iloc[0]}
     sweep = lk.memory_kernel_sweep(appends=[], elementwise=[(32 * 2048, 128, "rotary_mul"), (2048, 4096, "to_fp32"),
-                                                                 (2048, 11008, "mul")])
-    assert list(sweep["memory_kind"]) == ["rotary_mul", "to_fp32", "mul"]
+                                                                 (2048, 11008, "mul"), (32 * 2048, 128, "rotate_half")])
+    assert list(sweep["memory_kind"]) == ["rotary_mul", "to_fp32", "mul", "rotate_half"]
     for _, row in sweep.iterrows():
         tr = want[row["memory_kind"]]
         for c in cols:

@@ -119,16 +119,19 @@ QUICK_KV_APPENDS = ((1, 2, 16, 8), (2, 2, 40, 8))
 #: rotary embedding does it: q of [1, heads, 2048, 128] a transposed view, cos of [1, 1, 2048, 128] broadcast;
 #: PyTorch's non-vectorised path, about 1.4 TB/s inside the recorded prefill steps on both GPUs; rows = heads x
 #: 2,048) and ``to_fp32`` (RMSNorm's upcast, a MEM row). Each moves 1 M to 64 M elements.
-ELEMENTWISE_KINDS = ("mul", "rotary_mul", "to_fp32")
+ELEMENTWISE_KINDS = ("mul", "rotary_mul", "to_fp32", "rotate_half")
 ROTARY_SEQ, ROTARY_HEAD, HIDDEN = 2048, 128, 4096
 ELEMENTWISE = tuple(row for m in (1, 4, 16, 64) for row in (
-    (256 * m, HIDDEN, "mul"), (4 * m * ROTARY_SEQ, ROTARY_HEAD, "rotary_mul"), (256 * m, HIDDEN, "to_fp32")))
-QUICK_ELEMENTWISE = ((16, 64, "mul"), (ROTARY_SEQ, 8, "rotary_mul"), (16, 64, "to_fp32"))
+    (256 * m, HIDDEN, "mul"), (4 * m * ROTARY_SEQ, ROTARY_HEAD, "rotary_mul"), (256 * m, HIDDEN, "to_fp32"),
+    (4 * m * ROTARY_SEQ, ROTARY_HEAD, "rotate_half")))
+QUICK_ELEMENTWISE = ((16, 64, "mul"), (ROTARY_SEQ, 8, "rotary_mul"), (16, 64, "to_fp32"), (ROTARY_SEQ, 8, "rotate_half"))
 
 
 def elementwise_rows(sizes) -> list[dict]:
     """Kernel-table rows of ``(rows, row length, kind)`` (``ELEMENTWISE``), in the tracer's convention: B rows of H
-    elements; a ``rotary_mul`` reads its cos table (2,048 positions x H) once, a ``to_fp32`` writes FP32."""
+    elements; a ``rotary_mul`` reads its cos table (2,048 positions x H) once, a ``to_fp32`` writes FP32, a
+    ``rotate_half`` is the ``cat`` of two half rows (Llama's rotary ``rotate_half``: on the lent H100 it ran at
+    0.84 TB/s inside a prefill step, docs/tier2.md; timed alone here, a kernel measurement)."""
     rows = []
     for b, h, kind in sizes:
         n = float(b) * float(h)
@@ -136,6 +139,9 @@ def elementwise_rows(sizes) -> list[dict]:
             rows.append(dict(op_class=OpClass.MEM, aten_op="aten._to_copy.default", sub_op="", flops=0.0,
                              bytes_read=2 * n, bytes_written=4 * n,
                              dtype="float32", precision=Precision.FP32))      # the tracer's: the output's type
+        elif kind == "rotate_half":
+            rows.append(dict(op_class=OpClass.MEM, aten_op="aten.cat.default", sub_op="", flops=0.0,
+                             bytes_read=2 * n, bytes_written=2 * n, dtype="bfloat16", precision=Precision.BF16))
         elif kind in ("mul", "rotary_mul"):
             other = n if kind == "mul" else ROTARY_SEQ * float(h)         # cos: one (position, dim) table
             rows.append(dict(op_class=OpClass.VEC, aten_op="aten.mul.Tensor", sub_op="mul", flops=n,
@@ -158,6 +164,9 @@ def _elementwise_callable(row, device: str) -> Callable[[], object]:
         return lambda: x * y
     heads = max(1, b // ROTARY_SEQ)
     q = torch.randn(1, ROTARY_SEQ, heads, h, device=device, dtype=torch.bfloat16).transpose(1, 2)
+    if kind == "rotate_half":         # cat((-x2, x1), -1) of q's halves, as Llama's rotate_half; the neg not timed
+        minus_x2, x1 = -q[..., h // 2:], q[..., : h // 2]
+        return lambda: torch.cat((minus_x2, x1), dim=-1)
     cos = torch.randn(1, 1, ROTARY_SEQ, h, device=device, dtype=torch.bfloat16)
     return lambda: q * cos
 
