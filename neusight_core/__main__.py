@@ -175,7 +175,7 @@ def _predict(a) -> int:
     sc = scenario.scenario(a.model, a.device, a.batch, a.seq, a.mode, image_size=a.image_size, past=a.past,
                            dtype=a.dtype, fusion=a.fusion, parallel=a.parallel, gpus=a.gpus,
                            micro_batches=a.micro_batches, link_gbs=a.link_gbs, attention=a.attention,
-                           execution=a.execution)
+                           execution=a.execution, grads=a.grads)
     a.gpus, a.seq, image = sc.gpus, sc.size, sc.image
     quick = _choose_quick(a, [a.predictor], [a.seed])
     r = latency.predict_scenario(sc, predictor=a.predictor, quick=quick, seed=a.seed)
@@ -196,7 +196,8 @@ def _predict(a) -> int:
         print(f"WARNING: {mem['verdict']}")
     size = f"image={a.seq}x{a.seq}" if image else f"seq={a.seq}"
     print(f"{a.model} {a.mode} batch={a.batch} {size}{f' past={a.past}' if a.past else ''}"
-          f"{' fused' if a.fusion else ''}{plan} {a.dtype} {r['attention']} attention, {r['execution']} execution "
+          f"{' fused' if a.fusion else ''}{plan} {a.dtype} {r['attention']} attention, {r['execution']} execution"
+          f"{', ' + r['grads'] + ' gradients' if a.mode == 'train' else ''} "
           f"on {r['device']} ({r['predictor']})"
           + ("" if a.dtype == Precision.FP32 else f"  [{a.dtype}: {_half_label(r['measured_share'], a.dtype)}]"))
     if r["dtype_note"]:
@@ -279,6 +280,11 @@ def _add_question_options(p, many: bool) -> None:
                                  "least the host's launch time, NEUSIGHT_HOST_LAUNCH_US) or graph (CUDA graphs, "
                                  "torch.compile with cudagraphs, serving engines: the kernel sum)"),
         dict(help="eager (default) or graph, comma-separated for both"), default=None)
+    opt("--grads", dict(choices=schema.GRADS,
+                        help="training: fresh (default: gradients start from none, PyTorch's zero_grad default) or "
+                             "accumulate (added into the step before's, the paper's loop: one more kernel per "
+                             "parameter; pipeline parallelism always accumulates)"),
+        dict(help="fresh (default) or accumulate, comma-separated for both"), default=None)
     opt("--predictor", dict(choices=PREDICTORS,
                             help="neusight (ours: the authors' recipe also trained on the training GPUs' "
                                  "transformer-shaped kernels, seed 0), neusight-paper (the authors' recipe, "
@@ -351,6 +357,7 @@ def _sweep(a) -> int:
                          dtype=_csv_list(a.dtype, "dtype"),
                          attention=_choices(a.attention, "attention", schema.ATTENTIONS),
                          execution=_choices(a.execution, "execution", schema.EXECUTIONS),
+                         grads=_choices(a.grads, "grads", schema.GRADS),
                          image_sizes=ints(a.image_size, "image-size") if a.image_size is not None else None)
     seeds = _seeds(a.seed)
     target = sweep.CsvTarget(a.out)     # refused here, before anything is computed

@@ -203,7 +203,7 @@ def _tables(norm, use_derivation: bool, keep_full: bool, footprints: bool, table
     # derivation pays when a family covers several tables (building one costs ~7 traces of a
     # reduced model): at least MIN_FAMILY tables, MIN_BUCKET within a seq bucket
     def family_of(key) -> tuple:      # model, mode, past, batch 1, dtype, attention: what a family is built for
-        return (key[0], key[3], key[4], key[1] == 1, key[9], key[10])
+        return (key[0], key[3], key[4], key[1] == 1, key[9], key[10])      # (grads: rows dropped after it)
     group, bucket, same_seq = {}, {}, {}
     for key in keys:
         s, g0 = key[2], family_of(key)
@@ -218,7 +218,7 @@ def _tables(norm, use_derivation: bool, keep_full: bool, footprints: bool, table
                           progress=progress)
     # batch >= 2 first: a failed check there spares the batch-1 family of the same model (derive.family_for)
     for key, t in sorted(keys.items(), key=lambda kv: kv[0][1] == 1):
-        model, b, s, mode, past, fusion, plan, g, mb, dt, att = key
+        model, b, s, mode, past, fusion, plan, g, mb, dt, att, _ = key
         fam = None
         g0 = family_of(key)
         if use_derivation and not fusion and plan is None and group[g0] >= MIN_FAMILY and key not in image_keys:
@@ -232,23 +232,23 @@ def _tables(norm, use_derivation: bool, keep_full: bool, footprints: bool, table
             fam_points.setdefault(id(fam), (fam, []))[1].append((t, b, s))
         else:
             real.append((t, key))
+    fresh = {t for key, t in keys.items() if key[11] == "fresh"}     # tables without the accumulation rows
     for fam, pts in fam_points.values():
         c = fam.compact([(b, s) for _, b, s in pts])
         c["_tab"] = np.asarray([t for t, _, _ in pts])[c.pop("_point").to_numpy()]
-        parts.append(c)
-        for t, _, _ in pts:
-            tab_derived[t] = True
+        parts.append(c[~(c["phase"].eq("acc") & c["_tab"].isin(fresh))] if fresh else c)
+        tab_derived.update((t, True) for t, _, _ in pts)
         bar.update(len(pts))
     for t, key in real:
-        model, b, s, mode, past, fusion, plan, g, mb, dt, att = key
+        model, b, s, mode, past, fusion, plan, g, mb, dt, att, _ = key
         try:
             k = (table_of(fields[key]) if table_of is not None else
                  kernel_table(model, b, s, mode, past=past, fusion=fusion, parallel=plan, gpus=g, micro_batches=mb,
                               dtype=dt, attention=att))
-            parts.append(compact_table(k).assign(_tab=t))
+            kt = k[k["phase"].ne("acc")] if t in fresh and "phase" in k else k   # the footprint reads the whole trace
+            parts.append(compact_table(kt).assign(_tab=t))
             tab_derived[t] = False
-            if keep_full:
-                full[t] = k
+            full.update({t: kt} if keep_full else {})
             if footprints:
                 try:
                     foot[t] = memory.footprint_parts(k)

@@ -83,7 +83,8 @@ def tiny_step_us(device: str = "cpu", repeats: int = 30) -> dict:
     from neusight_core import trace
     cfg = _tiny_llama()
     counts = {"decode": int(trace.trace_model(cfg, 1, 1, "inf", past=8, attention="sdpa")["count"].sum()),
-              "train": int(trace.trace_model(cfg, 1, 8, "train", attention="sdpa")["count"].sum())}
+              # the timed step starts from no gradients (zero_grad(set_to_none=True)): no accumulation kernels
+              "train": int(trace.trace_model(cfg, 1, 8, "train", attention="sdpa", accumulate_grads=False)["count"].sum())}
     cuda = device == "cuda"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

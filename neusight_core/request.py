@@ -18,7 +18,7 @@ from neusight_core.scenario import tracer_size
 from neusight_core.schema import Precision
 
 INPUTS = ["model", "device", "batch", "seq", "image_size", "mode", "fusion", "parallel", "gpus", "micro_batches",
-          "link_gbs", "past", "dtype", "attention", "execution"]
+          "link_gbs", "past", "dtype", "attention", "execution", "grads"]
 
 
 class SweepInputError(ValueError):
@@ -70,7 +70,7 @@ def scenario_of(r: dict) -> Scenario:
         past=opt_int("past", "past", 0) or 0, dtype=dt if dt not in (None, "") else Precision.FP32, fusion=bool(fusion),
         parallel=plan, gpus=opt_int("gpus", "gpus"), micro_batches=opt_int("micro_batches", "micro_batches") or 1,
         link_gbs=None if link is None else float(link), attention=_given(r.get("attention")) or None,
-        execution=_given(r.get("execution")) or None)
+        execution=_given(r.get("execution")) or None, grads=_given(r.get("grads")) or None)
     return sc
 
 
@@ -81,9 +81,12 @@ def message(e: BaseException) -> str:
 
 
 def table_key(r: dict) -> tuple:
+    """What one kernel table is built for; the last field is ``fresh`` only where it drops rows (a training step
+    whose gradients start from none: no accumulation rows), so other requests share their tables."""
+    fresh = r["mode"] == "train" and r.get("grads") == "fresh"
     return (str(r["model"]), r["batch"], tracer_size(r), r["mode"], r["past"], r["fusion"], r["parallel"],
             r["gpus"] if r["parallel"] else 1, r["micro_batches"] if r["parallel"] == "pp" else 1, r["dtype"],
-            r.get("attention") or "eager")
+            r.get("attention") or "eager", "fresh" if fresh else "accumulate")
 
 
 def rows_of_frame(frame: pd.DataFrame) -> list[dict]:

@@ -149,7 +149,7 @@ def check_image_request(name, past, parallel) -> None:
 
 
 def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link_gbs=None, micro_batches=1,
-                    past=0, dtype=Precision.FP32, attention="eager", execution="graph"):
+                    past=0, dtype=Precision.FP32, attention="eager", execution="graph", grads="accumulate"):
     """Every check of a prediction request, in one place (the CLI and predict_model both use it).
 
     Raises LatencyInputError with one line for anything a GPU run could not be: non-positive or
@@ -179,6 +179,8 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
         raise LatencyInputError(f"attention must be one of {', '.join(schema.ATTENTIONS)}, got {attention!r}")
     if execution not in schema.EXECUTIONS:
         raise LatencyInputError(f"execution must be one of {', '.join(schema.EXECUTIONS)}, got {execution!r}")
+    if grads not in schema.GRADS:
+        raise LatencyInputError(f"grads must be one of {', '.join(schema.GRADS)}, got {grads!r}")
     if parallel is None:
         if gpus > 1:
             raise LatencyInputError(f"{gpus} GPUs need a parallel plan (dp, tp or pp); without one the "
@@ -245,6 +247,7 @@ class Scenario:
     image_size: int | None = None    # side of an image model's input (None for a text model)
     attention: str = "eager"      # eager | sdpa (schema.ATTENTIONS); scenario() defaults to what HF picks
     execution: str = "graph"      # eager | graph (schema.EXECUTIONS); scenario() defaults to eager PyTorch
+    grads: str = "accumulate"     # fresh | accumulate (schema.GRADS, training); scenario() defaults to fresh
 
     def __post_init__(self):
         if (self.seq is None) == (self.image_size is None):
@@ -264,23 +267,30 @@ class Scenario:
         return asdict(self)
 
 
-#: The paper's setting: eager attention, the step as its kernel sum. The reproduction (Tier 0/1) asks for
-#: it explicitly; a question that does not say gets what people run (``scenario``'s defaults).
-PAPER = {"attention": "eager", "execution": "graph"}
+#: The paper's setting: eager attention, the step as its kernel sum, gradients accumulated into (the authors'
+#: loop). The reproduction (Tier 0/1) asks for it explicitly; a question that does not say gets what people run
+#: (``scenario``'s defaults).
+PAPER = {"attention": "eager", "execution": "graph", "grads": "accumulate"}
 
 
 def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=None, past=0, dtype: str = Precision.FP32,
              fusion: bool = False, parallel: str | None = None, gpus=None, micro_batches=1,
-             link_gbs=None, attention: str | None = None, execution: str | None = None) -> Scenario:
+             link_gbs=None, attention: str | None = None, execution: str | None = None,
+             grads: str | None = None) -> Scenario:
     """Validate a request and return it as a :class:`Scenario` (``gpus`` defaults to 4 with a plan, the
     paper's setting, else 1; ``attention`` to what Hugging Face picks for the model, ``configs.default_attention``;
-    ``execution`` to eager PyTorch). Raises ``LatencyInputError`` (or the tracer's / catalogue's one-line errors
+    ``execution`` to eager PyTorch; ``grads`` to fresh, PyTorch's default). Raises ``LatencyInputError`` (or the tracer's / catalogue's one-line errors
     for an unknown model or GPU)."""
     size = input_size(model, seq, image_size)
     gpus = (4 if parallel else 1) if gpus is None else gpus
     execution = "eager" if execution is None else execution
+    if parallel == "pp" and grads == "fresh":
+        raise LatencyInputError("pipeline parallelism (pp) accumulates each micro-batch's gradients into the "
+                                "last one's: grads fresh does not apply (use accumulate)")
+    # pipeline parallelism accumulates over its micro-batches (the authors' pp labels were measured so)
+    grads = ("accumulate" if parallel == "pp" else "fresh") if grads is None else grads
     dev, cfg = validate_inputs(model, device, batch, size, mode, parallel, gpus, link_gbs, micro_batches,
-                               past, dtype, attention, execution)
+                               past, dtype, attention, execution, grads)
     attention = configs.default_attention(vars(cfg)) if attention is None else attention
     link = None if link_gbs is None else float(link_gbs)
     if parallel is not None and link is None:
@@ -292,7 +302,7 @@ def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=No
     return Scenario(model=str(model) if isinstance(model, Path) else model, device=dev.name, batch=int(batch),
                     seq=None if image else int(size), mode=mode, past=int(past), dtype=dtype, fusion=bool(fusion),
                     parallel=parallel, gpus=int(gpus), micro_batches=int(micro_batches), link_gbs=link,
-                    image_size=int(size) if image else None, attention=attention, execution=execution)
+                    image_size=int(size) if image else None, attention=attention, execution=execution, grads=grads)
 
 
 # ------------------------------------------------------------------------------ without a footprint

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from neusight_core.studies import live, live_harness, live_kernels
+from neusight_core.scenario import PAPER
 from neusight_core.schema import Precision
 
 # current open models of ours (neusight_core/model_configs), small to large: the small ones are host-bound in
@@ -352,14 +353,16 @@ VARIANTS = {"graph": ("kernel_ms", "graph"), "eager": ("wall_ms", "eager"), "bef
 
 def request_of(row, device: str, execution: str) -> dict:
     """The engine request of a measured step (``modern_steps.csv`` row): prefill = inference of ``seq`` tokens,
-    decode = one token on a KV cache of ``seq``, train = forward + backward of ``seq`` tokens; BF16."""
+    decode = one token on a KV cache of ``seq``, train = forward + backward of ``seq`` tokens from no gradients
+    (``step_callable`` sets them to None after each step: ``grads`` fresh); BF16. "before": what the tool answered
+    before it modelled today's steps (the paper's setting)."""
     phase, s = row["phase"], int(row["seq"])
     req = dict(model=row["model"], device=device, batch=int(row["batch"]), dtype=Precision.BF16,
                mode="train" if phase == "train" else "inf", seq=1 if phase == "decode" else s,
                past=s if phase == "decode" else 0)
     if execution == "before":
-        return dict(req, attention="eager", execution="graph")
-    return dict(req, attention=row["attention"], execution=execution)
+        return dict(req, **PAPER)
+    return dict(req, attention=row["attention"], execution=execution, grads="fresh")
 
 
 def predict_steps(steps, device: str = "H100", predictors=("neusight", "roofline"), seeds=(0,),
