@@ -91,7 +91,7 @@ def test_cli_lists_devices_and_models(capsys, release_root):
 
 
 def test_option_mapping():
-    paper = {"attention": "eager", "execution": "graph"}
+    paper = {"attention": "eager", "execution": "graph", "grads": "accumulate"}   # the authors' loop kept gradients
     assert reproduce.option_kwargs("none") == paper
     assert reproduce.option_kwargs("fusion") == {**paper, "fusion": True}
     assert reproduce.option_kwargs("dp4") == {**paper, "parallel": "dp", "gpus": 4}
