@@ -279,8 +279,8 @@ def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=No
              grads: str | None = None) -> Scenario:
     """Validate a request and return it as a :class:`Scenario` (``gpus`` defaults to 4 with a plan, the
     paper's setting, else 1; ``attention`` to what Hugging Face picks for the model, ``configs.default_attention``;
-    ``execution`` to eager PyTorch; ``grads`` to fresh, PyTorch's default). Raises ``LatencyInputError`` (or the tracer's / catalogue's one-line errors
-    for an unknown model or GPU)."""
+    ``execution`` to eager PyTorch; ``grads`` to fresh, PyTorch's default, or accumulate with pp). Raises
+    ``LatencyInputError`` (or the tracer's / catalogue's one-line errors for an unknown model or GPU)."""
     size = input_size(model, seq, image_size)
     gpus = (4 if parallel else 1) if gpus is None else gpus
     execution = "eager" if execution is None else execution
