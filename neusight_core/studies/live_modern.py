@@ -411,12 +411,36 @@ RECORDED = {f"recorded {gpu} {day}": (gpu, f"docs/tier2/{day}-{gpu.lower()}-mode
             for day in ("2026-11-26", "2026-11-27") for gpu in ("H100", "H200")}
 
 
+def recorded_agreement() -> "pd.DataFrame":
+    """The floor under any prediction of these steps: each recorded run's measurement taken as the prediction of
+    the other run of the same GPU kind (another machine, another day), MAPE % on their common OK steps, by phase and
+    pooled, for the kernel sums and the eager wall times (``benchmarks/wall_reproducibility.py``)."""
+    import pandas as pd
+    from neusight_core import paths
+    key = ["model", "phase", "batch", "seq", "attention"]
+    by_gpu: dict[str, list] = {}
+    for name, (gpu, folder) in RECORDED.items():
+        s = pd.read_csv(paths.REPO_ROOT / folder / "modern_steps.csv")
+        by_gpu.setdefault(gpu, []).append((name, s[s["status"] == "OK"]))
+    rows = []
+    for gpu, runs in by_gpu.items():
+        for na, a in runs:
+            for nb, b in [r for r in runs if r[0] != na]:
+                for col, what in (("kernel_ms", "kernel sums"), ("wall_ms", "eager walls")):
+                    m = a[key + [col]].merge(b[key + [col]], on=key, suffixes=("_a", "_b")).dropna()
+                    ape = (m[f"{col}_a"] / m[f"{col}_b"] - 1).abs() * 100
+                    rows.append({"GPU": gpu, "measured": what, "taken as prediction": na, "of": nb,
+                                 **ape.groupby(m["phase"]).mean().round(1).to_dict(), "pooled": round(ape.mean(), 1),
+                                 "steps": len(m)})
+    return pd.DataFrame(rows)
+
+
 def section(out_dir, quick: bool = False, time_budget_s: float = 300, predictors=("neusight", "roofline"),
             seeds=(0,)) -> dict:
     """Notebook 05's modern section: measure on the local GPU (``run_modern``; SKIPPED with the reason without
     one), and predict both the local measurements and the recorded runs (``RECORDED``). Quick: the quick cases
     and 8 steps of each recorded run. Returns ``status``, ``reason``, ``steps`` (local, or None), ``pred`` (every
-    prediction, column ``run``) and ``mape`` (``step_mape`` per run)."""
+    prediction, column ``run``), ``mape`` (``step_mape`` per run) and ``agreement`` (``recorded_agreement``)."""
     import pandas as pd
     from neusight_core import paths
     from neusight_core.studies import live_harness
@@ -437,7 +461,7 @@ def section(out_dir, quick: bool = False, time_budget_s: float = 300, predictors
     pred = pd.concat(preds, ignore_index=True) if preds else pd.DataFrame()
     mape = {name: step_mape(pred[pred["run"] == name]) for name in runs}
     return {"status": "OK" if reason is None else "SKIPPED", "reason": reason or "", "steps": steps, "pred": pred,
-            "mape": mape}
+            "mape": mape, "agreement": recorded_agreement()}
 
 
 def _write_rows(path: Path, rows: list[dict]) -> None:
