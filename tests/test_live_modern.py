@@ -181,3 +181,26 @@ def test_elementwise_sweep_rows_are_the_tracers_rows_of_llama_prefill():
     for _, row in small[small["memory_kind"].isin(lk.ELEMENTWISE_KINDS)].iterrows():
         y = lk.kernel_callable(row, device="cpu")()
         assert y.numel() * y.element_size() == row["bytes_written"], row["memory_kind"]
+
+
+def test_recorded_agreement_takes_one_run_as_the_prediction_of_the_other(tmp_path, monkeypatch):
+    """Two runs of one GPU kind on their common OK steps: |a / b - 1| by phase and pooled, both directions; a step
+    only one run has, or a failed one, is left out."""
+    import pandas as pd
+    from neusight_core.studies import live_modern
+    base = dict(model="m", batch=1, seq=8, attention="sdpa", status="OK")
+    a = pd.DataFrame([dict(base, phase="decode", kernel_ms=1.0, wall_ms=10.0),
+                      dict(base, phase="train", kernel_ms=4.0, wall_ms=8.0),
+                      dict(base, phase="prefill", kernel_ms=9.0, wall_ms=9.0)])
+    b = pd.DataFrame([dict(base, phase="decode", kernel_ms=1.0, wall_ms=8.0),
+                      dict(base, phase="train", kernel_ms=5.0, wall_ms=8.0),
+                      dict(base, phase="prefill", kernel_ms=1.0, wall_ms=1.0, status="FAILED")])
+    for name, df in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        df.to_csv(tmp_path / name / "modern_steps.csv", index=False)
+    monkeypatch.setattr(live_modern, "RECORDED", {"run a": ("H100", str(tmp_path / "a")),
+                                                  "run b": ("H100", str(tmp_path / "b"))})
+    t = live_modern.recorded_agreement().set_index(["measured", "taken as prediction"])
+    assert set(t["steps"]) == {2} and "prefill" not in t.columns
+    assert t.loc[("eager walls", "run a"), "decode"] == 25.0 and t.loc[("eager walls", "run b"), "decode"] == 20.0
+    assert t.loc[("kernel sums", "run a"), "train"] == 20.0 and t.loc[("kernel sums", "run a"), "pooled"] == 10.0
