@@ -140,7 +140,7 @@ def compute(full: bool) -> dict:
 
 
 #: fields a change added on purpose (``--new-fields``): a key or column of that name that only the new result has
-#: is left out of the comparison (said once at the end), so that the numbers beside it are still compared
+#: is left out of the comparison (the check's output names them), so that the numbers beside it are compared
 NEW_FIELDS: set = set()
 
 
@@ -202,6 +202,8 @@ def main(argv=None) -> int:
                                                       "out where the saved result lacks them)")
     a = ap.parse_args(argv)
     NEW_FIELDS.update(x for x in a.new_fields.split(",") if x)
+    if NEW_FIELDS:
+        print(f"left out where only the new result has them: {', '.join(sorted(NEW_FIELDS))}")
     t0 = time.perf_counter()
     res, times = compute(a.full)
     print("wall times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in times.items()))

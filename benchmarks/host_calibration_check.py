@@ -36,7 +36,7 @@ def host_per_kernel(steps: pd.DataFrame) -> pd.Series:
     return (s["host_ms"] / s["kernels"] * 1e3).groupby(s["phase"]).median()
 
 
-def eager_mape(steps: pd.DataFrame, gpu: str, seeds, launch_us: float | None) -> pd.DataFrame:
+def eager_mape(steps: pd.DataFrame, gpu: str, seeds, launch_us: float | None) -> pd.Series:
     old = os.environ.pop("NEUSIGHT_HOST_LAUNCH_US", None)
     try:
         if launch_us is not None:
@@ -46,11 +46,10 @@ def eager_mape(steps: pd.DataFrame, gpu: str, seeds, launch_us: float | None) ->
         os.environ.pop("NEUSIGHT_HOST_LAUNCH_US", None)
         if old is not None:
             os.environ["NEUSIGHT_HOST_LAUNCH_US"] = old
-    e = p[p["variant"] == "eager"].assign(ape=lambda d: d["error_pct"].abs())
-    per = e.groupby(["seed", "phase"])["ape"].mean().unstack("phase")
-    per["pooled"] = e.groupby("seed")["ape"].mean()
-    per["signed"] = e.groupby("seed")["error_pct"].mean()
-    return per
+    e = p[p["variant"] == "eager"]
+    out = live_modern.step_mape(e).iloc[0]          # mean / min / max over seeds, by phase and pooled
+    out["signed"] = e["error_pct"].mean()
+    return out
 
 
 def main(argv=None) -> int:
@@ -72,10 +71,9 @@ def main(argv=None) -> int:
             if label != "default" and h is None:
                 continue
             m = eager_mape(steps, gpu, seeds, h)
-            mean = m.mean()
-            row[f"eager MAPE, {label}"] = (f"{mean['pooled']:.1f} ({m['pooled'].min():.1f}-{m['pooled'].max():.1f}); "
-                                           + " / ".join(f"{ph} {mean[ph]:.1f}" for ph in ("decode", "prefill", "train")
-                                                        if ph in mean) + f"; signed {mean['signed']:+.1f}")
+            row[f"eager MAPE, {label}"] = (f"{m['mean pooled']:.1f} ({m['min pooled']:.1f}-{m['max pooled']:.1f}); "
+                                           + " / ".join(f"{ph} {m[f'mean {ph}']:.1f}" for ph in ("decode", "prefill", "train")
+                                                        if f"mean {ph}" in m) + f"; signed {m['signed']:+.1f}")
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(f"\ndefault per-launch cost {host.DEFAULT_LAUNCH_US} us; host-bound: host time > {BOUND}x the kernel sum; "

@@ -26,14 +26,10 @@ def main(argv=None) -> int:
     ap.add_argument("--grads", default="fresh", choices=("fresh", "accumulate"))
     a = ap.parse_args(argv)
     seeds = tuple(int(x) for x in a.seeds.split(","))
-    if a.grads != "fresh":
-        plain = live_modern.request_of
-        live_modern.request_of = lambda row, device, execution: (
-            r if "grads" not in (r := plain(row, device, execution)) else dict(r, grads=a.grads))
     pd.set_option("display.width", 250)
     for name, (gpu, folder) in live_modern.RECORDED.items():
         steps = pd.read_csv(ROOT / folder / "modern_steps.csv")
-        p = live_modern.predict_steps(steps, gpu, ("neusight", "roofline"), seeds, False)
+        p = live_modern.predict_steps(steps, gpu, ("neusight", "roofline"), seeds, False, grads=a.grads)
         m = live_modern.step_mape(p)
         cols = [c for c in m.columns if c.startswith("mean")] + ["min pooled", "max pooled"]
         print(f"\n{name} ({gpu}), grads {a.grads}, seeds {list(seeds)}")

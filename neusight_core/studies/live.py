@@ -179,7 +179,8 @@ NOT_POSSIBLE = "not possible: "
 def predict_case(case: "LiveCase", device_name: str, **kw) -> tuple[dict | None, str | None]:
     """latency.predict_model's headline numbers for ``case`` on ``device_name``, or (None, reason); in the paper's
     setting (eager attention, the kernel sum: ``scenario.PAPER``, what these sections measure) but for the
-    gradients, which ``model_callable``'s step sets to None after each step (``grads`` fresh), unless ``kw`` says otherwise."""
+    gradients, which ``model_callable``'s step sets to None after each step (``grads`` fresh), unless ``kw`` says
+    otherwise."""
     from neusight_core import latency
     from neusight_core.scenario import PAPER
     try:

@@ -38,6 +38,7 @@ from neusight_core.schema import Precision
 MODERN_MODELS = ("llama3_2_1b", "qwen2_5_1_5b", "llama2_7b", "llama3_8b")
 STEP_PHASES = ("prefill", "decode", "train")
 MEASURED_ATTENTIONS = ("sdpa", "eager")
+STEP_KEY = ["model", "phase", "batch", "seq", "attention"]       # what names one measured step
 STEP_COLUMNS = ("model", "phase", "batch", "seq", "attention", "status", "reason", "events_ms", "wall_ms", "host_ms",
            "graph_ms", "graph_status", "kernel_ms", "kernels", "attention_kernels", "peak_gib")
 
@@ -351,36 +352,37 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
 VARIANTS = {"graph": ("kernel_ms", "graph"), "eager": ("wall_ms", "eager"), "before": ("wall_ms", "before")}
 
 
-def request_of(row, device: str, execution: str) -> dict:
+def request_of(row, device: str, execution: str, grads: str = "fresh") -> dict:
     """The engine request of a measured step (``modern_steps.csv`` row): prefill = inference of ``seq`` tokens,
     decode = one token on a KV cache of ``seq``, train = forward + backward of ``seq`` tokens from no gradients
-    (``step_callable`` sets them to None after each step: ``grads`` fresh); BF16. "before": what the tool answered
-    before it modelled today's steps (the paper's setting)."""
+    (``step_callable`` sets them to None after each step: ``grads`` fresh; ``accumulate`` for the answer before
+    that was modelled); BF16. "before": what the tool answered before it modelled today's steps (the paper's
+    setting)."""
     phase, s = row["phase"], int(row["seq"])
     req = dict(model=row["model"], device=device, batch=int(row["batch"]), dtype=Precision.BF16,
                mode="train" if phase == "train" else "inf", seq=1 if phase == "decode" else s,
                past=s if phase == "decode" else 0)
     if execution == "before":
         return dict(req, **PAPER)
-    return dict(req, attention=row["attention"], execution=execution, grads="fresh")
+    return dict(req, attention=row["attention"], execution=execution, grads=grads)
 
 
 def predict_steps(steps, device: str = "H100", predictors=("neusight", "roofline"), seeds=(0,),
-                  quick: bool = False):
+                  quick: bool = False, grads: str = "fresh"):
     """Every measured OK step x ``VARIANTS`` x predictor x seed through ``engine.predict``: one row each with
     ``measured_ms`` (the variant's measured column), ``predicted_ms``, ``error_pct`` and the prediction's host
-    time and verdict."""
+    time and verdict (``grads``: ``request_of``'s)."""
     import pandas as pd
     from neusight_core import engine, request
     ok = steps[steps["status"] == "OK"].reset_index(drop=True)
     frames = []
     for variant, (col, execution) in VARIANTS.items():
-        reqs = [request_of(r, device, execution) for r in ok.to_dict("records")]
+        reqs = [request_of(r, device, execution, grads) for r in ok.to_dict("records")]
         p = engine.predict(request.parse(reqs), list(predictors), seeds=seeds, quick=quick)
         n = len(ok)
         for j in range(len(p) // max(n, 1)):
             part = p.iloc[j * n:(j + 1) * n].reset_index(drop=True)
-            f = ok[["model", "phase", "batch", "seq", "attention"]].copy()
+            f = ok[STEP_KEY].copy()
             f["variant"], f["predictor"], f["seed"] = variant, part["predictor"], part["seed"]
             f["measured_ms"] = ok[col].astype(float)
             f["predicted_ms"] = part["e2e_ms"].astype(float)
@@ -417,7 +419,7 @@ def recorded_agreement() -> "pd.DataFrame":
     pooled, for the kernel sums and the eager wall times (``benchmarks/wall_reproducibility.py``)."""
     import pandas as pd
     from neusight_core import paths
-    key = ["model", "phase", "batch", "seq", "attention"]
+    key = STEP_KEY
     by_gpu: dict[str, list] = {}
     for name, (gpu, folder) in RECORDED.items():
         s = pd.read_csv(paths.REPO_ROOT / folder / "modern_steps.csv")
