@@ -182,7 +182,8 @@ class Family:
             return
         small = self._config(REDUCED_LAYERS) if self.reduced else self.content
         try:
-            samples = [self._trace(small, b, s) for b in self.sample_b for s in self.sample_s]
+            with trace_cache.reusing_models():       # one reduced model for all samples; the check builds its own
+                samples = [self._trace(small, b, s) for b in self.sample_b for s in self.sample_s]
             self._fit(samples)
             check_cfg = self._config(REDUCED_LAYERS + 1) if self.reduced else self.content
             for point in self.check_points:

@@ -7,6 +7,7 @@ site-packages (`pip install .`) has no repository around it and needs NEUSIGHT_H
 """
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from pathlib import Path
@@ -28,7 +29,19 @@ def home() -> Path:
         raise FileNotFoundError(
             f"neusight_core is installed without its checkout (in {REPO_ROOT}): set NEUSIGHT_HOME to the "
             "artifact's checkout (the folder with labels/ and artifacts/), or install it with `pip install -e <checkout>`")
-    return Path(REPO_ROOT if env is None else env).resolve()
+    return _resolved(str(REPO_ROOT if env is None else env))
+
+
+@functools.lru_cache(maxsize=16)
+def _absolute_resolved(p: str) -> Path:
+    return Path(p).resolve()
+
+
+def _resolved(p: str) -> Path:
+    """``Path(p).resolve()``, remembered for absolute paths: resolving costs system calls per path part, and home() is
+    asked for on every device look-up (thousands in a sweep). A relative path depends on the working folder, so it is
+    resolved each time."""
+    return _absolute_resolved(p) if os.path.isabs(p) else Path(p).resolve()
 
 
 def labels_dir() -> Path:
@@ -45,7 +58,7 @@ def trained_dir() -> Path:
     """Trained predictor weights (git-ignored), keyed by config and data checksum. NEUSIGHT_TRAINED moves
     them alone (``predictors.train_parallel`` hands its workers the folder this way)."""
     if os.environ.get("NEUSIGHT_TRAINED"):
-        return Path(os.environ["NEUSIGHT_TRAINED"]).resolve()
+        return _resolved(os.environ["NEUSIGHT_TRAINED"])
     return home() / "artifacts" / "trained"
 
 

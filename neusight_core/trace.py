@@ -21,6 +21,7 @@ module (``node.metadata``), and the dispatch mode reads it from the node being e
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import time
 import weakref
@@ -267,6 +268,27 @@ def _install_module_hooks(model, stack: list[str]):
     return handles
 
 
+_MODELS: dict | None = None     # while ``reusing_models`` is active: the models built so far, by what built them
+
+
+@contextlib.contextmanager
+def reusing_models(memo: dict | None):
+    """Within: ``trace_model`` builds each model (config, head, dtype, attention) once into ``memo`` and reuses it
+    (None: every trace builds its own, as outside).
+
+    Building the model on meta tensors was a sixth of a trace's time, and a derivation family traces one reduced
+    model at six or more (batch, seq) points (``derive.Family``). A reused model keeps no state from one trace to
+    the next that changes its kernels: its gradients are cleared after each trace, inputs and any KV cache are new;
+    and a family's check point traces a model built afresh (one more unit of layers), so a model that did keep
+    such state would fail the check and fall back to real traces."""
+    global _MODELS
+    outer, _MODELS = _MODELS, memo
+    try:
+        yield
+    finally:
+        _MODELS = outer
+
+
 def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
                 accumulate_grads: bool = True, authors_heads: bool = True, past: int = 0,
                 dtype: str = Precision.FP32, attention: str = "eager") -> pd.DataFrame:
@@ -338,7 +360,15 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     if maxpos is not None and seq + past > maxpos:
         raise TraceError(f"seq {seq + past} exceeds the model's {maxpos} positions ({cfg.model_type})")
     train = mode == "train"
-    model = build_model(cfg, mode if authors_heads else None, dtype, attention)
+    head = mode if authors_heads else None
+    key = None if _MODELS is None else (cfg.name_or_path, json.dumps(cfg.to_dict(), sort_keys=True, default=str),
+                                         head, dtype, attention)
+    if key is not None and key in _MODELS:
+        model, cfg = _MODELS[key]          # the config as building the model left it (use_cache, dtype set)
+    else:
+        model = build_model(cfg, head, dtype, attention)
+        if key is not None:
+            _MODELS[key] = (model, cfg)
     model.train(train)  # dropout kernels only in training (eval() makes dropout an identity)
     switch_routing_stand_in(model)
     params = dict(model.named_parameters())
@@ -382,6 +412,8 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     finally:
         for h in handles:
             h.remove()
+        for p in params.values():     # a reused model starts the next step as a new one did: no gradients
+            p.grad = None
     kw.clear()
     out = loss = None  # noqa: F841 - the step's outputs die here, as in a serving/training loop
     rec.closed = True

@@ -22,6 +22,7 @@ version comes from the installed package's metadata).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -195,6 +196,24 @@ def canonical_buffers(kernels: pd.DataFrame) -> pd.DataFrame:
     return kernel_table.carry(out, kernels)
 
 
+_MODELS: dict | None = None      # the models that traces within ``reusing_models`` share (trace.reusing_models)
+
+
+@contextlib.contextmanager
+def reusing_models():
+    """Traces built within share their meta models (``trace.reusing_models``); a cache hit builds none, and
+    torch is not imported here for it."""
+    global _MODELS
+    outer = _MODELS
+    if outer is None:
+        _MODELS = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _MODELS = None
+
+
 def trace(model, batch: int, seq: int, mode: str = "inf", **kw) -> pd.DataFrame:
     """``trace.trace_model`` through the cache (same arguments, same table; buffer keys renumbered)."""
     args = trace_kwargs(batch, seq, mode, **kw)
@@ -202,6 +221,7 @@ def trace(model, batch: int, seq: int, mode: str = "inf", **kw) -> pd.DataFrame:
 
     def build():
         from neusight_core import trace as _trace
-        return canonical_buffers(_trace.trace_model(model, **args))
+        with _trace.reusing_models(_MODELS):
+            return canonical_buffers(_trace.trace_model(model, **args))
 
     return cached(key, build)

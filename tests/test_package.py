@@ -155,3 +155,19 @@ def test_no_import_cycle_in_the_package():
     r = subprocess.run([sys.executable, str(tool), str(paths.REPO_ROOT / "neusight_core")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "0 cycle(s)" in r.stdout
+
+
+def test_home_follows_neusight_home_and_a_relative_one_the_working_folder(tmp_path, monkeypatch):
+    """home() is remembered per absolute path (it is asked on every device look-up), never across a relative one."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    (a / "x").mkdir(parents=True)
+    (b / "x").mkdir(parents=True)
+    monkeypatch.setenv("NEUSIGHT_HOME", str(a))
+    assert paths.home() == a.resolve()
+    monkeypatch.setenv("NEUSIGHT_HOME", str(b))
+    assert paths.home() == b.resolve()
+    monkeypatch.setenv("NEUSIGHT_HOME", "x")
+    monkeypatch.chdir(a)
+    assert paths.home() == (a / "x").resolve()
+    monkeypatch.chdir(b)
+    assert paths.home() == (b / "x").resolve()

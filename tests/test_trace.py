@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pandas as pd
 import pytest
 
 from neusight_core import aten_ops, kernel_table, trace
@@ -250,3 +251,26 @@ def test_decode_step_on_a_kv_cache(tmp_path):
         trace.trace_model(str(cfg), B, 1, "train", past=3)
     with pytest.raises(trace.TraceError, match="positions"):
         trace.trace_model(str(cfg), B, 8, "inf", past=60)
+
+
+@pytest.mark.parametrize("mode, grads", [("train", False), ("train", True), ("inf", True)])
+def test_a_reused_model_traces_as_a_new_one(mode, grads, monkeypatch):
+    """``reusing_models``: one model built for several (batch, seq) points, each table (and its memory timeline) as a
+    model built afresh gives; a gradient left by one training step must not turn the next into accumulation."""
+    built = []
+    real_build = trace.build_model
+    monkeypatch.setattr(trace, "build_model", lambda *a, **k: built.append(1) or real_build(*a, **k))
+    points = [(2, 8), (4, 16), (2, 8)]
+    fresh = [trace.trace_model(TINY_GPT2, b, s, mode, accumulate_grads=grads) for b, s in points]
+    assert len(built) == 3
+    built.clear()
+    with trace.reusing_models({}):
+        reused = [trace.trace_model(TINY_GPT2, b, s, mode, accumulate_grads=grads) for b, s in points]
+    assert len(built) == 1
+    for a, b in zip(fresh, reused):
+        cols = [c for c in a.columns if c not in ("reads", "writes")]   # buffer keys are storage addresses
+        pd.testing.assert_frame_equal(a[cols], b[cols])
+        ma, mb = kernel_table.info(a).memory, kernel_table.info(b).memory
+        assert ma["activation_peak_bytes"] == mb["activation_peak_bytes"] > 0
+        assert kernel_table.info(a).config == kernel_table.info(b).config
+    assert (fresh[0]["phase"] == "acc").any() == (mode == "train" and grads)
