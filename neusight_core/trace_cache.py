@@ -196,22 +196,22 @@ def canonical_buffers(kernels: pd.DataFrame) -> pd.DataFrame:
     return kernel_table.carry(out, kernels)
 
 
-_MODELS: dict | None = None      # the models that traces within ``reusing_models`` share (trace.reusing_models)
+_SHARED_MODELS: dict | None = None      # the models that traces within ``reusing_models`` share (trace.reusing_models)
 
 
 @contextlib.contextmanager
 def reusing_models():
     """Traces built within share their meta models (``trace.reusing_models``); a cache hit builds none, and
     torch is not imported here for it."""
-    global _MODELS
-    outer = _MODELS
+    global _SHARED_MODELS
+    outer = _SHARED_MODELS
     if outer is None:
-        _MODELS = {}
+        _SHARED_MODELS = {}
     try:
         yield
     finally:
         if outer is None:
-            _MODELS = None
+            _SHARED_MODELS = None
 
 
 def trace(model, batch: int, seq: int, mode: str = "inf", **kw) -> pd.DataFrame:
@@ -221,7 +221,7 @@ def trace(model, batch: int, seq: int, mode: str = "inf", **kw) -> pd.DataFrame:
 
     def build():
         from neusight_core import trace as _trace
-        with _trace.reusing_models(_MODELS):
+        with _trace.reusing_models(_SHARED_MODELS):
             return canonical_buffers(_trace.trace_model(model, **args))
 
     return cached(key, build)
