@@ -199,7 +199,7 @@ def _predict(a) -> int:
           f"{' fused' if a.fusion else ''}{plan} {a.dtype} {r['attention']} attention, {r['execution']} execution"
           f"{', ' + r['grads'] + ' gradients' if a.mode == 'train' else ''} "
           f"on {r['device']} ({r['predictor']})"
-          + ("" if a.dtype == Precision.FP32 else f"  [{a.dtype}: {_half_label(r['measured_share'], a.dtype)}]"))
+          + ("" if a.dtype == Precision.FP32 else f"  [{a.dtype}: {_half_label(r, a.dtype)}]"))
     if r["dtype_note"]:
         print(f"NOTE: {r['dtype_note']}")
     if r.get("conv_note"):
@@ -216,11 +216,14 @@ def _predict(a) -> int:
                        ("comm_ms", "comm"), ("comm_exposed_ms", "comm exposed")):
         if r.get(key):
             print(f"  {label:<11} {r[key]:12.3f} ms")
-    share = r["measured_share"] if any(r["measured_share"].values()) else {}     # none measured: the header says so
+    share, law = r["measured_share"], r.get("law_share", {})
+    if not any(share.values()) and not any(law.values()):
+        share = law = {}                                       # none measured: the header says so
     print("  by op class:" + (f"{'':18s}(share of the time from models trained on measured {a.dtype} kernels)"
                                if share else ""))
     for c, v in r["breakdown"].items():
-        tail = "" if not share else (f"   measured {100 * share[c]:3.0f} %" if share.get(c) else "   extrapolation")
+        tail = ("" if not share and not law else f"   measured {100 * share[c]:3.0f} %" if share.get(c)
+                else f"   memory law {100 * law[c]:3.0f} % (extrapolation)" if law.get(c) else "   extrapolation")
         print(f"    {c:<12} {v:12.3f} ms{tail}")
     for line in memory.format_footprint(mem):
         print("  " + line)
@@ -228,13 +231,18 @@ def _predict(a) -> int:
     return 0
 
 
-def _half_label(share: dict, dtype: str) -> str:
+def _half_label(r: dict, dtype: str) -> str:
     """What a bf16 / fp16 answer rests on, in the header line (the breakdown gives it per op class)."""
-    measured = [c for c, v in share.items() if v > 0]
-    if not measured:
+    measured = [c for c, v in r["measured_share"].items() if v > 0]
+    law = [c for c, v in r.get("law_share", {}).items() if v > 0 and c not in measured]
+    if not measured and not law:
         return "extrapolation, the predictors are validated on FP32"
-    return (f"{', '.join(measured)} from models trained on measured {dtype} kernels (checked on held-out GPUs, "
-            "notebook 07); the other kernels are extrapolations of FP32-trained models")
+    parts = [f"{', '.join(measured)} from models trained on measured {dtype} kernels (checked on held-out GPUs, "
+             "notebook 07)"] if measured else []
+    if law:
+        parts.append(f"{', '.join(law)} by a memory law fitted on measured {dtype} element-wise kernels (an "
+                     "extrapolation to other kinds)")
+    return "; ".join(parts) + "; any other kernels are extrapolations of FP32-trained models"
 
 
 def _add_question_options(p, many: bool) -> None:

@@ -66,7 +66,9 @@ def predict_model(model, device, batch: int, seq: int | None = None, mode: str =
     ``dtype_note`` ("" or the sentence of ``Device.precision_note``: this GPU has no tensor cores for
     ``dtype``, its GEMMs use the FP32 peak), ``measured_share`` (bf16 / fp16 only, else {}: per op class the share
     of its time answered by models trained on measured kernels of that precision, ``KernelPredictor.measured_rows``;
-    the rest is an extrapolation) and ``kernels`` (the kernel table with ``pred_ms``).
+    the rest is an extrapolation), ``law_share`` (the same for the rows a law fitted on measured kernels of that
+    precision answers, ``KernelPredictor.law_rows``: an extrapolation too, from one kind of kernel) and ``kernels``
+    (the kernel table with ``pred_ms``).
     """
     sc = scenario(model, device, batch, seq, mode, image_size=image_size, past=past, dtype=dtype, fusion=fusion, parallel=parallel, gpus=gpus, micro_batches=micro_batches,
                   link_gbs=link_gbs, attention=attention, execution=execution, grads=grads)
@@ -98,19 +100,21 @@ def predict_scenario(sc, predictor="neusight", quick: bool | None = None,
     out.update(trace_s=run.tables_s, predict_s=run.predict_s, kernels=kernels,
                device=dev.name, predictor=predictor if isinstance(predictor, str) else predictor.name,
                dtype=sc.dtype, dtype_note=dev.precision_note(sc.dtype), memory=run.memory[0],
-               conv_note=conv_note(kernels, predictor, quick), measured_share=measured_share(kernels, pred, sc.dtype))
+               conv_note=conv_note(kernels, predictor, quick), measured_share=measured_share(kernels, pred, sc.dtype),
+               law_share=measured_share(kernels, pred, sc.dtype, rows=pred.law_rows))
     return out
 
 
-def measured_share(kernels: pd.DataFrame, pred, dtype: str) -> dict:
+def measured_share(kernels: pd.DataFrame, pred, dtype: str, rows=None) -> dict:
     """{op class: share (0-1) of its predicted time answered by models trained on measured kernels of ``dtype``}
-    for a bf16 / fp16 table (``KernelPredictor.measured_rows``); {} for the other precisions."""
+    for a bf16 / fp16 table (``KernelPredictor.measured_rows``, or the ``rows`` method given, e.g. ``law_rows``);
+    {} for the other precisions."""
     if dtype not in schema.HALF_PRECISIONS or kernels.empty:
         return {}
     k = kernels.reset_index(drop=True)
     ms = k["pred_ms"].to_numpy(float) * k["count"].to_numpy(float)
     got = pd.DataFrame({"op_class": k["op_class"].astype(str).to_numpy(), "ms": ms,
-                        "measured": np.where(pred.measured_rows(k), ms, 0.0)}).groupby("op_class", sort=False).sum()
+                        "measured": np.where((rows or pred.measured_rows)(k), ms, 0.0)}).groupby("op_class", sort=False).sum()
     return {c: float(m / t) if t > 0 else 0.0 for c, m, t in zip(got.index, got["measured"], got["ms"])}
 
 

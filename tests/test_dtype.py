@@ -168,6 +168,33 @@ def test_a_half_precision_answer_says_which_kernels_rest_on_measured_kernels(cap
     out = capsys.readouterr().out
     assert "[bf16: LINEAR, ATTN from models trained on measured bf16 kernels" in out
     assert "measured 100 %" in out and "extrapolation" in out.split("by op class:")[1]
+
+
+def test_a_half_precision_answer_names_the_rows_the_memory_law_answers(capsys):
+    """bf16 with `neusight`: the BF16 memory-bound rows come from the memory law (fitted on measured bf16 element-wise
+    kernels), not from FP32-trained models; the answer says which share, and still calls it an extrapolation. The BF16
+    rows of a memory-bound class are law rows, its FP32 rows (upcasts) are not; no row is both measured and law."""
+    from neusight_core.__main__ import main
+    inf = latency.predict_model("llama2_7b", "H100", 1, 256, "inf", predictor="neusight", quick=True, dtype="bf16")
+    law, measured = inf["law_share"], inf["measured_share"]
+    assert 0.0 < law["VEC"] < 1.0 and law["MEM"] > 0.0 and law["LINEAR"] == 0.0 and law["ATTN"] == 0.0
+    assert all(law[c] + measured[c] <= 1.0 + 1e-12 for c in law)
+    from neusight_core import predictors
+    pred = predictors.get("neusight", quick=True)
+    k = inf["kernels"].reset_index(drop=True)
+    rows = pred.law_rows(k)
+    half = k["precision"].isin(["bf16", "fp16"]).to_numpy()
+    assert rows.any() and not (rows & ~half).any() and not (rows & pred.measured_rows(k)).any()
+    roof = latency.predict_model("llama2_7b", "H100", 1, 256, "inf", predictor="roofline", dtype="bf16")
+    assert set(roof["law_share"].values()) == {0.0}
+    assert latency.predict_model("gpt2_large", "H100", 1, 64, "inf", predictor="neusight", quick=True)["law_share"] == {}
+    assert main(["predict", "--model", "llama2_7b", "--device", "H100", "--batch", "1", "--seq", "256",
+                 "--dtype", "bf16", "--quick"]) == 0
+    out = capsys.readouterr().out
+    head, table = out.split("by op class:")
+    assert "by a memory law fitted on measured bf16 element-wise kernels" in head
+    vec = next(line for line in table.splitlines() if line.strip().startswith("VEC"))
+    assert "memory law" in vec and "(extrapolation)" in vec
     assert main(["predict", "--model", "llama2_7b", "--device", "H100", "--batch", "1", "--seq", "256",
                  "--dtype", "bf16", "--predictor", "roofline"]) == 0
     out = capsys.readouterr().out

@@ -160,8 +160,14 @@ class KernelPredictor(abc.ABC):
     def measured_rows(self, kernels: pd.DataFrame) -> np.ndarray:
         """Which rows of a table this predictor answers with a model trained on measured kernels of the row's own
         half precision (bf16 / fp16), so that notebook 07 checked it against held-out GPUs; every other
-        half-precision row is an extrapolation of FP32-trained models. None here: a predictor with such models
-        says so."""
+        half-precision row is an extrapolation (``law_rows``, or FP32-trained models). None here: a predictor with such
+        models says so."""
+        return np.zeros(len(kernels), bool)
+
+    def law_rows(self, kernels: pd.DataFrame) -> np.ndarray:
+        """Which half-precision rows this predictor answers by a stated law fitted on measured kernels of that
+        precision (``memory_law``) rather than by FP32-trained models: still an extrapolation for every kernel
+        other than the measured kind. None here."""
         return np.zeros(len(kernels), bool)
 
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:

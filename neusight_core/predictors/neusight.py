@@ -433,6 +433,13 @@ class NeuSightPredictor(KernelPredictor):
         k = self.as_gemm(kernels).reset_index(drop=True)
         return self.tc.handles(k) & ~attention_backward(k)
 
+    def law_rows(self, kernels: pd.DataFrame) -> np.ndarray:
+        """The BF16 / FP16 memory-bound rows the memory law answers (with the tensor-core networks, as ``predict``)."""
+        if self.tc is None or not self.use_tensor_core or not self.tc.nets:
+            return super().law_rows(kernels)
+        k = kernels.reset_index(drop=True)
+        return memory_law.answers(k) & ~self.measured_rows(k)
+
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         """As ``KernelPredictor.predict``; BF16 / FP16 GEMM (LINEAR, BMM) and fused-attention (ATTN) rows go
         through the tensor-core networks when the recipe has them (``tensor_core.network_of``), and with them the
