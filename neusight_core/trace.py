@@ -276,8 +276,9 @@ def reusing_models(memo: dict | None):
     """Within: ``trace_model`` builds each model (config, head, dtype, attention) once into ``memo`` and reuses it
     (None: every trace builds its own, as outside).
 
-    Building the model on meta tensors was a sixth of a trace's time, and a derivation family traces one reduced
-    model at six or more (batch, seq) points (``derive.Family``). A reused model keeps no state from one trace to
+    A derivation family traces one reduced model at six or more (batch, seq) points (``derive.Family``); building it
+    once cut its inference samples' time by 10-15 % (timed directly, GPT-2 Large, OPT-1.3B, Switch); training
+    samples, where the backward dominates, hardly move. A reused model keeps no state from one trace to
     the next that changes its kernels: its gradients are cleared after each trace, inputs and any KV cache are new;
     and a family's check point traces a model built afresh (one more unit of layers), so a model that did keep
     such state would fail the check and fall back to real traces."""
