@@ -55,7 +55,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import configs, derive_memory, kernel_table, trace_cache
+from neusight_core import configs, derive_memory, kernel_table, schema, trace_cache
 from neusight_core.interpolation import aux_weights, exact_inverse, lagrange_weights, seq_basis
 
 SAMPLE_B = (2, 4)          # batch 1 is its own family (some ops become views at batch 1): SAMPLE_B1
@@ -199,6 +199,8 @@ class Family:
                     why = derive_memory.check(self, real, point, (REDUCED_LAYERS + 1) * period if self.reduced else L)
                     if why:
                         self.memory, self.memory_reason = None, f"check failed: {why}"
+        except trace_cache.NotCached:
+            raise                        # asked for cached traces only (derive_pool): not a failure of the family
         except Exception as e:  # noqa: BLE001 - any failure: this family falls back to real traces
             self.ok = False
             self.reason = f"not derived: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
@@ -330,9 +332,8 @@ class Family:
         return out
 
     def _column_order(self):
-        from neusight_core import trace
-        rest = [c for c in self.struct_cols + self.num_cols if c not in trace.KERNEL_COLUMNS]
-        return list(trace.KERNEL_COLUMNS) + rest
+        rest = [c for c in self.struct_cols + self.num_cols if c not in schema.KERNEL_COLUMNS]
+        return list(schema.KERNEL_COLUMNS) + rest
 
     def _info(self, batch, seq, layers, seconds) -> kernel_table.TableInfo:
         """The derived table's record, its memory left as the sample's (``table`` sets the derived one)."""

@@ -1,6 +1,6 @@
 """What a kernel table describes: :class:`TableInfo`, one typed, immutable record per table.
 
-A kernel table is a DataFrame of kernels (``trace.KERNEL_COLUMNS``). What the rows alone do not say -- the model
+A kernel table is a DataFrame of kernels (``schema.KERNEL_COLUMNS``). What the rows alone do not say -- the model
 and its config, the step (batch, seq, past, mode, precision, attention), the parameters, the memory timeline, and
 what was done to the table after tracing (fusion, a parallel plan) -- is one :class:`TableInfo`, attached to the
 frame under ``frame.attrs["table"]`` and read with :func:`info`.

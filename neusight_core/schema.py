@@ -135,6 +135,11 @@ TENSOR_PRECISIONS = precisions(lambda p: p.has_tensor_peak)
 HALF_PRECISIONS = precisions(lambda p: p.is_half)
 ELEMENT_BYTES = {p.value: p.bytes for p in Precision}
 
+#: The kernel table's first columns, in order (``trace.trace_model`` fills them; docs/interfaces.md, "Kernel table").
+KERNEL_COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "flops",
+           "bytes_read", "bytes_written", "dtype", "module", "layer", "count",
+           "comm_kind", "comm_bytes", "overlap", "stage"]
+
 #: The columns of a CONV row's parameters (NaN on other rows): in- / out-channels, kernel side,
 #: input side, stride, padding, groups (docs/interfaces.md, "Kernel table").
 CONV_COLUMNS = ("conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups")

@@ -32,11 +32,8 @@ import pandas as pd
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from neusight_core.schema import OpClass, Precision
+from neusight_core.schema import KERNEL_COLUMNS, OpClass, Precision
 
-KERNEL_COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "flops",
-           "bytes_read", "bytes_written", "dtype", "module", "layer", "count",
-           "comm_kind", "comm_bytes", "overlap", "stage"]
 # Extra columns after KERNEL_COLUMNS: `reads` / `writes` = tuples of (buffer key, bytes) per kernel, the
 # data dependencies fusion.fuse needs (a key names one tensor buffer within one trace), and
 # `precision` (fp32 | tf32 | fp16 | bf16): the arithmetic the kernel runs in, which picks the GEMM peak.

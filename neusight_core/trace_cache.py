@@ -214,10 +214,31 @@ def reusing_models():
             _SHARED_MODELS = None
 
 
+class NotCached(LookupError):
+    """``trace`` within ``cached_only``: the table is not in the cache (nothing was traced)."""
+
+
+_CACHED_ONLY = False
+
+
+@contextlib.contextmanager
+def cached_only():
+    """Within: ``trace`` answers only what the cache holds and raises NotCached for the rest, so that work that needs
+    no new trace is found without importing torch (``derive_pool.build`` builds such families in its own process)."""
+    global _CACHED_ONLY
+    outer, _CACHED_ONLY = _CACHED_ONLY, True
+    try:
+        yield
+    finally:
+        _CACHED_ONLY = outer
+
+
 def trace(model, batch: int, seq: int, mode: str = "inf", **kw) -> pd.DataFrame:
     """``trace.trace_model`` through the cache (same arguments, same table; buffer keys renumbered)."""
     args = trace_kwargs(batch, seq, mode, **kw)
     key = make_key("trace", model, **args)
+    if _CACHED_ONLY and (os.environ.get("NEUSIGHT_TRACE_CACHE_OFF") or not entry_path(key).exists()):
+        raise NotCached(f"not in the trace cache: {configs.config_content(model).get('name')} b={batch} s={seq}")
 
     def build():
         from neusight_core import trace as _trace

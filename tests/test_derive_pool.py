@@ -66,8 +66,9 @@ def test_no_workers_once_cuda_is_initialised(fresh_families, monkeypatch):
 
 def test_workers_trace_with_torch_and_transformers_frozen_and_the_caller_keeps_its_collector(fresh_families,
                                                                                             monkeypatch):
-    """Each worker imports transformers' model code and freezes what is alive before its first family, so the
-    collector stops walking those objects while it traces; the calling process is left as it was."""
+    """Each worker has transformers' model code (the caller imports it before forking) and freezes what is alive
+    before its first family, so the collector stops walking those objects while it traces; the calling process is
+    left as it was."""
     import gc
     import sys
 
@@ -80,3 +81,30 @@ def test_workers_trace_with_torch_and_transformers_frozen_and_the_caller_keeps_i
     seen = [derive._FAMILIES[derive._family_key(**s)] for s in SPECS]
     assert all(frozen > 10_000 and imported for frozen, imported in seen), seen
     assert gc.get_freeze_count() == before
+
+
+def test_families_whose_traces_are_cached_are_built_here_without_torch(fresh_families, tmp_path):
+    """A second sweep of a grid: every family's traces are in the cache, so ``build`` reads them in this process
+    (no workers, and in a new process no torch import); the families are the ones the workers built."""
+    import os
+    import subprocess
+    import sys
+
+    from neusight_core import paths, trace_cache
+    assert derive_pool.build(SPECS, workers=2) == len(SPECS)          # cold: traced in workers
+    pooled = {k: derive._FAMILIES[derive._family_key(**s)] for k, s in enumerate(SPECS)}
+    derive._FAMILIES.clear()
+    assert derive_pool.build(SPECS, workers=2) == 0                   # warm: built here, from the cache
+    for k, spec in enumerate(SPECS):
+        here = derive._FAMILIES[derive._family_key(**spec)]
+        pts = POINTS[spec["batch_one"]]
+        pd.testing.assert_frame_equal(pooled[k].compact(pts), here.compact(pts), check_exact=True)
+    with trace_cache.cached_only(), pytest.raises(trace_cache.NotCached):
+        trace_cache.trace("gpt2_large", 3, 333, "inf")                 # a miss is not traced
+    code = ("import sys; from neusight_core import derive, derive_pool; "
+            f"specs = {SPECS!r}; n = derive_pool.build(specs, workers=2); "
+            "assert n == 0 and all(derive.family(**s).ok for s in specs), n; "
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=paths.REPO_ROOT,
+                       env={**os.environ})
+    assert r.returncode == 0, r.stderr[-2000:]
