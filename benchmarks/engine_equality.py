@@ -20,6 +20,7 @@ entry point answers for a fixed list of scenarios:
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
 import sys
 import time
@@ -147,7 +148,8 @@ NEW_FIELDS: set = set()
 def _compare(a, b, where: str, diffs: list):
     """Append (relative difference, where) for numbers; a string / NaN-placement mismatch is inf."""
     if isinstance(a, dict) and isinstance(b, dict):
-        a = {k: v for k, v in a.items() if not (k in NEW_FIELDS and k not in b)}
+        # flattened results name a nested field "field.key": the field's name is its first part
+        a = {k: v for k, v in a.items() if not (str(k).split(".")[0] in NEW_FIELDS and k not in b)}
     if isinstance(a, pd.DataFrame) and isinstance(b, pd.DataFrame):
         a = a.drop(columns=[c for c in a.columns if c in NEW_FIELDS and c not in b.columns])
     if isinstance(a, dict):
@@ -227,7 +229,7 @@ def main(argv=None) -> int:
     worst = sorted(diffs, key=lambda d: -d[0])
     n_bad = sum(d > 1e-9 for d, _ in diffs)
     print(f"{len(diffs)} number groups compared; max relative difference {worst[0][0]:.3g} ({worst[0][1]})")
-    for d, w in worst[:15]:
+    for d, w in worst[:int(os.environ.get("EQ_SHOW", 15))]:
         if d > 1e-9:
             print(f"  DIFFERENT {d:.3g}: {w}")
     print("EQUAL to 1e-9" if n_bad == 0 else f"{n_bad} groups differ by more than 1e-9")
