@@ -20,7 +20,6 @@ entry point answers for a fixed list of scenarios:
 from __future__ import annotations
 
 import argparse
-import os
 import pickle
 import sys
 import time
@@ -200,6 +199,7 @@ def main(argv=None) -> int:
     ap.add_argument("action", choices=["save", "check"])
     ap.add_argument("file", type=Path)
     ap.add_argument("--full", action="store_true", help="also the full weights (neusight 0-1, neusight-paper 0-2)")
+    ap.add_argument("--show", type=int, default=15, help="check: list this many of the largest differences")
     ap.add_argument("--new-fields", default="", help="check: comma-separated keys / columns the change added (left "
                                                       "out where the saved result lacks them)")
     a = ap.parse_args(argv)
@@ -229,7 +229,7 @@ def main(argv=None) -> int:
     worst = sorted(diffs, key=lambda d: -d[0])
     n_bad = sum(d > 1e-9 for d, _ in diffs)
     print(f"{len(diffs)} number groups compared; max relative difference {worst[0][0]:.3g} ({worst[0][1]})")
-    for d, w in worst[:int(os.environ.get("EQ_SHOW", 15))]:
+    for d, w in worst[:a.show]:
         if d > 1e-9:
             print(f"  DIFFERENT {d:.3g}: {w}")
     print("EQUAL to 1e-9" if n_bad == 0 else f"{n_bad} groups differ by more than 1e-9")

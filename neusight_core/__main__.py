@@ -222,8 +222,12 @@ def _predict(a) -> int:
     print("  by op class:" + (f"{'':18s}(share of the time from models trained on measured {a.dtype} kernels)"
                                if share else ""))
     for c, v in r["breakdown"].items():
-        tail = ("" if not share and not law else f"   measured {100 * share[c]:3.0f} %" if share.get(c)
-                else f"   memory law {100 * law[c]:3.0f} % (extrapolation)" if law.get(c) else "   extrapolation")
+        if share.get(c):
+            tail = f"   measured {100 * share[c]:3.0f} %"
+        elif law.get(c):
+            tail = f"   memory law {100 * law[c]:3.0f} % (extrapolation)"
+        else:
+            tail = "   extrapolation" if share or law else ""
         print(f"    {c:<12} {v:12.3f} ms{tail}")
     for line in memory.format_footprint(mem):
         print("  " + line)

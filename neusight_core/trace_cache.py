@@ -238,7 +238,7 @@ def trace(model, batch: int, seq: int, mode: str = "inf", **kw) -> pd.DataFrame:
     args = trace_kwargs(batch, seq, mode, **kw)
     key = make_key("trace", model, **args)
     if _CACHED_ONLY and (os.environ.get("NEUSIGHT_TRACE_CACHE_OFF") or not entry_path(key).exists()):
-        raise NotCached(f"not in the trace cache: {configs.config_content(model).get('name')} b={batch} s={seq}")
+        raise NotCached(f"not in the trace cache: {entry_path(key).name} (batch {batch}, seq {seq})")
 
     def build():
         from neusight_core import trace as _trace
