@@ -19,7 +19,7 @@ same configurations), the CLI. The stages:
    on disk too). Each table is reduced to its distinct kernels with launch counts (``compact_table``).
 3. **one predictor call per predictor x seed** over the distinct kernels of all tables x the devices that need
    them (the predictor splits the call by device and op class); COMM rows are timed by ``network.NetworkModel``;
-   in BF16 / FP16 scenarios no kernel takes less than the shortest measured kernel (``kernel_floor.py``).
+   in BF16 / FP16 scenarios no kernel takes less than the shortest measured kernel of its kind (``kernel_floor.py``).
 4. **aggregate**: sums by phase and op class, vectorised; tables with communication rows or pipeline stages go
    through :func:`aggregate` (exposed communication, the GPipe schedule).
 5. **memory**: ``memory.footprint`` of every traced table on its device; a derived table's footprint from its
@@ -323,9 +323,9 @@ class _Pool:
         # tables that need the full aggregation (communication or pipeline stages)
         self.slow_tab = {t for t in range(len(starts) - 1)
                          if comm_row[starts[t]:starts[t + 1]].any() or len(np.unique(stage[starts[t]:starts[t + 1]])) > 1}
-        # per scenario, the shortest a kernel can take: the floor in BF16 / FP16 scenarios (kernel_floor.py)
-        half = [ok[i] and r["dtype"] in schema.HALF_PRECISIONS for i, r in enumerate(norm)]
-        self.floor = np.where(half, kernel_floor.floor_ms() if any(half) else 0.0, 0.0)
+        # the shortest a row's kernel can take: its class's floor in BF16 / FP16 scenarios (kernel_floor.py), else 0
+        self.half = np.array([ok[i] and r["dtype"] in schema.HALF_PRECISIONS for i, r in enumerate(norm)], bool)
+        self.row_floor = kernel_floor.row_floor_ms(self.cls) if self.half.any() else np.zeros(len(rows))
 
 
 def _per_launch(p, seed, obj, quick, request, req_k, req_d, n_kid, dev_names, raise_errors=False):
@@ -387,14 +387,14 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
         cfg_of_row = np.repeat(np.arange(len(fast)), lens)
         offs = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens)
         r = np.repeat(starts[tab_of[fast]], lens) + offs
-        val = np.maximum(per_launch[kid[r], cfg_dev[fast][cfg_of_row]], ctx.floor[fast][cfg_of_row]) * count[r]
+        floor = ctx.row_floor[r] * ctx.half[fast][cfg_of_row]
+        val = np.maximum(per_launch[kid[r], cfg_dev[fast][cfg_of_row]], floor) * count[r]
         m = len(fast)
         for ph, col in (("fw", "fw_ms"), ("bw", "bw_ms"), ("acc", "acc_ms")):
             res[col][fast] = np.bincount(cfg_of_row, weights=np.where(phase[r] == ph, val, 0.0), minlength=m)
         for c in schema.OP_CLASSES:
             res[f"{c}_ms"][fast] = np.bincount(cfg_of_row, weights=np.where(cls[r] == c, val, 0.0), minlength=m)
-        res["comm_ms"][fast] = 0.0
-        res["comm_exposed_ms"][fast] = 0.0
+        res["comm_ms"][fast] = res["comm_exposed_ms"][fast] = 0.0
         res["e2e_ms"][fast] = res["fw_ms"][fast] + res["bw_ms"][fast] + res["acc_ms"][fast]
         kernels[fast] = np.bincount(cfg_of_row, weights=count[r], minlength=m)
     comm = {}
@@ -402,10 +402,10 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
         t = tab_of[i]
         if t not in ctx.slow_tab:
             continue
-        r = norm[i]
-        sub = rows.iloc[starts[t]:starts[t + 1]]
+        r, a, b = norm[i], starts[t], starts[t + 1]
+        sub = rows.iloc[a:b]
         try:
-            per = _comm_per_launch(ctx, i, np.maximum(per_launch[kid[starts[t]:starts[t + 1]], cfg_dev[i]], ctx.floor[i]))
+            per = _comm_per_launch(ctx, i, np.maximum(per_launch[kid[a:b], cfg_dev[i]], ctx.row_floor[a:b] * ctx.half[i]))
             comm[i] = per
             agg = aggregate(sub.assign(pred_ms=per * sub["count"].to_numpy(float)),
                             r["micro_batches"] if r["parallel"] == "pp" else 1)
@@ -495,6 +495,6 @@ def _kernels_of(ctx: _Pool, full, i, per_launch, comm, error) -> pd.DataFrame | 
         return None
     k = full[t]
     a, b = ctx.starts[t], ctx.starts[t + 1]
-    per = comm[i] if i in comm else np.maximum(per_launch[ctx.kid[a:b], ctx.cfg_dev[i]], ctx.floor[i])
+    per = comm[i] if i in comm else np.maximum(per_launch[ctx.kid[a:b], ctx.cfg_dev[i]], ctx.row_floor[a:b] * ctx.half[i])
     count = k["count"].fillna(1).to_numpy(float) if "count" in k else 1.0
     return k.assign(pred_ms=per[compact_codes(k)] * count)

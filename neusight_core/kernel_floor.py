@@ -8,7 +8,11 @@ most of them element-wise ops on one token's vectors, which the roofline puts at
 extrapolating below the smallest kernel they were trained on, at 0.001-0.3 us. So in a BF16 / FP16 scenario every
 kernel's time is at least the floor: the median over the database's training GPUs (the held-out ones stay sealed)
 of the shortest kernel measured on each, 2.41 us with package 0.12.0; ``DEFAULT_FLOOR_US`` without the database.
-One floor for every GPU, not one per GPU: a GPU that is not in the database has no measured floor, and a GPU
+Two floors, by kind of kernel: the GEMM floor above for every class that runs on tiles of the matrix units (and
+any other), and for element-wise, row-wise and copy kernels (``MEMORY_BOUND``) the shortest BF16 element-wise
+kernel of the same database, 1.27 us (median of 1.14-1.43 us). A vectorised add of one token's vector takes
+1.27 us on the lent H100 too (notebook 05, 2026-11-28); with the GEMM floor alone, the roughly 500 element-wise
+kernels of a small model's decode step were each predicted 2.41 us. One floor for every GPU, not one per GPU: a GPU that is not in the database has no measured floor, and a GPU
 feature that cannot change a kernel's speed must not change its prediction (a per-name floor made an
 H100 with more memory faster). It applies to every predictor's per-launch times (``engine``), as the host's launch
 cost does.
@@ -24,36 +28,64 @@ from __future__ import annotations
 
 import statistics
 
+import numpy as np
 import pandas as pd
+
+from neusight_core import schema
 
 #: The median of the training GPUs' shortest measured kernels (A100 SXM 2.454, H100 SXM 2.452, H200 2.367,
 #: L40S 1.650 us; aiconfigurator-core 0.12.0): used when the database is not installed.
 DEFAULT_FLOOR_US = 2.41
+#: The same for the memory-bound classes: the median of the shortest BF16 element-wise kernels the database measures
+#: (``measured_kernels.load_quantize``: H100 SXM 1.273, H200 1.143, L40S 1.434 us; package 0.12.0).
+DEFAULT_MEMORY_FLOOR_US = 1.27
+#: the classes whose floor is the element-wise one: element-wise, row-wise and copies (no GEMM or tensor-core tile)
+MEMORY_BOUND = schema.op_classes(lambda c: c.is_vector or c.is_memory)
 
-_FLOORS: dict | None = None
+_FLOORS: dict = {}
+
+
+def _measured(kind: str) -> dict[str, float]:
+    """{GPU name: shortest measured kernel, ms} of the database's training GPUs ({} without the database), of its
+    GEMMs (``kind`` "gemm") or its element-wise kernels ("memory"); read once per package version and cached with
+    the traces (``trace_cache``)."""
+    if kind not in _FLOORS:
+        from neusight_core import measured_kernels, trace_cache
+        if measured_kernels.unavailable():
+            _FLOORS[kind] = {}
+        else:
+            def build() -> pd.DataFrame:
+                g = (measured_kernels.load_gemm("training", features=False) if kind == "gemm"
+                     else measured_kernels.load_quantize("training"))
+                m = g.groupby("device")["latency_ms"].min()
+                return pd.DataFrame({"device": m.index.astype(str), "floor_ms": m.to_numpy(float)})
+            key = {"kind": "kernel-floor" if kind == "gemm" else "kernel-floor-memory",
+                   "package": measured_kernels.package_version() or "", "root": str(measured_kernels.data_root())}
+            f = trace_cache.cached(key, build)
+            _FLOORS[kind] = dict(zip(f["device"], f["floor_ms"].astype(float)))
+    return _FLOORS[kind]
 
 
 def floors() -> dict[str, float]:
-    """{GPU name: shortest measured kernel, ms} of the database's training GPUs ({} without the database); read once
-    per package version and cached with the traces (``trace_cache``)."""
-    global _FLOORS
-    if _FLOORS is None:
-        from neusight_core import measured_kernels, trace_cache
-        if measured_kernels.unavailable():
-            _FLOORS = {}
-        else:
-            def build() -> pd.DataFrame:
-                g = measured_kernels.load_gemm("training", features=False)
-                m = g.groupby("device")["latency_ms"].min()
-                return pd.DataFrame({"device": m.index.astype(str), "floor_ms": m.to_numpy(float)})
-            key = {"kind": "kernel-floor", "package": measured_kernels.package_version() or "",
-                   "root": str(measured_kernels.data_root())}
-            f = trace_cache.cached(key, build)
-            _FLOORS = dict(zip(f["device"], f["floor_ms"].astype(float)))
-    return _FLOORS
+    """{GPU name: shortest measured GEMM, ms} of the database's training GPUs ({} without the database)."""
+    return _measured("gemm")
 
 
-def floor_ms() -> float:
-    """The floor, ms: the median of ``floors()``, or ``DEFAULT_FLOOR_US`` without the database."""
-    f = floors()
-    return statistics.median(f.values()) if f else DEFAULT_FLOOR_US / 1e3
+def memory_floors() -> dict[str, float]:
+    """{GPU name: shortest measured element-wise kernel, ms} of the database's training GPUs ({} without it)."""
+    return _measured("memory")
+
+
+def floor_ms(memory_bound: bool = False) -> float:
+    """The floor, ms: the median of ``floors()`` (of ``memory_floors()`` for a memory-bound class), or the
+    documented default without the database."""
+    f = memory_floors() if memory_bound else floors()
+    if f:
+        return statistics.median(f.values())
+    return (DEFAULT_MEMORY_FLOOR_US if memory_bound else DEFAULT_FLOOR_US) / 1e3
+
+
+def row_floor_ms(op_class) -> np.ndarray:
+    """Per kernel row of classes ``op_class`` (an array): its floor, ms (``MEMORY_BOUND`` rows the element-wise one)."""
+    mem = np.isin(np.asarray(op_class, dtype=object), MEMORY_BOUND)
+    return np.where(mem, floor_ms(memory_bound=True), floor_ms())

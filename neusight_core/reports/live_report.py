@@ -58,7 +58,7 @@ def flat_table(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-RECORDED_RUNS = "docs/tier2.md (H100 and H200, 2026-11-26 and 2026-11-27)"
+RECORDED_RUNS = "docs/tier2.md (H100 and H200, 2026-11-26 to 2026-11-28)"
 
 
 def summary_markdown(r: dict, quick: bool = False) -> str:

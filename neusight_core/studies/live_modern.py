@@ -407,16 +407,21 @@ def step_mape(pred):
     return out
 
 
-#: The recorded runs of this section (docs/tier2/<run>/modern_steps.csv): name -> (GPU, folder). Their decode steps
-#: append to the strided cache that the harness's crop left (``step_callable`` restores a contiguous one since).
+#: The recorded runs of this section (docs/tier2/<run>/modern_steps.csv): name -> (GPU, folder). The runs of
+#: 2026-11-26 and -27 append their decode steps to the strided cache that the harness's crop left; from 2026-11-28
+#: on, ``step_callable`` restores a contiguous one, as a served cache is.
 RECORDED = {f"recorded {gpu} {day}": (gpu, f"docs/tier2/{day}-{gpu.lower()}-modern")
-            for day in ("2026-11-26", "2026-11-27") for gpu in ("H100", "H200")}
+            for day in ("2026-11-26", "2026-11-27", "2026-11-28") for gpu in ("H100", "H200")}
+RECORDED["recorded H100 2026-11-28 (2)"] = ("H100", "docs/tier2/2026-11-28-h100-modern-2")   # same machine, 2 min on
+#: the runs whose decode steps appended to a strided cache: compared with each other only (``recorded_agreement``)
+STRIDED_APPENDS = {n for n in RECORDED if "2026-11-28" not in n}
 
 
 def recorded_agreement() -> "pd.DataFrame":
     """The floor under any prediction of these steps: each recorded run's measurement taken as the prediction of
-    the other run of the same GPU kind (another machine, another day), MAPE % on their common OK steps, by phase and
-    pooled, for the kernel sums and the eager wall times (``benchmarks/wall_reproducibility.py``)."""
+    every other run of the same GPU kind and harness (``STRIDED_APPENDS``: another machine, another day, or the
+    same machine minutes later), MAPE % on their common OK steps, by phase and pooled, for the kernel sums and the
+    eager wall times (``benchmarks/wall_reproducibility.py``)."""
     import pandas as pd
     from neusight_core import paths
     key = STEP_KEY
@@ -427,7 +432,7 @@ def recorded_agreement() -> "pd.DataFrame":
     rows = []
     for gpu, runs in by_gpu.items():
         for na, a in runs:
-            for nb, b in [r for r in runs if r[0] != na]:
+            for nb, b in [r for r in runs if r[0] != na and (r[0] in STRIDED_APPENDS) == (na in STRIDED_APPENDS)]:
                 for col, what in (("kernel_ms", "kernel sums"), ("wall_ms", "eager walls")):
                     m = a[key + [col]].merge(b[key + [col]], on=key, suffixes=("_a", "_b")).dropna()
                     ape = (m[f"{col}_a"] / m[f"{col}_b"] - 1).abs() * 100

@@ -30,8 +30,8 @@ def rows() -> pd.DataFrame:
 
 
 def floored(ms) -> np.ndarray:
-    """Per-launch ms with the engine's BF16 kernel floor, as every BF16 answer has it."""
-    return np.maximum(np.asarray(ms, float), kernel_floor.floor_ms())
+    """Per-launch ms with the engine's BF16 floor of element-wise kernels, as every BF16 answer has it."""
+    return np.maximum(np.asarray(ms, float), kernel_floor.floor_ms(memory_bound=True))
 
 
 def left_out_ms(train: pd.DataFrame, kernels: pd.DataFrame, device: str, l2_share: float = memory_law.L2_SHARE,
