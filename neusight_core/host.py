@@ -30,13 +30,15 @@ import numpy as np
 #: 7.87 and 11.55 us per launch in two runs, the same op on a CPU tensor 4.02 and 6.34 us: 3.85 and 5.21 us more.
 CUDA_LAUNCH_EXTRA_US = 4.5
 
-#: The default per-launch host cost h (us): this module's calibration on our 2-core test machine (an Intel Xeon
-#: with AVX-512, torch 2.13, 2026-11-26: 7.6 us per traced kernel of the tiny decoder, three runs within 0.1 us) times the host-speed ratio
-#: between the lent H100's host and that machine on the same CPU micro-benchmark (``x.add_(1)``: 4.02-6.34 us
-#: there, 2.55 us here: 1.6-2.5, taken as 2.0), plus CUDA_LAUNCH_EXTRA_US. No end-to-end measurement set it.
-#: Hosts differ: two H100 machines (measured 2026-11-26) ran the same decode step at 20.7 and 34.8 ms. Give yours with
-#: NEUSIGHT_HOST_LAUNCH_US (or ``calibrate()`` on it).
-DEFAULT_LAUNCH_US = 19.7     # 7.6 x 2.0 + 4.5
+#: The default per-launch host cost h (us): this module's calibration run on the GPU (``calibrate(cuda=True)``, the
+#: tiny Llama's eager decode step) on the lent machines of 2026-11-28: 32.4 and 25.5 us on one H100 host two runs
+#: apart, 26.2 us on an H200 host (docs/tier2/2026-11-28-*-modern/modern_host.json); the median. Only the
+#: calibration set it, not the steps those runs timed. Until then it was the same calibration on CPU tensors on our
+#: 2-core test machine scaled to the lent hosts (7.6 us x 2.0 + CUDA_LAUNCH_EXTRA_US = 19.7 us), which the recorded
+#: host-bound steps showed to undercount the library work of a GPU launch (docs/tier2.md). Hosts differ: two H100
+#: machines (2026-11-26) ran the same decode step at 20.7 and 34.8 ms. Give yours with NEUSIGHT_HOST_LAUNCH_US (or
+#: ``neusight host`` on it).
+DEFAULT_LAUNCH_US = 26.2
 
 
 def launch_us() -> float:

@@ -187,7 +187,7 @@ def test_the_host_verb_measures_and_says_how_to_use_it(capsys, monkeypatch):
     out = capsys.readouterr().out
     import torch
     assert ("no CUDA GPU here" in out) == (not torch.cuda.is_available())    # a GPU's launch is measured there
-    assert "in use now: 19.7 us (the default" in out
+    assert f"in use now: {host.DEFAULT_LAUNCH_US} us (the default" in out
     export = next(x for x in out.splitlines() if "export NEUSIGHT_HOST_LAUNCH_US=" in x)
     us = float(export.split("=")[1])
     assert us > host.CUDA_LAUNCH_EXTRA_US
