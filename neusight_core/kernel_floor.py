@@ -10,19 +10,19 @@ kernel's time is at least the floor: the median over the database's training GPU
 of the shortest kernel measured on each, 2.41 us with package 0.12.0; ``DEFAULT_FLOOR_US`` without the database.
 Two floors, by kind of kernel: the GEMM floor above for every class that runs on tiles of the matrix units (and
 any other), and for element-wise, row-wise and copy kernels (``MEMORY_BOUND``) the shortest BF16 element-wise
-kernel of the same database, 1.27 us (median of 1.14-1.43 us). A vectorised add of one token's vector takes
-1.27 us on the lent H100 too (notebook 05, 2026-11-28); with the GEMM floor alone, the roughly 500 element-wise
-kernels of a small model's decode step were each predicted 2.41 us. One floor for every GPU, not one per GPU: a GPU that is not in the database has no measured floor, and a GPU
-feature that cannot change a kernel's speed must not change its prediction (a per-name floor made an
-H100 with more memory faster). It applies to every predictor's per-launch times (``engine``), as the host's launch
+kernel of the same database, 1.27 us (median of 1.14-1.43 us). One floor of each kind for every GPU, not one per
+GPU: a GPU that is not in the database has no measured floor, and a GPU feature that cannot change a kernel's
+speed must not change its prediction (a per-name floor made an H100 with more memory faster). It applies to every predictor's per-launch times (``engine``), as the host's launch
 cost does.
 
 Only BF16 / FP16 scenarios: the paper's FP32 reproduction (Tier 0/1) stays as published; its
 networks learned the release's timings, which start at 24 us per kernel (launch included).
 
 Where it came from: the decode steps of notebook 05's recorded runs (docs/tier2.md) missed by 45 % against their
-kernel sums, with a thousand kernels predicted under 1 us. The floor's value comes from the database, not from
-those runs; but those runs' numbers after this change are no independent check of it.
+kernel sums, with a thousand kernels predicted under 1 us. The element-wise floor came from the runs of 2026-11-28,
+where small models' decode steps came out up to 39 % too slow with about 500 element-wise kernels each at 2.41 us,
+and a vectorised add of one token's vector took 1.27 us. Both values come from the database, not from those runs;
+but those runs' numbers after each change are no independent check of it.
 """
 from __future__ import annotations
 
