@@ -12,8 +12,8 @@ Two floors, by kind of kernel: the GEMM floor above for every class that runs on
 any other), and for element-wise, row-wise and copy kernels (``MEMORY_BOUND``) the shortest BF16 element-wise
 kernel of the same database, 1.27 us (median of 1.14-1.43 us). One floor of each kind for every GPU, not one per
 GPU: a GPU that is not in the database has no measured floor, and a GPU feature that cannot change a kernel's
-speed must not change its prediction (a per-name floor made an H100 with more memory faster). It applies to every predictor's per-launch times (``engine``), as the host's launch
-cost does.
+speed must not change its prediction (a per-name floor made an H100 with more memory faster). It applies to every
+predictor's per-launch times (``engine``), as the host's launch cost does.
 
 Only BF16 / FP16 scenarios: the paper's FP32 reproduction (Tier 0/1) stays as published; its
 networks learned the release's timings, which start at 24 us per kernel (launch included).
