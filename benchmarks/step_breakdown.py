@@ -1,8 +1,9 @@
 """Where a recorded step's kernel-sum miss lies: GEMMs, fused attention, and the rest (element-wise, norms, copies).
 
 Per OK step of a recorded modern run (``live_modern.RECORDED``): the measured time of its GEMM and fused-attention
-kernels (named in ``modern_kernels.json``, each step's 12 kernels of most time, which hold every large GEMM and
-attention kernel of these steps), the rest as the step's kernel sum less those two, and `neusight`'s prediction of
+kernels (named in ``modern_kernels.json``, each step's kernels of most time: 12 in the runs up to 2026-11-28, which
+miss some steps' smaller GEMM or attention kernels, e.g. a batch-8 prefill's attention; ``live_modern.TOP_KERNELS``
+since), the rest as the step's kernel sum less those two, and `neusight`'s prediction of
 the same three parts (by op class: LINEAR + BMM, ATTN, the others), with its kernel floor, seed 0 of the full
 weights. Validation only: nothing here sets a parameter.
 
