@@ -24,7 +24,7 @@ MIN_MS = 0.3
 
 def kind(name: str) -> str:
     n = name.lower()
-    if any(w in n for w in ("nvjet", "gemm", "cutlass")):
+    if any(w in n for w in ("nvjet", "gemm", "cutlass", "gemv")):
         return "GEMM"
     if any(w in n for w in ATTENTION_KERNEL_WORDS):
         return "fused attention"
