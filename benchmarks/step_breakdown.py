@@ -24,16 +24,14 @@ import pandas as pd  # noqa: E402
 from neusight_core import engine, request  # noqa: E402
 from neusight_core.schema import OpClass  # noqa: E402
 from neusight_core.studies import live_modern  # noqa: E402
+from kernel_ratio_h200_h100 import kind  # noqa: E402 - this folder: the one sorting of kernel names by kind
 
 PARTS = ("GEMM", "attention", "rest")
 
 
 def part_of_kernel(name: str) -> str:
-    """The part a measured kernel (by its CUDA name) belongs to."""
-    n = name.lower()
-    if any(w in n for w in ("nvjet", "gemm", "cutlass", "gemv")):
-        return "GEMM"
-    return "attention" if any(w in n for w in live_modern.ATTENTION_KERNEL_WORDS) else "rest"
+    """The part a measured kernel (by its CUDA name, as ``kernel_ratio_h200_h100.kind`` sorts it) belongs to."""
+    return {"GEMM": "GEMM", "fused attention": "attention"}.get(kind(name), "rest")
 
 
 def part_of_class(op_class: str) -> str:
