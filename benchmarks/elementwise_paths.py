@@ -1,0 +1,178 @@
+"""PyTorch's BF16 element-wise, cast and cat kernels timed alone on a GPU, by the path PyTorch runs them on.
+
+The memory law (predictors/memory_law.py) was fitted on NVIDIA's database, whose only element-wise kernel is a
+vectorised quantiser. Eager PyTorch runs an element-wise op on one of several kernels (ATen's
+``gpu_kernel_impl``): a vectorised one when every operand is contiguous and of one type, an unrolled one when a
+contiguous operand needs a type conversion, and a generic one (an offset computed per element) when an operand is a
+strided view or broadcast; ``cat`` has its own. Inside a recorded Llama prefill the generic and cat kernels ran at a
+third to a half of the law's bandwidth (docs/tier2.md). Here each kind of kernel a Llama step runs is timed alone,
+from 0.5 MB to 1.6 GB moved, with its path (``access``, as the tracer labels a row), so that a model of each path
+can be fitted on kernel measurements and the steps stay validation.
+
+Timer: CUDA events with the host ahead of the GPU (a ~0.5 ms ``torch.cuda._sleep`` is queued first, so that the
+start event waits for it and the kernel is already queued behind it): the kernel's time on the GPU, without the
+host's dispatch that one-launch event timings include (``queued_ms``; ``event_ms`` is the plain event timing, as
+notebook 05's sweep times, for comparison). Mean of the 5 fastest of 20 after 3 warm-ups. Also the GPU's own time
+per queued one-element launch, eager and in a CUDA graph (500 launches: fewer than the launch queue holds).
+
+    python benchmarks/elementwise_paths.py --out DIR          # on a GPU; on a CPU: a dry run on small tensors
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+#: name -> access path (the tracer's ``access`` column); a row-wise reduction is timed for reference only
+KINDS = {"mul": "contiguous", "silu": "contiguous", "clone": "contiguous", "pow_fp32": "contiguous",
+         "to_bf16": "contiguous", "weight_mul": "strided", "rsqrt_mul_fp32": "strided", "rotary_mul": "strided",
+         "rotary_add": "strided", "to_fp32": "upcast", "rotate_half": "cat", "kv_append": "cat",
+         "mean_fp32": "reduction"}
+HIDDEN, HEAD = 4096, 128
+SIZES = tuple(4 ** k for k in range(9, 15))          # elements of the output: 2^18 .. 2^28
+QUICK_SIZES = (2 ** 12, 2 ** 14)
+
+
+def kernel(kind: str, n: int, device: str):
+    """(callable, bytes read, bytes written) of ``kind`` with an output of ``n`` elements, bytes counted as the
+    tracer counts them (a broadcast operand once, a view's elements as it has them)."""
+    import torch
+    import torch.nn.functional as F
+    bf, f32 = torch.bfloat16, torch.float32
+    rows = max(1, n // HIDDEN)
+    h = n // rows
+
+    def t(*shape, dt=bf):
+        return torch.randn(*shape, device=device, dtype=dt)
+    if kind in ("mul", "silu", "clone", "to_fp32", "weight_mul"):
+        x = t(rows, h)
+        if kind == "mul":
+            y = t(rows, h)
+            return (lambda: x * y), 4 * n, 2 * n
+        if kind == "weight_mul":
+            w = t(h)
+            return (lambda: x * w), 2 * n + 2 * h, 2 * n
+        if kind == "to_fp32":
+            return (lambda: x.float()), 2 * n, 4 * n
+        return (lambda: F.silu(x)) if kind == "silu" else (lambda: x.clone()), 2 * n, 2 * n
+    if kind in ("pow_fp32", "to_bf16", "rsqrt_mul_fp32", "mean_fp32"):
+        x = t(rows, h, dt=f32)
+        if kind == "pow_fp32":
+            return (lambda: x.pow(2)), 4 * n, 4 * n
+        if kind == "to_bf16":
+            return (lambda: x.to(bf)), 4 * n, 2 * n
+        if kind == "rsqrt_mul_fp32":
+            r = t(rows, 1, dt=f32)
+            return (lambda: x * r), 4 * n + 4 * rows, 4 * n
+        return (lambda: x.mean(-1, keepdim=True)), 4 * n, 4 * rows
+    # Llama's rotary and cache shapes: (batch 1, heads, tokens, 128) from a (1, tokens, heads, 128) projection
+    seq = 2048
+    heads = max(1, n // (seq * HEAD))
+    s = n // (heads * HEAD)
+    q = t(1, s, heads, HEAD).transpose(1, 2)
+    if kind == "rotary_mul":
+        cos = t(1, 1, s, HEAD)
+        return (lambda: q * cos), 2 * n + 2 * s * HEAD, 2 * n
+    if kind == "rotary_add":
+        k = t(1, s, heads, HEAD).transpose(1, 2)
+        return (lambda: q + k), 4 * n, 2 * n
+    if kind == "rotate_half":
+        a, b = -q[..., HEAD // 2:], q[..., : HEAD // 2]
+        return (lambda: torch.cat((a, b), dim=-1)), 2 * n, 2 * n
+    if kind == "kv_append":
+        cache, new = t(heads, s - 1, HEAD), t(heads, 1, HEAD)
+        return (lambda: torch.cat([cache, new], dim=-2)), 2 * n, 2 * n
+    raise ValueError(f"unknown kind {kind!r} (one of {', '.join(KINDS)})")
+
+
+def timed_ms(fn, cuda: bool, queued: bool, warmup: int = 3, runs: int = 20, fastest: int = 5) -> float:
+    """Mean of the ``fastest`` of ``runs`` timings in ms (module docstring); the wall clock on a CPU."""
+    import torch
+    ts = []
+    for i in range(warmup + runs):
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if queued:
+                torch.cuda._sleep(1_000_000)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            ms = a.elapsed_time(b)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            ms = (time.perf_counter() - t0) * 1e3
+        if i >= warmup:
+            ts.append(ms)
+    return statistics.mean(sorted(ts)[:fastest])
+
+
+def queued_launch_us(n: int = 500, repeats: int = 5) -> dict:
+    """us per one-element ``add_`` on the GPU with ``n`` launches queued behind a sleep, eager and from a graph."""
+    import torch
+    x = torch.zeros(1, device="cuda")
+    s = torch.cuda.Stream()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        x.add_(1)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(g, stream=s):
+            for _ in range(n):
+                x.add_(1)
+    torch.cuda.synchronize()
+    eager, graph = [], []
+    for _ in range(repeats):
+        for out, body in ((eager, lambda: [x.add_(1) for _ in range(n)]), (graph, g.replay)):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(40_000_000)        # ~20 ms, longer than queueing n launches takes the host
+            a.record()
+            body()
+            b.record()
+            torch.cuda.synchronize()
+            out.append(a.elapsed_time(b) * 1e3 / n)
+    return {"eager_queued_us": statistics.median(eager), "graph_us": statistics.median(graph), "n": n}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    a = ap.parse_args(argv)
+    import pandas as pd
+    import torch
+    cuda = torch.cuda.is_available()
+    dev = "cuda" if cuda else "cpu"
+    rows = []
+    for kind in a.kinds.split(","):
+        for n in (SIZES if cuda else QUICK_SIZES):
+            try:
+                fn, r, w = kernel(kind, n, dev)
+                q = timed_ms(fn, cuda, True)
+                e = timed_ms(fn, cuda, False)
+                rows.append(dict(kind=kind, access=KINDS[kind], elements=n, bytes_read=r, bytes_written=w,
+                                 queued_ms=q, event_ms=e, achieved_gbs=(r + w) / (q * 1e6), status="OK"))
+            except Exception as ex:  # noqa: BLE001 - one kernel's failure costs the others nothing
+                rows.append(dict(kind=kind, access=KINDS.get(kind, ""), elements=n, status="ERROR",
+                                 reason=str(ex).splitlines()[0][:200]))
+            del fn
+            print(rows[-1], flush=True)
+        if cuda:
+            torch.cuda.empty_cache()
+    df = pd.DataFrame(rows)
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        df.to_csv(Path(a.out) / "elementwise_paths.csv", index=False)
+        if cuda:
+            import json
+            (Path(a.out) / "queued_launch.json").write_text(json.dumps(queued_launch_us(), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
