@@ -16,6 +16,7 @@ notebook 05's sweep times, for comparison). Mean of the 5 fastest of 20 after 3 
 per queued one-element launch, eager and in a CUDA graph (500 launches: fewer than the launch queue holds).
 
     python benchmarks/elementwise_paths.py --out DIR          # on a GPU; on a CPU: a dry run on small tensors
+    python benchmarks/elementwise_paths.py --fit              # memory_law.fit_paths on the recorded runs
 """
 from __future__ import annotations
 
@@ -28,11 +29,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-#: name -> access path (the tracer's ``access`` column); a row-wise reduction is timed for reference only
+#: name -> access path as timed on 2026-11-28 (the CSV's ``access``: "contiguous" = vectorised, "cat", "reduction";
+#: written by hand then). The fit reads the tracer's own label of each kind instead (``traced_access``), which differs
+#: for rotary_add (two transposed views laid out alike: vectorised, and timed at the law's rate) and kv_append (a
+#: contiguous cat: the law).
 KINDS = {"mul": "contiguous", "silu": "contiguous", "clone": "contiguous", "pow_fp32": "contiguous",
          "to_bf16": "contiguous", "weight_mul": "strided", "rsqrt_mul_fp32": "strided", "rotary_mul": "strided",
          "rotary_add": "strided", "to_fp32": "upcast", "rotate_half": "cat", "kv_append": "cat",
          "mean_fp32": "reduction"}
+#: the runs whose kernels ``fit`` reads: folder -> GPU
+RECORDED = {"docs/tier2/2026-11-28-h100-paths": "H100", "docs/tier2/2026-11-28-h200-modern-paths": "H200"}
+FP32_OUT = {"to_fp32", "pow_fp32", "rsqrt_mul_fp32", "mean_fp32"}
 HIDDEN, HEAD = 4096, 128
 SIZES = tuple(4 ** k for k in range(9, 15))          # elements of the output: 2^18 .. 2^28
 QUICK_SIZES = (2 ** 12, 2 ** 14)
@@ -139,11 +146,71 @@ def queued_launch_us(n: int = 500, repeats: int = 5) -> dict:
     return {"eager_queued_us": statistics.median(eager), "graph_us": statistics.median(graph), "n": n}
 
 
+def traced_access(kind: str) -> str:
+    """The tracer's ``access`` label (``aten_ops.access``) of ``kind``'s kernel, from small CPU tensors."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from neusight_core import aten_ops
+    seen = []
+
+    class Last(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            base = aten_ops._op_name(func)[0]
+            outs, ins = aten_ops.tensors_in(out), aten_ops.tensors_in((args, kwargs or {}))
+            c = aten_ops.classify(base, args, kwargs or {}, outs, ins)
+            if c is not None:
+                seen.append(aten_ops.access(base, c[0], ins, outs))
+            return out
+    fn, _, _ = kernel(kind, 2 * 2048 * HEAD, "cpu")
+    with Last():
+        fn()
+    return seen[-1]
+
+
+def recorded_kernels(runs=None):
+    """The recorded runs' kernels as kernel-table rows for ``memory_law.fit_paths`` (``access`` = the tracer's)."""
+    import pandas as pd
+    from neusight_core.schema import Precision
+    frames = []
+    for folder, gpu in (runs or RECORDED).items():
+        d = pd.read_csv(ROOT / folder / "elementwise_paths.csv")
+        d = d[d["status"] == "OK"].copy()
+        d["access"] = d["kind"].map({k: traced_access(k) for k in d["kind"].unique()})
+        d["precision"] = [Precision.FP32.value if k in FP32_OUT else Precision.BF16.value for k in d["kind"]]
+        d["op_class"] = "VEC"
+        d["measured_ms"], d["device"], d["run"] = d["queued_ms"], gpu, Path(folder).name
+        frames.append(d)
+    return pd.concat(frames, ignore_index=True)
+
+
+def fit_report() -> int:
+    """The paths' rates fitted on the recorded kernels, and each kind's error by the law with and without them."""
+    import numpy as np
+    import pandas as pd
+    from neusight_core.predictors import memory_law
+    k = recorded_kernels()
+    rates = memory_law.fit_paths(k)
+    print("fitted gamma (output elements / SM / cycle):", {p: round(g, 3) for p, g in rates.items()})
+    print("in use (memory_law.PATH_RATE):              ", memory_law.PATH_RATE)
+    big = k[k["elements"] >= memory_law.PATH_FIT_MIN_ELEMENTS].reset_index(drop=True)
+    law = memory_law.time_ms(big.assign(access=""), None)
+    paths = memory_law.time_ms(big, None)
+    big["law_ape"] = np.abs(law / big["measured_ms"] - 1) * 100
+    big["paths_ape"] = np.abs(paths / big["measured_ms"] - 1) * 100
+    pd.set_option("display.width", 200)
+    print(f"\nAPE % of kernels of >= {memory_law.PATH_FIT_MIN_ELEMENTS:,} elements (training data of the fit)")
+    print(big.groupby(["device", "access", "kind"])[["law_ape", "paths_ape"]].mean().round(1).to_string())
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--fit", action="store_true", help="fit the paths' rates on the recorded runs (no GPU)")
     a = ap.parse_args(argv)
+    if a.fit:
+        return fit_report()
     import pandas as pd
     import torch
     cuda = torch.cuda.is_available()

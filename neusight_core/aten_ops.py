@@ -232,3 +232,48 @@ def conv_rows(base: str, args, out) -> list[tuple] | None:
     if len(mask) > 2 and mask[2] and isinstance(gb, torch.Tensor):
         rows.append(("add", OpClass.VEC, cout, nan, nan, nan, B * o * o, float(gy.numel()), [gy], [gb], _NO_CONV))
     return rows
+
+
+# ATen's element-wise ops and copies run on one of several CUDA kernels (``gpu_kernel_impl``), and how fast depends
+# on which: BF16 kernels timed alone on an H100 and an H200 (docs/tier2/2026-11-28-*-paths) ran at the memory law's
+# rate when every operand was dense and laid out alike (vectorised), and at about one element per SM per cycle,
+# whatever they moved, when one was broadcast or strided (the generic kernel), converted to a wider type (the
+# unrolled kernel) or, for ``cat``, an input was a strided view (Llama's rotate_half). ``access`` names the path.
+ACCESS_PATHS = ("strided", "upcast", "strided_cat")
+_ELEMENTWISE_COPIES = {"_to_copy", "copy_", "copy", "clone", "contiguous"}
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether the tensor's elements fill its span without gaps or overlaps, in some order of its dims."""
+    if t.is_contiguous():
+        return True
+    dims = sorted((st, s) for s, st in zip(t.shape, t.stride()) if s != 1)
+    want = 1
+    for st, s in dims:
+        if st != want:
+            return False
+        want *= s
+    return True
+
+
+def access(base: str, op_class, ins: list, outs: list) -> str:
+    """The kernel path of an element-wise, copy or ``cat`` op (``ACCESS_PATHS``; "" = vectorised, or not such an
+    op): ``strided_cat`` for a ``cat`` with a non-contiguous input; ``strided`` when an operand is broadcast to the
+    output's shape or the operands are not all dense with the same strides (ATen then computes each element's
+    offsets); ``upcast`` when they are but an input has a narrower type than the output."""
+    if not outs or op_class not in (OpClass.VEC, OpClass.MEM):
+        return ""
+    if base == "cat":
+        return "strided_cat" if any(t.dim() > 0 and not t.is_contiguous() for t in ins) else ""
+    if not (base in BINARY or base in UNARY or base in _ELEMENTWISE_COPIES):
+        return ""
+    out = outs[0]
+    ops = [t for t in ins if t.dim() > 0] + [out]
+    if any(tuple(t.shape) != tuple(out.shape) for t in ops):
+        return "strided"
+    if not all(t.is_contiguous() for t in ops) and not (all(_dense(t) for t in ops)
+                                                         and len({tuple(t.stride()) for t in ops}) == 1):
+        return "strided"
+    if any(t.element_size() < out.element_size() for t in ops):
+        return "upcast"
+    return ""

@@ -5,12 +5,13 @@ them (Python, the module code, the dispatcher, the CUDA launch). The model, with
 and a per-launch host cost ``h``:
 
     graph execution (CUDA graphs, torch.compile with cudagraphs, serving engines):  step = t
-    eager execution:                                                               step = max(t, n h)
+    eager execution:                                                               step = max(t + n g, n h)
 
 ``max`` and not ``t + n h``: the host runs ahead of the GPU while kernels are long (the launch queue holds about
 a thousand), so its cost hides under the GPU's, and the GPU waits for the host while kernels are short. On the
 lent H100 (docs/tier2/2026-11-26-h100-modern) the host-bound steps' wall time was their host time (decode
-steps: 0.1-0.6 % apart) and the GPU-bound ones' was their kernel time plus 1-5 %.
+steps: 0.1-0.6 % apart) and the GPU-bound ones' was their kernel time plus 1-5 %. ``g`` is that remainder: what the
+GPU itself spends on each launch that does not come from a graph (:data:`EAGER_GAP_US`).
 
 ``h`` comes from a calibration any machine can run: :func:`calibrate` times one decode step of a tiny Hugging
 Face Llama (4 layers of width 64), whose kernels do almost nothing, and divides by the kernels the tracer counts
@@ -40,6 +41,13 @@ CUDA_LAUNCH_EXTRA_US = 4.5
 #: ``neusight host`` on it).
 DEFAULT_LAUNCH_US = 26.2
 
+#: The GPU's own cost per eager launch g (us): 500 one-element additions queued behind a sleeping kernel (the host
+#: ahead, so that only the GPU is timed) took 2.04 us each on the lent H100 and 1.71 us on the lent H200
+#: (2026-11-28), the same kernels replayed from a CUDA graph 1.03 and 0.90 us (docs/tier2/2026-11-28-h100-paths,
+#: -h200-modern-paths, ``queued_launch.json``): 1.01 and 0.81 us more per launch; the mean. A kernel measurement:
+#: the steps' walls did not set it (they showed the effect: GPU-bound eager steps took 1-5 % more than their kernels).
+EAGER_GAP_US = 0.91
+
 
 def launch_us() -> float:
     """The per-launch host cost in use: ``NEUSIGHT_HOST_LAUNCH_US`` if set (a positive number of us), else
@@ -58,12 +66,15 @@ def launch_us() -> float:
 
 def step_ms(kernel_ms, launches, execution, per_launch_us: float | None = None):
     """(step ms, host ms, host-bound) of steps with kernel sums ``kernel_ms`` and ``launches`` kernels, each
-    executed ``execution`` (eager | graph; arrays or scalars). Graph: the kernel sum, no host time."""
+    executed ``execution`` (eager | graph; arrays or scalars). Graph: the kernel sum, no host time. Eager: the GPU's
+    time (kernels plus ``EAGER_GAP_US`` per launch) or the host's, whichever is longer."""
     h = launch_us() if per_launch_us is None else float(per_launch_us)
     t = np.asarray(kernel_ms, dtype=float)
     eager = np.asarray(execution) == "eager"
-    host = np.where(eager, np.asarray(launches, dtype=float) * h / 1e3, 0.0)
-    return np.where(eager, np.maximum(t, host), t), host, eager & (host > t)
+    n = np.asarray(launches, dtype=float)
+    host = np.where(eager, n * h / 1e3, 0.0)
+    gpu = np.where(eager, t + n * EAGER_GAP_US / 1e3, t)
+    return np.maximum(gpu, host), host, eager & (host > gpu)
 
 
 def _tiny_llama():

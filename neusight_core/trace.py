@@ -53,7 +53,7 @@ _NO_ATTN = (math.nan,) * len(schema.ATTN_COLUMNS)   # the fused-attention geomet
 
 
 from neusight_core import fused_attention, meta_memo  # noqa: E402
-from neusight_core.aten_ops import (CONV, _NO_CONV, _nbytes, _op_name, classify, conv_rows, layer_of,  # noqa: E402
+from neusight_core.aten_ops import (CONV, _NO_CONV, _nbytes, _op_name, access, classify, conv_rows, layer_of,  # noqa: E402
                                    tensors_in)
 # the model on the meta device; hidden_size / num_layers / load_config are re-exported (callers read them here)
 from neusight_core.meta_model import (TORCH_DTYPES, build_model, cache_tensors, filled_cache,  # noqa: E402,F401
@@ -173,17 +173,18 @@ class _Recorder(TorchDispatchMode):
         # serial number, so a freed storage's key is never reused; no reference is held, so
         # AccumulateGrad still steals gradients and lifetimes stay those of eager PyTorch).
         self._append(phase, module, full, op_class, sub_op, (Bd, M, N, K, H), flops, read_t, outs,
-                     _NO_CONV + _NO_ATTN)
+                     _NO_CONV + _NO_ATTN, access(base, op_class, ins, outs))
         return out
 
-    def _append(self, phase, module, full, op_class, sub_op, dims, flops, read_t, write_t, extra) -> None:
-        """One kernel row; its dtype is that of its first output."""
+    def _append(self, phase, module, full, op_class, sub_op, dims, flops, read_t, write_t, extra,
+                path: str = "") -> None:
+        """One kernel row; its dtype is that of its first output; ``path``: ``aten_ops.access``."""
         reads = tuple((self._key(t), _nbytes(t)) for t in read_t)
         writes = tuple((self._key(t), _nbytes(t)) for t in write_t)
         self.rows.append((phase, full, op_class, sub_op, *dims, flops,
                           sum(b for _, b in reads), sum(b for _, b in writes),
                           str(write_t[0].dtype).replace("torch.", ""), module, layer_of(module),
-                          reads, writes) + extra)
+                          reads, writes) + extra + (path,))
 
     def _where(self) -> tuple[str, str]:
         """(phase, module) of the op being dispatched (backward: from the autograd node)."""
@@ -421,14 +422,14 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
 
         warnings.warn(f"{sum(rec.unclassified.values())} kernels of aten ops without an op class kept as "
                       f"UNCLASSIFIED (memory-bound): {dict(rec.unclassified)}", stacklevel=2)
-    df = pd.DataFrame.from_records(rec.rows, columns=KERNEL_COLUMNS[:15] + ["reads", "writes"] + list(schema.CONV_COLUMNS + schema.ATTN_COLUMNS))
+    df = pd.DataFrame.from_records(rec.rows, columns=KERNEL_COLUMNS[:15] + ["reads", "writes"] + list(schema.CONV_COLUMNS + schema.ATTN_COLUMNS) + ["access"])
     attn = df[list(schema.ATTN_COLUMNS)].astype(float) if (df["op_class"] == OpClass.ATTN).any() else None
     df["count"] = 1
     df["comm_kind"] = ""
     df["comm_bytes"] = 0.0
     df["overlap"] = False
     df["stage"] = 0
-    conv = df[list(schema.CONV_COLUMNS)].astype(float)
+    conv, paths = df[list(schema.CONV_COLUMNS)].astype(float), df["access"]
     df = df[KERNEL_COLUMNS + ["reads", "writes"]]
     for c in ("B", "M", "N", "K", "H", "flops", "bytes_read", "bytes_written"):
         df[c] = df[c].astype(float)
@@ -438,6 +439,8 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     df[list(schema.CONV_COLUMNS)] = conv
     if attn is not None:      # only tables with fused attention carry its columns (eager tables are unchanged)
         df[list(schema.ATTN_COLUMNS)] = attn
+    if dtype in schema.HALF_PRECISIONS:   # ATen's kernel path, which the memory law reads (FP32 tables are unchanged)
+        df["access"] = paths
     return kernel_table.attach(df, kernel_table.TableInfo(
         config=dict(cfg.to_dict(), name=cfg.name_or_path), model=cfg.name_or_path or cfg.model_type,
         model_class=type(model).__name__, batch=int(batch), seq=int(seq), past=int(past), mode=mode, dtype=dtype,

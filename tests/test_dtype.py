@@ -173,7 +173,8 @@ def test_a_half_precision_answer_says_which_kernels_rest_on_measured_kernels(cap
 def test_a_half_precision_answer_names_the_rows_the_memory_law_answers(capsys):
     """bf16 with `neusight`: the BF16 memory-bound rows come from the memory law (fitted on measured bf16 element-wise
     kernels), not from FP32-trained models; the answer says which share, and still calls it an extrapolation. The BF16
-    rows of a memory-bound class are law rows, its FP32 rows (upcasts) are not; no row is both measured and law."""
+    rows of a memory-bound class are law rows, and of its FP32 rows those on ATen's slower paths (upcasts, broadcast
+    products: the ``access`` column); no row is both measured and law."""
     from neusight_core.__main__ import main
     inf = latency.predict_model("llama2_7b", "H100", 1, 256, "inf", predictor="neusight", quick=True, dtype="bf16")
     law, measured = inf["law_share"], inf["measured_share"]
@@ -183,7 +184,7 @@ def test_a_half_precision_answer_names_the_rows_the_memory_law_answers(capsys):
     pred = predictors.get("neusight", quick=True)
     k = inf["kernels"].reset_index(drop=True)
     rows = pred.law_rows(k)
-    half = k["precision"].isin(["bf16", "fp16"]).to_numpy()
+    half = k["precision"].isin(["bf16", "fp16"]).to_numpy() | k["access"].ne("").to_numpy()
     assert rows.any() and not (rows & ~half).any() and not (rows & pred.measured_rows(k)).any()
     roof = latency.predict_model("llama2_7b", "H100", 1, 256, "inf", predictor="roofline", dtype="bf16")
     assert set(roof["law_share"].values()) == {0.0}

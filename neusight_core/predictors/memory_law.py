@@ -24,6 +24,18 @@ log time over the training GPUs' kernels (``fit``); the L2 threshold at exactly 
 never read here. It answers the BF16 / FP16 rows of the vector and memory classes of the ``neusight`` recipe
 (``neusight.NeuSightPredictor.predict``); an element-wise kernel other than a quantiser, a normalisation or a
 copy is an extrapolation of it: the database measures no other.
+
+**ATen's slower paths.** The quantiser is a vectorised kernel. Eager PyTorch runs an element-wise op, a copy or a
+``cat`` on a slower kernel when an operand is broadcast or strided, converted to a wider type, or (``cat``) a
+strided view (``aten_ops.access``, the table's ``access`` column in half-precision tables). Timed alone on an H100
+and an H200 (our kernel measurements, docs/tier2/2026-11-28-h100-paths and -h200-modern-paths), such kernels took
+the same time on both GPUs at every size from 16 M elements up, although the H200 has 1.43x the bandwidth: a
+per-element cost on the SMs. Such a row (any precision) takes
+
+    t = t0 + max(b / rate, n / (gamma * S * f))       n = the output's elements
+
+with gamma (elements per SM per cycle) per path fitted on those kernels (``fit_paths``, ``PATH_RATE``); on any
+other GPU, an extrapolation through its SMs and clock.
 """
 from __future__ import annotations
 
@@ -41,15 +53,29 @@ L2_SHARE = 1.0
 
 #: the classes it answers in half precision: element-wise, row-wise and copies (every memory-bound class)
 LAW_CLASSES = schema.op_classes(lambda c: c.is_vector or c.is_memory)
+#: gamma of each of ATen's slower paths (``aten_ops.ACCESS_PATHS``): output elements per SM per cycle, as
+#: ``fit_paths`` gives them on the recorded kernels (tests/test_access_paths.py checks that it does)
+PATH_RATE = {"strided": 1.376, "upcast": 1.341, "strided_cat": 0.918}
+#: the kernels ``fit_paths`` reads: at least this many output elements (the per-launch cost is under a tenth)
+PATH_FIT_MIN_ELEMENTS = 4 * 1024 * 1024
 
 _PARAMS: dict | None = None
 
 
 def answers(kernels: pd.DataFrame) -> np.ndarray:
-    """The rows the law answers: BF16 / FP16 rows of ``LAW_CLASSES`` (a table without a ``precision`` column is FP32)."""
+    """The rows the law answers: BF16 / FP16 rows of ``LAW_CLASSES`` (a table without a ``precision`` column is FP32),
+    and the rows of a half-precision table on one of ATen's slower paths (``access``), whatever their precision."""
     if "precision" not in kernels.columns:
         return np.zeros(len(kernels), bool)
-    return (kernels["precision"].isin(schema.HALF_PRECISIONS) & kernels["op_class"].isin(LAW_CLASSES)).to_numpy()
+    half = (kernels["precision"].isin(schema.HALF_PRECISIONS) & kernels["op_class"].isin(LAW_CLASSES)).to_numpy()
+    return half | (paths(kernels) != "")
+
+
+def paths(kernels: pd.DataFrame) -> np.ndarray:
+    """Each row's ``access`` path, "" where the table has none (FP32 tables) or the row is vectorised."""
+    if "access" not in kernels.columns:
+        return np.full(len(kernels), "", dtype=object)
+    return kernels["access"].fillna("").to_numpy(dtype=object)
 
 
 def device_rates(kernels: pd.DataFrame, device) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -94,8 +120,33 @@ def params() -> dict:
     return _PARAMS
 
 
-def time_ms(kernels: pd.DataFrame, device, p: dict | None = None) -> np.ndarray:
-    """ms per launch of each row by the law (``p``: its numbers, default ``params()``)."""
+def time_ms(kernels: pd.DataFrame, device, p: dict | None = None, rates: dict | None = None) -> np.ndarray:
+    """ms per launch of each row by the law (``p``: its numbers, default ``params()``), a row on one of ATen's slower
+    paths at least its output's elements at that path's rate (``rates``, default ``PATH_RATE``)."""
     p = params() if p is None else p
     bw, sm, l2 = device_rates(kernels, device)
-    return law_s(common.total_bytes(kernels), bw, sm, l2, p["t0_us"] * 1e-6, p["eta"], p["beta"]) * 1e3
+    t = law_s(common.total_bytes(kernels), bw, sm, l2, p["t0_us"] * 1e-6, p["eta"], p["beta"])
+    gamma = pd.Series(paths(kernels)).map(PATH_RATE if rates is None else rates).to_numpy(float)
+    slow = np.isfinite(gamma)
+    if slow.any():
+        elem = kernels["precision"].map(schema.ELEMENT_BYTES).fillna(4).to_numpy(float)
+        n = kernels["bytes_written"].to_numpy(float) / elem
+        t[slow] = np.maximum(t[slow], p["t0_us"] * 1e-6 + n[slow] / (gamma[slow] * sm[slow]))
+    return t * 1e3
+
+
+def fit_paths(kernels: pd.DataFrame, p: dict | None = None) -> dict:
+    """gamma of each path in ``kernels`` (columns ``access``, ``bytes_read``, ``bytes_written``, ``precision``,
+    ``measured_ms``, ``device``; rows of at least ``PATH_FIT_MIN_ELEMENTS`` output elements): least squares on log
+    time of ``time_ms``'s form, the law's own numbers fixed."""
+    from scipy.optimize import least_squares
+    out = {}
+    elem = kernels["precision"].map(schema.ELEMENT_BYTES).fillna(4).to_numpy(float)
+    big = kernels[kernels["bytes_written"].to_numpy(float) / elem >= PATH_FIT_MIN_ELEMENTS]
+    for path, k in big.groupby("access"):
+        if path not in PATH_RATE:
+            continue
+        y = np.log(k["measured_ms"].to_numpy(float))
+        res = least_squares(lambda g: np.log(time_ms(k, None, p, {path: g[0]})) - y, x0=[1.0], bounds=([0.01], [100.0]))
+        out[path] = float(res.x[0])
+    return out

@@ -415,7 +415,7 @@ def step_mape(pred):
 #: on, ``step_callable`` restores a contiguous one, as a served cache is.
 RECORDED = {f"recorded {gpu} {day}": (gpu, f"docs/tier2/{day}-{gpu.lower()}-modern")
             for day in ("2026-11-26", "2026-11-27", "2026-11-28") for gpu in ("H100", "H200")}
-RECORDED["recorded H100 2026-11-28 (2)"] = ("H100", "docs/tier2/2026-11-28-h100-modern-2")   # same machine, 2 min on
+RECORDED.update({f"recorded H100 2026-11-28 ({i})": ("H100", f"docs/tier2/2026-11-28-h100-modern-{i}") for i in (2, 3)})
 #: the runs whose decode steps appended to a strided cache: compared with each other only (``recorded_agreement``)
 STRIDED_APPENDS = {n for n in RECORDED if "2026-11-28" not in n}
 
