@@ -24,11 +24,15 @@ def geometry(sub_op: str, q, k, causal: bool) -> tuple[int, float, tuple]:
 class FusedAttentionFn(torch.autograd.Function):
     """A fused attention kernel on meta tensors: the output (and the softmax statistics a FlashAttention forward
     keeps for its backward, FP32 per query and head) are allocated as a GPU would, one ATTN row is recorded per
-    forward and one per backward, and no S x S score matrix ever exists."""
+    forward and one per backward, and no S x S score matrix ever exists. The output is laid out token-major
+    (batch, tokens, heads, d) behind its (batch, heads, tokens, d) shape, as cuDNN's and FlashAttention's kernels
+    write it: Hugging Face's ``transpose(1, 2).contiguous()`` after the call then copies nothing (the recorded
+    Llama-2-7B prefill on the lent H100 ran no such copy, docs/tier2.md)."""
 
     @staticmethod
     def forward(ctx, q, k, v, rec, causal):
-        o = q.new_empty(q.shape[:-1] + (v.shape[-1],))
+        b, h, s = q.shape[:-1]
+        o = q.new_empty((b, s, h, v.shape[-1])).transpose(1, 2)
         lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
         rec.add_attention("prefill" if q.shape[2] > 1 else "decode", q, k, v, [q, k, v], [o, lse], causal)
         ctx.save_for_backward(q, k, v, o, lse)

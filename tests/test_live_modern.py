@@ -92,7 +92,7 @@ def test_section_without_gpu_predicts_the_recorded_run(tmp_path):
     r = lm.section(tmp_path, quick=True, predictors=("roofline",))
     assert r["status"] == "SKIPPED" and "no CUDA GPU" in r["reason"]
     assert r["steps"] is None
-    assert set(r["pred"]["run"]) == set(lm.RECORDED) and len(lm.RECORDED) == 7
+    assert set(r["pred"]["run"]) == set(lm.RECORDED) and len(lm.RECORDED) == 8
     assert r["pred"]["predicted_ms"].notna().all()
     # each recorded run is predicted on its own GPU: the H200's faster memory gives it the smaller roofline
     p = r["pred"].query("variant == 'graph'").set_index(["run", "model", "phase", "batch", "seq", "attention"])

@@ -108,3 +108,18 @@ def test_notebook_07_table_scores_each_gpu_with_the_law_left_out_on_training_gpu
     # the left-out fit is not the all-GPU fit: on the left-out GPU its numbers differ
     h100 = long[long.device == GPUS[0]]
     assert not np.allclose(h100[h100.predictor == "law"].predicted_ms, h100[h100.predictor == "law, GPU left out"].predicted_ms)
+
+
+def test_a_table_of_several_gpus_is_answered_as_each_gpu_alone():
+    """The engine predicts with ``device=None`` and a device column. Until the eleventh session that path converted
+    BF16 element-wise rows to FP32 before splitting by GPU, so the law never answered them there (the FP32
+    networks did) while a call with one device used the law: both must give the same numbers."""
+    from neusight_core import predictors
+    p = predictors.get("neusight", quick=True)
+    k = tables.trace("llama2_7b", 1, 64, "inf", dtype="bf16", attention="sdpa").reset_index(drop=True)
+    both = pd.concat([k.assign(device="H100"), k.assign(device="H200")], ignore_index=True)
+    got = p.predict(both, None)
+    assert np.allclose(got[: len(k)], p.predict(k, "H100"), rtol=1e-12)
+    assert np.allclose(got[len(k):], p.predict(k, "H200"), rtol=1e-12)
+    law = memory_law.answers(k) & (k["op_class"] == "VEC").to_numpy()
+    assert law.any() and np.allclose(got[: len(k)][law], memory_law.time_ms(k[law], "H100"), rtol=1e-12)

@@ -445,10 +445,12 @@ class NeuSightPredictor(KernelPredictor):
         through the tensor-core networks when the recipe has them (``tensor_core.network_of``), and with them the
         BF16 / FP16 memory-bound rows through the memory law (``memory_law.answers``); 1 x 1 convolutions as GEMMs
         when the recipe says so (``as_gemm``)."""
+        if device is None:      # a table of several GPUs: each GPU's rows through this method, as given (split
+            return super().predict(kernels, None)   # before half_as_fp32, whose FP32 rows the law would not answer)
         kernels = self.as_gemm(kernels)
         out = super().predict(common.half_as_fp32(kernels), device)
-        if device is None or self.tc is None or not self.use_tensor_core or not self.tc.nets:
-            return out          # device None: super() predicted each GPU's rows through this method
+        if self.tc is None or not self.use_tensor_core or not self.tc.nets:
+            return out
         kernels = kernels.reset_index(drop=True)
         rows = np.flatnonzero(self.tc.handles(kernels))
         if rows.size:
