@@ -37,6 +37,9 @@ KINDS = {"mul": "contiguous", "silu": "contiguous", "clone": "contiguous", "pow_
          "to_bf16": "contiguous", "weight_mul": "strided", "rsqrt_mul_fp32": "strided", "rotary_mul": "strided",
          "rotary_add": "strided", "to_fp32": "upcast", "rotate_half": "cat", "kv_append": "cat",
          "mean_fp32": "reduction"}
+#: kinds timed after the fit (2026-11-28, third call), to check the path's rate on kernels it was not fitted on:
+#: rotate_half's negation of a strided half, and the copy of a transposed view into a contiguous one
+CHECK_KINDS = {"neg_half": "strided", "transpose_copy": "strided"}
 #: the runs whose kernels ``fit`` reads: folder -> GPU
 RECORDED = {"docs/tier2/2026-11-28-h100-paths": "H100", "docs/tier2/2026-11-28-h200-modern-paths": "H200"}
 FP32_OUT = {"to_fp32", "pow_fp32", "rsqrt_mul_fp32", "mean_fp32"}
@@ -91,10 +94,15 @@ def kernel(kind: str, n: int, device: str):
     if kind == "rotate_half":
         a, b = -q[..., HEAD // 2:], q[..., : HEAD // 2]
         return (lambda: torch.cat((a, b), dim=-1)), 2 * n, 2 * n
+    if kind == "neg_half":
+        half = q[..., HEAD // 2:]
+        return (lambda: -half), n, n
+    if kind == "transpose_copy":
+        return (lambda: q.contiguous()), 2 * n, 2 * n
     if kind == "kv_append":
         cache, new = t(heads, s - 1, HEAD), t(heads, 1, HEAD)
         return (lambda: torch.cat([cache, new], dim=-2)), 2 * n, 2 * n
-    raise ValueError(f"unknown kind {kind!r} (one of {', '.join(KINDS)})")
+    raise ValueError(f"unknown kind {kind!r} (one of {', '.join({**KINDS, **CHECK_KINDS})})")
 
 
 def timed_ms(fn, cuda: bool, queued: bool, warmup: int = 3, runs: int = 20, fastest: int = 5) -> float:
@@ -222,10 +230,10 @@ def main(argv=None) -> int:
                 fn, r, w = kernel(kind, n, dev)
                 q = timed_ms(fn, cuda, True)
                 e = timed_ms(fn, cuda, False)
-                rows.append(dict(kind=kind, access=KINDS[kind], elements=n, bytes_read=r, bytes_written=w,
+                rows.append(dict(kind=kind, access={**KINDS, **CHECK_KINDS}[kind], elements=n, bytes_read=r, bytes_written=w,
                                  queued_ms=q, event_ms=e, achieved_gbs=(r + w) / (q * 1e6), status="OK"))
             except Exception as ex:  # noqa: BLE001 - one kernel's failure costs the others nothing
-                rows.append(dict(kind=kind, access=KINDS.get(kind, ""), elements=n, status="ERROR",
+                rows.append(dict(kind=kind, access={**KINDS, **CHECK_KINDS}.get(kind, ""), elements=n, status="ERROR",
                                  reason=str(ex).splitlines()[0][:200]))
             del fn
             print(rows[-1], flush=True)
