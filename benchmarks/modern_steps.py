@@ -5,6 +5,10 @@ fitted. ``--grads accumulate`` predicts the training steps as before the eighth 
 the measured steps, whose gradients start from none, do not run).
 
     .venv/bin/python benchmarks/modern_steps.py [--seeds 0,1,2] [--grads fresh|accumulate]
+    .venv/bin/python benchmarks/modern_steps.py --console docs/tier2/2026-11-28-h200-modern-paths=H200
+
+``--console FOLDER=GPU``: a run whose ``modern_steps.csv`` did not come back, its steps read from the section's log
+(``console.txt``: one line per step, times to 0.01 ms).
 """
 from __future__ import annotations
 
@@ -20,15 +24,34 @@ import pandas as pd  # noqa: E402
 from neusight_core.studies import live_modern  # noqa: E402
 
 
+def steps_from_console(folder) -> pd.DataFrame:
+    """The steps of a run's ``console.txt`` (``live_modern.measure_section``'s log lines) as modern_steps.csv rows."""
+    import re
+    pat = re.compile(r"\[modern\] (\S+) (\w+) b(\d+) s(\d+) (\w+): (\w+) events (\S+) ms, wall (\S+), host (\S+), "
+                     r"graph (\S+), kernels (\S+) ms / (\d+)")
+    rows = []
+    for line in (ROOT / folder / "console.txt").read_text().splitlines():
+        m = pat.search(line)
+        if m:
+            g = m.groups()
+            rows.append(dict(model=g[0], phase=g[1], batch=int(g[2]), seq=int(g[3]), attention=g[4], status=g[5],
+                             **{c: float(v) for c, v in zip(("events_ms", "wall_ms", "host_ms", "graph_ms",
+                                                              "kernel_ms"), g[6:11])}, kernels=int(g[11])))
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--grads", default="fresh", choices=("fresh", "accumulate"))
+    ap.add_argument("--console", default=None, help="FOLDER=GPU: a run's steps from its console.txt")
     a = ap.parse_args(argv)
     seeds = tuple(int(x) for x in a.seeds.split(","))
     pd.set_option("display.width", 250)
-    for name, (gpu, folder) in live_modern.RECORDED.items():
-        steps = pd.read_csv(ROOT / folder / "modern_steps.csv")
+    runs = ({f"console {a.console.split('=')[0]}": (a.console.split("=")[1], a.console.split("=")[0])} if a.console
+            else live_modern.RECORDED)
+    for name, (gpu, folder) in runs.items():
+        steps = steps_from_console(folder) if a.console else pd.read_csv(ROOT / folder / "modern_steps.csv")
         p = live_modern.predict_steps(steps, gpu, ("neusight", "roofline"), seeds, False, grads=a.grads)
         m = live_modern.step_mape(p)
         cols = [c for c in m.columns if c.startswith("mean")] + ["min pooled", "max pooled"]
