@@ -206,3 +206,20 @@ def test_recorded_agreement_takes_one_run_as_the_prediction_of_the_other(tmp_pat
     assert t.loc[("kernel sums", "run a"), "train"] == 20.0 and t.loc[("kernel sums", "run a"), "pooled"] == 10.0
     monkeypatch.setattr(live_modern, "STRIDED_APPENDS", {"run a"})     # another harness: not compared
     assert live_modern.recorded_agreement().empty
+
+
+def test_a_run_without_its_csv_is_read_from_its_console():
+    """The H200 run of 2026-11-28 lost its modern_steps.csv (the device returns 8 files); benchmarks/modern_steps.py
+    --console reads its 32 steps from the section's log, in the CSV's columns, and they predict like a CSV's."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import modern_steps
+    s = modern_steps.steps_from_console("docs/tier2/2026-11-28-h200-modern-paths")
+    assert len(s) == 32 and (s["status"] == "OK").all()
+    assert set(s["phase"]) == {"prefill", "decode", "train"} and set(s["attention"]) == {"sdpa", "eager"}
+    assert (s["kernel_ms"] > 0).all() and (s["wall_ms"] >= s["kernel_ms"] * 0.9).all() and s["graph_ms"].isna().sum() == 12
+    row = s[(s["model"] == "llama3_8b") & (s["phase"] == "train") & (s["attention"] == "eager")].iloc[0]
+    assert (row["wall_ms"], row["kernel_ms"], row["kernels"]) == (182.08, 115.31, 4715)     # its log line
+    p = lm.predict_steps(s.head(3), "H200", ("roofline",))
+    assert len(p) == 9 and p["error_pct"].notna().all()
