@@ -128,32 +128,6 @@ def timed_ms(fn, cuda: bool, queued: bool, warmup: int = 3, runs: int = 20, fast
     return statistics.mean(sorted(ts)[:fastest])
 
 
-def queued_launch_us(n: int = 500, repeats: int = 5) -> dict:
-    """us per one-element ``add_`` on the GPU with ``n`` launches queued behind a sleep, eager and from a graph."""
-    import torch
-    x = torch.zeros(1, device="cuda")
-    s = torch.cuda.Stream()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(s):
-        x.add_(1)
-        torch.cuda.synchronize()
-        with torch.cuda.graph(g, stream=s):
-            for _ in range(n):
-                x.add_(1)
-    torch.cuda.synchronize()
-    eager, graph = [], []
-    for _ in range(repeats):
-        for out, body in ((eager, lambda: [x.add_(1) for _ in range(n)]), (graph, g.replay)):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(40_000_000)        # ~20 ms, longer than queueing n launches takes the host
-            a.record()
-            body()
-            b.record()
-            torch.cuda.synchronize()
-            out.append(a.elapsed_time(b) * 1e3 / n)
-    return {"eager_queued_us": statistics.median(eager), "graph_us": statistics.median(graph), "n": n}
-
-
 def traced_access(kind: str) -> str:
     """The tracer's ``access`` label (``aten_ops.access``) of ``kind``'s kernel, from small CPU tensors."""
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -245,7 +219,8 @@ def main(argv=None) -> int:
         df.to_csv(Path(a.out) / "elementwise_paths.csv", index=False)
         if cuda:
             import json
-            (Path(a.out) / "queued_launch.json").write_text(json.dumps(queued_launch_us(), indent=1))
+            from neusight_core import host
+            (Path(a.out) / "queued_launch.json").write_text(json.dumps(host.queued_launch_us(), indent=1))
     return 0
 
 

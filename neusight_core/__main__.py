@@ -426,7 +426,8 @@ def _host(a) -> int:
         print("  (no CUDA GPU here: this CPU with the lent H100's launch cost; hosts differ, so measure on the "
               "machine the model will run on)")
     print(f"in use now: {now:.1f} us ({src}). To predict with this machine's host:")
-    print(f"  export NEUSIGHT_HOST_LAUNCH_US={c['launch_us']:.1f}")
+    print(f"  export NEUSIGHT_HOST_LAUNCH_US={c['launch_us']:.1f}" + (f"   # and the GPU's own cost per eager launch, "
+          f"{host.eager_gap_us():.2f} us in use:\n  export NEUSIGHT_EAGER_GAP_US={c['eager_gap_us']:.2f}" if "eager_gap_us" in c else ""))
     return 0
 
 

@@ -46,34 +46,47 @@ DEFAULT_LAUNCH_US = 26.2
 #: (2026-11-28), the same kernels replayed from a CUDA graph 1.03 and 0.90 us (docs/tier2/2026-11-28-h100-paths,
 #: -h200-modern-paths, ``queued_launch.json``): 1.01 and 0.81 us more per launch; the mean. A kernel measurement:
 #: the steps' walls did not set it (they showed the effect: GPU-bound eager steps took 1-5 % more than their kernels).
+#: Give your GPU's with NEUSIGHT_EAGER_GAP_US (``neusight host`` on a GPU machine measures it: ``queued_launch_us``).
 EAGER_GAP_US = 0.91
+
+
+def _env_us(name: str, default: float, zero_ok: bool = False) -> float:
+    """Microseconds from the environment variable ``name``, else ``default``; a clear error on anything else."""
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return default
+    try:
+        x = float(v)
+    except ValueError:
+        x = float("nan")
+    if not (np.isfinite(x) and (0 <= x if zero_ok else 0 < x) and x < 1e6):
+        raise ValueError(f"{name} must be a {'non-negative' if zero_ok else 'positive'} number of microseconds, got {v!r}")
+    return x
 
 
 def launch_us() -> float:
     """The per-launch host cost in use: ``NEUSIGHT_HOST_LAUNCH_US`` if set (a positive number of us), else
     ``DEFAULT_LAUNCH_US``."""
-    v = os.environ.get("NEUSIGHT_HOST_LAUNCH_US", "").strip()
-    if not v:
-        return DEFAULT_LAUNCH_US
-    try:
-        x = float(v)
-    except ValueError:
-        x = float("nan")
-    if not (np.isfinite(x) and 0 < x < 1e6):
-        raise ValueError(f"NEUSIGHT_HOST_LAUNCH_US must be a positive number of microseconds, got {v!r}")
-    return x
+    return _env_us("NEUSIGHT_HOST_LAUNCH_US", DEFAULT_LAUNCH_US)
 
 
-def step_ms(kernel_ms, launches, execution, per_launch_us: float | None = None):
+def eager_gap_us() -> float:
+    """The GPU's cost per eager launch in use: ``NEUSIGHT_EAGER_GAP_US`` if set (a number of us, 0 or more), else
+    ``EAGER_GAP_US``."""
+    return _env_us("NEUSIGHT_EAGER_GAP_US", EAGER_GAP_US, zero_ok=True)
+
+
+def step_ms(kernel_ms, launches, execution, per_launch_us: float | None = None, gap_us: float | None = None):
     """(step ms, host ms, host-bound) of steps with kernel sums ``kernel_ms`` and ``launches`` kernels, each
     executed ``execution`` (eager | graph; arrays or scalars). Graph: the kernel sum, no host time. Eager: the GPU's
-    time (kernels plus ``EAGER_GAP_US`` per launch) or the host's, whichever is longer."""
+    time (kernels plus ``gap_us``, default ``eager_gap_us()``, per launch) or the host's, whichever is longer."""
     h = launch_us() if per_launch_us is None else float(per_launch_us)
+    g = eager_gap_us() if gap_us is None else float(gap_us)
     t = np.asarray(kernel_ms, dtype=float)
     eager = np.asarray(execution) == "eager"
     n = np.asarray(launches, dtype=float)
     host = np.where(eager, n * h / 1e3, 0.0)
-    gpu = np.where(eager, t + n * EAGER_GAP_US / 1e3, t)
+    gpu = np.where(eager, t + n * g / 1e3, t)
     return np.maximum(gpu, host), host, eager & (host > gpu)
 
 
@@ -148,7 +161,8 @@ def calibrate(cuda: bool = False, repeats: int = 30) -> dict:
     out = {"per_kernel_cpu_us": cpu["decode_us"], "kernels": cpu["decode_kernels"],
            "train_per_kernel_cpu_us": cpu["train_us"], "train_kernels": cpu["train_kernels"]}
     if cuda and torch.cuda.is_available():
-        gpu = tiny_step_us("cuda", repeats)
+        gpu, q = tiny_step_us("cuda", repeats), queued_launch_us()
+        out.update(eager_gap_us=max(0.0, q["eager_queued_us"] - q["graph_us"]), queued=q)
         out.update(cuda_launch_extra_us=_cuda_launch_extra_us(), extra_source="measured here",
                    gpu_decode_us=gpu["decode_us"], gpu_train_us=gpu["train_us"], launch_us=gpu["decode_us"],
                    launch_source="a tiny Llama's eager decode step on this GPU")
@@ -187,3 +201,31 @@ def launch_times(device: str, n: int = 5000) -> tuple[float, float]:
 def _cuda_launch_extra_us(n: int = 5000) -> float:
     """us per ``x.add_(1)`` launch on the GPU minus the same on the CPU (host time)."""
     return max(0.0, launch_times("cuda", n)[0] - launch_times("cpu", n)[0])
+
+
+def queued_launch_us(n: int = 500, repeats: int = 5) -> dict:
+    """us per one-element ``add_`` on the GPU with ``n`` launches queued behind a sleeping kernel (the host ahead:
+    only the GPU is timed), eager and replayed from a CUDA graph; median of ``repeats``. ``n`` stays under the
+    launch queue's depth: with 2,000 the host set the pace again (docs/tier2/2026-11-28-h100-modern-3)."""
+    import torch
+    x = torch.zeros(1, device="cuda")
+    s = torch.cuda.Stream()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        x.add_(1)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(g, stream=s):
+            for _ in range(n):
+                x.add_(1)
+    torch.cuda.synchronize()
+    eager, graph = [], []
+    for _ in range(repeats):
+        for out, body in ((eager, lambda: [x.add_(1) for _ in range(n)]), (graph, g.replay)):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(40_000_000)        # ~20 ms, longer than queueing n launches takes the host
+            a.record()
+            body()
+            b.record()
+            torch.cuda.synchronize()
+            out.append(a.elapsed_time(b) * 1e3 / n)
+    return {"eager_queued_us": statistics.median(eager), "graph_us": statistics.median(graph), "n": n}

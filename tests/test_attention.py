@@ -126,7 +126,7 @@ def test_graph_is_the_kernel_sum_and_eager_at_least_the_host():
     assert g["e2e_ms"] == g["kernel_ms"] and g["host_ms"] == 0 and not g["host_bound"]
     assert e["kernel_ms"] == pytest.approx(g["kernel_ms"], rel=1e-12)
     assert e["host_ms"] == pytest.approx(e["kernels"] * host.launch_us() / 1e3)
-    gpu = e["kernel_ms"] + e["kernels"] * host.EAGER_GAP_US / 1e3
+    gpu = e["kernel_ms"] + e["kernels"] * host.eager_gap_us() / 1e3
     assert e["e2e_ms"] == pytest.approx(max(gpu, e["host_ms"]))
     assert bool(e["host_bound"]) == (e["host_ms"] > gpu)
 
@@ -134,7 +134,7 @@ def test_graph_is_the_kernel_sum_and_eager_at_least_the_host():
 def test_host_model_on_a_fake_calibration(monkeypatch):
     step, h, bound = host.step_ms([10.0, 10.0, 10.0], [100, 1000, 1000], ["eager", "eager", "graph"],
                                   per_launch_us=20.0)
-    g = host.EAGER_GAP_US
+    g = host.eager_gap_us()
     np.testing.assert_allclose(step, [10.0 + 100 * g / 1e3, 20.0, 10.0])   # GPU-bound: kernels + the eager gaps
     np.testing.assert_allclose(h, [2.0, 20.0, 0.0])
     assert bound.tolist() == [False, True, False]
@@ -146,6 +146,14 @@ def test_host_model_on_a_fake_calibration(monkeypatch):
     monkeypatch.setenv("NEUSIGHT_HOST_LAUNCH_US", "-3")
     with pytest.raises(ValueError, match="NEUSIGHT_HOST_LAUNCH_US"):
         host.launch_us()
+    # the GPU's own cost per eager launch: a given one, the environment's, and 0 (no gap) allowed, negative refused
+    step, _, _ = host.step_ms([10.0], [1000], ["eager"], per_launch_us=1.0, gap_us=2.0)
+    assert step[0] == pytest.approx(12.0)
+    monkeypatch.setenv("NEUSIGHT_EAGER_GAP_US", "0")
+    assert host.eager_gap_us() == 0 and host.step_ms([10.0], [1000], ["eager"], per_launch_us=1.0)[0][0] == 10.0
+    monkeypatch.setenv("NEUSIGHT_EAGER_GAP_US", "-1")
+    with pytest.raises(ValueError, match="NEUSIGHT_EAGER_GAP_US"):
+        host.eager_gap_us()
 
 
 def test_calibration_runs_on_cpu():
@@ -156,7 +164,7 @@ def test_calibration_runs_on_cpu():
     assert "gpu_decode_us" not in c and "on the CPU" in c["launch_source"]
 
 
-def test_calibration_on_a_gpu_uses_the_tiny_model_run_there(monkeypatch):
+def test_calibration_on_a_gpu_uses_the_tiny_model_run_there(monkeypatch, capsys):
     """With a GPU the per-launch cost is the tiny model's decode step run on it (host-bound by construction), not
     the CPU figure plus a launch cost; the CPU figures are still reported. A fake GPU here: the device's
     ``tiny_step_us`` and launch timing are stand-ins, the CPU run is real."""
@@ -171,12 +179,18 @@ def test_calibration_on_a_gpu_uses_the_tiny_model_run_there(monkeypatch):
         return real(device, repeats)
     monkeypatch.setattr(host, "tiny_step_us", fake)
     monkeypatch.setattr(host, "_cuda_launch_extra_us", lambda n=5000: 3.9)
+    monkeypatch.setattr(host, "queued_launch_us", lambda: {"eager_queued_us": 2.1, "graph_us": 1.0, "n": 500})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     c = host.calibrate(cuda=True, repeats=2)
     assert seen == ["cpu", "cuda"]
     assert c["launch_us"] == 31.0 and c["gpu_train_us"] == 36.0 and "on this GPU" in c["launch_source"]
     assert c["cuda_launch_extra_us"] == 3.9 and c["extra_source"] == "measured here"
+    assert c["eager_gap_us"] == pytest.approx(1.1)      # eager minus graph, per queued launch
     assert 0 < c["per_kernel_cpu_us"] < 1000
+    from neusight_core.__main__ import main as cli
+    monkeypatch.setattr(host, "calibrate", lambda cuda=True, repeats=30: c)
+    assert cli(["host", "--repeats", "2"]) == 0
+    assert "export NEUSIGHT_EAGER_GAP_US=1.10" in capsys.readouterr().out
 
 
 def test_the_host_verb_measures_and_says_how_to_use_it(capsys, monkeypatch):

@@ -33,8 +33,7 @@ from neusight_core.studies import live, live_harness, live_kernels
 from neusight_core.scenario import PAPER
 from neusight_core.schema import Precision
 
-# current open models of ours (neusight_core/model_configs), small to large: the small ones are host-bound in
-# eager PyTorch at batch 1, the 7-8B ones are not
+# current open models of ours (model_configs), small to large: the small ones host-bound in eager PyTorch at batch 1
 MODERN_MODELS = ("llama3_2_1b", "qwen2_5_1_5b", "llama2_7b", "llama3_8b")
 STEP_PHASES = ("prefill", "decode", "train")
 MEASURED_ATTENTIONS = ("sdpa", "eager")
@@ -81,7 +80,7 @@ def host_calibration(device: str = "cuda", n: int = 5000) -> dict:
     returned, and until the GPU finished). Median of 5 repetitions (``host.launch_times``); on a GPU also
     ``host.calibrate``'s per-kernel costs of a tiny Hugging Face model's eager steps (``hf_*``): decode on CPU
     tensors (``hf_per_kernel_cpu_us``, and ``hf_launch_us`` with the CUDA launch added), and decode and training
-    on the GPU (``hf_gpu_decode_us``, ``hf_gpu_train_us``)."""
+    on the GPU (``hf_gpu_decode_us``, ``hf_gpu_train_us``), and the GPU's own cost per eager launch (``eager_gap_us``)."""
     from neusight_core import host
     out = {"cpu_dispatch_us": host.launch_times("cpu", n)[0], "n": n}
     if device == "cuda":
@@ -90,7 +89,8 @@ def host_calibration(device: str = "cuda", n: int = 5000) -> dict:
         c = host.calibrate(cuda=True)
         out.update(hf_per_kernel_cpu_us=c["per_kernel_cpu_us"],
                    hf_launch_us=c["per_kernel_cpu_us"] + c["cuda_launch_extra_us"],
-                   hf_gpu_decode_us=c.get("gpu_decode_us"), hf_gpu_train_us=c.get("gpu_train_us"))
+                   hf_gpu_decode_us=c.get("gpu_decode_us"), hf_gpu_train_us=c.get("gpu_train_us"),
+                   eager_gap_us=c.get("eager_gap_us"))
     return out
 
 
