@@ -172,14 +172,18 @@ class _Recorder(TorchDispatchMode):
         # traffic of intermediates. Views share their base's storage, hence the storage key (a
         # serial number, so a freed storage's key is never reused; no reference is held, so
         # AccumulateGrad still steals gradients and lifetimes stay those of eager PyTorch).
+        # an embedding reads the rows it gathers, not its table: in BF16 / FP16 tables (a decode step's lookup of one
+        # token read a 0.3-1 GB table in them); the paper's FP32 tables keep the whole table, as Tier 1 was validated
+        gathered = ({id(args[0]): _nbytes(outs[0])} if base == "embedding" and outs[0].element_size() == 2 else None)
         self._append(phase, module, full, op_class, sub_op, (Bd, M, N, K, H), flops, read_t, outs,
-                     _NO_CONV + _NO_ATTN, access(base, op_class, ins, outs))
+                     _NO_CONV + _NO_ATTN, access(base, op_class, ins, outs), gathered)
         return out
 
     def _append(self, phase, module, full, op_class, sub_op, dims, flops, read_t, write_t, extra,
-                path: str = "") -> None:
-        """One kernel row; its dtype is that of its first output; ``path``: ``aten_ops.access``."""
-        reads = tuple((self._key(t), _nbytes(t)) for t in read_t)
+                path: str = "", read_bytes: dict | None = None) -> None:
+        """One kernel row; its dtype is that of its first output; ``path``: ``aten_ops.access``; ``read_bytes``:
+        {id(tensor): bytes read of it} where that is not the whole tensor."""
+        reads = tuple((self._key(t), (read_bytes or {}).get(id(t), _nbytes(t))) for t in read_t)
         writes = tuple((self._key(t), _nbytes(t)) for t in write_t)
         self.rows.append((phase, full, op_class, sub_op, *dims, flops,
                           sum(b for _, b in reads), sum(b for _, b in writes),

@@ -200,3 +200,18 @@ def test_a_half_precision_answer_names_the_rows_the_memory_law_answers(capsys):
                  "--dtype", "bf16", "--predictor", "roofline"]) == 0
     out = capsys.readouterr().out
     assert "[bf16: extrapolation" in out and "measured" not in out
+
+
+def test_a_half_precision_embedding_reads_the_rows_it_gathers():
+    """A decode step's embedding looks up one token: in BF16 / FP16 tables it reads that row (and the ids), not the
+    0.3-1 GB table; the paper's FP32 tables keep the whole table, as Tier 1 was validated with it."""
+    from neusight_core import configs, trace
+    cfg = configs.load_config("llama2_7b")
+    cfg.num_hidden_layers = 1
+    hidden, vocab = cfg.hidden_size, cfg.vocab_size
+    for seq, past in ((1, 64), (32, 0)):
+        half = trace.trace_model(cfg, 2, seq, "inf", past=past, attention="sdpa", dtype="bf16")
+        e = half[half["aten_op"] == "aten.embedding.default"].iloc[0]
+        assert e["bytes_read"] == 2 * seq * hidden * 2 + 2 * seq * 8          # rows gathered + int64 ids
+    fp32 = trace.trace_model(cfg, 2, 1, "inf", past=64, attention="sdpa")
+    assert fp32.loc[fp32["aten_op"] == "aten.embedding.default", "bytes_read"].iloc[0] == vocab * hidden * 4 + 2 * 8
