@@ -13,46 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def queued_gap_us(n: int = 2000, repeats: int = 5) -> dict:
-    """us per one-element ``add_`` on the GPU with the host ahead (behind ``torch.cuda._sleep``), eager and
-    replayed from a CUDA graph; median of ``repeats``."""
-    import torch
-    x = torch.zeros(1, device="cuda")
-    s = torch.cuda.Stream()
-    eager, graph = [], []
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            x.add_(1)
-        torch.cuda.synchronize()
-        with torch.cuda.graph(g, stream=s):
-            for _ in range(n):
-                x.add_(1)
-    torch.cuda.synchronize()
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(int(60e6))                  # ~30 ms at 2 GHz: the host queues all n meanwhile
-        a.record()
-        for _ in range(n):
-            x.add_(1)
-        b.record()
-        torch.cuda.synchronize()
-        eager.append(a.elapsed_time(b) * 1e3 / n)
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        graph.append(a.elapsed_time(b) * 1e3 / n)
-    return {"eager_queued_us": statistics.median(eager), "graph_us": statistics.median(graph), "n": n}
 
 
 def main(argv=None) -> int:
@@ -63,21 +28,12 @@ def main(argv=None) -> int:
     import torch
     from neusight_core import host
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    base = host._tiny_llama
     out = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "layers": {}}
     for n in (int(x) for x in a.layers.split(",")):
-        def cfg(n=n):
-            c = base()
-            c.num_hidden_layers = n
-            return c
-        host._tiny_llama = cfg
-        try:
-            out["layers"][n] = host.tiny_step_us(dev)
-        finally:
-            host._tiny_llama = base
+        out["layers"][n] = host.tiny_step_us(dev, layers=n)
         print(n, "layers:", {k: round(v, 2) for k, v in out["layers"][n].items()}, flush=True)
-    if dev == "cuda":
-        out["queued"] = queued_gap_us()
+    if dev == "cuda":      # 500 launches (host.queued_launch_us); this script's first run queued 2,000, too many
+        out["queued"] = host.queued_launch_us()
         print("queued:", {k: round(v, 3) for k, v in out["queued"].items()}, flush=True)
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)

@@ -90,14 +90,14 @@ def step_ms(kernel_ms, launches, execution, per_launch_us: float | None = None, 
     return np.maximum(gpu, host), host, eager & (host > gpu)
 
 
-def _tiny_llama():
-    """The calibration's model: a Llama of 4 layers of width 64 (its kernels do almost nothing on any device)."""
+def _tiny_llama(layers: int = 4):
+    """The calibration's model: a Llama of ``layers`` layers (4) of width 64 (its kernels do almost nothing)."""
     from transformers import LlamaConfig
     return LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-                       num_hidden_layers=4, vocab_size=128, max_position_embeddings=64)
+                       num_hidden_layers=layers, vocab_size=128, max_position_embeddings=64)
 
 
-def tiny_step_us(device: str = "cpu", repeats: int = 30) -> dict:
+def tiny_step_us(device: str = "cpu", repeats: int = 30, layers: int = 4) -> dict:
     """Host us per kernel of a tiny Llama's eager steps on ``device``: one token decoded on a KV cache of 8
     (``decode_us``), and forward + backward of 8 tokens (``train_us``, as notebook 05 times a training step).
     Each is the median of ``repeats`` steps after 5 warm-ups (on a GPU, each step until the GPU finished),
@@ -107,7 +107,7 @@ def tiny_step_us(device: str = "cpu", repeats: int = 30) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
     from neusight_core import trace
-    cfg = _tiny_llama()
+    cfg = _tiny_llama(layers)
     counts = {"decode": int(trace.trace_model(cfg, 1, 1, "inf", past=8, attention="sdpa")["count"].sum()),
               # the timed step starts from no gradients (zero_grad(set_to_none=True)): no accumulation kernels
               "train": int(trace.trace_model(cfg, 1, 8, "train", attention="sdpa", accumulate_grads=False)["count"].sum())}
