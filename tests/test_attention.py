@@ -311,3 +311,15 @@ def test_traced_scope_is_what_the_tracer_emits_and_all_the_scoped_network_trains
     kept = tc.training_rows(rows, "ATTN_decode", {**cfg, "traced_scope": ["ATTN_decode"]}, False, 0)
     assert kept["head_dim"].tolist() == [64.0, 128.0, 256.0, 128.0]
     assert len(tc.training_rows(rows, "ATTN_decode", {**cfg, "traced_scope": ["ATTN_prefill"]}, False, 0)) == 6
+
+
+def test_the_default_eager_gap_is_the_recorded_measurement():
+    """host.EAGER_GAP_US is the mean of the lent H100's and H200's eager-minus-graph time per queued launch, as
+    their queued_launch.json files hold it (docs/tier2/2026-11-28-*), not a number tuned on the steps."""
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent / "docs" / "tier2"
+    gaps = [json.loads((root / run / "queued_launch.json").read_text())
+            for run in ("2026-11-28-h100-paths", "2026-11-28-h200-modern-paths")]
+    assert all(g["n"] == 500 for g in gaps)
+    assert host.EAGER_GAP_US == pytest.approx(np.mean([g["eager_queued_us"] - g["graph_us"] for g in gaps]), abs=0.005)
