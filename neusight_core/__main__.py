@@ -278,8 +278,9 @@ def _add_question_options(p, many: bool) -> None:
     opt("--past", dict(help="inference on a KV cache of this many tokens (extension; --seq 1 = one decode step)"),
         dict(help="inference on a KV cache of this many tokens (a decode step: --seq 1 --past N)"), type=int, default=0)
     opt("--dtype", dict(choices=schema.PRECISIONS,
-                        help="precision (default fp32 = the paper, TF32 off; the others are extrapolations: "
-                             "GEMMs at the dense tensor-core peak, 2-byte elements for fp16/bf16)"),
+                        help="precision (default fp32 = the paper, TF32 off). bf16 / fp16 with neusight: GEMMs and "
+                             "fused attention from networks trained on measured kernels, memory-bound kernels by a "
+                             "memory law; else extrapolations: GEMMs at the dense tensor-core peak, 2-byte elements"),
         dict(help="precision(s), comma-separated, of fp32 (the paper), tf32, fp16, bf16 (extrapolations)"),
         default=Precision.FP32)
     opt("--attention", dict(choices=schema.ATTENTIONS,
