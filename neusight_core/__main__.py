@@ -175,7 +175,7 @@ def _predict(a) -> int:
     sc = scenario.scenario(a.model, a.device, a.batch, a.seq, a.mode, image_size=a.image_size, past=a.past,
                            dtype=a.dtype, fusion=a.fusion, parallel=a.parallel, gpus=a.gpus,
                            micro_batches=a.micro_batches, link_gbs=a.link_gbs, attention=a.attention,
-                           execution=a.execution, grads=a.grads)
+                           execution=a.execution, grads=a.grads, comm=a.comm)
     a.gpus, a.seq, image = sc.gpus, sc.size, sc.image
     quick = _choose_quick(a, [a.predictor], [a.seed])
     r = latency.predict_scenario(sc, predictor=a.predictor, quick=quick, seed=a.seed)
@@ -189,7 +189,7 @@ def _predict(a) -> int:
     if a.json:
         print(json.dumps(r, indent=2))
         return 0
-    plan = f" {a.parallel}x{a.gpus}" if a.parallel else ""
+    plan = f" {a.parallel}x{a.gpus} ({sc.comm} collectives)" if a.parallel else ""
     from neusight_core import memory
     mem = r["memory"]
     if not mem.get("fits", True):   # say it first: the latency below is of a run that cannot happen
@@ -298,6 +298,10 @@ def _add_question_options(p, many: bool) -> None:
                              "accumulate (added into the step before's, the paper's loop: one more kernel per "
                              "parameter; pipeline parallelism always accumulates)"),
         dict(help="fresh (default) or accumulate, comma-separated for both"), default=None)
+    opt("--comm", dict(choices=schema.COMMS,
+                       help="collectives of --parallel: nccl (default: the link's bandwidth plus NCCL's measured fixed "
+                            "cost per all-reduce, 8-19 us on 2-8 GPUs) or bandwidth (the link alone, the paper's model)"),
+        dict(help="nccl (default) or bandwidth, comma-separated for both"), default=None)
     opt("--predictor", dict(choices=PREDICTORS,
                             help="neusight (ours: the authors' recipe also trained on the training GPUs' "
                                  "transformer-shaped kernels, seed 0), neusight-paper (the authors' recipe, "
@@ -370,7 +374,7 @@ def _sweep(a) -> int:
                          dtype=_csv_list(a.dtype, "dtype"),
                          attention=_choices(a.attention, "attention", schema.ATTENTIONS),
                          execution=_choices(a.execution, "execution", schema.EXECUTIONS),
-                         grads=_choices(a.grads, "grads", schema.GRADS),
+                         grads=_choices(a.grads, "grads", schema.GRADS), comm=_choices(a.comm, "comm", schema.COMMS),
                          image_sizes=ints(a.image_size, "image-size") if a.image_size is not None else None)
     seeds = _seeds(a.seed)
     target = sweep.CsvTarget(a.out)     # refused here, before anything is computed
@@ -463,22 +467,7 @@ def _command(argv) -> int:
             return _host(a)
         if a.cmd == "devices":
             from neusight_core import devices
-            import pandas as pd
-            t = devices.list_devices()
-            if a.all:       # every field, sources included: one block per GPU (a table row was 1,059 characters)
-                for r in t.to_dict("records"):
-                    print("\n".join([r["name"]] + [f"  {k:<20} {v}" for k, v in r.items() if k != "name"]) + "\n")
-                return 0
-            # the figures a prediction uses, one line per GPU of at most about 130 characters
-            short = pd.DataFrame({
-                "name": t["name"], "vendor": t["vendor"], "GB": t["mem_gb"], "GB/s": t["mem_bw_gbs"],
-                "SMs": t["num_sm"], "FP32 TFLOPS": (t["fp32_gflops"] / 1e3).round(1),
-                "BF16 TFLOPS": (t["bf16_tensor_gflops"] / 1e3).round(0), "L2 MB": t["l2_mb"], "link GB/s": t["link_gbs"],
-                "role": ["training" if tr else "unseen (paper)" if un else "catalogue"
-                         for tr, un in zip(t["training"], t["unseen"])]})
-            with pd.option_context("display.width", 200, "display.max_rows", 200):
-                print(short.to_string(index=False, na_rep="-"))
-            print("(--all: every field with its source and the aliases)")
+            print(devices.describe(every_field=a.all))
             return 0
         if a.cmd == "models":
             for name, src in _models():

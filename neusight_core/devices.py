@@ -415,6 +415,22 @@ def list_devices() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def describe(every_field: bool = False) -> str:
+    """The catalogue as ``neusight devices`` prints it: the figures a prediction uses, one line per GPU of at most
+    about 130 characters; ``every_field``: one block per GPU with every field, sources included."""
+    t = list_devices()
+    if every_field:
+        return "\n".join("\n".join([r["name"]] + [f"  {k:<20} {v}" for k, v in r.items() if k != "name"]) + "\n"
+                         for r in t.to_dict("records"))
+    short = pd.DataFrame({
+        "name": t["name"], "vendor": t["vendor"], "GB": t["mem_gb"], "GB/s": t["mem_bw_gbs"], "SMs": t["num_sm"],
+        "FP32 TFLOPS": (t["fp32_gflops"] / 1e3).round(1), "BF16 TFLOPS": (t["bf16_tensor_gflops"] / 1e3).round(0),
+        "L2 MB": t["l2_mb"], "link GB/s": t["link_gbs"],
+        "role": ["training" if tr else "unseen (paper)" if un else "catalogue" for tr, un in zip(t["training"], t["unseen"])]})
+    with pd.option_context("display.width", 200, "display.max_rows", 200):
+        return short.to_string(index=False, na_rep="-") + "\n(--all: every field with its source and the aliases)"
+
+
 def training_devices(vendor: str = "NVIDIA") -> list[Device]:
     """The training GPUs of a vendor (NVIDIA: P4, P100, V100, T4, A100-PCIE-40GB)."""
     return [d for d in _catalogue().devices.values() if d.training and d.vendor == vendor]

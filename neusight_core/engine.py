@@ -363,7 +363,7 @@ def _comm_per_launch(ctx: _Pool, i: int, per: np.ndarray) -> np.ndarray:
     if not c.any():
         return per
     r = ctx.norm[i]
-    net = network.NetworkModel(link_gbs=r["link_gbs"] or 1.0, gpus=r["gpus"], efficiency=ctx.efficiency)
+    net = network.for_request(r, ctx.efficiency)
     return np.where(c, net.time_ms(sub), per)
 
 

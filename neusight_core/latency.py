@@ -40,7 +40,7 @@ def predict_model(model, device, batch: int, seq: int | None = None, mode: str =
                   efficiency: float = network.DEFAULT_EFFICIENCY, quick: bool | None = None, past: int = 0,
                   dtype: str = Precision.FP32, optimizer: str = "adamw", master_weights: bool = True,
                   attention: str | None = None, execution: str | None = None, image_size: int | None = None,
-                  grads: str | None = None) -> dict:
+                  grads: str | None = None, comm: str | None = None) -> dict:
     """Predict one configuration: a text model at ``seq`` tokens, or an image model at ``image_size`` pixels a side
     (default 224; ``seq`` for an image model, or ``image_size`` for a text one, is refused, as on the CLI).
 
@@ -56,8 +56,9 @@ def predict_model(model, device, batch: int, seq: int | None = None, mode: str =
     ``trace.trace_model``). ``optimizer`` / ``master_weights``: the training state counted in
     ``memory`` (``memory.footprint``). ``attention`` (eager | sdpa; default what Hugging Face picks for the
     model), ``execution`` (eager | graph; default eager PyTorch) and ``grads`` (fresh | accumulate, training;
-    default fresh, PyTorch's): ``schema.ATTENTIONS``, ``schema.EXECUTIONS``, ``schema.GRADS``; the paper's setting
-    is ``scenario.PAPER`` (eager attention, the kernel sum, gradients accumulated into).
+    default fresh, PyTorch's) and ``comm`` (nccl | bandwidth; default nccl, ``network.py``): ``schema.ATTENTIONS``,
+    ``schema.EXECUTIONS``, ``schema.GRADS``, ``schema.COMMS``; the paper's setting is ``scenario.PAPER`` (eager
+    attention, the kernel sum, gradients accumulated into, collectives by the link's bandwidth alone).
 
     Returns ``e2e_ms`` (the step as executed: with eager execution at least the host's launch time, host.py),
     ``kernel_ms`` (the kernel sum), ``host_ms``, ``host_bound``, ``fw_ms``, ``bw_ms``, ``acc_ms``, ``comm_ms``, ``comm_exposed_ms``,
@@ -71,7 +72,7 @@ def predict_model(model, device, batch: int, seq: int | None = None, mode: str =
     (the kernel table with ``pred_ms``).
     """
     sc = scenario(model, device, batch, seq, mode, image_size=image_size, past=past, dtype=dtype, fusion=fusion, parallel=parallel, gpus=gpus, micro_batches=micro_batches,
-                  link_gbs=link_gbs, attention=attention, execution=execution, grads=grads)
+                  link_gbs=link_gbs, attention=attention, execution=execution, grads=grads, comm=comm)
     return predict_scenario(sc, predictor, quick=quick, efficiency=efficiency, optimizer=optimizer,
                             master_weights=master_weights)
 
@@ -92,7 +93,7 @@ def predict_scenario(sc, predictor="neusight", quick: bool | None = None,
     row = frame.iloc[0]
     out.update(kernel_ms=out["e2e_ms"], e2e_ms=float(row["e2e_ms"]), host_ms=float(row["host_ms"]),
                host_bound=bool(row["host_bound"]), launches=int(row["kernels"]), attention=sc.attention,
-               execution=sc.execution, grads=sc.grads)
+               execution=sc.execution, grads=sc.grads, comm=sc.comm)
     from neusight_core import predictors as _pred
     pred = loaded_predictor(predictor, quick, int(seed)) if isinstance(predictor, str) else predictor
     # which weights answered, as the CLI's --json says it

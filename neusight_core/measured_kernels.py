@@ -108,6 +108,9 @@ QUANTIZE_COLUMNS = ("kernel_source", "m", "k", "quant_dtype", "latency")
 #: moves 3 B per element at 0.34 TB/s on the H100 SXM at the largest sizes (10 % of the bandwidth, where the
 #: other two reach 3.0 TB/s), so it does work its bytes do not show.
 QUANTIZE_SOURCES = ("torch_ops", "static_scaled_fp8_quant")
+#: NCCL's collectives on 2, 4 and 8 GPUs of one server (``comm/nccl/<ver>/``); ``message_size`` counts elements
+NCCL_FILE = "nccl_perf.parquet"
+NCCL_COLUMNS = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
 
 
 class SealedGPUError(MeasuredDataError):
@@ -451,6 +454,28 @@ def load_quantize(gpus="training", allow_sealed: bool = False, root: str | Path 
     if not any(len(p) for p in parts):
         raise MeasuredDataError(f"no BF16 -> FP8 element-wise kernels for {', '.join(systems)} ({_layout_hint()})")
     return pd.concat([p for p in parts if len(p)], ignore_index=True)
+
+
+def load_allreduce(gpus="training", allow_sealed: bool = False, root: str | Path | None = None) -> pd.DataFrame:
+    """NCCL's measured all-reduces of 2-byte elements (``half``; each GPU's newest NCCL version) of ``gpus`` whose
+    catalogue entry has a GPU-to-GPU link (NVLink; the L40S, PCIe only, is skipped): ``device`` (catalogue name),
+    ``link_gbs``, ``gpus``, ``bytes`` each GPU contributes, ``latency_ms``."""
+    base = data_root(root)
+    parts = []
+    for s in _systems(gpus, allow_sealed):
+        link = devices.get_device(CATALOGUE[s]).link_gbs if s in CATALOGUE else None
+        if link is None or not (base / s / "comm" / "nccl").is_dir():
+            continue
+        _, _, f = _files(base, s, "comm", NCCL_FILE, ("nccl",), "latest")[0]
+        d = _read(f, NCCL_COLUMNS)
+        d = d[(d["op_name"] == "all_reduce") & (d["nccl_dtype"] == "half")]
+        if len(d) == 0 or not (np.isfinite(lat := d["latency"].to_numpy(float)) & (lat > 0)).all():
+            raise MeasuredDataError(f"{f}: no all-reduce rows with a positive finite latency; {REINSTALL}")
+        parts.append(pd.DataFrame({"device": CATALOGUE[s], "link_gbs": float(link), "gpus": d["num_gpus"].to_numpy(int),
+                                   "bytes": 2.0 * d["message_size"].to_numpy(float), "latency_ms": lat}))
+    if not parts:
+        raise MeasuredDataError(f"no NCCL all-reduce measurements of an NVLink GPU among {gpus} ({_layout_hint()})")
+    return pd.concat(parts, ignore_index=True)
 
 
 def load_attention(gpus="training", kinds=("prefill", "decode"), frameworks=None, versions="latest",

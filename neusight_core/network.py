@@ -9,8 +9,16 @@ Model (SPEC 3.3): the authors time collectives from the NVLink peak of the GPU, 
 directions). We keep the same form with every constant a parameter:
 
     effective_gbs   = link_gbs x efficiency / 2
-    ring all-reduce = 2 (N - 1) / N x bytes / effective_gbs      (reduce-scatter + all-gather)
-    send/recv       = bytes / effective_gbs                      (one hop between stages)
+    ring all-reduce = latency + 2 (N - 1) / N x bytes / effective_gbs      (reduce-scatter + all-gather)
+    send/recv       = bytes / effective_gbs                                (one hop between stages)
+
+``latency`` (``comm``, a field of the request, ``schema.COMMS``): ``bandwidth`` = 0, the authors' model, which the
+paper's reproduction keeps (``scenario.PAPER``); ``nccl`` (what a question gets unless it says) = the fixed cost
+of one NCCL all-reduce on N GPUs, ``NCCL_LATENCY_US``. NVIDIA's database (``measured_kernels.load_allreduce``)
+times NCCL all-reduces of 512 B to 512 MB on 2, 4 and 8 GPUs: the bandwidth term matches its large messages
+(within 20 % on the training GPUs) and misses its small ones by 99 %: an all-reduce of a few KB, the size of a
+tensor-parallel decode step's, takes 6-23 us, not the 0.01-0.1 us its bytes need (docs/recipes.md,
+"Collectives"). Send / recv keeps the authors' form: the database measures no point-to-point transfer.
 """
 from __future__ import annotations
 
@@ -18,10 +26,42 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from neusight_core.schema import OpClass
+from neusight_core.schema import COMMS, OpClass
 
 #: The authors' derating of the NVLink peak (SPEC 3.3).
 DEFAULT_EFFICIENCY = 0.72
+#: NCCL's fixed cost of one all-reduce on N GPUs, ``base + per_gpu x (N - 1)`` us, as ``fit_latency`` gives it on the
+#: training GPUs with NVLink (A100 SXM, H100 SXM, H200 SXM; aiconfigurator-core 0.12.0, NCCL 2.27-2.29; a test re-fits
+#: it): 6.9-11.8 us on 2 GPUs, 10.0-14.6 on 4, 16.9-22.5 on 8 measured.
+NCCL_LATENCY_US = {"base": 6.68, "per_gpu": 1.746}
+#: messages whose bandwidth term is below this share of their measured time set the fixed cost (``fit_latency``)
+LATENCY_FIT_SHARE = 0.1
+
+
+def latency_us(comm: str, gpus: int) -> float:
+    """The fixed cost of one all-reduce on ``gpus`` GPUs under ``comm`` (``schema.COMMS``), us."""
+    if comm not in COMMS:
+        raise NetworkError(f"comm must be one of {', '.join(COMMS)}, got {comm!r}")
+    if comm == "bandwidth" or int(gpus) < 2:
+        return 0.0
+    return NCCL_LATENCY_US["base"] + NCCL_LATENCY_US["per_gpu"] * (int(gpus) - 1)
+
+
+def fit_latency(rows: pd.DataFrame, efficiency: float = DEFAULT_EFFICIENCY) -> dict:
+    """``NCCL_LATENCY_US`` of measured all-reduces (``measured_kernels.load_allreduce``'s columns): per GPU and GPU
+    count, the median of (measured - the bandwidth term) over the messages whose bandwidth term is below
+    ``LATENCY_FIT_SHARE`` of their time; then least squares of a line in N - 1 over those medians."""
+    n = rows["gpus"].to_numpy(float)
+    y = rows["latency_ms"].to_numpy(float) * 1e3
+    # us: bytes / (GB/s x 1e9) x 1e6
+    bw = 2.0 * (n - 1) / n * rows["bytes"].to_numpy(float) / (rows["link_gbs"].to_numpy(float) * efficiency / 2 * 1e3)
+    small = bw < LATENCY_FIT_SHARE * y
+    med = (rows[small].assign(fixed=(y - bw)[small]).groupby(["device", "gpus"])["fixed"].median().reset_index())
+    if med["gpus"].nunique() < 2:
+        raise NetworkError("fit_latency needs small all-reduces on at least two GPU counts")
+    a = np.stack([np.ones(len(med)), med["gpus"].to_numpy(float) - 1], axis=1)
+    (base, per_gpu), *_ = np.linalg.lstsq(a, med["fixed"].to_numpy(float), rcond=None)
+    return {"base": float(base), "per_gpu": float(per_gpu)}
 
 
 class NetworkError(ValueError):
@@ -33,6 +73,7 @@ class NetworkModel:
     link_gbs: float                 # per-GPU link peak as quoted on spec sheets (both directions), GB/s
     gpus: int = 4
     efficiency: float = DEFAULT_EFFICIENCY
+    latency_us: float = 0.0         # fixed cost of one all-reduce (``latency_us()``; 0: the authors' model)
 
     def __post_init__(self):
         if not (self.link_gbs and self.link_gbs > 0):
@@ -41,6 +82,8 @@ class NetworkModel:
             raise NetworkError(f"number of GPUs must be >= 1, got {self.gpus!r}")
         if not (0 < self.efficiency <= 1):
             raise NetworkError(f"link efficiency must be in (0, 1], got {self.efficiency!r}")
+        if not (np.isfinite(self.latency_us) and self.latency_us >= 0):
+            raise NetworkError(f"all-reduce latency must be a finite number of us >= 0, got {self.latency_us!r}")
 
     @property
     def effective_gbs(self) -> float:
@@ -50,7 +93,7 @@ class NetworkModel:
         n = int(self.gpus)
         if n == 1:
             return 0.0  # nothing to exchange
-        return 2.0 * (n - 1) / n * float(nbytes) / (self.effective_gbs * 1e9) * 1e3
+        return self.latency_us * 1e-3 + 2.0 * (n - 1) / n * float(nbytes) / (self.effective_gbs * 1e9) * 1e3
 
     def sendrecv_ms(self, nbytes: float) -> float:
         if int(self.gpus) == 1:
@@ -76,3 +119,9 @@ class NetworkModel:
             else:
                 raise NetworkError(f"unknown communication kind {kind!r} (expected allreduce or sendrecv)")
         return out
+
+
+def for_request(r: dict, efficiency: float = DEFAULT_EFFICIENCY) -> NetworkModel:
+    """The network model of one request's fields (a Scenario's ``as_dict``): its link, GPUs and ``comm``."""
+    return NetworkModel(link_gbs=r["link_gbs"] or 1.0, gpus=r["gpus"], efficiency=efficiency,
+                        latency_us=latency_us(r.get("comm") or "bandwidth", r["gpus"]))

@@ -18,7 +18,7 @@ from neusight_core.scenario import tracer_size
 from neusight_core.schema import Precision
 
 INPUTS = ["model", "device", "batch", "seq", "image_size", "mode", "fusion", "parallel", "gpus", "micro_batches",
-          "link_gbs", "past", "dtype", "attention", "execution", "grads"]
+          "link_gbs", "past", "dtype", "attention", "execution", "grads", "comm"]
 
 
 class SweepInputError(ValueError):
@@ -70,7 +70,8 @@ def scenario_of(r: dict) -> Scenario:
         past=opt_int("past", "past", 0) or 0, dtype=dt if dt not in (None, "") else Precision.FP32, fusion=bool(fusion),
         parallel=plan, gpus=opt_int("gpus", "gpus"), micro_batches=opt_int("micro_batches", "micro_batches") or 1,
         link_gbs=None if link is None else float(link), attention=_given(r.get("attention")) or None,
-        execution=_given(r.get("execution")) or None, grads=_given(r.get("grads")) or None)
+        execution=_given(r.get("execution")) or None, grads=_given(r.get("grads")) or None,
+        comm=_given(r.get("comm")) or None)
     return sc
 
 

@@ -149,7 +149,8 @@ def check_image_request(name, past, parallel) -> None:
 
 
 def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link_gbs=None, micro_batches=1,
-                    past=0, dtype=Precision.FP32, attention="eager", execution="graph", grads="accumulate"):
+                    past=0, dtype=Precision.FP32, attention="eager", execution="graph", grads="accumulate",
+                    comm="bandwidth"):
     """Every check of a prediction request, in one place (the CLI and predict_model both use it).
 
     Raises LatencyInputError with one line for anything a GPU run could not be: non-positive or
@@ -181,6 +182,8 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
         raise LatencyInputError(f"execution must be one of {', '.join(schema.EXECUTIONS)}, got {execution!r}")
     if grads not in schema.GRADS:
         raise LatencyInputError(f"grads must be one of {', '.join(schema.GRADS)}, got {grads!r}")
+    if comm not in schema.COMMS:
+        raise LatencyInputError(f"comm must be one of {', '.join(schema.COMMS)}, got {comm!r}")
     if parallel is None:
         if gpus > 1:
             raise LatencyInputError(f"{gpus} GPUs need a parallel plan (dp, tp or pp); without one the "
@@ -248,6 +251,7 @@ class Scenario:
     attention: str = "eager"      # eager | sdpa (schema.ATTENTIONS); scenario() defaults to what HF picks
     execution: str = "graph"      # eager | graph (schema.EXECUTIONS); scenario() defaults to eager PyTorch
     grads: str = "accumulate"     # fresh | accumulate (schema.GRADS, training); scenario() defaults to fresh
+    comm: str = "bandwidth"       # nccl | bandwidth (schema.COMMS, network.py); scenario() defaults to nccl
 
     def __post_init__(self):
         if (self.seq is None) == (self.image_size is None):
@@ -268,29 +272,31 @@ class Scenario:
 
 
 #: The paper's setting: eager attention, the step as its kernel sum, gradients accumulated into (the authors'
-#: loop). The reproduction (Tier 0/1) asks for it explicitly; a question that does not say gets what people run
-#: (``scenario``'s defaults).
-PAPER = {"attention": "eager", "execution": "graph", "grads": "accumulate"}
+#: loop), collectives timed by the link's bandwidth alone (the authors' network model). The reproduction (Tier 0/1)
+#: asks for it explicitly; a question that does not say gets what people run (``scenario``'s defaults).
+PAPER = {"attention": "eager", "execution": "graph", "grads": "accumulate", "comm": "bandwidth"}
 
 
 def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=None, past=0, dtype: str = Precision.FP32,
              fusion: bool = False, parallel: str | None = None, gpus=None, micro_batches=1,
              link_gbs=None, attention: str | None = None, execution: str | None = None,
-             grads: str | None = None) -> Scenario:
+             grads: str | None = None, comm: str | None = None) -> Scenario:
     """Validate a request and return it as a :class:`Scenario` (``gpus`` defaults to 4 with a plan, the
     paper's setting, else 1; ``attention`` to what Hugging Face picks for the model, ``configs.default_attention``;
-    ``execution`` to eager PyTorch; ``grads`` to fresh, PyTorch's default, or accumulate with pp). Raises
+    ``execution`` to eager PyTorch; ``grads`` to fresh, PyTorch's default, or accumulate with pp; ``comm`` to
+    nccl, the link plus NCCL's fixed cost per all-reduce). Raises
     ``LatencyInputError`` (or the tracer's / catalogue's one-line errors for an unknown model or GPU)."""
     size = input_size(model, seq, image_size)
     gpus = (4 if parallel else 1) if gpus is None else gpus
     execution = "eager" if execution is None else execution
+    comm = "nccl" if comm is None else comm
     if parallel == "pp" and grads == "fresh":
         raise LatencyInputError("pipeline parallelism (pp) accumulates each micro-batch's gradients into the "
                                 "last one's: grads fresh does not apply (use accumulate)")
     # pipeline parallelism accumulates over its micro-batches (the authors' pp labels were measured so)
     grads = ("accumulate" if parallel == "pp" else "fresh") if grads is None else grads
     dev, cfg = validate_inputs(model, device, batch, size, mode, parallel, gpus, link_gbs, micro_batches,
-                               past, dtype, attention, execution, grads)
+                               past, dtype, attention, execution, grads, comm)
     attention = configs.default_attention(vars(cfg)) if attention is None else attention
     link = None if link_gbs is None else float(link_gbs)
     if parallel is not None and link is None:
@@ -302,7 +308,8 @@ def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=No
     return Scenario(model=str(model) if isinstance(model, Path) else model, device=dev.name, batch=int(batch),
                     seq=None if image else int(size), mode=mode, past=int(past), dtype=dtype, fusion=bool(fusion),
                     parallel=parallel, gpus=int(gpus), micro_batches=int(micro_batches), link_gbs=link,
-                    image_size=int(size) if image else None, attention=attention, execution=execution, grads=grads)
+                    image_size=int(size) if image else None, attention=attention, execution=execution, grads=grads,
+                    comm=comm)
 
 
 # ------------------------------------------------------------------------------ without a footprint

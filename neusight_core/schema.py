@@ -176,6 +176,10 @@ EXECUTIONS = ("eager", "graph")
 #: parameter, reading and writing every gradient: 14 % of a Llama-2-7B training step on an H100).
 GRADS = ("fresh", "accumulate")
 
+#: How a collective is timed (``network.py``): ``nccl`` = the link's bandwidth plus NCCL's measured fixed cost per
+#: all-reduce; ``bandwidth`` = the link's bandwidth alone, the authors' model (the paper's reproduction keeps it).
+COMMS = ("nccl", "bandwidth")
+
 def element_bytes(precision: str) -> int:
     """Bytes of one stored element in ``precision`` (4 for anything that is not fp16 / bf16)."""
     return ELEMENT_BYTES.get(precision, 4)

@@ -64,20 +64,20 @@ def _image_model(model) -> bool:
 
 def grid(models, devices, batches, seqs=None, modes=("inf",), fusion=False, parallel=None, gpus=None,
          micro_batches=1, link_gbs=None, past=0, dtype=Precision.FP32, image_sizes=None, attention=None,
-         execution=None, grads=None) -> pd.DataFrame:
+         execution=None, grads=None, comm=None) -> pd.DataFrame:
     """The full product of the arguments (each a value or a list; repeated values count once) as a
     configuration frame. An empty list is an error (it would make an empty sweep). Text models take the
     ``seqs``, image models the ``image_sizes`` (default 224); sizes for a kind no model is of,
     or text models without ``seqs``, are an error."""
     lists = dict(models=models, devices=devices, batches=batches, seqs=seqs, modes=modes, fusion=fusion,
                  parallel=parallel, gpus=gpus, micro_batches=micro_batches, link_gbs=link_gbs, past=past,
-                 dtype=dtype, attention=attention, execution=execution, grads=grads, image_sizes=image_sizes)
+                 dtype=dtype, attention=attention, execution=execution, grads=grads, comm=comm, image_sizes=image_sizes)
     for name, v in lists.items():
         if not isinstance(v, (str, int, float, bool)) and v is not None and len(list(v)) == 0:
             raise SweepInputError(f"{name}: empty list (give at least one value)")
     dedup = lambda v: list(dict.fromkeys(_as_list(v)))      # noqa: E731 - order kept, duplicates dropped
     (models, devices, batches, seqs, modes, fusion, parallel, gpus, micro_batches, link_gbs, past, dtype, attention,
-     execution, grads, sizes) = (dedup(v) for v in lists.values())
+     execution, grads, comm, sizes) = (dedup(v) for v in lists.values())
     image = {m: _image_model(m) for m in models}
     if seqs != [None] and all(image.values()):
         raise SweepInputError(f"--seq is for text models: {', '.join(map(str, models))} are image models; "
@@ -92,7 +92,7 @@ def grid(models, devices, batches, seqs=None, modes=("inf",), fusion=False, para
         size = [(None, i) for i in sizes] if image[m] else [(q, None) for q in seqs]    # (seq, image_size)
         for d, b, (q, i), *rest in itertools.product(devices, batches, size, modes, fusion, parallel, gpus,
                                                      micro_batches, link_gbs, past, dtype, attention,
-                                                     execution, grads):
+                                                     execution, grads, comm):
             rows.append((m, d, b, q, i, *rest))
     return pd.DataFrame(rows, columns=INPUTS)
 
