@@ -18,7 +18,9 @@ of one NCCL all-reduce on N GPUs, ``NCCL_LATENCY_US``. NVIDIA's database (``meas
 times NCCL all-reduces of 512 B to 512 MB on 2, 4 and 8 GPUs: the bandwidth term matches its large messages
 (within 20 % on the training GPUs) and misses its small ones by 99 %: an all-reduce of a few KB, the size of a
 tensor-parallel decode step's, takes 6-23 us, not the 0.01-0.1 us its bytes need (docs/recipes.md,
-"Collectives"). Send / recv keeps the authors' form: the database measures no point-to-point transfer.
+"Collectives"). Data parallelism's gradient all-reduces (``overlap`` rows, one per module) pay it per bucket, as
+PyTorch's DDP sends them: a row its share ``bytes / DDP_BUCKET_BYTES`` of it, at most all of it. Send / recv keeps the
+authors' form: the database measures no point-to-point transfer.
 """
 from __future__ import annotations
 
@@ -36,6 +38,9 @@ DEFAULT_EFFICIENCY = 0.72
 NCCL_LATENCY_US = {"base": 6.68, "per_gpu": 1.746}
 #: messages whose bandwidth term is below this share of their measured time set the fixed cost (``fit_latency``)
 LATENCY_FIT_SHARE = 0.1
+#: the gradient bucket of PyTorch's DistributedDataParallel (its ``bucket_cap_mb`` default, 25 MiB): one all-reduce
+#: per bucket, however many modules' gradients it holds
+DDP_BUCKET_BYTES = 25 * 2**20
 
 
 def latency_us(comm: str, gpus: int) -> float:
@@ -89,11 +94,13 @@ class NetworkModel:
     def effective_gbs(self) -> float:
         return self.link_gbs * self.efficiency / 2.0
 
-    def allreduce_ms(self, nbytes: float) -> float:
+    def allreduce_ms(self, nbytes: float, latency_share: float = 1.0) -> float:
+        """One all-reduce of ``nbytes`` per GPU; ``latency_share``: the part of the fixed cost it pays (DDP buckets)."""
         n = int(self.gpus)
         if n == 1:
             return 0.0  # nothing to exchange
-        return self.latency_us * 1e-3 + 2.0 * (n - 1) / n * float(nbytes) / (self.effective_gbs * 1e9) * 1e3
+        return (self.latency_us * latency_share * 1e-3
+                + 2.0 * (n - 1) / n * float(nbytes) / (self.effective_gbs * 1e9) * 1e3)
 
     def sendrecv_ms(self, nbytes: float) -> float:
         if int(self.gpus) == 1:
@@ -110,10 +117,12 @@ class NetworkModel:
             return out
         kinds = kernels["comm_kind"].to_numpy()
         nbytes = pd.to_numeric(kernels["comm_bytes"], errors="coerce").fillna(0).to_numpy()
+        bucketed = (kernels["overlap"].fillna(False).astype(bool).to_numpy() if "overlap" in kernels
+                    else np.zeros(len(kernels), bool))
         for i in np.flatnonzero(comm):
             kind = str(kinds[i])
             if kind == "allreduce":
-                out[i] = self.allreduce_ms(nbytes[i])
+                out[i] = self.allreduce_ms(nbytes[i], min(1.0, nbytes[i] / DDP_BUCKET_BYTES) if bucketed[i] else 1.0)
             elif kind == "sendrecv":
                 out[i] = self.sendrecv_ms(nbytes[i])
             else:

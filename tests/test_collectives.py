@@ -104,3 +104,19 @@ def test_a_bad_comm_is_one_line_and_costs_no_other_row():
     out = engine.predict(request.parse([{**ask, "comm": "ring"}, ask]), ["roofline"], seeds=(0,))
     assert "comm must be one of nccl, bandwidth, got 'ring'" in out["error"].iloc[0]
     assert out["error"].iloc[1] == "" and out["e2e_ms"].iloc[1] > 0
+
+
+def test_data_parallel_gradients_pay_it_per_ddp_bucket():
+    """DP all-reduces every module's gradients (one row each): with comm nccl the fixed cost comes once per 25 MiB
+    bucket, so its total is latency x sum(min(1, bytes / 25 MiB)), fewer than one per row."""
+    ask = dict(model="gpt2_large", device="H100", batch=8, seq=256, mode="train", parallel="dp", gpus=4,
+               execution="graph")
+    out = engine.predict(request.parse([ask, {**ask, "comm": "bandwidth"}]), ["roofline"], seeds=(0,),
+                         keep_kernels=True)
+    k = engine.run_info(out).kernels[0]
+    dp = k[(k["op_class"] == "COMM") & k["overlap"].fillna(False).astype(bool)]
+    assert len(dp) > 100
+    share = np.minimum(1.0, dp["comm_bytes"].to_numpy(float) / network.DDP_BUCKET_BYTES)
+    lat = network.latency_us("nccl", 4) / 1e3
+    assert out["comm_ms"].iloc[0] - out["comm_ms"].iloc[1] == pytest.approx(lat * share.sum())
+    assert 10 < share.sum() < len(dp) / 2
