@@ -120,3 +120,24 @@ def test_data_parallel_gradients_pay_it_per_ddp_bucket():
     lat = network.latency_us("nccl", 4) / 1e3
     assert out["comm_ms"].iloc[0] - out["comm_ms"].iloc[1] == pytest.approx(lat * share.sum())
     assert 10 < share.sum() < len(dp) / 2
+
+
+def test_cli_comm_option(capsys, tmp_path):
+    import json
+
+    from neusight_core.__main__ import main
+    base = ["--model", "gpt2_large", "--device", "H100", "--batch", "1", "--seq", "1", "--past", "128", "--parallel",
+            "tp", "--gpus", "2", "--predictor", "roofline"]
+    assert main(["predict", *base, "--comm", "bandwidth", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["comm"] == "bandwidth"
+    assert main(["predict", *base]) == 0
+    assert "tpx2 (nccl collectives)" in capsys.readouterr().out.splitlines()[0]
+    out = tmp_path / "s.csv"
+    assert main(["sweep", *base, "--comm", "nccl,bandwidth", "--no-progress", "--out", str(out)]) == 0
+    import pandas as pd
+    s = pd.read_csv(out)
+    assert list(s["comm"]) == ["nccl", "bandwidth"] and s["comm_ms"].iloc[0] > s["comm_ms"].iloc[1] > 0
+    with pytest.raises(SystemExit):
+        main(["predict", *base, "--comm", "ring"])
+    assert main(["sweep", *base, "--comm", "ring", "--no-progress", "--out", str(out)]) == 2
+    assert "--comm must be of nccl, bandwidth, got ring" in capsys.readouterr().err
