@@ -204,6 +204,8 @@ def _predict(a) -> int:
         print(f"NOTE: {r['dtype_note']}")
     if r.get("conv_note"):
         print(f"NOTE: {r['conv_note']}")
+    if r.get("range_note"):
+        print(f"NOTE: {r['range_note']}")
     print(f"  weights     {_pred.describe_line(r['weights'])}")
     print(f"  end-to-end  {r['e2e_ms']:12.3f} ms")
     if r["execution"] == "eager":

@@ -68,8 +68,9 @@ def predict_model(model, device, batch: int, seq: int | None = None, mode: str =
     ``dtype``, its GEMMs use the FP32 peak), ``measured_share`` (bf16 / fp16 only, else {}: per op class the share
     of its time answered by models trained on measured kernels of that precision, ``KernelPredictor.measured_rows``;
     the rest is an extrapolation), ``law_share`` (the same for the rows a law fitted on measured kernels of that
-    precision answers, ``KernelPredictor.law_rows``: an extrapolation too, from one kind of kernel) and ``kernels``
-    (the kernel table with ``pred_ms``).
+    precision answers, ``KernelPredictor.law_rows``: an extrapolation too, from one kind of kernel), ``range_note``
+    ("" or, where measured-kernel models answered, the sentence of ``tensor_core.range_note``: this GPU's figures lie
+    outside those of the GPUs they were trained on) and ``kernels`` (the kernel table with ``pred_ms``).
     """
     sc = scenario(model, device, batch, seq, mode, image_size=image_size, past=past, dtype=dtype, fusion=fusion, parallel=parallel, gpus=gpus, micro_batches=micro_batches,
                   link_gbs=link_gbs, attention=attention, execution=execution, grads=grads, comm=comm)
@@ -103,6 +104,8 @@ def predict_scenario(sc, predictor="neusight", quick: bool | None = None,
                dtype=sc.dtype, dtype_note=dev.precision_note(sc.dtype), memory=run.memory[0],
                conv_note=conv_note(kernels, predictor, quick), measured_share=measured_share(kernels, pred, sc.dtype),
                law_share=measured_share(kernels, pred, sc.dtype, rows=pred.law_rows))
+    from neusight_core.predictors import tensor_core
+    out["range_note"] = tensor_core.range_note(dev) if any(out["measured_share"].values()) else ""
     return out
 
 
@@ -113,7 +116,7 @@ def measured_share(kernels: pd.DataFrame, pred, dtype: str, rows=None) -> dict:
     if dtype not in schema.HALF_PRECISIONS or kernels.empty:
         return {}
     k = kernels.reset_index(drop=True)
-    ms = k["pred_ms"].to_numpy(float) * k["count"].to_numpy(float)
+    ms = k["pred_ms"].to_numpy(float)              # every launch of the row (per-launch time x count)
     got = pd.DataFrame({"op_class": k["op_class"].astype(str).to_numpy(), "ms": ms,
                         "measured": np.where((rows or pred.measured_rows)(k), ms, 0.0)}).groupby("op_class", sort=False).sum()
     return {c: float(m / t) if t > 0 else 0.0 for c, m, t in zip(got.index, got["measured"], got["ms"])}

@@ -88,3 +88,18 @@ def test_notebook_07_predictors_on_a_bf16_gemm_table(twins):
         for better in ("H100_FASTER", "H100_BW", "H100_SM", "H100_L2", "H100_PEAK"):
             t = float(np.sum(predict(g, better)))
             assert t <= base * (1 + 1e-9), (name, better, t / base)
+
+
+def test_an_answer_says_when_the_gpu_lies_outside_the_bf16_networks_training_gpus(twins):
+    """Issue 34's user devices: a BF16 answer from the measured-kernel networks names the GPU figures that lie outside
+    the training GPUs' (an extrapolation); the memory alone is no such figure; FP32 answers carry no such note."""
+    from neusight_core import latency
+    from neusight_core.predictors import tensor_core as tc
+    assert tc.range_note(H100) == "" and tc.range_note("H100_BIGMEM") == ""
+    note = tc.range_note("H100_FASTER")                       # 1.25x everything: only the SM count leaves the range
+    assert "SMs 165 (training GPUs 108-142)" in note and "per SM" not in note
+    assert "dense BF16 TFLOPS per SM 15.2" in tc.range_note("NVIDIA_B200")
+    ask = dict(model="llama2_7b", batch=1, seq=1, past=511, mode="inf", quick=True, execution="graph")
+    assert latency.predict_model(device="H100_FASTER", dtype="bf16", **ask)["range_note"] == note
+    assert latency.predict_model(device="H100_FASTER", **ask)["range_note"] == ""              # fp32
+    assert latency.predict_model(device="H100_FASTER", dtype="bf16", predictor="roofline", **ask)["range_note"] == ""

@@ -432,3 +432,29 @@ def training_kernels(networks=NETWORKS) -> pd.DataFrame:
     if kinds:
         parts.append(attention_rows("training", tuple(kinds)))
     return pd.concat(parts, ignore_index=True)
+
+
+# ---------------------------------------------------------------- where a GPU lies against the training GPUs
+#: the GPU figures the networks' inputs are made of (per SM where the inputs are per SM)
+RANGE_FIGURES = {"dense BF16 TFLOPS per SM": lambda d: d.gemm_peak_gflops("bf16") / d.num_sm / 1e3,
+                 "GB/s per SM": lambda d: d.mem_bw_gbs / d.num_sm, "SMs": lambda d: float(d.num_sm),
+                 "MB of L2": lambda d: float(d.l2_mb)}
+
+
+def range_note(device) -> str:
+    """"" when ``device``'s ``RANGE_FIGURES`` lie within those of the networks' training GPUs
+    (``measured_kernels.split``), else one sentence naming the figures outside: its GEMM and attention times are then
+    an extrapolation beyond every GPU the networks saw."""
+    from neusight_core import devices, measured_kernels
+    dev = devices.get_device(device)
+    train = [devices.get_device(n) for n in measured_kernels.split()["training"]]
+    out = []
+    for name, f in RANGE_FIGURES.items():
+        v, seen = f(dev), [f(t) for t in train]
+        if not min(seen) * (1 - 1e-9) <= v <= max(seen) * (1 + 1e-9):
+            out.append(f"{name} {v:.3g} (training GPUs {min(seen):.3g}-{max(seen):.3g})")
+    if not out:
+        return ""
+    return (f"{dev.name} lies outside the GPUs the BF16 networks were trained on: {'; '.join(out)}; its GEMM and "
+            "attention times extrapolate beyond them (notebook 07 scores two GPUs outside them, B200 and GB200)")
+
