@@ -43,6 +43,10 @@ LATENCY_FIT_SHARE = 0.1
 DDP_BUCKET_BYTES = 25 * 2**20
 
 
+class NetworkError(ValueError):
+    """Bad network parameters (non-positive bandwidth, GPU count below 1, ...)."""
+
+
 def latency_us(comm: str, gpus: int) -> float:
     """The fixed cost of one all-reduce on ``gpus`` GPUs under ``comm`` (``schema.COMMS``), us."""
     if comm not in COMMS:
@@ -67,10 +71,6 @@ def fit_latency(rows: pd.DataFrame, efficiency: float = DEFAULT_EFFICIENCY) -> d
     a = np.stack([np.ones(len(med)), med["gpus"].to_numpy(float) - 1], axis=1)
     (base, per_gpu), *_ = np.linalg.lstsq(a, med["fixed"].to_numpy(float), rcond=None)
     return {"base": float(base), "per_gpu": float(per_gpu)}
-
-
-class NetworkError(ValueError):
-    """Bad network parameters (non-positive bandwidth, GPU count below 1, ...)."""
 
 
 @dataclass(frozen=True)
