@@ -436,7 +436,7 @@ def training_kernels(networks=NETWORKS) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- where a GPU lies against the training GPUs
 #: the GPU figures the networks' inputs are made of (per SM where the inputs are per SM)
-RANGE_FIGURES = {"dense BF16 TFLOPS per SM": lambda d: d.gemm_peak_gflops("bf16") / d.num_sm / 1e3,
+RANGE_FIGURES = {"dense BF16 TFLOPS per SM": lambda d: d.gemm_peak_gflops(Precision.BF16) / d.num_sm / 1e3,
                  "GB/s per SM": lambda d: d.mem_bw_gbs / d.num_sm, "SMs": lambda d: float(d.num_sm),
                  "MB of L2": lambda d: float(d.l2_mb)}
 
