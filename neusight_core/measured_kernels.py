@@ -16,9 +16,7 @@ The split (fixed before anything was trained; :func:`split`):
   touching a file, unless called with ``allow_sealed`` set to true, which nothing in this project does;
   :func:`available` lists only that they exist.
 
-The package's other systems (A100 PCIe, A30, H100 PCIe, L4) are outside the split and refused too.
-
-What is read:
+The package's other systems (A100 PCIe, A30, H100 PCIe, L4) are outside the split and refused too. What is read:
 
 - GEMM (``gemm/<fw>/<ver>/gemm_perf.parquet``, columns ``kernel_source, gemm_dtype, m, n, k, latency``):
   the rows with ``gemm_dtype == "bfloat16"``: unquantised BF16 ``x[m, k] @ W[n, k]^T`` through torch
@@ -32,6 +30,8 @@ What is read:
   ``attn_dtype == "bfloat16"`` (FP8 attention is not read) and, by default, a BF16 KV cache.
   FlashAttention 2/3/4, FlashInfer, TRT-LLM and Triton kernels, named in ``kernel_source``.
 - ``latency`` is in ms (a 32768 x 65536 x 12288 BF16 GEMM on H100 SXM: 60.3 -> 875 TFLOPS).
+- Also BF16 -> FP8 element-wise kernels (:func:`load_quantize`, the memory law's data) and NCCL's all-reduces
+  (:func:`load_allreduce`, the network model's fixed cost per all-reduce), each as its own small frame.
 
 Kernel table (:func:`load_gemm`, :func:`load_attention`; one row per measured kernel). The columns of
 ``dataset.to_kernels`` (``phase`` ... ``stage``, then ``device``, ``latency_ms``, ``op``) and the device
@@ -57,9 +57,8 @@ features of ``dataset.join_device_features``, plus:
 | ATTN only: ``heads``, ``kv_heads``, ``head_dim``, ``window``, ``kv_dtype`` | query / KV heads, head size, sliding window (0 = none), KV-cache dtype |
 
 A missing package, a changed layout (no data folder, no file for a GPU, a missing column, an unreadable
-file) or a refused GPU is one line: :class:`MeasuredDataError` (:class:`SealedGPUError` for sealed GPUs).
-
-Values are checked too: ``measured_checks.validate``.
+file) or a refused GPU is one line: :class:`MeasuredDataError` (:class:`SealedGPUError` for sealed GPUs). Values
+are checked too: ``measured_checks.validate``.
 """
 from __future__ import annotations
 
