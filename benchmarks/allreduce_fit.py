@@ -26,10 +26,8 @@ SIZES = {"all": (0, np.inf), "<= 64 KB": (0, 65536), "64 KB - 8 MB": (65536, 8e6
 
 def predict(rows: pd.DataFrame, fit: dict | None) -> np.ndarray:
     """ms of each measured all-reduce: the bandwidth term, plus ``fit``'s fixed cost when given."""
-    n = rows["gpus"].to_numpy(float)
-    bw = 2 * (n - 1) / n * rows["bytes"].to_numpy(float) / (rows["link_gbs"].to_numpy(float) *
-                                                            network.DEFAULT_EFFICIENCY / 2 * 1e9) * 1e3
-    return bw if fit is None else bw + (fit["base"] + fit["per_gpu"] * (n - 1)) / 1e3
+    bw = network.ring_ms(rows["bytes"], rows["gpus"], rows["link_gbs"])
+    return bw if fit is None else bw + network.fixed_us(rows["gpus"], fit) / 1e3
 
 
 def table(rows: pd.DataFrame, fit: dict, how: str) -> list[dict]:

@@ -47,23 +47,33 @@ class NetworkError(ValueError):
     """Bad network parameters (non-positive bandwidth, GPU count below 1, ...)."""
 
 
+def ring_ms(nbytes, gpus, link_gbs, efficiency: float = DEFAULT_EFFICIENCY):
+    """The bandwidth term of a ring all-reduce of ``nbytes`` per GPU (scalars or arrays), ms."""
+    n = np.asarray(gpus, dtype=float)
+    effective = np.asarray(link_gbs, dtype=float) * efficiency / 2 * 1e9            # B/s, the authors' derating
+    return 2.0 * (n - 1) / n * np.asarray(nbytes, dtype=float) / effective * 1e3
+
+
+def fixed_us(gpus, params: dict = NCCL_LATENCY_US):
+    """``params``' fixed cost of one all-reduce on ``gpus`` GPUs (scalars or arrays), us."""
+    return params["base"] + params["per_gpu"] * (np.asarray(gpus, dtype=float) - 1)
+
+
 def latency_us(comm: str, gpus: int) -> float:
     """The fixed cost of one all-reduce on ``gpus`` GPUs under ``comm`` (``schema.COMMS``), us."""
     if comm not in COMMS:
         raise NetworkError(f"comm must be one of {', '.join(COMMS)}, got {comm!r}")
     if comm == "bandwidth" or int(gpus) < 2:
         return 0.0
-    return NCCL_LATENCY_US["base"] + NCCL_LATENCY_US["per_gpu"] * (int(gpus) - 1)
+    return float(fixed_us(int(gpus)))
 
 
 def fit_latency(rows: pd.DataFrame, efficiency: float = DEFAULT_EFFICIENCY) -> dict:
     """``NCCL_LATENCY_US`` of measured all-reduces (``measured_kernels.load_allreduce``'s columns): per GPU and GPU
     count, the median of (measured - the bandwidth term) over the messages whose bandwidth term is below
     ``LATENCY_FIT_SHARE`` of their time; then least squares of a line in N - 1 over those medians."""
-    n = rows["gpus"].to_numpy(float)
     y = rows["latency_ms"].to_numpy(float) * 1e3
-    # us: bytes / (GB/s x 1e9) x 1e6
-    bw = 2.0 * (n - 1) / n * rows["bytes"].to_numpy(float) / (rows["link_gbs"].to_numpy(float) * efficiency / 2 * 1e3)
+    bw = ring_ms(rows["bytes"], rows["gpus"], rows["link_gbs"], efficiency) * 1e3
     small = bw < LATENCY_FIT_SHARE * y
     med = (rows[small].assign(fixed=(y - bw)[small]).groupby(["device", "gpus"])["fixed"].median().reset_index())
     if med["gpus"].nunique() < 2:
@@ -99,8 +109,7 @@ class NetworkModel:
         n = int(self.gpus)
         if n == 1:
             return 0.0  # nothing to exchange
-        return (self.latency_us * latency_share * 1e-3
-                + 2.0 * (n - 1) / n * float(nbytes) / (self.effective_gbs * 1e9) * 1e3)
+        return self.latency_us * latency_share * 1e-3 + float(ring_ms(nbytes, n, self.link_gbs, self.efficiency))
 
     def sendrecv_ms(self, nbytes: float) -> float:
         if int(self.gpus) == 1:
