@@ -200,12 +200,9 @@ def _predict(a) -> int:
           f"{', ' + r['grads'] + ' gradients' if a.mode == 'train' else ''} "
           f"on {r['device']} ({r['predictor']})"
           + ("" if a.dtype == Precision.FP32 else f"  [{a.dtype}: {_half_label(r, a.dtype)}]"))
-    if r["dtype_note"]:
-        print(f"NOTE: {r['dtype_note']}")
-    if r.get("conv_note"):
-        print(f"NOTE: {r['conv_note']}")
-    if r.get("range_note"):
-        print(f"NOTE: {r['range_note']}")
+    for note in ("dtype_note", "conv_note", "range_note", "moe_note"):
+        if r.get(note):
+            print(f"NOTE: {r[note]}")
     print(f"  weights     {_pred.describe_line(r['weights'])}")
     print(f"  end-to-end  {r['e2e_ms']:12.3f} ms")
     if r["execution"] == "eager":

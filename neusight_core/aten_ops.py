@@ -26,13 +26,16 @@ NO_KERNEL = {
     "is_nonzero", "item", "numpy_T", "movedim", "_to_copy_noop",
 }
 GEMM = {"mm": OpClass.LINEAR, "addmm": OpClass.LINEAR, "bmm": OpClass.BMM, "baddbmm": OpClass.BMM}
+# One kernel for every expert of a mixture-of-experts layer: Hugging Face's default experts implementation
+# (``grouped_mm``, transformers 5) runs each projection of all experts as one grouped GEMM (``grouped_gemm``).
+GROUPED_OPS = {"_grouped_mm", "grouped_mm"}
 SOFTMAX = {"_softmax", "_safe_softmax", "_log_softmax", "_softmax_backward_data",
            "_log_softmax_backward_data"}
 LAYERNORM = {"native_layer_norm", "native_layer_norm_backward"}
 # Element-wise ops -> the predictor's sub-op vocabulary (SPEC 3.1: add, mul, div, pow, tanh, relu,
 # gelu; "u" = with a scalar). Ops outside that vocabulary map to the nearest one by work per
 # element (one read, one write, one cheap transcendental or arithmetic op per element).
-BINARY = {"add": "add", "sub": "add", "rsub": "add", "mul": "mul", "div": "div", "pow": "pow",
+BINARY = {"add": "add", "sub": "add", "rsub": "add", "mul": "mul", "div": "div", "floor_divide": "div", "pow": "pow",
           "maximum": "add", "minimum": "add", "add_": "add", "sub_": "add", "mul_": "mul",
           "div_": "div", "pow_": "pow", "addcmul": "mul", "addcdiv": "div", "lerp": "add",
           "masked_fill": None}
@@ -64,13 +67,13 @@ MEM = {
     "clone", "_to_copy", "contiguous", "cat", "stack", "fill_", "fill", "zero_", "zeros",
     "zeros_like", "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full",
     "arange", "tril", "triu", "eq", "ne", "lt", "gt", "le", "ge", "logical_not", "logical_and",
-    "logical_or", "bitwise_not", "bitwise_and", "bitwise_or", "nll_loss_forward",
+    "logical_or", "logical_and_", "logical_or_", "bitwise_not", "bitwise_and", "bitwise_or", "nll_loss_forward",
     "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward", "cumsum", "topk",
     "argmax", "argmin", "max", "min", "amax", "amin", "sort", "one_hot", "constant_pad_nd",
     "repeat", "masked_scatter", "scalar_tensor", "select_backward", "slice_backward",
     "bernoulli", "bernoulli_", "uniform_", "normal_", "rand", "randn", "rand_like", "any", "all",
     "isinf", "isnan", "sign", "_unsafe_index", "expand_copy", "nonzero", "count_nonzero",
-    "lift_fresh_copy", "masked_select", "index_copy", "index_copy_", "fill_diagonal_",
+    "lift_fresh_copy", "masked_select", "histc", "index_copy", "index_copy_", "fill_diagonal_",
     "_index_put_impl_", "split_copy", "unsqueeze_copy", "bucketize", "floor", "ceil", "round",
     "trunc", "eq_", "ne_", "native_dropout_", "squeeze_copy", "alias_copy", "unbind_copy",
     # pooling windows: a few compares / adds per element read, memory-bound
@@ -148,6 +151,9 @@ def classify(base: str, args, kwargs, outs: list[torch.Tensor], ins: list[torch.
             K = b.shape[2]
         Bd, M, N, K = int(Bd), int(M), int(N), int(K)
         return GEMM[base], "", Bd, M, N, K, nan, 2.0 * Bd * M * N * K
+    if base in GROUPED_OPS:
+        Bd, M, N, K, flops, _ = grouped_gemm(args)
+        return OpClass.BMM, schema.GROUPED_GEMM, Bd, M, N, K, nan, flops
     numel = out.numel()
     H = int(out.shape[-1]) if out.dim() > 0 else 1
     rows = numel // H if H else 0
@@ -178,6 +184,39 @@ def classify(base: str, args, kwargs, outs: list[torch.Tensor], ins: list[torch.
     if base in MEM:
         return OpClass.MEM, "", rows, nan, nan, nan, H, 0.0
     return OpClass.UNCLASSIFIED, "", rows, nan, nan, nan, H, 0.0
+
+
+def grouped_gemm(args) -> tuple[int, int, int, int, float, dict]:
+    """(B, M, N, K, FLOPs, {argument index: share of it read}) of one grouped GEMM (``torch._grouped_mm(a, b,
+    offs)``), in the GEMM convention [M x N] @ [N x K], N the reduction, as a batch of B equal GEMMs.
+
+    ``offs`` cuts one operand's token dim into G groups (experts), in sizes the routing decides at run time, which a
+    trace on meta tensors does not know. Taken as balanced routing: the S routed tokens spread evenly over
+    min(G, S) experts (a decode step of one token reaches top-k experts, not all of them), each group ceil(S / B)
+    tokens, and only those experts' weights are read. The FLOPs are the exact 2 S x (the other two dims): they
+    do not depend on the routing. Cases (torch's grouped GEMM), S the cut dim:
+    2-D (S, k) x 3-D (G, k, n): B, ceil(S / B), k, n  (the forward's projections, and backward's input gradient)
+    2-D (m, S) x 2-D (S, n):    B, m, ceil(S / B), n  (backward's weight gradient: the reduction is cut)
+    3-D (G, m, k) x 2-D (k, S): B, m, k, ceil(S / B)
+    3-D x 3-D, no offs:         G, m, k, n          (a plain batched GEMM)"""
+    a, b = args[0], args[1]
+    offs = args[2] if len(args) > 2 and isinstance(args[2], torch.Tensor) else None
+    if a.dim() == 3 and b.dim() == 3:
+        G, m, k = (int(x) for x in a.shape)
+        n = int(b.shape[2])
+        return G, m, k, n, 2.0 * G * m * k * n, {}
+    G = int(offs.shape[0]) if offs is not None else int((a if a.dim() == 3 else b).shape[0])
+    if a.dim() == 2 and b.dim() == 3:
+        S, k, n = int(a.shape[0]), int(a.shape[1]), int(b.shape[2])
+        B = max(1, min(G, S))
+        return B, -(-S // B), k, n, 2.0 * S * k * n, {1: B / G}
+    if a.dim() == 2 and b.dim() == 2:
+        m, S, n = int(a.shape[0]), int(a.shape[1]), int(b.shape[1])
+        B = max(1, min(G, S))
+        return B, m, -(-S // B), n, 2.0 * m * S * n, {}
+    m, k, S = int(a.shape[1]), int(a.shape[2]), int(b.shape[1])        # 3-D x 2-D
+    B = max(1, min(G, S))
+    return B, m, k, -(-S // B), 2.0 * m * k * S, {0: B / G}
 
 
 def _square(v) -> int | None:

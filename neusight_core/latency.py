@@ -30,7 +30,7 @@ from neusight_core.tables import aggregate, loaded_predictor, predict_kernels, t
 from neusight_core.scenario import LatencyInputError, device_of, scenario
 from neusight_core.schema import OpClass, Precision
 
-__all__ = ["LatencyInputError", "aggregate", "conv_by_roofline", "conv_note", "loaded_predictor", "predict_kernels",
+__all__ = ["LatencyInputError", "aggregate", "conv_by_roofline", "conv_note", "loaded_predictor", "moe_note", "predict_kernels",
            "predict_model", "predict_scenario", "trace", "trace_cached"]
 
 
@@ -70,7 +70,8 @@ def predict_model(model, device, batch: int, seq: int | None = None, mode: str =
     the rest is an extrapolation), ``law_share`` (the same for the rows a law fitted on measured kernels of that
     precision answers, ``KernelPredictor.law_rows``: an extrapolation too, from one kind of kernel), ``range_note``
     ("" or, where measured-kernel models answered, the sentence of ``tensor_core.range_note``: this GPU's figures lie
-    outside those of the GPUs they were trained on) and ``kernels`` (the kernel table with ``pred_ms``).
+    outside those of the GPUs they were trained on), ``moe_note`` ("" or the sentence of ``moe_note``: how the
+    experts' grouped GEMMs of a mixture-of-experts model are predicted) and ``kernels`` (the table with ``pred_ms``).
     """
     sc = scenario(model, device, batch, seq, mode, image_size=image_size, past=past, dtype=dtype, fusion=fusion, parallel=parallel, gpus=gpus, micro_batches=micro_batches,
                   link_gbs=link_gbs, attention=attention, execution=execution, grads=grads, comm=comm)
@@ -106,7 +107,22 @@ def predict_scenario(sc, predictor="neusight", quick: bool | None = None,
                law_share=measured_share(kernels, pred, sc.dtype, rows=pred.law_rows))
     from neusight_core.predictors import tensor_core
     out["range_note"] = tensor_core.range_note(dev) if any(out["measured_share"].values()) else ""
+    out["moe_note"] = moe_note(kernels)
     return out
+
+
+def moe_note(kernels: pd.DataFrame) -> str:
+    """"" or the sentence that says how the grouped GEMMs of mixture-of-experts layers are predicted, with their
+    share of the predicted time: balanced routing, as the batch of dense GEMMs they stand for; an extrapolation."""
+    grouped = (kernels["sub_op"] == schema.GROUPED_GEMM).to_numpy() if "sub_op" in kernels else None
+    if grouped is None or not grouped.any():
+        return ""
+    pred_ms = kernels["pred_ms"].to_numpy(float)
+    share = float(pred_ms[grouped].sum() / max(pred_ms.sum(), 1e-30))
+    return (f"the experts of its mixture-of-experts layers run as grouped GEMMs ({int(grouped.sum())} rows, "
+            f"{'under 1%' if share < 0.01 else f'{share:.0%}'} of the predicted time), taken as balanced routing and "
+            "predicted as the batches of dense GEMMs they stand for: an extrapolation, checked against NVIDIA's "
+            "measured MoE layers in docs/recipes.md, \"Mixture of experts\"")
 
 
 def measured_share(kernels: pd.DataFrame, pred, dtype: str, rows=None) -> dict:

@@ -166,6 +166,9 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
             raise PlanError(f"tp{n}: {fused[0]} fuses Q, K and V of a model with {kv} key/value heads; "
                             f"splitting it over more GPUs than key/value heads is not modelled")
     kvw = kv_ways(a.config, n)
+    if "sub_op" in k and k.sub_op.eq(schema.GROUPED_GEMM).any():
+        raise PlanError(f"tp{n}: splitting a mixture-of-experts layer (its experts' grouped GEMMs) over GPUs is not "
+                        "modelled; dp and pp are")
 
     def ways(module: str) -> int:
         """How many ways a split linear (or its parameter's row) is divided."""

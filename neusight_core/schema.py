@@ -135,6 +135,10 @@ TENSOR_PRECISIONS = precisions(lambda p: p.has_tensor_peak)
 HALF_PRECISIONS = precisions(lambda p: p.is_half)
 ELEMENT_BYTES = {p.value: p.bytes for p in Precision}
 
+#: ``sub_op`` of a grouped GEMM row (op class BMM): one kernel for the experts of a mixture-of-experts layer, taken as
+#: balanced routing (``aten_ops.grouped_gemm``); predicted as the batch of dense GEMMs it stands for, an extrapolation.
+GROUPED_GEMM = "grouped"
+
 #: The kernel table's first columns, in order (``trace.trace_model`` fills them; docs/interfaces.md, "Kernel table").
 KERNEL_COLUMNS = ["phase", "aten_op", "op_class", "sub_op", "B", "M", "N", "K", "H", "flops",
            "bytes_read", "bytes_written", "dtype", "module", "layer", "count",

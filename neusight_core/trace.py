@@ -53,8 +53,8 @@ _NO_ATTN = (math.nan,) * len(schema.ATTN_COLUMNS)   # the fused-attention geomet
 
 
 from neusight_core import fused_attention, meta_memo  # noqa: E402
-from neusight_core.aten_ops import (CONV, _NO_CONV, _nbytes, _op_name, access, classify, conv_rows, layer_of,  # noqa: E402
-                                   tensors_in)
+from neusight_core.aten_ops import (CONV, GROUPED_OPS, _NO_CONV, _nbytes, _op_name, access, classify, conv_rows,  # noqa: E402
+                                   grouped_gemm, layer_of, tensors_in)
 # the model on the meta device; hidden_size / num_layers / load_config are re-exported (callers read them here)
 from neusight_core.meta_model import (TORCH_DTYPES, build_model, cache_tensors, filled_cache,  # noqa: E402,F401
                                       hidden_size, max_positions, model_inputs, num_layers, switch_routing_stand_in)
@@ -175,6 +175,8 @@ class _Recorder(TorchDispatchMode):
         # an embedding reads the rows it gathers, not its table: in BF16 / FP16 tables (a decode step's lookup of one
         # token read a 0.3-1 GB table in them); the paper's FP32 tables keep the whole table, as Tier 1 was validated
         gathered = ({id(args[0]): _nbytes(outs[0])} if base == "embedding" and outs[0].element_size() == 2 else None)
+        if base in GROUPED_OPS:          # only the experts the routing reaches are read (aten_ops.grouped_gemm)
+            gathered = {id(args[i]): int(round(share * _nbytes(args[i]))) for i, share in grouped_gemm(args)[5].items()}
         self._append(phase, module, full, op_class, sub_op, (Bd, M, N, K, H), flops, read_t, outs,
                      _NO_CONV + _NO_ATTN, access(base, op_class, ins, outs), gathered)
         return out

@@ -65,7 +65,7 @@ import pandas as pd
 import neusight_core.predictors.common as common
 import neusight_core.predictors.members as members
 import neusight_core.predictors.memory_law as memory_law
-from neusight_core import devices
+from neusight_core import devices, schema
 from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, split_validation
 from neusight_core.predictors.features import (CONV_TILE, FEATURE_NAMES, U_MIN, features,
                                                utilisation)
@@ -427,11 +427,13 @@ class NeuSightPredictor(KernelPredictor):
 
     def measured_rows(self, kernels: pd.DataFrame) -> np.ndarray:
         """The rows the tensor-core networks answer (BF16 / FP16 GEMMs and fused-attention forwards), less the
-        attention backwards: those are their forward's network times a stated FLOP ratio, not a measured kernel."""
+        attention backwards (their forward's network times a stated FLOP ratio) and the grouped GEMMs of
+        mixture-of-experts layers (a batch of dense GEMMs under balanced routing): neither is a measured kernel."""
         if self.tc is None or not self.use_tensor_core or not self.tc.nets:
             return super().measured_rows(kernels)
         k = self.as_gemm(kernels).reset_index(drop=True)
-        return self.tc.handles(k) & ~attention_backward(k)
+        grouped = k["sub_op"].eq(schema.GROUPED_GEMM).to_numpy() if "sub_op" in k else False
+        return self.tc.handles(k) & ~attention_backward(k) & ~grouped
 
     def law_rows(self, kernels: pd.DataFrame) -> np.ndarray:
         """The BF16 / FP16 memory-bound rows the memory law answers (with the tensor-core networks, as ``predict``)."""

@@ -1,0 +1,94 @@
+"""Mixture-of-experts models: the experts' grouped GEMMs (transformers' default ``grouped_mm`` experts) as kernel rows,
+what an answer says of them, and what is refused (aten_ops.grouped_gemm, docs/recipes.md "Mixture of experts")."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from neusight_core import derive, latency, parallel, schema, trace
+from neusight_core.schema import OpClass, Precision
+
+E, TOP, H, I = 8, 2, 256, 512          # experts, experts per token, hidden size, each expert's intermediate size
+
+
+@pytest.fixture
+def tiny_moe(tmp_path):
+    """A one-layer Mixtral-shaped model: 8 experts of 512, 2 per token."""
+    cfg = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": H, "intermediate_size": I,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 1000,
+           "max_position_embeddings": 4096, "num_local_experts": E, "num_experts_per_tok": TOP,
+           "hidden_act": "silu", "tie_word_embeddings": False}
+    p = tmp_path / "tiny_moe.json"
+    p.write_text(json.dumps(cfg))
+    return str(p)
+
+
+def _grouped(t):
+    return t[t["sub_op"] == schema.GROUPED_GEMM]
+
+
+def test_the_experts_run_as_grouped_gemms_of_balanced_routing(tiny_moe):
+    t = trace.trace_model(tiny_moe, 2, 10, "inf", dtype=Precision.BF16, attention="sdpa")
+    assert (t["op_class"] == OpClass.UNCLASSIFIED).sum() == 0        # histc, floor_divide and the GEMMs classified
+    g = _grouped(t)
+    assert len(g) == 2 and set(g["op_class"]) == {OpClass.BMM}
+    S = 2 * 10 * TOP                                                   # routed tokens
+    up, down = g.iloc[0], g.iloc[1]
+    # gate and up projections of every expert, then the down projection: 8 experts of ceil(40 / 8) = 5 tokens each
+    assert (up.B, up.M, up.N, up.K) == (E, math.ceil(S / E), H, 2 * I)
+    assert (down.B, down.M, down.N, down.K) == (E, math.ceil(S / E), I, H)
+    assert up.flops == 2.0 * S * H * 2 * I and down.flops == 2.0 * S * I * H
+    # every expert is reached: its input, all 8 experts' weights and the offsets are read
+    assert up.bytes_read == 2 * S * H + 2 * E * H * 2 * I + 4 * E
+    assert up.bytes_written == 2 * S * 2 * I
+
+
+def test_a_decode_step_reads_only_the_experts_its_token_reaches(tiny_moe):
+    t = trace.trace_model(tiny_moe, 1, 1, "inf", dtype=Precision.BF16, attention="sdpa", past=16)
+    up = _grouped(t).iloc[0]
+    assert (up.B, up.M) == (TOP, 1)                                    # 2 of the 8 experts, one token each
+    assert up.bytes_read == 2 * TOP * H + 2 * TOP * H * 2 * I + 4 * E    # a quarter of the weights
+
+
+def test_training_adds_the_input_and_weight_gradients_of_each_grouped_gemm(tiny_moe):
+    t = trace.trace_model(tiny_moe, 2, 10, "train", dtype=Precision.BF16, attention="sdpa")
+    g = _grouped(t)
+    fw, bw = g[g["phase"] == "fw"], g[g["phase"] == "bw"]
+    assert len(fw) == 2 and len(bw) == 4
+    assert bw["flops"].sum() == pytest.approx(2 * fw["flops"].sum())
+    # a weight gradient cuts the reduction (the tokens) into the experts' groups
+    wgrad = bw[bw["M"] == H]
+    assert len(wgrad) == 1 and wgrad.iloc[0]["N"] == math.ceil(2 * 10 * TOP / E)
+    assert set(bw["module"]) == {"model.layers.0.mlp.experts"}
+
+
+def test_tensor_parallelism_of_experts_is_refused_in_one_line(tiny_moe):
+    t = trace.trace_model(tiny_moe, 2, 16, "inf", dtype=Precision.BF16, attention="sdpa")
+    with pytest.raises(parallel.PlanError, match="mixture-of-experts layer") as e:
+        parallel.apply_plan(t, "tp", 2)
+    assert "\n" not in str(e.value)
+
+
+def test_a_moe_model_is_traced_for_real_not_derived(tiny_moe):
+    fam = derive.family(tiny_moe, "inf", dtype=Precision.BF16, attention="sdpa")
+    assert not fam.ok and "grouped GEMMs" in fam.reason
+
+
+def test_an_answer_says_its_grouped_gemms_are_an_extrapolation(tiny_moe, capsys):
+    r = latency.predict_model(tiny_moe, "H100", 2, 64, "inf", predictor="neusight", quick=True, dtype="bf16")
+    k = r["kernels"]
+    grouped = (k["sub_op"] == schema.GROUPED_GEMM).to_numpy()
+    share = k["pred_ms"].to_numpy()[grouped].sum() / k["pred_ms"].sum()
+    assert "grouped GEMMs (2 rows" in r["moe_note"] and f"{share:.0%}" in r["moe_note"]
+    assert r["measured_share"]["BMM"] == 0.0 and r["measured_share"]["LINEAR"] == 1.0
+    dense = latency.predict_model("llama3_2_1b", "H100", 1, 64, "inf", predictor="neusight", quick=True, dtype="bf16")
+    assert dense["moe_note"] == ""
+    from neusight_core.__main__ import main
+    assert main(["predict", "--model", tiny_moe, "--device", "H100", "--batch", "2", "--seq", "64", "--dtype", "bf16",
+                 "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "NOTE: the experts of its mixture-of-experts layers run as grouped GEMMs" in out
+    assert np.isfinite(r["e2e_ms"]) and r["e2e_ms"] > 0
