@@ -2,7 +2,8 @@
 # One device session in one call (the developers' guide; issues 33 and 36), packed into $OUT/session.tgz for docs/tier2/:
 #   1. the machine (GPU, driver, cores, torch / transformers);
 #   2. notebook 05's modern section (BF16, sdpa and eager, prefill / decode / training steps, host launch cost),
-#      MODERN_S seconds, alone on the machine so that the host-bound steps are timed on a quiet CPU;
+#      MODERN_S seconds, alone on the machine so that the host-bound steps are timed on a quiet CPU; then
+#      benchmarks/grouped_gemm.py (mixture-of-experts kernels), GROUPED_S seconds (default 120, 0 to skip);
 #   3. both NeuSight recipes' full training, seeds 0-2, on the machine's CPU cores with every MLP member in one
 #      pool of processes (train --workers, predictors/members.py), timed; beside it, when there is a GPU, one
 #      seed of `neusight` trained on the GPU alone into another folder, timed, for the comparison;
@@ -47,6 +48,13 @@ if [ "$HAS_GPU" = 1 ] && [ "$ms" -gt 30 ]; then
   echo "[modern] exit $? after $(( $(date +%s) - T0 )) s"; tail -3 "$OUT/modern_log.txt"
 else
   echo "[modern] SKIPPED: no CUDA GPU (or MODERN_S=$ms)"
+fi
+pack
+
+# 2b. torch._grouped_mm, the kernel of a mixture-of-experts layer's experts, against our prediction (about a minute)
+if [ "$HAS_GPU" = 1 ] && [ "${GROUPED_S:-120}" -gt 0 ]; then
+  timeout "${GROUPED_S:-120}" $PY benchmarks/grouped_gemm.py --out "$OUT/grouped_gemm" > "$OUT/grouped_gemm_log.txt" 2>&1
+  echo "[grouped gemm] exit $? after $(( $(date +%s) - T0 )) s"; head -1 "$OUT/grouped_gemm_log.txt"
 fi
 pack
 

@@ -113,7 +113,7 @@ def predict_scenario(sc, predictor="neusight", quick: bool | None = None,
 
 def moe_note(kernels: pd.DataFrame) -> str:
     """"" or the sentence that says how the grouped GEMMs of mixture-of-experts layers are predicted, with their
-    share of the predicted time: balanced routing, as the batch of dense GEMMs they stand for; an extrapolation."""
+    share of the predicted time: balanced routing, dense GEMMs over the stacked tokens; an extrapolation."""
     grouped = (kernels["sub_op"] == schema.GROUPED_GEMM).to_numpy() if "sub_op" in kernels else None
     if grouped is None or not grouped.any():
         return ""
@@ -121,8 +121,8 @@ def moe_note(kernels: pd.DataFrame) -> str:
     share = float(pred_ms[grouped].sum() / max(pred_ms.sum(), 1e-30))
     return (f"the experts of its mixture-of-experts layers run as grouped GEMMs ({int(grouped.sum())} rows, "
             f"{'under 1%' if share < 0.01 else f'{share:.0%}'} of the predicted time), taken as balanced routing and "
-            "predicted as the batches of dense GEMMs they stand for: an extrapolation, checked against NVIDIA's "
-            "measured MoE layers in docs/recipes.md, \"Mixture of experts\"")
+            "predicted as dense GEMMs over the stacked tokens: an extrapolation, checked against NVIDIA's measured MoE "
+            "layers in docs/recipes.md, \"Mixture of experts\"")
 
 
 def measured_share(kernels: pd.DataFrame, pred, dtype: str, rows=None) -> dict:

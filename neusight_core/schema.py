@@ -136,7 +136,7 @@ HALF_PRECISIONS = precisions(lambda p: p.is_half)
 ELEMENT_BYTES = {p.value: p.bytes for p in Precision}
 
 #: ``sub_op`` of a grouped GEMM row (op class BMM): one kernel for the experts of a mixture-of-experts layer, taken as
-#: balanced routing (``aten_ops.grouped_gemm``); predicted as the batch of dense GEMMs it stands for, an extrapolation.
+#: balanced routing (``aten_ops.grouped_gemm``); predicted as a dense GEMM over the stacked tokens, an extrapolation.
 GROUPED_GEMM = "grouped"
 
 #: The kernel table's first columns, in order (``trace.trace_model`` fills them; docs/interfaces.md, "Kernel table").

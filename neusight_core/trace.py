@@ -145,6 +145,9 @@ class _Recorder(TorchDispatchMode):
             if t.dtype == torch.bool:
                 return True
             return 0.0 if t.dtype.is_floating_point else 0
+        if base in GROUPED_OPS and any(t.dtype != torch.bfloat16 for t in args[:2]):
+            raise TraceError("this model's mixture-of-experts layers run their experts as grouped GEMMs "
+                             "(torch._grouped_mm), which this torch takes in bf16 only: use --dtype bf16")
         out = self.memo.run(func, args, kwargs)
         outs = tensors_in(out)
         ins = tensors_in((args, kwargs))

@@ -37,9 +37,9 @@ def test_the_experts_run_as_grouped_gemms_of_balanced_routing(tiny_moe):
     assert len(g) == 2 and set(g["op_class"]) == {OpClass.BMM}
     S = 2 * 10 * TOP                                                   # routed tokens
     up, down = g.iloc[0], g.iloc[1]
-    # gate and up projections of every expert, then the down projection: 8 experts of ceil(40 / 8) = 5 tokens each
-    assert (up.B, up.M, up.N, up.K) == (E, math.ceil(S / E), H, 2 * I)
-    assert (down.B, down.M, down.N, down.K) == (E, math.ceil(S / E), I, H)
+    # gate and up projections of every expert, then the down projection, each one GEMM over the 40 stacked tokens
+    assert (up.B, up.M, up.N, up.K) == (1, S, H, 2 * I)
+    assert (down.B, down.M, down.N, down.K) == (1, S, I, H)
     assert up.flops == 2.0 * S * H * 2 * I and down.flops == 2.0 * S * I * H
     # every expert is reached: its input, all 8 experts' weights and the offsets are read
     assert up.bytes_read == 2 * S * H + 2 * E * H * 2 * I + 4 * E
@@ -49,7 +49,7 @@ def test_the_experts_run_as_grouped_gemms_of_balanced_routing(tiny_moe):
 def test_a_decode_step_reads_only_the_experts_its_token_reaches(tiny_moe):
     t = trace.trace_model(tiny_moe, 1, 1, "inf", dtype=Precision.BF16, attention="sdpa", past=16)
     up = _grouped(t).iloc[0]
-    assert (up.B, up.M) == (TOP, 1)                                    # 2 of the 8 experts, one token each
+    assert (up.B, up.M) == (1, TOP)                                    # 2 of the 8 experts, one token each
     assert up.bytes_read == 2 * TOP * H + 2 * TOP * H * 2 * I + 4 * E    # a quarter of the weights
 
 
@@ -59,10 +59,18 @@ def test_training_adds_the_input_and_weight_gradients_of_each_grouped_gemm(tiny_
     fw, bw = g[g["phase"] == "fw"], g[g["phase"] == "bw"]
     assert len(fw) == 2 and len(bw) == 4
     assert bw["flops"].sum() == pytest.approx(2 * fw["flops"].sum())
-    # a weight gradient cuts the reduction (the tokens) into the experts' groups
-    wgrad = bw[bw["M"] == H]
-    assert len(wgrad) == 1 and wgrad.iloc[0]["N"] == math.ceil(2 * 10 * TOP / E)
+    # a weight gradient cuts the reduction (the tokens) into the experts' groups, one output each: a batch of 8
+    wgrad = bw[bw["B"] == E]
+    assert len(wgrad) == 2 and set(wgrad["N"]) == {math.ceil(2 * 10 * TOP / E)} and set(wgrad["M"]) == {H, 2 * I}
     assert set(bw["module"]) == {"model.layers.0.mlp.experts"}
+
+
+def test_a_moe_model_in_fp32_is_refused_in_one_line(tiny_moe, capsys):
+    """torch's grouped GEMM takes bf16 only (its meta kernel refuses fp32): the error says what to do."""
+    from neusight_core.__main__ import main
+    assert main(["predict", "--model", tiny_moe, "--device", "H100", "--batch", "1", "--seq", "16", "--quick"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "grouped GEMMs" in err and err.endswith("use --dtype bf16")
 
 
 def test_tensor_parallelism_of_experts_is_refused_in_one_line(tiny_moe):
@@ -92,3 +100,54 @@ def test_an_answer_says_its_grouped_gemms_are_an_extrapolation(tiny_moe, capsys)
     out = capsys.readouterr().out
     assert "NOTE: the experts of its mixture-of-experts layers run as grouped GEMMs" in out
     assert np.isfinite(r["e2e_ms"]) and r["e2e_ms"] > 0
+
+
+def test_the_validation_rows_are_the_traced_rows(tiny_moe):
+    """notebook 07's MoE layers (studies/moe_eval.py) are scored on the rows a trace emits, not on a copy of its
+    arithmetic that could drift: same dims, FLOPs and bytes."""
+    import pandas as pd
+    from neusight_core.studies import moe_eval
+
+    traced = _grouped(trace.trace_model(tiny_moe, 2, 10, "inf", dtype=Precision.BF16, attention="sdpa"))
+    layer = pd.DataFrame({"num_tokens": [20], "topk": [TOP], "num_experts": [E], "hidden_size": [H], "inter_size": [I],
+                          "kernel_source": ["any_gated"], "device": ["NVIDIA_H100_80GB_HBM3"]})
+    built = moe_eval.kernels(layer)
+    cols = ["op_class", "sub_op", "B", "M", "N", "K", "flops", "bytes_read", "bytes_written"]
+    assert built[cols].astype(str).values.tolist() == traced[cols].astype(str).values.tolist()
+    before = moe_eval.kernels(layer, classified=False)
+    assert set(before.op_class) == {OpClass.UNCLASSIFIED} and (before.bytes_read > built.bytes_read - 1).all()
+
+
+def test_measured_moe_layers_are_scored_without_sealed_gpus():
+    from neusight_core import measured_kernels as mk
+    from neusight_core.studies import moe_eval
+
+    if mk.unavailable():
+        pytest.skip(mk.unavailable())
+    layers = moe_eval.rows()
+    assert set(layers.role) <= {"training", "held_out"} and len(layers) > 1000
+    assert set(layers.device) >= {"NVIDIA_H100_80GB_HBM3", "NVIDIA_B200"}
+    some = layers.groupby("device").head(3).reset_index(drop=True)
+    long = moe_eval.predict(some, seeds=(0,), quick=True)
+    assert set(long.predictor) == set(moe_eval.COMPARED) and np.isfinite(long.pred_ms).all() and (long.pred_ms > 0).all()
+    t = moe_eval.table(long)
+    assert len(t) == some.groupby(["device", "framework", "kernel_source"]).ngroups
+    assert {"neusight mape", "before mape", "roofline bias"} <= set(t.columns)
+
+
+def test_the_grouped_gemm_timing_runs_dry_on_the_cpu_and_reports_no_numbers(tmp_path):
+    """benchmarks/grouped_gemm.py, the prepared device check of torch._grouped_mm: on the CPU its code path runs and
+    the CSV says DRY RUN with no measured time; balanced offsets spread the rows as the tracer assumes."""
+    import importlib.util
+    import pandas as pd
+    from neusight_core import paths
+
+    spec = importlib.util.spec_from_file_location("grouped_gemm", paths.REPO_ROOT / "benchmarks" / "grouped_gemm.py")
+    gg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gg)
+    assert gg.balanced_offsets(2, 8).tolist() == [1, 2, 2, 2, 2, 2, 2, 2]
+    assert gg.balanced_offsets(20, 8).tolist() == [3, 6, 9, 12, 14, 16, 18, 20]
+    assert gg.main(["--out", str(tmp_path), "--dry-run"]) == 0
+    csv = pd.read_csv(tmp_path / "grouped_gemm.csv")
+    assert len(csv) == 6 and csv["measured_ms"].isna().all() and csv["status"].str.startswith("DRY RUN").all()
+    assert (csv["neusight_ms"] > 0).all() and set(csv["projection"]) == {"up", "down"}

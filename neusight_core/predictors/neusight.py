@@ -428,7 +428,7 @@ class NeuSightPredictor(KernelPredictor):
     def measured_rows(self, kernels: pd.DataFrame) -> np.ndarray:
         """The rows the tensor-core networks answer (BF16 / FP16 GEMMs and fused-attention forwards), less the
         attention backwards (their forward's network times a stated FLOP ratio) and the grouped GEMMs of
-        mixture-of-experts layers (a batch of dense GEMMs under balanced routing): neither is a measured kernel."""
+        mixture-of-experts layers (dense GEMMs over stacked tokens, balanced routing): neither is a measured kernel."""
         if self.tc is None or not self.use_tensor_core or not self.tc.nets:
             return super().measured_rows(kernels)
         k = self.as_gemm(kernels).reset_index(drop=True)

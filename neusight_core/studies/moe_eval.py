@@ -1,0 +1,166 @@
+"""Mixture-of-experts layers (notebook 07, section 5d): the experts' grouped GEMMs as the tracer emits them, against
+NVIDIA's measured MoE layers.
+
+Hugging Face runs a mixture-of-experts layer's experts as two grouped GEMMs (transformers' default ``grouped_mm``
+experts: gate and up projections of every expert in one kernel, then the down projection). The tracer cannot know
+the routing on meta tensors and takes it as balanced (``aten_ops.grouped_gemm``); the predictors answer each grouped
+GEMM as one dense GEMM over the stacked tokens that reads the reached experts' weights, a kernel no network trained
+on. This module says how far that is from
+measured MoE layers: ``aiconfigurator-core``'s ``moe/<framework>/<version>/moe_perf.parquet`` (read in place, as
+``measured_kernels`` reads the GEMMs), BF16 weights, ``balanced`` routing, one GPU (no tensor or expert parallelism),
+every kernel implementation each framework measured (Triton, CUTLASS, TensorRT-LLM's), each from the newest version
+of the framework that measured it.
+
+What is compared: the two grouped GEMMs (``kernels``, the same rows, dims, FLOPs and bytes as a trace:
+tests/test_moe.py) against the whole measured layer, which also routes, permutes the tokens and applies the
+activation (fused or not, by implementation): the prediction should be somewhat low. ``before``: the same GEMMs as
+the tracer emitted them until 2026-11-28, unclassified ops read as memory-bound over every expert's weights.
+Nothing here is trained or tuned; the rows are validation only.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from neusight_core import measured_kernels as mk, schema
+from neusight_core.schema import OpClass, Precision
+from neusight_core.studies import errors
+
+FILE = "moe_perf.parquet"
+COLUMNS = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+           "moe_tp_size", "moe_ep_size", "distribution", "latency")
+#: The predictors compared: ``neusight`` per seed, the roofline, and the tracer's rows before grouped GEMMs were
+#: classified (``before``, answered by ``neusight`` seed by seed).
+COMPARED = ("neusight", "roofline", "before")
+#: Token bands of the table (tokens per layer call: a decode batch, or a prefill's batch x seq).
+BANDS = (0, 16, 256, 4096, np.inf)
+
+
+def rows(gpus=None) -> pd.DataFrame:
+    """The BF16, balanced, single-GPU MoE layers of ``gpus`` (default: the training and held-out GPUs; sealed ones are
+    refused), one row per measurement (per framework and kernel source, the newest version that measured it), with
+    ``device``, ``role``, ``framework``, ``version`` and ``latency_ms``."""
+    gpus = list(mk.TRAINING + mk.HELD_OUT) if gpus is None else gpus
+    base, parts = mk.data_root(), []
+    for system in mk._systems(gpus, False):
+        try:
+            files = mk._files(base, system, "moe", FILE, None, "all")
+        except mk.MeasuredDataError:
+            continue                                  # a GPU without MoE measurements
+        newest = {}                                   # (framework, kernel source) -> the newest version measuring it
+        for framework, version, path in files:        # (oldest first)
+            raw = mk._read(path, COLUMNS)
+            raw = raw[(raw.moe_dtype == "bfloat16") & (raw.distribution == "balanced") & (raw.moe_tp_size == 1)
+                      & (raw.moe_ep_size == 1) & (raw.latency > 0)]
+            for src, g in raw.groupby("kernel_source"):
+                newest[(framework, src)] = g.assign(system=system, device=mk.CATALOGUE.get(system, system),
+                                                    role=mk.role(system), framework=framework, version=version,
+                                                    latency_ms=g.latency.astype(float))
+        parts += list(newest.values())
+    if not parts:
+        raise mk.MeasuredDataError("no BF16 MoE measurements for the GPUs asked for")
+    out = pd.concat(parts, ignore_index=True).drop(columns=["latency", "moe_dtype", "distribution", "moe_tp_size",
+                                                             "moe_ep_size"])
+    return out.reset_index(drop=True)
+
+
+def gated(kernel_source) -> np.ndarray:
+    """Whether the layer's experts are gated (gate and up projections, SwiGLU: Mixtral, Qwen, DeepSeek) or not
+    (one up projection: TensorRT-LLM's ``*_nongated`` kernels)."""
+    return ~pd.Series(kernel_source).astype(str).str.contains("nongated").to_numpy()
+
+
+def kernels(layers: pd.DataFrame, classified: bool = True) -> pd.DataFrame:
+    """Two kernel rows per measured layer (``_layer``: its row in ``layers``): the up (gate and up) projection
+    S x hidden -> (2 x) inter and the down projection S x inter -> hidden over its experts, S = tokens x top-k, as
+    ``aten_ops.grouped_gemm`` makes them; ``classified`` False: as unclassified memory-bound ops reading every
+    expert's weights (``before``)."""
+    from neusight_core.aten_ops import grouped_gemm
+    import torch
+
+    recs = []
+    for j, (tok, top, g, h, i, gate) in enumerate(zip(layers.num_tokens, layers.topk, layers.num_experts,
+                                                      layers.hidden_size, layers.inter_size,
+                                                      gated(layers.kernel_source))):
+        S, g = int(tok) * int(top), int(g)
+        for k, n in ((int(h), int(i) * (2 if gate else 1)), (int(i), int(h))):
+            a, w, offs = (torch.empty(S, k, device="meta"), torch.empty(g, k, n, device="meta"),
+                          torch.empty(g, dtype=torch.int32, device="meta"))
+            B, M, N, K, flops, share = grouped_gemm((a, w, offs))
+            read_w = share.get(1, 1.0) if classified else 1.0
+            recs.append({"_layer": j, "B": B, "M": M, "N": N, "K": K, "flops": flops,
+                         "bytes_read": 2.0 * S * k + 2.0 * read_w * g * k * n + 4.0 * g, "bytes_written": 2.0 * S * n})
+    r = pd.DataFrame(recs)
+    out = mk._kernel_frame("bmm", OpClass.BMM, schema.GROUPED_GEMM, r.B.to_numpy(float), r.M.to_numpy(float),
+                           r.N.to_numpy(float), r.K.to_numpy(float))
+    out["aten_op"] = "aten._grouped_mm.default"
+    for c in ("flops", "bytes_read", "bytes_written"):
+        out[c] = r[c].to_numpy(float)
+    if not classified:
+        out["op_class"], out["sub_op"] = OpClass.UNCLASSIFIED, ""
+        out[["B", "M", "N", "K"]] = [1.0, np.nan, np.nan, np.nan]
+        out["flops"] = 0.0
+    out["dtype"], out["precision"] = "bfloat16", Precision.BF16
+    out["device"] = layers.device.to_numpy()[r["_layer"].to_numpy()]
+    out["_layer"] = r["_layer"].to_numpy()
+    return out
+
+
+def predict(layers: pd.DataFrame, seeds=(0,), quick: bool = False) -> pd.DataFrame:
+    """Long frame: per measured layer x predictor x seed, ``pred_ms`` (the two GEMMs summed), ``ape`` and ``err``
+    (signed, %: > 0 = predicted slower than measured)."""
+    from neusight_core import predictors
+
+    now, before = kernels(layers), kernels(layers, classified=False)
+    n = len(layers)
+
+    def per_layer(k, ms):
+        return np.bincount(k["_layer"].to_numpy(), weights=np.asarray(ms, float), minlength=n)
+
+    parts = [("roofline", 0, per_layer(now, predictors.get("roofline").predict(now, None)))]
+    for s in seeds:
+        p = predictors.get("neusight", quick=quick, seed=int(s))
+        parts += [("neusight", int(s), per_layer(now, p.predict(now, None))),
+                  ("before", int(s), per_layer(before, p.predict(before, None)))]
+    out = []
+    for name, seed, ms in parts:
+        d = layers.assign(predictor=name, seed=seed, pred_ms=ms)
+        d["err"] = (d.pred_ms - d.latency_ms) / d.latency_ms * 100
+        d["ape"] = errors.ape(d.latency_ms, d.pred_ms)
+        out.append(d)
+    return pd.concat(out, ignore_index=True)
+
+
+def table(long: pd.DataFrame, by=("device", "framework", "kernel_source")) -> pd.DataFrame:
+    """Per ``by`` x predictor: layers, MAPE and bias (%) as the mean over seeds, the seed spread of the MAPE, and the
+    measured layers' median TFLOPS at 4,096 tokens and more (how fast that implementation's GEMMs ran)."""
+    by = list(by)
+    g = long.groupby(by + ["predictor", "seed"], sort=False)
+    per_seed = g.agg(layers=("ape", "size"), mape=("ape", "mean"), bias=("err", "mean")).reset_index()
+    s = per_seed.groupby(by + ["predictor"], sort=False)
+    out = s[["layers", "mape", "bias"]].mean()
+    out["mape_spread"] = s["mape"].max() - s["mape"].min()
+    out = out.reset_index().pivot_table(index=by, columns="predictor", values=["mape", "bias", "mape_spread", "layers"],
+                                        sort=False)
+    out.columns = [f"{p} {m}" if m != "layers" else "layers" for m, p in out.columns]
+    out = out.loc[:, ~out.columns.duplicated()].reset_index()
+    big = long[(long.num_tokens >= 4096) & (long.predictor == "roofline")]
+    tf = (_flops(big) / big.latency_ms / 1e9).groupby([big[c] for c in by]).median().rename("measured TFLOPS, >= 4k tokens")
+    out = out.merge(tf.reset_index(), on=by, how="left")
+    cols = by + ["layers"] + [f"{p} {m}" for p in COMPARED for m in ("mape", "bias", "mape_spread")
+                              if f"{p} {m}" in out and not (p == "roofline" and m == "mape_spread")]
+    return out[cols + ["measured TFLOPS, >= 4k tokens"]]
+
+
+def bands(long: pd.DataFrame) -> pd.DataFrame:
+    """MAPE and bias (%) per token band x predictor, all GPUs and implementations pooled (mean over seeds)."""
+    band = pd.cut(long.num_tokens, BANDS, right=False, labels=[f"{int(a)}-{'' if np.isinf(b) else int(b) - 1}"
+                                                               for a, b in zip(BANDS[:-1], BANDS[1:])])
+    g = long.assign(tokens=band).groupby(["tokens", "predictor", "seed"], observed=True, sort=True)
+    per_seed = g.agg(layers=("ape", "size"), mape=("ape", "mean"), bias=("err", "mean")).reset_index()
+    return per_seed.groupby(["tokens", "predictor"], observed=True)[["layers", "mape", "bias"]].mean().reset_index()
+
+
+def _flops(d: pd.DataFrame) -> pd.Series:
+    """FLOPs of a measured layer's two GEMMs: 2 x tokens x top-k x hidden x inter x (3 gated, 2 not)."""
+    return 2.0 * d.num_tokens * d.topk * d.hidden_size * d.inter_size * np.where(gated(d.kernel_source), 3.0, 2.0)
