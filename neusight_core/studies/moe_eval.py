@@ -31,7 +31,7 @@ COLUMNS = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_siz
            "moe_tp_size", "moe_ep_size", "distribution", "latency")
 #: The predictors compared: ``neusight`` per seed, the roofline, and the tracer's rows before grouped GEMMs were
 #: classified (``before``, answered by ``neusight`` seed by seed).
-COMPARED = ("neusight", "roofline", "before")
+SCORED = ("neusight", "roofline", "before")
 #: Token bands of the table (tokens per layer call: a decode batch, or a prefill's batch x seq).
 BANDS = (0, 16, 256, 4096, np.inf)
 
@@ -147,7 +147,7 @@ def table(long: pd.DataFrame, by=("device", "framework", "kernel_source")) -> pd
     big = long[(long.num_tokens >= 4096) & (long.predictor == "roofline")]
     tf = (_flops(big) / big.latency_ms / 1e9).groupby([big[c] for c in by]).median().rename("measured TFLOPS, >= 4k tokens")
     out = out.merge(tf.reset_index(), on=by, how="left")
-    cols = by + ["layers"] + [f"{p} {m}" for p in COMPARED for m in ("mape", "bias", "mape_spread")
+    cols = by + ["layers"] + [f"{p} {m}" for p in SCORED for m in ("mape", "bias", "mape_spread")
                               if f"{p} {m}" in out and not (p == "roofline" and m == "mape_spread")]
     return out[cols + ["measured TFLOPS, >= 4k tokens"]]
 
