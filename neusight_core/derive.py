@@ -186,9 +186,8 @@ class Family:
             with trace_cache.reusing_models():       # one reduced model for all samples; the check builds its own
                 samples = [self._trace(small, *points[0])]
                 if samples[0]["sub_op"].eq(schema.GROUPED_GEMM).any():
-                    # the experts reached, min(experts, tokens x top-k), and a weight gradient's rows per expert,
-                    # ceil(tokens x top-k / experts), are no polynomials: a check at one point can pass where they
-                    # happen to agree (rows per expert rounded right at Mixtral's (3, 317)) and miss others
+                    # the experts reached, min(experts, tokens x top-k), and a weight gradient's rows per expert are
+                    # no polynomials: a check at one point can pass where they happen to agree and miss others
                     self.reason = "not derived: grouped GEMMs (mixture-of-experts layers)"
                     return
                 samples += [self._trace(small, b, s) for b, s in points[1:]]
