@@ -62,7 +62,7 @@ CONV = {"convolution", "convolution_backward"}
 # Memory-bound ops (bytes / bandwidth in every predictor).
 MEM = {
     "embedding", "embedding_dense_backward", "native_dropout", "native_dropout_backward",
-    "where", "index", "index_select", "gather", "scatter", "scatter_add", "index_put",
+    "where", "index", "index_select", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_", "index_put",
     "index_put_", "index_add", "index_add_", "masked_fill", "masked_fill_", "copy_", "copy",
     "clone", "_to_copy", "contiguous", "cat", "stack", "fill_", "fill", "zero_", "zeros",
     "zeros_like", "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full",

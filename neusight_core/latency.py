@@ -120,7 +120,7 @@ def moe_note(kernels: pd.DataFrame) -> str:
     pred_ms = kernels["pred_ms"].to_numpy(float)
     share = float(pred_ms[grouped].sum() / max(pred_ms.sum(), 1e-30))
     return (f"the experts of its mixture-of-experts layers run as grouped GEMMs ({int(grouped.sum())} rows, "
-            f"{'under 1%' if share < 0.01 else f'{share:.0%}'} of the predicted time), taken as balanced routing and "
+            f"{'under 1%' if share < 0.01 else f'{share:.0%}'} of the kernels' predicted time), taken as balanced routing and "
             "predicted as dense GEMMs over the stacked tokens: an extrapolation, checked against NVIDIA's measured MoE "
             "layers in docs/recipes.md, \"Mixture of experts\"")
 

@@ -46,6 +46,31 @@ def test_the_experts_run_as_grouped_gemms_of_balanced_routing(tiny_moe):
     assert up.bytes_written == 2 * S * 2 * I
 
 
+# other families whose experts run through transformers' grouped_mm, tiny: shared experts (Qwen2-MoE, DeepSeek-V3),
+# group-limited routing and MLA (DeepSeek-V3), plain top-k (OLMoE)
+OTHERS = {
+    "qwen2_moe": {"architectures": ["Qwen2MoeForCausalLM"], "moe_intermediate_size": 64,
+                  "shared_expert_intermediate_size": 128, "num_experts": 8, "decoder_sparse_step": 1},
+    "deepseek_v3": {"architectures": ["DeepseekV3ForCausalLM"], "moe_intermediate_size": 64, "first_k_dense_replace": 1,
+                    "n_routed_experts": 8, "n_shared_experts": 1, "n_group": 2, "topk_group": 1, "q_lora_rank": 64,
+                    "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16},
+    "olmoe": {"architectures": ["OlmoeForCausalLM"], "num_experts": 8},
+}
+
+
+@pytest.mark.parametrize("family", sorted(OTHERS))
+def test_other_moe_families_trace_with_every_op_classified(tmp_path, family):
+    cfg = {"model_type": family, "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 1024,
+           "num_experts_per_tok": 2, "hidden_act": "silu", "tie_word_embeddings": False, **OTHERS[family]}
+    p = tmp_path / f"{family}.json"
+    p.write_text(json.dumps(cfg))
+    for mode in ("inf", "train"):
+        t = trace.trace_model(str(p), 2, 16, mode, dtype=Precision.BF16, attention="sdpa")
+        assert (t["op_class"] == OpClass.UNCLASSIFIED).sum() == 0, t[t["op_class"] == OpClass.UNCLASSIFIED].aten_op.unique()
+        assert len(_grouped(t)) >= (2 if mode == "inf" else 6)
+
+
 def test_a_decode_step_reads_only_the_experts_its_token_reaches(tiny_moe):
     t = trace.trace_model(tiny_moe, 1, 1, "inf", dtype=Precision.BF16, attention="sdpa", past=16)
     up = _grouped(t).iloc[0]
