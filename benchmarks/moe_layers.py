@@ -21,12 +21,7 @@ from neusight_core.studies import moe_eval  # noqa: E402
 
 def pooled(long: pd.DataFrame) -> pd.DataFrame:
     """MAPE and bias (%) per GPU role x predictor, every layer pooled, mean over seeds (and the seed spread)."""
-    g = long.groupby(["role", "predictor", "seed"])
-    per_seed = g.agg(layers=("ape", "size"), mape=("ape", "mean"), bias=("err", "mean")).reset_index()
-    s = per_seed.groupby(["role", "predictor"])
-    out = s[["layers", "mape", "bias"]].mean()
-    out["mape_spread"] = s["mape"].max() - s["mape"].min()
-    return out.reset_index()
+    return moe_eval.over_seeds(long, ["role"]).sort_values(["role", "predictor"]).reset_index(drop=True)
 
 
 def main(argv=None) -> int:

@@ -131,34 +131,39 @@ def predict(layers: pd.DataFrame, seeds=(0,), quick: bool = False) -> pd.DataFra
     return pd.concat(out, ignore_index=True)
 
 
-def table(long: pd.DataFrame, by=("device", "framework", "kernel_source")) -> pd.DataFrame:
-    """Per ``by`` x predictor: layers, MAPE and bias (%) as the mean over seeds, the seed spread of the MAPE, and the
-    measured layers' median TFLOPS at 4,096 tokens and more (how fast that implementation's GEMMs ran)."""
-    by = list(by)
-    g = long.groupby(by + ["predictor", "seed"], sort=False)
-    per_seed = g.agg(layers=("ape", "size"), mape=("ape", "mean"), bias=("err", "mean")).reset_index()
-    s = per_seed.groupby(by + ["predictor"], sort=False)
+def over_seeds(long: pd.DataFrame, keys) -> pd.DataFrame:
+    """Per ``keys`` x predictor: layers, MAPE and bias (%) as the mean over seeds, and the seed spread (max - min)
+    of the MAPE; in the order the groups first appear."""
+    keys = list(keys)
+    per_seed = long.groupby(keys + ["predictor", "seed"], observed=True, sort=False).agg(
+        layers=("ape", "size"), mape=("ape", "mean"), bias=("err", "mean")).reset_index()
+    s = per_seed.groupby(keys + ["predictor"], observed=True, sort=False)
     out = s[["layers", "mape", "bias"]].mean()
     out["mape_spread"] = s["mape"].max() - s["mape"].min()
-    out = out.reset_index().pivot_table(index=by, columns="predictor", values=["mape", "bias", "mape_spread", "layers"],
-                                        sort=False)
-    out.columns = [f"{p} {m}" if m != "layers" else "layers" for m, p in out.columns]
-    out = out.loc[:, ~out.columns.duplicated()].reset_index()
+    return out.reset_index()
+
+
+def table(long: pd.DataFrame, by=("device", "framework", "kernel_source")) -> pd.DataFrame:
+    """Per ``by``: layers, and per predictor MAPE, bias and seed spread (``over_seeds``; the roofline has no seeds),
+    and the measured layers' median TFLOPS at 4,096 tokens and more (how fast that implementation's GEMMs ran)."""
+    by = list(by)
+    t = over_seeds(long, by)
+    out = t[by + ["layers"]].drop_duplicates(by)
+    for p in SCORED:
+        metrics = ("mape", "bias") + (() if p == "roofline" else ("mape_spread",))
+        mine = t[t.predictor == p][by + list(metrics)].rename(columns={m: f"{p} {m}" for m in metrics})
+        out = out.merge(mine, on=by, how="left")
     big = long[(long.num_tokens >= 4096) & (long.predictor == "roofline")]
     tf = (_flops(big) / big.latency_ms / 1e9).groupby([big[c] for c in by]).median().rename("measured TFLOPS, >= 4k tokens")
-    out = out.merge(tf.reset_index(), on=by, how="left")
-    cols = by + ["layers"] + [f"{p} {m}" for p in SCORED for m in ("mape", "bias", "mape_spread")
-                              if f"{p} {m}" in out and not (p == "roofline" and m == "mape_spread")]
-    return out[cols + ["measured TFLOPS, >= 4k tokens"]]
+    return out.merge(tf.reset_index(), on=by, how="left").reset_index(drop=True)
 
 
 def bands(long: pd.DataFrame) -> pd.DataFrame:
     """MAPE and bias (%) per token band x predictor, all GPUs and implementations pooled (mean over seeds)."""
     band = pd.cut(long.num_tokens, BANDS, right=False, labels=[f"{int(a)}-{'' if np.isinf(b) else int(b) - 1}"
                                                                for a, b in zip(BANDS[:-1], BANDS[1:])])
-    g = long.assign(tokens=band).groupby(["tokens", "predictor", "seed"], observed=True, sort=True)
-    per_seed = g.agg(layers=("ape", "size"), mape=("ape", "mean"), bias=("err", "mean")).reset_index()
-    return per_seed.groupby(["tokens", "predictor"], observed=True)[["layers", "mape", "bias"]].mean().reset_index()
+    t = over_seeds(long.assign(tokens=band), ["tokens"]).sort_values(["tokens", "predictor"])
+    return t[["tokens", "predictor", "layers", "mape", "bias"]].reset_index(drop=True)
 
 
 def _flops(d: pd.DataFrame) -> pd.Series:
