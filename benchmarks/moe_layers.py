@@ -1,9 +1,11 @@
 """Mixture-of-experts layers: the experts' grouped GEMMs as traced (balanced routing) against NVIDIA's measured BF16
 MoE layers (``studies/moe_eval.py``, notebook 07 section 5d), with the full weights of ``neusight`` seeds 0-2.
 
-Prints, as markdown: pooled per predictor and GPU role; per token band; per GPU x framework x kernel source.
+Prints, as markdown: pooled per predictor and GPU role; per token band; per GPU x framework x kernel source. With
+--parallel: one GPU of the tensor- and expert-parallel groups the database measured, per role x split x GPUs
+(``moe_eval.by_parallel``, notebook 07 section 5e) instead.
 
-    .venv/bin/python benchmarks/moe_layers.py [--seeds 3] [--quick] [--json out.json]
+    .venv/bin/python benchmarks/moe_layers.py [--seeds 3] [--quick] [--parallel] [--json out.json]
 """
 from __future__ import annotations
 
@@ -29,9 +31,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="quick weights (the full ones otherwise)")
     ap.add_argument("--json", help="write the tables here")
+    ap.add_argument("--parallel", action="store_true", help="one GPU of tensor- / expert-parallel groups")
     a = ap.parse_args(argv)
-    long = moe_eval.predict(moe_eval.rows(), seeds=range(a.seeds), quick=a.quick)
-    tables = {"pooled": pooled(long), "by tokens": moe_eval.bands(long), "by implementation": moe_eval.table(long)}
+    if a.parallel:
+        long = moe_eval.predict(moe_eval.rows(parallel=True), seeds=range(a.seeds), quick=a.quick, before=False)
+        tables = {"by parallel split": moe_eval.by_parallel(long)}
+    else:
+        long = moe_eval.predict(moe_eval.rows(), seeds=range(a.seeds), quick=a.quick)
+        tables = {"pooled": pooled(long), "by tokens": moe_eval.bands(long), "by implementation": moe_eval.table(long)}
     for name, t in tables.items():
         print(f"\n### {name}\n")
         print(t.round(1).to_markdown(index=False))

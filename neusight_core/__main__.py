@@ -267,7 +267,9 @@ def _add_question_options(p, many: bool) -> None:
                             "(forward, backward, optimizer step)"),
         dict(help="inf, train or inf,train (a decode step: --seq 1 --past N)"), default="inf")
     opt("--fusion", dict(help="operator fusion as torch.compile would do"), action="store_true")
-    opt("--parallel", dict(choices=("dp", "tp", "pp")), dict(help="dp, tp or pp (comma-separated for several)"),
+    opt("--parallel", dict(choices=schema.PLANS, help="dp, tp, pp or ep (tensor parallelism whose mixture-of-experts "
+                                                     "layers spread their experts over the GPUs)"),
+        dict(help="dp, tp, pp or ep (comma-separated for several)"),
         default=None)
     opt("--gpus", dict(type=int, help="GPUs for --parallel (default 4, the paper's setting; 1 without --parallel)"),
         dict(help="GPUs for --parallel (default 4)"), default=None)

@@ -49,7 +49,7 @@ def predict_model(model, device, batch: int, seq: int | None = None, mode: str =
     fitted KernelPredictor. ``quick``: None (default) answers as the CLI does, with the full weights when they
     are trained (or train in seconds) and else with the quick ones and a warning, so that a question never starts
     half an hour of training unasked; False: the full weights, trained first if missing; True: the quick ones.
-    For ``parallel`` in dp/tp/pp, ``batch`` is the global batch and
+    For ``parallel`` in dp/tp/pp/ep, ``batch`` is the global batch and
     ``link_gbs`` defaults to the device's catalogue link bandwidth. ``past`` > 0 (inference,
     extension): ``seq`` new tokens on a KV cache of ``past`` tokens (``seq=1``: one decode step).
     ``dtype`` in fp32 | tf32 | fp16 | bf16 (fp32 = the paper; others extrapolate, see

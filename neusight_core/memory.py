@@ -33,6 +33,8 @@ Parallel plans divide what they divide:
   ``parallel.tp_split``); each activation buffer shrinks as the kernel that wrote it does (its bytes
   written after / before the split); the KV cache is split by KV heads, and beyond as many GPUs as KV
   heads (grouped-query attention) each GPU keeps one KV head and its K/V projections (``parallel.kv_ways``).
+  A mixture-of-experts layer's expert weights are split n ways too (``tp``: a slice of every expert; ``ep``: 1/n of
+  the experts whole; ``parallel_experts``).
 * ``pp``: each stage holds the parameters of its layers (embeddings on the first, the head on the
   last); a stage's activations are the peak of the buffers its kernels allocate for one
   micro-batch, plus (m - 1) x what it still holds at the end of the forward pass (GPipe keeps
@@ -78,12 +80,14 @@ def _param_stage(name: str, n: int, num_layers: int) -> int:
 def _tp_share(name: str, n: int, kv_ways: int | None = None) -> float:
     """Fraction of parameter ``name`` one of n tensor-parallel GPUs holds (K/V projections: 1 / ``kv_ways``,
     ``parallel.kv_ways``: one KV head per GPU at least)."""
-    from neusight_core import parallel
+    from neusight_core import parallel, parallel_experts
     mod, _, leaf = name.rpartition(".")
     kind = parallel.module_kind(mod)
     if kind == "col" and kv_ways and parallel._KV.search(mod):
         return 1.0 / kv_ways
     if kind == "col" or (kind == "row" and leaf == "weight") or parallel._EMBED.search(mod):
+        return 1.0 / n
+    if parallel_experts.holds_experts(mod):      # a slice of every expert (tp) or 1/n of the experts (ep)
         return 1.0 / n
     return 1.0
 
@@ -99,7 +103,7 @@ def param_counts(kernels: pd.DataFrame) -> list[float]:
     """Parameters held per GPU (one entry; PP: one entry per stage)."""
     a = _info(kernels)
     params, plan, n = a.params, a.plan, a.gpus
-    if plan == "tp" and n > 1:
+    if plan in schema.TENSOR_PLANS and n > 1:
         from neusight_core import parallel
         kvw = parallel.kv_ways(a.config, n)
         return [sum(v * _tp_share(k, n, kvw) for k, v in params.items())]
@@ -181,7 +185,7 @@ def activation_bytes(kernels: pd.DataFrame) -> tuple[list[float], list[str]]:
                      if a.fused else "activations of the unsplit trace")
         return [mem["activation_peak_bytes"]] * (n if plan == "pp" else 1), notes
     kv = mem.get("kv_bufs", ())
-    if plan == "tp" and n > 1:
+    if plan in schema.TENSOR_PLANS and n > 1:
         from neusight_core import parallel
         peak, _ = _timeline(tl, _scale(k), None, None, None, kv, 1.0 / parallel.kv_ways(a.config, n))
         return [peak], notes
@@ -215,7 +219,7 @@ def footprint_parts(kernels: pd.DataFrame) -> dict:
     plan, n = a.plan, a.gpus
     acts, notes = activation_bytes(kernels)
     kv = float((a.memory or {}).get("kv_cache_bytes", 0.0))
-    if plan == "tp" and n > 1:            # split by KV heads, one KV head per GPU at least
+    if plan in schema.TENSOR_PLANS and n > 1:            # split by KV heads, one KV head per GPU at least
         from neusight_core import parallel
         kv /= parallel.kv_ways(a.config, n)
     elif plan == "pp" and n > 1:
@@ -363,9 +367,9 @@ def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: i
     Training needs far more (gradients, optimizer-free activations); the full footprint is not modelled here."""
     L, h = dims.get("number of layers", 1), dims.get("hidden size", 1)
     weights = L * (4 * h * h + 2 * h * dims.get("intermediate size", 4 * h)) + dims.get("vocabulary size", 0) * h
-    shard = gpus if parallel in ("tp", "pp") else 1
+    shard = gpus if parallel in schema.TENSOR_PLANS + ("pp",) else 1
     b = batch / gpus if parallel in ("dp", "pp") else batch
     # image models (dims["image channels"]): seq is the image side and the input is b x channels x side^2
     act = b * seq * seq * dims["image channels"] if "image channels" in dims else b * seq * h
-    kv = 2 * L * b * past * h / (gpus if parallel == "tp" else 1)
+    kv = 2 * L * b * past * h / (gpus if parallel in schema.TENSOR_PLANS else 1)
     return schema.element_bytes(dtype) * (weights / shard * (2 if mode == "train" else 1) + act + kv) / 1e9

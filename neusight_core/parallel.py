@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import trace
-from neusight_core import kernel_table, schema
+from neusight_core import kernel_table, parallel_experts, schema
 from neusight_core.schema import OpClass
 
 
@@ -149,7 +149,9 @@ def _dp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------ TP
-def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
+def tp_split(kernels: pd.DataFrame, n: int, experts: str = "tp") -> pd.DataFrame:
+    """The Megatron split (module doc) of one of ``n`` GPUs; a mixture-of-experts layer's experts split ``experts``
+    (``tp``: by their intermediate dim; ``ep``: by expert; ``parallel_experts``)."""
     k = kernels.copy().reset_index(drop=True)
     a = kernel_table.info(k)
     tokens = a.batch * a.seq
@@ -159,16 +161,13 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     heads, kv = heads_of(a.config)
     if kv and heads and kv < heads:     # grouped-query attention: K/V heads replicated beyond kv GPUs
         if kv % n and n % kv:
-            raise PlanError(f"tp{n}: the {kv} key/value heads can neither be split evenly over {n} GPUs nor "
+            raise PlanError(f"{experts}{n}: the {kv} key/value heads can neither be split evenly over {n} GPUs nor "
                             f"replicated evenly; use a GPU count that divides or is a multiple of {kv}")
         fused = [m for m in kinds if _FUSED_QKV.search(m)]
         if fused and n > kv:
-            raise PlanError(f"tp{n}: {fused[0]} fuses Q, K and V of a model with {kv} key/value heads; "
+            raise PlanError(f"{experts}{n}: {fused[0]} fuses Q, K and V of a model with {kv} key/value heads; "
                             f"splitting it over more GPUs than key/value heads is not modelled")
     kvw = kv_ways(a.config, n)
-    if "sub_op" in k and k.sub_op.eq(schema.GROUPED_GEMM).any():
-        raise PlanError(f"tp{n}: splitting a mixture-of-experts layer (its experts' grouped GEMMs) over GPUs is not "
-                        "modelled; dp and pp are")
 
     def ways(module: str) -> int:
         """How many ways a split linear (or its parameter's row) is divided."""
@@ -186,9 +185,9 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
         if m.endswith(("lm_head", "decoder")):
             continue  # vocabulary: Megatron pads it to a multiple of n (ceil below)
         if kinds[m] == "col" and o % ways(m):
-            raise PlanError(f"tp{n}: {m} has {o} output features, not divisible by {ways(m)}")
+            raise PlanError(f"{experts}{n}: {m} has {o} output features, not divisible by {ways(m)}")
         if kinds[m] == "row" and i % n:
-            raise PlanError(f"tp{n}: {m} has {i} input features, not divisible by {n}")
+            raise PlanError(f"{experts}{n}: {m} has {i} input features, not divisible by {n}")
 
     # modules whose forward element-wise/copy kernels run inside a column->row region
     inside, votes = False, {}
@@ -220,7 +219,13 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
         for r in recs:
             if r["phase"] == "fw" and r["op_class"] == OpClass.LINEAR and r["module"] in shape and _KV.search(r["module"]):
                 kv_bufs.update(b for b, _ in r["writes"])
-    for r in recs:
+    try:
+        moe_rows, moe_ends = parallel_experts.split(recs, a.config, hidden, n, experts, "ep" if experts == "ep" else "tp")
+    except parallel_experts.ExpertSplitError as err:
+        raise PlanError(str(err)) from None
+    for j, r in enumerate(recs):
+        if j in moe_rows:
+            continue
         ph, c, m = r["phase"], r["op_class"], r["module"]
         split, d = False, n
         if c == OpClass.LINEAR and m in shape:
@@ -308,6 +313,9 @@ def tp_split(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
             fi = shape[gl.module.iloc[0]][0]
             inserts.append((int(gl.index.max()), _comm_row("bw", "allreduce", e * tokens * fi, False,
                                                             parent, int(L))))
+    # the experts' outputs (forward) and their input gradient (backward) are partial sums over the GPUs
+    inserts += [(i, _comm_row(ph, "allreduce", act, False, k.at[i, "module"], int(k.at[i, "layer"])))
+                for i, ph in moe_ends]
     out = _insert(k, inserts)
     for c in ("B", "M", "N", "K", "H"):
         out[c] = out[c].astype(float)
@@ -391,8 +399,8 @@ def apply_plan(kernels: pd.DataFrame, plan: str, n: int, micro_batches: int = 1)
         raise PlanError("apply_plan needs a kernel table from trace.trace_model (it carries no TableInfo)")
     if plan == "dp":
         out = _dp(kernels, int(n))
-    elif plan == "tp":
-        out = tp_split(kernels, int(n))
+    elif plan in schema.TENSOR_PLANS:
+        out = tp_split(kernels, int(n), experts=plan)
     else:
         out = _pp(kernels, int(n), int(micro_batches))
     out = out.drop(columns=["after"], errors="ignore")

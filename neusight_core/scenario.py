@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from neusight_core import configs, memory, schema
+from neusight_core import configs, memory, parallel_experts, schema
 from neusight_core.schema import Precision
 
 
@@ -144,7 +144,7 @@ def check_image_request(name, past, parallel) -> None:
     splits transformer blocks the Megatron way; data parallelism is modelled)."""
     if past:
         raise LatencyInputError(f"a KV cache (--past) is for text decoders: {name} is an image model")
-    if parallel in ("tp", "pp"):
+    if parallel in schema.TENSOR_PLANS + ("pp",):
         raise LatencyInputError(f"{parallel} is not modelled for image models ({name}); data parallelism (dp) is")
 
 
@@ -186,10 +186,10 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
         raise LatencyInputError(f"comm must be one of {', '.join(schema.COMMS)}, got {comm!r}")
     if parallel is None:
         if gpus > 1:
-            raise LatencyInputError(f"{gpus} GPUs need a parallel plan (dp, tp or pp); without one the "
+            raise LatencyInputError(f"{gpus} GPUs need a parallel plan ({', '.join(schema.PLANS)}); without one the "
                                     "prediction is for a single GPU")
         if link_gbs is not None:
-            raise LatencyInputError("a link bandwidth only matters with a parallel plan (dp, tp or pp)")
+            raise LatencyInputError(f"a link bandwidth only matters with a parallel plan ({', '.join(schema.PLANS)})")
     if micro_batches > 1 and parallel != "pp":
         raise LatencyInputError("micro-batches only apply to pipeline parallelism (pp)")
     if link_gbs is not None:
@@ -211,9 +211,17 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
         check_image_request(getattr(cfg, "name", model), past, parallel)
         dims["image channels"] = int(getattr(cfg, "num_channels", 3) or 3)
     heads = dims.get("number of attention heads")
-    if parallel == "tp" and heads and heads % gpus:
+    if parallel in schema.TENSOR_PLANS and heads and heads % gpus:
         raise LatencyInputError(f"tensor parallelism over {gpus} GPUs needs the {heads} attention heads to split "
                                 f"evenly; use a GPU count that divides {heads}")
+    if parallel == "ep":
+        experts = parallel_experts.experts_of(vars(cfg))
+        if experts is None:
+            raise LatencyInputError(f"expert parallelism (ep) needs a mixture-of-experts model; "
+                                    f"{getattr(cfg, 'name', None) or model} has no experts: use tp")
+        if experts % gpus:
+            raise LatencyInputError(f"expert parallelism over {gpus} GPUs needs the {experts} experts to spread "
+                                    f"evenly; use a GPU count that divides {experts}")
     layers = dims.get("number of layers")
     if parallel == "pp" and layers and gpus > layers:
         raise LatencyInputError(f"pipeline parallelism over {gpus} GPUs needs at least {gpus} layers, the model has {layers}")

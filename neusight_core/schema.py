@@ -165,9 +165,12 @@ ATTN_BACKWARD_FLOPS = 2.5
 ATTENTIONS = ("eager", "sdpa")
 
 #: What a step is: ``inf`` (a forward pass: a prefill, or with a KV cache a decode step) or ``train`` (forward,
-#: loss and backward); and how a run is split over GPUs: data, tensor or pipeline parallelism.
+#: loss and backward); and how a run is split over GPUs: data, tensor or pipeline parallelism, or expert parallelism
+#: (``ep``: tensor parallelism whose mixture-of-experts layers spread their experts over the GPUs instead of slicing
+#: each expert; ``parallel_experts.py``). ``TENSOR_PLANS``: the plans that split every layer's tensors.
 MODES = ("inf", "train")
-PLANS = ("dp", "tp", "pp")
+PLANS = ("dp", "tp", "pp", "ep")
+TENSOR_PLANS = ("tp", "ep")
 
 #: How a step is launched: ``graph`` = the kernels back to back (CUDA graphs, torch.compile with
 #: cudagraphs, serving engines): the step is the kernel sum; ``eager`` = eager PyTorch, the host dispatching each

@@ -98,11 +98,80 @@ def test_a_moe_model_in_fp32_is_refused_in_one_line(tiny_moe, capsys):
     assert "\n" not in err and "grouped GEMMs" in err and err.endswith("use --dtype bf16")
 
 
-def test_tensor_parallelism_of_experts_is_refused_in_one_line(tiny_moe):
+def _comm(t, phase):
+    c = t[(t["op_class"] == OpClass.COMM) & (t["module"] == "model.layers.0.mlp.experts")]
+    return c[c.index < t.index[t["phase"] == "bw"].min()] if phase == "fw" else c[c.index > t.index[t["phase"] == "bw"].min()]
+
+
+def test_tensor_parallelism_slices_every_expert(tiny_moe):
+    """tp: gate and up column-parallel, down row-parallel inside every expert; the activation between them on half the
+    intermediate dim; the token gathers whole; one all-reduce of the layer's output (forward) and input gradient."""
+    t = trace.trace_model(tiny_moe, 2, 10, "train", dtype=Precision.BF16, attention="sdpa")
+    k = parallel.apply_plan(t, "tp", 2)
+    g, S = _grouped(k), 2 * 10 * TOP
+    up, down = g[g["phase"] == "fw"].iloc[0], g[g["phase"] == "fw"].iloc[1]
+    assert (up.B, up.M, up.N, up.K) == (1, S, H, I) and (down.B, down.M, down.N, down.K) == (1, S, I // 2, H)
+    assert up.bytes_read == 2 * S * H + 2 * E * H * I + 4 * E            # every expert's half of the weights
+    assert g["flops"].sum() == pytest.approx(_grouped(t)["flops"].sum() / 2)
+    act = k[k["aten_op"].str.contains("silu.default")]
+    assert act["H"].tolist() == [I / 2]
+    gather = k[(k["module"] == "model.layers.0.mlp.experts") & (k["phase"] == "fw") & (k["aten_op"] == "aten.index.Tensor")]
+    assert (gather["B"] == S).any()                                      # the routed rows are gathered whole
+    for ph in ("fw", "bw"):
+        assert _comm(k, ph)["comm_bytes"].tolist() == [2.0 * 2 * 10 * H]
+
+
+def test_expert_parallelism_spreads_the_experts(tiny_moe):
+    """ep: each of 2 GPUs holds 4 whole experts and runs the half of the routed rows that reach them; a decode step's
+    2 routed rows put one expert's weights on each GPU."""
+    t = trace.trace_model(tiny_moe, 2, 10, "train", dtype=Precision.BF16, attention="sdpa")
+    k = parallel.apply_plan(t, "ep", 2)
+    g, S = _grouped(k), 2 * 10 * TOP
+    up = g[g["phase"] == "fw"].iloc[0]
+    assert (up.B, up.M, up.N, up.K) == (1, S // 2, H, 2 * I)
+    assert up.bytes_read == 2 * (S // 2) * H + 2 * (E // 2) * H * 2 * I + 4 * (E // 2)
+    wgrad = g[g["B"] > 1]
+    assert set(wgrad["B"]) == {E // 2} and set(wgrad["bytes_written"]) == {2.0 * (E // 2) * H * 2 * I, 2.0 * (E // 2) * I * H}
+    assert g["flops"].sum() == pytest.approx(_grouped(t)["flops"].sum() / 2)
+    assert k[k["aten_op"].str.contains("silu.default")]["B"].tolist() == [S / 2]
+    for ph in ("fw", "bw"):
+        assert len(_comm(k, ph)) == 1
+    d = parallel.apply_plan(trace.trace_model(tiny_moe, 1, 1, "inf", dtype=Precision.BF16, attention="sdpa", past=16),
+                            "ep", 2)
+    up = _grouped(d).iloc[0]
+    assert (up.M, up.bytes_read) == (1, 2 * H + 2 * H * 2 * I + 4 * (E // 2))
+
+
+def test_expert_weights_are_split_in_memory(tiny_moe):
+    from neusight_core import memory
+
+    t = trace.trace_model(tiny_moe, 2, 10, "inf", dtype=Precision.BF16, attention="sdpa")
+    experts = 3 * E * H * I                                          # gate, up and down of every expert
+    one = memory.param_counts(t)[0]
+    for plan in ("tp", "ep"):
+        two = memory.param_counts(parallel.apply_plan(t, plan, 2))[0]
+        dense = memory.param_counts(parallel.apply_plan(trace.trace_model(tiny_moe, 2, 10, "inf", dtype=Precision.BF16,
+                                                                          attention="sdpa"), plan, 2))[0]
+        assert two == dense and one - two >= experts / 2
+
+
+def test_expert_parallelism_refuses_what_it_cannot_split_in_one_line(tiny_moe):
     t = trace.trace_model(tiny_moe, 2, 16, "inf", dtype=Precision.BF16, attention="sdpa")
-    with pytest.raises(parallel.PlanError, match="mixture-of-experts layer") as e:
-        parallel.apply_plan(t, "tp", 2)
+    with pytest.raises(parallel.PlanError, match="ep16: the 8 experts do not spread evenly over 16") as e:
+        parallel.apply_plan(t, "ep", 16)
     assert "\n" not in str(e.value)
+    from neusight_core.scenario import scenario
+    six = tiny_moe.replace(".json", "_6.json")
+    with open(tiny_moe) as f, open(six, "w") as g:
+        json.dump({**json.load(f), "num_local_experts": 6}, g)
+    for model, gpus, msg in ((tiny_moe, 4, None), (six, 4, "the 6 experts"),
+                             ("llama3_2_1b", 2, "needs a mixture-of-experts model")):
+        if msg is None:                             # 4 heads and 8 experts over 4 GPUs: a valid request
+            assert scenario(model, "H100", 2, 16, "inf", dtype="bf16", parallel="ep", gpus=gpus).gpus == gpus
+            continue
+        with pytest.raises(latency.LatencyInputError, match=msg) as e:
+            scenario(model, "H100", 2, 16, "inf", dtype="bf16", parallel="ep", gpus=gpus)
+        assert "\n" not in str(e.value)
 
 
 def test_a_moe_model_is_traced_for_real_not_derived(tiny_moe):
@@ -128,19 +197,24 @@ def test_an_answer_says_its_grouped_gemms_are_an_extrapolation(tiny_moe, capsys)
 
 
 def test_the_validation_rows_are_the_traced_rows(tiny_moe):
-    """notebook 07's MoE layers (studies/moe_eval.py) are scored on the rows a trace emits, not on a copy of its
-    arithmetic that could drift: same dims, FLOPs and bytes."""
+    """notebook 07's MoE layers (studies/moe_eval.py) are scored on the rows a trace emits (and its tp / ep split, one
+    GPU's), not on a copy of its arithmetic that could drift: same dims, FLOPs and bytes."""
     import pandas as pd
     from neusight_core.studies import moe_eval
 
-    traced = _grouped(trace.trace_model(tiny_moe, 2, 10, "inf", dtype=Precision.BF16, attention="sdpa"))
-    layer = pd.DataFrame({"num_tokens": [20], "topk": [TOP], "num_experts": [E], "hidden_size": [H], "inter_size": [I],
-                          "kernel_source": ["any_gated"], "device": ["NVIDIA_H100_80GB_HBM3"]})
-    built = moe_eval.kernels(layer)
+    t = trace.trace_model(tiny_moe, 2, 10, "inf", dtype=Precision.BF16, attention="sdpa")
     cols = ["op_class", "sub_op", "B", "M", "N", "K", "flops", "bytes_read", "bytes_written"]
-    assert built[cols].astype(str).values.tolist() == traced[cols].astype(str).values.tolist()
-    before = moe_eval.kernels(layer, classified=False)
-    assert set(before.op_class) == {OpClass.UNCLASSIFIED} and (before.bytes_read > built.bytes_read - 1).all()
+    for plan, tp, ep in ((None, 1, 1), ("tp", 2, 1), ("ep", 1, 2), ("ep", 1, 4)):
+        traced = _grouped(parallel.apply_plan(t, plan, tp * ep) if plan else t)
+        layer = pd.DataFrame({"num_tokens": [20], "topk": [TOP], "num_experts": [E], "hidden_size": [H],
+                              "inter_size": [I], "kernel_source": ["any_gated"], "device": ["NVIDIA_H100_80GB_HBM3"],
+                              "moe_tp_size": [tp], "moe_ep_size": [ep]})
+        built = moe_eval.kernels(layer)
+        assert built[cols].astype(float, errors="ignore").astype(str).values.tolist() == \
+            traced[cols].astype(float, errors="ignore").astype(str).values.tolist(), plan
+    before = moe_eval.kernels(layer.assign(moe_ep_size=1), classified=False)
+    assert set(before.op_class) == {OpClass.UNCLASSIFIED} and (before.bytes_read > moe_eval.kernels(
+        layer.assign(moe_ep_size=1)).bytes_read - 1).all()
 
 
 def test_measured_moe_layers_are_scored_without_sealed_gpus():
@@ -158,6 +232,27 @@ def test_measured_moe_layers_are_scored_without_sealed_gpus():
     t = moe_eval.table(long)
     assert len(t) == some.groupby(["device", "framework", "kernel_source"]).ngroups
     assert {"neusight mape", "before mape", "roofline bias"} <= set(t.columns)
+
+
+def test_measured_layers_of_parallel_groups_are_scored_per_split():
+    from neusight_core import measured_kernels as mk
+    from neusight_core.studies import moe_eval
+
+    if mk.unavailable():
+        pytest.skip(mk.unavailable())
+    layers = moe_eval.rows(parallel=True, sample=60)
+    assert layers.groupby("device").size().max() == 60 and (layers.moe_tp_size * layers.moe_ep_size > 1).any()
+    long = moe_eval.predict(layers, seeds=(0,), quick=True, before=False)
+    assert set(long.predictor) == {"neusight", "roofline"}
+    t = moe_eval.by_parallel(long)
+    assert set(t.split) <= {"one GPU", "tp", "ep", "tp x ep"} and {"tp", "ep"} <= set(t.split)
+    assert t.layers.sum() == len(layers) and (t[t.split == "one GPU"].gpus == 1).all()
+    # a layer split 4 ways runs a quarter of the GEMMs' FLOPs on each GPU
+    k = moe_eval.kernels(layers)
+    four = layers.index[(layers.moe_tp_size * layers.moe_ep_size == 4).to_numpy()]
+    one = moe_eval.kernels(layers.loc[four].assign(moe_tp_size=1, moe_ep_size=1).reset_index(drop=True))
+    mine = k[k._layer.isin(four)].flops.to_numpy()
+    assert mine.sum() == pytest.approx(one.flops.sum() / 4, rel=0.02)
 
 
 def test_the_grouped_gemm_timing_runs_dry_on_the_cpu_and_reports_no_numbers(tmp_path):

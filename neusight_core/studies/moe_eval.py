@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import measured_kernels as mk, schema
+from neusight_core import measured_kernels as mk, parallel_experts, schema
 from neusight_core.schema import OpClass, Precision
 from neusight_core.studies import errors
 
@@ -36,10 +36,13 @@ SCORED = ("neusight", "roofline", "before")
 BANDS = (0, 16, 256, 4096, np.inf)
 
 
-def rows(gpus=None) -> pd.DataFrame:
+def rows(gpus=None, parallel: bool = False, sample: int | None = None) -> pd.DataFrame:
     """The BF16, balanced, single-GPU MoE layers of ``gpus`` (default: the training and held-out GPUs; sealed ones are
     refused), one row per measurement (per framework and kernel source, the newest version that measured it), with
-    ``device``, ``role``, ``framework``, ``version`` and ``latency_ms``."""
+    ``device``, ``role``, ``framework``, ``version`` and ``latency_ms``. ``parallel``: also the layers one GPU of a
+    tensor- or expert-parallel group runs (``moe_tp_size`` x ``moe_ep_size`` GPUs; the measured ``num_tokens`` are
+    the whole group's), with those two columns. ``sample``: at most that many layers per GPU, drawn at random (seed 0;
+    quick runs)."""
     gpus = list(mk.TRAINING + mk.HELD_OUT) if gpus is None else gpus
     base, parts = mk.data_root(), []
     for system in mk._systems(gpus, False):
@@ -50,8 +53,9 @@ def rows(gpus=None) -> pd.DataFrame:
         newest = {}                                   # (framework, kernel source) -> the newest version measuring it
         for framework, version, path in files:        # (oldest first)
             raw = mk._read(path, COLUMNS)
-            raw = raw[(raw.moe_dtype == "bfloat16") & (raw.distribution == "balanced") & (raw.moe_tp_size == 1)
-                      & (raw.moe_ep_size == 1) & (raw.latency > 0)]
+            one = (raw.moe_tp_size == 1) & (raw.moe_ep_size == 1)
+            raw = raw[(raw.moe_dtype == "bfloat16") & (raw.distribution == "balanced") & (parallel | one)
+                      & (raw.latency > 0)]
             for src, g in raw.groupby("kernel_source"):
                 newest[(framework, src)] = g.assign(system=system, device=mk.CATALOGUE.get(system, system),
                                                     role=mk.role(system), framework=framework, version=version,
@@ -59,8 +63,10 @@ def rows(gpus=None) -> pd.DataFrame:
         parts += list(newest.values())
     if not parts:
         raise mk.MeasuredDataError("no BF16 MoE measurements for the GPUs asked for")
-    out = pd.concat(parts, ignore_index=True).drop(columns=["latency", "moe_dtype", "distribution", "moe_tp_size",
-                                                             "moe_ep_size"])
+    out = pd.concat(parts, ignore_index=True).drop(columns=["latency", "moe_dtype", "distribution"] +
+                                                   ([] if parallel else ["moe_tp_size", "moe_ep_size"]))
+    if sample:
+        out = out.sample(frac=1.0, random_state=0).groupby("device", sort=False).head(int(sample)).sort_index()
     return out.reset_index(drop=True)
 
 
@@ -72,24 +78,23 @@ def gated(kernel_source) -> np.ndarray:
 
 def kernels(layers: pd.DataFrame, classified: bool = True) -> pd.DataFrame:
     """Two kernel rows per measured layer (``_layer``: its row in ``layers``): the up (gate and up) projection
-    S x hidden -> (2 x) inter and the down projection S x inter -> hidden over its experts, S = tokens x top-k, as
-    ``aten_ops.grouped_gemm`` makes them; ``classified`` False: as unclassified memory-bound ops reading every
-    expert's weights (``before``)."""
-    from neusight_core.aten_ops import grouped_gemm
-    import torch
-
+    S x hidden -> (2 x) inter and the down projection S x inter -> hidden over its experts, S = tokens x top-k, as one
+    GPU runs them (``parallel_experts.per_gpu``, the rows a trace and its ``tp`` / ``ep`` split emit), with the layer's
+    ``moe_tp_size`` (the inter dim cut) and ``moe_ep_size`` (experts and rows spread) where ``layers`` has them;
+    ``classified`` False: as unclassified memory-bound ops reading every expert's weights (``before``)."""
+    n = len(layers)
+    tp = layers["moe_tp_size"].to_numpy(int) if "moe_tp_size" in layers else np.ones(n, int)
+    ep = layers["moe_ep_size"].to_numpy(int) if "moe_ep_size" in layers else np.ones(n, int)
     recs = []
     for j, (tok, top, g, h, i, gate) in enumerate(zip(layers.num_tokens, layers.topk, layers.num_experts,
                                                       layers.hidden_size, layers.inter_size,
                                                       gated(layers.kernel_source))):
-        S, g = int(tok) * int(top), int(g)
-        for k, n in ((int(h), int(i) * (2 if gate else 1)), (int(i), int(h))):
-            a, w, offs = (torch.empty(S, k, device="meta"), torch.empty(g, k, n, device="meta"),
-                          torch.empty(g, dtype=torch.int32, device="meta"))
-            B, M, N, K, flops, share = grouped_gemm((a, w, offs))
-            read_w = share.get(1, 1.0) if classified else 1.0
-            recs.append({"_layer": j, "B": B, "M": M, "N": N, "K": K, "flops": flops,
-                         "bytes_read": 2.0 * S * k + 2.0 * read_w * g * k * n + 4.0 * g, "bytes_written": 2.0 * S * n})
+        S, g, h, i = int(tok) * int(top), int(g), int(h), int(i) // int(tp[j])
+        for k, nn in ((h, i * (2 if gate else 1)), (i, h)):
+            r = parallel_experts.per_gpu(S, g, k, nn, int(ep[j]))
+            if not classified:                            # every expert this GPU holds, read whole
+                r["bytes_read"] = 2.0 * r["M"] * k + 2.0 * (g // int(ep[j])) * k * nn + 4.0 * (g // int(ep[j]))
+            recs.append({"_layer": j, **r})
     r = pd.DataFrame(recs)
     out = mk._kernel_frame("bmm", OpClass.BMM, schema.GROUPED_GEMM, r.B.to_numpy(float), r.M.to_numpy(float),
                            r.N.to_numpy(float), r.K.to_numpy(float))
@@ -106,12 +111,12 @@ def kernels(layers: pd.DataFrame, classified: bool = True) -> pd.DataFrame:
     return out
 
 
-def predict(layers: pd.DataFrame, seeds=(0,), quick: bool = False) -> pd.DataFrame:
+def predict(layers: pd.DataFrame, seeds=(0,), quick: bool = False, before: bool = True) -> pd.DataFrame:
     """Long frame: per measured layer x predictor x seed, ``pred_ms`` (the two GEMMs summed), ``ape`` and ``err``
-    (signed, %: > 0 = predicted slower than measured)."""
+    (signed, %: > 0 = predicted slower than measured). ``before`` False: without the ``before`` rows."""
     from neusight_core import predictors
 
-    now, before = kernels(layers), kernels(layers, classified=False)
+    now, old = kernels(layers), (kernels(layers, classified=False) if before else None)
     n = len(layers)
 
     def per_layer(k, ms):
@@ -120,8 +125,9 @@ def predict(layers: pd.DataFrame, seeds=(0,), quick: bool = False) -> pd.DataFra
     parts = [("roofline", 0, per_layer(now, predictors.get("roofline").predict(now, None)))]
     for s in seeds:
         p = predictors.get("neusight", quick=quick, seed=int(s))
-        parts += [("neusight", int(s), per_layer(now, p.predict(now, None))),
-                  ("before", int(s), per_layer(before, p.predict(before, None)))]
+        parts.append(("neusight", int(s), per_layer(now, p.predict(now, None))))
+        if before:
+            parts.append(("before", int(s), per_layer(old, p.predict(old, None))))
     out = []
     for name, seed, ms in parts:
         d = layers.assign(predictor=name, seed=seed, pred_ms=ms)
@@ -156,6 +162,23 @@ def table(long: pd.DataFrame, by=("device", "framework", "kernel_source")) -> pd
     big = long[(long.num_tokens >= 4096) & (long.predictor == "roofline")]
     tf = (_flops(big) / big.latency_ms / 1e9).groupby([big[c] for c in by]).median().rename("measured TFLOPS, >= 4k tokens")
     return out.merge(tf.reset_index(), on=by, how="left").reset_index(drop=True)
+
+
+def by_parallel(long: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU role x how the layer is split (``one GPU``; ``tp``: each expert sliced; ``ep``: the experts spread;
+    ``tp x ep``) x GPUs in the group: layers, and per predictor (``neusight``, the roofline) MAPE and bias (%, mean over
+    seeds) and the seed spread of ``neusight``."""
+    tp, ep = long.moe_tp_size.to_numpy(int), long.moe_ep_size.to_numpy(int)
+    split = np.select([(tp == 1) & (ep == 1), ep == 1, tp == 1], ["one GPU", "tp", "ep"], "tp x ep")
+    keys = ["role", "split", "gpus"]
+    t = over_seeds(long.assign(split=split, gpus=tp * ep), keys)
+    out = t[keys + ["layers"]].drop_duplicates(keys)
+    for p, metrics in (("neusight", ("mape", "bias", "mape_spread")), ("roofline", ("mape", "bias"))):
+        mine = t[t.predictor == p][keys + list(metrics)].rename(columns={m: f"{p} {m}" for m in metrics})
+        out = out.merge(mine, on=keys, how="left")
+    order = {"one GPU": 0, "tp": 1, "ep": 2, "tp x ep": 3}
+    return out.sort_values(["role", "split", "gpus"], key=lambda c: c.map(order) if c.name == "split" else c) \
+        .reset_index(drop=True)
 
 
 def bands(long: pd.DataFrame) -> pd.DataFrame:
