@@ -41,7 +41,7 @@ from neusight_core import configs, datafile, kernel_table, paths
 CACHE_VERSION = 3
 #: source files whose content changes kernel tables: part of every key
 CODE_FILES = ("trace.py", "meta_memo.py", "aten_ops.py", "fused_attention.py", "meta_model.py", "configs.py",
-              "fusion.py", "parallel.py")
+              "fusion.py", "parallel.py", "parallel_experts.py")
 
 #: hits / misses / corrupt entries / stores of this process (tests and benchmarks read it)
 STATS: Counter = Counter()
