@@ -262,7 +262,7 @@ def _add_question_options(p, many: bool) -> None:
         dict(help="sequence length(s) of the text models, e.g. 512,1024"), default=None)
     opt("--image-size", dict(type=int, help="image side in pixels (image models: resnet50, vit_b16; default 224)"),
         dict(help="image side(s) of the image models, e.g. 224,384 (default 224)"), default=None)
-    opt("--mode", dict(choices=("inf", "train"),
+    opt("--mode", dict(choices=schema.MODES,
                        help="inf (a forward pass: prefill, or one decode step with --seq 1 --past N) or train "
                             "(forward, backward, optimizer step)"),
         dict(help="inf, train or inf,train (a decode step: --seq 1 --past N)"), default="inf")

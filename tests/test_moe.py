@@ -271,3 +271,20 @@ def test_the_grouped_gemm_timing_runs_dry_on_the_cpu_and_reports_no_numbers(tmp_
     csv = pd.read_csv(tmp_path / "grouped_gemm.csv")
     assert len(csv) == 6 and csv["measured_ms"].isna().all() and csv["status"].str.startswith("DRY RUN").all()
     assert (csv["neusight_ms"] > 0).all() and set(csv["projection"]) == {"up", "down"}
+
+
+def test_the_what_if_splits_mixtral_where_one_gpu_does_not_hold_it(monkeypatch):
+    """notebook 06's grid (full runs) asks Mixtral 8x7B in bf16 only: tensor-parallel on an 80 GB H100 (93 GB of
+    weights), one GPU on a 141 GB H200, and labelled a mixture-of-experts extrapolation."""
+    from neusight_core.studies import whatif
+
+    full = whatif.scenarios(False)
+    assert {s["model"] for s in full} >= set(whatif.MOE_MODELS)
+    assert not {s["model"] for s in whatif.scenarios(True)} & set(whatif.MOE_MODELS)
+    one = [s for s in full if s["model"] == "mixtral_8x7b" and s["workload"] == "decode" and s["batch"] == 1]
+    monkeypatch.setattr(whatif, "scenarios", lambda quick=False: one)
+    r = whatif.run(gpus=["NVIDIA_H100_80GB_HBM3", "NVIDIA_H200"], quick=True, predictor="roofline")
+    assert r["dtype"].tolist() == ["bf16", "bf16"]                    # no fp32 row: grouped GEMMs take bf16 only
+    assert r["plan"].tolist() == ["tp2", "1 GPU"] and (r["latency_ms"] > 0).all()
+    assert (r["mem_total_gib"].iloc[1] / r["mem_total_gib"].iloc[0]) == pytest.approx(2, rel=0.02)
+    assert r["validation"].str.contains("mixture of experts").all()

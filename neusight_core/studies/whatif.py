@@ -11,8 +11,8 @@ paper``, ``KV-cache decode not in the paper``).
   ran it (the release's ``NVIDIA_H100_80GB_HBM3_TP`` device in FP32 accounting). Notebook 04 can
   pass ``fp16mm_ours()`` as the ``fp16`` frame of ``claims.compute_claims`` to give C9 a verdict
   for our re-implementation; :func:`c9_verdict` does it for C9 alone.
-* :func:`scenarios` / :func:`run` -- Llama-2 7B / 13B / 70B prefill and decode and GPT-3 2.7B
-  training on every catalogue GPU in bf16 and fp32, with the smallest tensor-parallel split that
+* :func:`scenarios` / :func:`run` -- Llama-2 7B / 13B / 70B and Mixtral 8x7B (full runs, bf16) prefill and decode
+  and GPT-3 2.7B training on every catalogue GPU in bf16 and fp32, with the smallest tensor-parallel split that
   fits when one GPU does not: latency, tokens per second, memory, cost per million tokens.
 """
 from __future__ import annotations
@@ -91,11 +91,17 @@ def catalogue_gpus() -> list[str]:
     return d.loc[~d["variant"], "name"].tolist()
 
 
+#: mixture-of-experts models of the full what-if (bf16 only: their experts run as grouped GEMMs, which torch takes in
+#: bf16 only; tensor-parallel where one GPU does not fit, each expert sliced: parallel_experts.py)
+MOE_MODELS = ("mixtral_8x7b",)
+
+
 def scenarios(quick: bool = False) -> list[dict]:
-    """The what-if workloads: Llama-2 prefill / decode (one request or a batch), GPT-3 2.7B training."""
+    """The what-if workloads: Llama-2 (and, in full runs, Mixtral 8x7B) prefill / decode (one request or a batch),
+    GPT-3 2.7B training."""
     seq = 512 if quick else 2048
     batches = (1, 8)
-    llamas = ("llama2_7b", "llama2_13b") if quick else ("llama2_7b", "llama2_13b", "llama2_70b")
+    llamas = ("llama2_7b", "llama2_13b") if quick else ("llama2_7b", "llama2_13b", "llama2_70b") + MOE_MODELS
     out = []
     for m in llamas:
         for b in batches:
@@ -122,6 +128,8 @@ def validation(model: str, gpu, dtype: str, past: int = 0, tensor_core: bool = F
             why.append(f"no {dtype} tensor cores: FP32 peak")
     if model not in PAPER_MODELS:
         why.append("model not in the paper")
+    if model in MOE_MODELS:
+        why.append("mixture of experts: grouped GEMMs of balanced routing (notebook 07 sections 5d-5e)")
     if past:
         why.append("KV-cache decode not in the paper")
     return "paper setting" if not why else "extrapolation: " + ", ".join(why)
@@ -331,8 +339,8 @@ def run(gpus=None, dtypes=(Precision.BF16, Precision.FP32), quick: bool = False,
     pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     tensor_core = bool(getattr(getattr(pred, "tc", None), "nets", None))   # BF16 networks
     cells = [(sc, dt) for sc in scenarios(quick) for dt in dtypes
-             # fp32 (the paper's protocol): batch 1 of the smaller models, a reference
-             if not (dt == Precision.FP32 and (sc["batch"] != 1 or sc["model"] == "llama2_70b"))]
+             # fp32 (the paper's protocol): batch 1 of the smaller dense models, a reference
+             if not (dt == Precision.FP32 and (sc["batch"] != 1 or sc["model"] in ("llama2_70b",) + MOE_MODELS))]
     devs = {g: devices.get_device(g) for g in gpus}
 
     def request(sc, dt, n, g):
