@@ -220,7 +220,7 @@ def tp_split(kernels: pd.DataFrame, n: int, experts: str = "tp") -> pd.DataFrame
             if r["phase"] == "fw" and r["op_class"] == OpClass.LINEAR and r["module"] in shape and _KV.search(r["module"]):
                 kv_bufs.update(b for b, _ in r["writes"])
     try:
-        moe_rows, moe_ends = parallel_experts.split(recs, a.config, hidden, n, experts, "ep" if experts == "ep" else "tp")
+        moe_rows, moe_ends = parallel_experts.split(recs, a.config, hidden, n, experts)
     except parallel_experts.ExpertSplitError as err:
         raise PlanError(str(err)) from None
     for j, r in enumerate(recs):
@@ -314,8 +314,7 @@ def tp_split(kernels: pd.DataFrame, n: int, experts: str = "tp") -> pd.DataFrame
             inserts.append((int(gl.index.max()), _comm_row("bw", "allreduce", e * tokens * fi, False,
                                                             parent, int(L))))
     # the experts' outputs (forward) and their input gradient (backward) are partial sums over the GPUs
-    inserts += [(i, _comm_row(ph, "allreduce", act, False, k.at[i, "module"], int(k.at[i, "layer"])))
-                for i, ph in moe_ends]
+    inserts += [(i, _comm_row(ph, "allreduce", act, False, m, int(k.at[i, "layer"]))) for i, ph, m in moe_ends]
     out = _insert(k, inserts)
     for c in ("B", "M", "N", "K", "H"):
         out[c] = out[c].astype(float)

@@ -67,25 +67,26 @@ def per_gpu(S: int, G: int, k: int, n: int, ep: int = 1, wgrad: bool = False) ->
 
 
 def _scale(r: dict, d: int) -> None:
-    """A vector / memory kernel on 1/d of its data: its rows (B) or, on the intermediate dim, its last dim (H)."""
+    """FLOPs and bytes of a kernel that works on 1/d of its data (the caller cuts its rows B or its last dim H)."""
     r["flops"], r["bytes_read"], r["bytes_written"] = r["flops"] / d, r["bytes_read"] / d, r["bytes_written"] / d
 
 
-def split(recs: list[dict], config: dict, hidden: int, n: int, how: str, plan: str) -> tuple[set, list[tuple]]:
+def split(recs: list[dict], config: dict, hidden: int, n: int, how: str) -> tuple[set, list[tuple]]:
     """Rewrite in place the rows of ``recs`` (a trace's records) that belong to experts modules running grouped GEMMs,
-    for one of ``n`` GPUs splitting them ``how`` (``tp`` | ``ep``). Returns (indices rewritten, [(index of the
-    module's last forward / backward row, phase)] after which the caller inserts the layer's all-reduce)."""
+    for one of ``n`` GPUs splitting them ``how`` (``tp`` | ``ep``, the plan's name). Returns (indices rewritten,
+    [(index of an experts module's last forward / backward row, phase, the module)] after which the caller inserts
+    the layer's all-reduce)."""
     mods = {r["module"] for r in recs if r["sub_op"] == schema.GROUPED_GEMM and holds_experts(r["module"])}
     if not mods:
         if how == "ep":
-            raise ExpertSplitError(f"{plan}{n}: the model has no mixture-of-experts layer whose experts run as grouped "
+            raise ExpertSplitError(f"{how}{n}: the model has no mixture-of-experts layer whose experts run as grouped "
                                    "GEMMs, nothing to spread over GPUs; use tp")
         return set(), []
     G = experts_of(config)
     if G is None:
-        raise ExpertSplitError(f"{plan}{n}: the config names no expert count ({', '.join(EXPERT_KEYS)})")
+        raise ExpertSplitError(f"{how}{n}: the config names no expert count ({', '.join(EXPERT_KEYS)})")
     if how == "ep" and G % n:
-        raise ExpertSplitError(f"{plan}{n}: the {G} experts do not spread evenly over {n} GPUs")
+        raise ExpertSplitError(f"{how}{n}: the {G} experts do not spread evenly over {n} GPUs")
 
     def family(m: str) -> str | None:
         """The experts module a row belongs to (its own module, a child such as act_fn, or a parameter's ``acc``)."""
@@ -99,11 +100,11 @@ def split(recs: list[dict], config: dict, hidden: int, n: int, how: str, plan: s
     inter = {int(r["K"]) for r in fw if int(r["N"]) == hidden} | {int(r["N"]) for r in fw if int(r["K"]) == hidden}
     if how == "tp":
         if not inter or hidden in inter:
-            raise ExpertSplitError(f"{plan}{n}: cannot tell the experts' intermediate dim from the hidden size "
+            raise ExpertSplitError(f"{how}{n}: cannot tell the experts' intermediate dim from the hidden size "
                                    f"{hidden}; expert parallelism (ep) splits them by expert")
         bad = [i for i in inter if i % n]
         if bad:
-            raise ExpertSplitError(f"{plan}{n}: the experts' intermediate dim {bad[0]} is not divisible by {n}")
+            raise ExpertSplitError(f"{how}{n}: the experts' intermediate dim {bad[0]} is not divisible by {n}")
     done, last = set(), {}
     for i, r in enumerate(recs):
         m = family(r["module"])
@@ -113,7 +114,7 @@ def split(recs: list[dict], config: dict, hidden: int, n: int, how: str, plan: s
         if r["phase"] in ("fw", "bw"):
             last[(m, r["phase"])] = i
         if r["sub_op"] == schema.GROUPED_GEMM:
-            _grouped(r, S, G, hidden, inter, n, how, plan)
+            _grouped(r, S, G, hidden, inter, n, how)
         elif r["phase"] == "acc":                          # an expert weight's gradient: 1/n of it on each GPU
             r["B"] = float(math.ceil(r["B"] / n))
             _scale(r, n)
@@ -126,14 +127,14 @@ def split(recs: list[dict], config: dict, hidden: int, n: int, how: str, plan: s
             else:
                 r["H"] = float(math.ceil(S / n))
             _scale(r, n)
-    return done, sorted((i, ph) for (_, ph), i in last.items())
+    return done, sorted((i, ph, m) for (m, ph), i in last.items())
 
 
 def _num(v) -> float:
     return -1.0 if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
-def _grouped(r: dict, S: int, G: int, hidden: int, inter: set, n: int, how: str, plan: str) -> None:
+def _grouped(r: dict, S: int, G: int, hidden: int, inter: set, n: int, how: str) -> None:
     """One grouped GEMM row rewritten as ``per_gpu`` gives it: stacked (the forward and the input gradients: M = S)
     or the weight gradient (a batch of experts over weight dims M x K)."""
     M, N, K = int(r["M"]), int(r["N"]), int(r["K"])
@@ -145,6 +146,6 @@ def _grouped(r: dict, S: int, G: int, hidden: int, inter: set, n: int, how: str,
         elif k in inter and nn == hidden:
             k //= n
         else:
-            raise ExpertSplitError(f"{plan}{n}: a grouped GEMM {M} x {N} x {K} of the experts matches neither their "
+            raise ExpertSplitError(f"{how}{n}: a grouped GEMM {M} x {N} x {K} of the experts matches neither their "
                                    f"hidden size {hidden} nor their intermediate dim")
     r.update(per_gpu(S, G, k, nn, n if how == "ep" else 1, wgrad=not stacked))
