@@ -3,7 +3,8 @@
 #   1. the machine (GPU, driver, cores, torch / transformers);
 #   2. notebook 05's modern section (BF16, sdpa and eager, prefill / decode / training steps, host launch cost),
 #      MODERN_S seconds, alone on the machine so that the host-bound steps are timed on a quiet CPU; then
-#      benchmarks/grouped_gemm.py (mixture-of-experts kernels), GROUPED_S seconds (default 120, 0 to skip);
+#      benchmarks/grouped_gemm.py (mixture-of-experts kernels, then the whole Hugging Face MoE block), GROUPED_S
+#      seconds (default 120, 0 to skip);
 #   3. both NeuSight recipes' full training, seeds 0-2, on the machine's CPU cores with every MLP member in one
 #      pool of processes (train --workers, predictors/members.py), timed; beside it, when there is a GPU, one
 #      seed of `neusight` trained on the GPU alone into another folder, timed, for the comparison;

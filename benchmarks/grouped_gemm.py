@@ -8,6 +8,13 @@ over min(experts, rows) experts); each timed inside a CUDA graph of ``--graph-ca
 the time), notebook 05's protocol (warm-up, 25 runs, mean of the 5 fastest), next to ``neusight`` seed 0 and the
 roofline on the rows ``studies/moe_eval.kernels`` makes (the tracer's rows).
 
+Then (unless ``--no-block``) the whole MoE block as Hugging Face runs it (``MixtralSparseMoeBlock`` of a one-layer
+config of each shape, random BF16 weights, so the router spreads the tokens about evenly): router, routing,
+permutation, both grouped GEMMs, activation and weighted sum, timed inside a CUDA graph where it can be captured (else
+eagerly, said in ``status``), next to the sum of ``neusight``'s and the roofline's predictions of the block's traced
+rows (``moe_eval.block_rows``, the router's GEMM included): ``moe_block.csv``. docs/recipes.md compares the traced
+block with NVIDIA's fused layers; this says how fast Hugging Face's own runs.
+
     python benchmarks/grouped_gemm.py --out DIR              # on a GPU (about a minute on an H100)
     python benchmarks/grouped_gemm.py --out DIR --dry-run    # on the CPU, tiny shapes: the code path only, no numbers
 """
@@ -104,12 +111,71 @@ def measure(frame: pd.DataFrame, device: str, calls: int) -> list:
     return out
 
 
+def measure_blocks(shapes: dict, tokens, device: str, calls: int, name: str, quick: bool) -> pd.DataFrame:
+    """One row per shape x tokens: the measured MoE block (ms per call) and the predictions of its traced rows."""
+    import json
+    import tempfile
+
+    import torch
+    import transformers
+
+    from neusight_core import predictors, trace
+    from neusight_core.studies import live_harness, moe_eval
+    timer = graph_timer(calls) if device == "cuda" else cpu_timer
+    cfg = live_harness.HarnessConfig(precision="bf16") if device == "cuda" else live_harness.HarnessConfig(
+        runs=3, fastest=1, warmup=1, precision="bf16")
+    nets, roof = predictors.get("neusight", quick=quick, seed=0), predictors.get("roofline")
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for model, (h, i, e, k) in shapes.items():
+            body = moe_eval.one_layer_config(h, i, e, k)
+            path = Path(d) / f"{model}.json"
+            path.write_text(json.dumps(body))
+            conf = transformers.AutoConfig.for_model(**{x: v for x, v in body.items() if x != "architectures"})
+            torch.manual_seed(0)
+            with torch.device(device):                   # initialised where it runs (Mixtral's 2.8 GB of experts)
+                block = transformers.AutoModelForCausalLM.from_config(conf, dtype=torch.bfloat16).model.layers[0].mlp
+            for t in tokens:
+                kern = moe_eval.block_rows(trace.trace_model(str(path), int(t), 1, "inf", dtype="bf16",
+                                                             attention="sdpa"), router=True)
+                x = torch.randn(1, int(t), int(h), dtype=torch.bfloat16, device=device)
+                fn = (lambda x=x: block(x))
+                status = ""
+                try:
+                    m = live_harness.measure(fn, timer, cfg)
+                    ms, status = (m.mean_ms if m.status == "OK" else np.nan), m.status
+                except Exception as err:  # noqa: BLE001 - a block that cannot be captured is timed eagerly
+                    if device != "cuda":
+                        ms, status = np.nan, f"ERROR: {str(err).splitlines()[0][:160]}"
+                    else:
+                        torch.cuda.synchronize()
+
+                        def eager(fn=fn):
+                            t0 = time.perf_counter()
+                            fn()
+                            torch.cuda.synchronize()
+                            return (time.perf_counter() - t0) * 1e3
+                        m = live_harness.measure(fn, lambda f: eager(f), cfg)
+                        ms = m.mean_ms if m.status == "OK" else np.nan
+                        status = f"eager (no CUDA graph: {str(err).splitlines()[0][:100]}); {m.status}"
+                rows.append({"device": name, "model": model, "num_tokens": int(t), "kernels": len(kern),
+                             "measured_ms": ms, "status": status,
+                             "neusight_ms": float(np.sum(nets.predict(kern, name))),
+                             "roofline_ms": float(np.sum(roof.predict(kern, name)))})
+                del x
+            del block
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for grouped_gemm.csv")
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes: exercise the code, report no numbers")
     ap.add_argument("--device-name", help="catalogue GPU to predict for (default: the local GPU; dry run: H100)")
     ap.add_argument("--graph-calls", type=int, default=20)
+    ap.add_argument("--no-block", action="store_true", help="time the grouped GEMMs only, not the whole MoE block")
     a = ap.parse_args(argv)
     import torch
 
@@ -151,6 +217,14 @@ def main(argv=None) -> int:
         err = (rows.loc[ok, "neusight_ms"] - rows.loc[ok, "measured_ms"]) / rows.loc[ok, "measured_ms"] * 100
         print(f"{name}: {int(ok.sum())} grouped GEMMs, neusight MAPE {err.abs().mean():.1f} %, bias {err.mean():+.1f} %")
     print(rows.drop(columns=["_layer", "bytes_read", "bytes_written"]).round(4).to_string(index=False))
+    if not a.no_block:
+        blocks = measure_blocks(DRY if a.dry_run else SHAPES, (1, 16) if a.dry_run else TOKENS,
+                                "cpu" if a.dry_run else "cuda", a.graph_calls, name, a.dry_run)
+        if a.dry_run:
+            blocks["measured_ms"] = np.nan
+            blocks["status"] = "DRY RUN (CPU): " + blocks["status"].astype(str)
+        blocks.to_csv(out / "moe_block.csv", index=False)
+        print(blocks.round(4).to_string(index=False))
     return 0
 
 

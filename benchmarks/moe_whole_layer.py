@@ -25,22 +25,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from neusight_core import parallel, predictors, schema, trace  # noqa: E402
-from neusight_core.schema import OpClass, Precision  # noqa: E402
+from neusight_core.schema import Precision  # noqa: E402
 from neusight_core.studies import moe_eval  # noqa: E402
-
-
-def one_layer_config(hidden: int, inter: int, experts: int, top: int) -> dict:
-    return {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": hidden,
-            "intermediate_size": inter, "num_attention_heads": hidden // 128, "num_key_value_heads": 8,
-            "num_hidden_layers": 1, "vocab_size": 1000, "max_position_embeddings": 4096, "num_local_experts": experts,
-            "num_experts_per_tok": top, "hidden_act": "silu", "tie_word_embeddings": False}
-
-
-def block(kernels: pd.DataFrame) -> pd.DataFrame:
-    """The MoE block's rows: everything under ``.mlp.`` but the router's GEMM and the all-reduces."""
-    k = kernels
-    router = k.module.str.endswith("mlp.gate") & (k.op_class == OpClass.LINEAR)
-    return k[k.module.str.contains(r"\.mlp\.") & (k.op_class != OpClass.COMM) & ~router]
 
 
 def main(argv=None) -> int:
@@ -66,12 +52,12 @@ def main(argv=None) -> int:
     out = []
     with tempfile.TemporaryDirectory() as d:
         cfg = Path(d) / "moe_layer.json"
-        cfg.write_text(json.dumps(one_layer_config(a.hidden, a.inter, a.experts, a.top)))
+        cfg.write_text(json.dumps(moe_eval.one_layer_config(a.hidden, a.inter, a.experts, a.top)))
         for T in sorted(g.num_tokens.unique()):
             t = trace.trace_model(str(cfg), int(T), 1, "inf", dtype=Precision.BF16, attention="sdpa")
             for (tp, ep), m in g[g.num_tokens == T].groupby(["moe_tp_size", "moe_ep_size"]):
                 n = int(tp * ep)
-                k = block(parallel.apply_plan(t, "ep" if ep > 1 else "tp", n) if n > 1 else t)
+                k = moe_eval.block_rows(parallel.apply_plan(t, "ep" if ep > 1 else "tp", n) if n > 1 else t)
                 ms = np.asarray(p.predict(k, a.device), float)
                 gemms = ms[(k.sub_op == schema.GROUPED_GEMM).to_numpy()].sum()
                 out.append({"tokens": int(T), "tp": int(tp), "ep": int(ep), "measured_ms": float(m.latency_ms.median()),

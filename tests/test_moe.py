@@ -271,6 +271,9 @@ def test_the_grouped_gemm_timing_runs_dry_on_the_cpu_and_reports_no_numbers(tmp_
     csv = pd.read_csv(tmp_path / "grouped_gemm.csv")
     assert len(csv) == 6 and csv["measured_ms"].isna().all() and csv["status"].str.startswith("DRY RUN").all()
     assert (csv["neusight_ms"] > 0).all() and set(csv["projection"]) == {"up", "down"}
+    block = pd.read_csv(tmp_path / "moe_block.csv")              # the whole Hugging Face MoE block, routing included
+    assert len(block) == 2 and block["measured_ms"].isna().all() and block["status"].str.startswith("DRY RUN").all()
+    assert (block["neusight_ms"] > 0).all() and (block["kernels"] > 10).all()
 
 
 def test_the_what_if_splits_mixtral_where_one_gpu_does_not_hold_it(monkeypatch):

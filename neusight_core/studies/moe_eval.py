@@ -192,3 +192,24 @@ def bands(long: pd.DataFrame) -> pd.DataFrame:
 def _flops(d: pd.DataFrame) -> pd.Series:
     """FLOPs of a measured layer's two GEMMs: 2 x tokens x top-k x hidden x inter x (3 gated, 2 not)."""
     return 2.0 * d.num_tokens * d.topk * d.hidden_size * d.inter_size * np.where(gated(d.kernel_source), 3.0, 2.0)
+
+
+def one_layer_config(hidden: int, inter: int, experts: int, top: int) -> dict:
+    """A one-layer Mixtral-type config of one MoE layer shape (heads of 128, 8 KV heads, a small vocabulary): what a
+    whole layer as Hugging Face runs it is traced (and timed, on a GPU) from."""
+    return {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": int(hidden),
+            "intermediate_size": int(inter), "num_attention_heads": max(1, int(hidden) // 128),
+            "num_key_value_heads": min(8, max(1, int(hidden) // 128)), "num_hidden_layers": 1, "vocab_size": 1000,
+            "max_position_embeddings": 4096, "num_local_experts": int(experts), "num_experts_per_tok": int(top),
+            "hidden_act": "silu", "tie_word_embeddings": False}
+
+
+def block_rows(kernels: pd.DataFrame, router: bool = False) -> pd.DataFrame:
+    """The rows of a traced table's MoE blocks (modules under ``.mlp.``: routing, permutation, the grouped GEMMs, the
+    activation, the weighted sum), without the all-reduces of a split; ``router`` False: without the router's GEMM
+    (NVIDIA's database times it as an op of its own)."""
+    k = kernels
+    keep = k.module.str.contains(r"\.mlp\.") & (k.op_class != OpClass.COMM)
+    if not router:
+        keep &= ~(k.module.str.endswith("mlp.gate") & (k.op_class == OpClass.LINEAR))
+    return k[keep]
