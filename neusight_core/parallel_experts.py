@@ -23,6 +23,7 @@ NVIDIA's measured MoE layers of each tensor- and expert-parallel degree check th
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -54,16 +55,27 @@ def holds_experts(module: str) -> bool:
 
 def per_gpu(S: int, G: int, k: int, n: int, ep: int = 1, wgrad: bool = False) -> dict:
     """One GPU's grouped GEMM of S routed rows over G experts with weights k x n (tensor parallelism: k or n already
-    the GPU's slice), over ``ep`` expert-parallel GPUs: G / ep experts and ceil(S / ep) rows each; dims, FLOPs and
-    traffic as ``aten_ops.grouped_gemm`` gives them for that GPU's operands (balanced routing, 2-byte operands, int32
-    offsets). ``wgrad``: the weight gradient (a batch of the reached experts, the rows the reduction)."""
+    the GPU's slice), over ``ep`` expert-parallel GPUs: G / ep experts and ceil(S / ep) rows each. Dims, FLOPs and the
+    experts reached are ``aten_ops.grouped_gemm``'s for that GPU's operands (the tracer's one rule, balanced
+    routing); bytes are the operands' as the tracer counts them (2-byte operands, only the reached experts' weights
+    read, int32 offsets). ``wgrad``: the weight gradient, (k, S) x (S, n) into every expert's (k, n)."""
+    return dict(_per_gpu(int(S), int(G), int(k), int(n), int(ep), bool(wgrad)))
+
+
+@functools.lru_cache(maxsize=None)
+def _per_gpu(S: int, G: int, k: int, n: int, ep: int, wgrad: bool) -> tuple:
+    import torch
+
+    from neusight_core.aten_ops import grouped_gemm
     S, G = -(-S // ep), G // ep
-    reached = max(1, min(G, S))
-    if wgrad:
-        return {"B": float(reached), "M": float(k), "N": float(-(-S // reached)), "K": float(n),
-                "flops": 2.0 * S * k * n, "bytes_read": 2.0 * S * (k + n) + 4.0 * G, "bytes_written": 2.0 * G * k * n}
-    return {"B": 1.0, "M": float(S), "N": float(k), "K": float(n), "flops": 2.0 * S * k * n,
-            "bytes_read": 2.0 * S * k + 2.0 * reached * k * n + 4.0 * G, "bytes_written": 2.0 * S * n}
+    meta = {"device": "meta"}
+    a, b = (torch.empty(k, S, **meta), torch.empty(S, n, **meta)) if wgrad else \
+        (torch.empty(S, k, **meta), torch.empty(G, k, n, **meta))
+    B, M, N, K, flops, share = grouped_gemm((a, b, torch.empty(G, dtype=torch.int32, **meta)))
+    read = sum(int(round(share.get(i, 1.0) * 2 * t.numel())) for i, t in enumerate((a, b))) + 4.0 * G
+    written = 2.0 * G * k * n if wgrad else 2.0 * S * n
+    return (("B", float(B)), ("M", float(M)), ("N", float(N)), ("K", float(K)), ("flops", float(flops)),
+            ("bytes_read", float(read)), ("bytes_written", written))
 
 
 def _scale(r: dict, d: int) -> None:
