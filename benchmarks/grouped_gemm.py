@@ -84,14 +84,21 @@ def cpu_timer(fn):
     return (time.perf_counter() - t) * 1e3
 
 
+def harness(device: str, calls: int):
+    """(timer, live_harness config): a CUDA graph of ``calls`` launches and notebook 05's protocol on a GPU; the wall
+    clock and three runs on the CPU (a dry run)."""
+    from neusight_core.studies import live_harness
+    if device == "cuda":
+        return graph_timer(calls), live_harness.HarnessConfig(precision="bf16")
+    return cpu_timer, live_harness.HarnessConfig(runs=3, fastest=1, warmup=1, precision="bf16")
+
+
 def measure(frame: pd.DataFrame, device: str, calls: int) -> list:
     """ms per launch of each layer's up and down projections, in ``moe_eval.kernels``'s row order."""
     import torch
 
     from neusight_core.studies import live_harness
-    timer = graph_timer(calls) if device == "cuda" else cpu_timer
-    cfg = live_harness.HarnessConfig(precision="bf16") if device == "cuda" else live_harness.HarnessConfig(
-        runs=3, fastest=1, warmup=1, precision="bf16")
+    timer, cfg = harness(device, calls)
     out = []
     for r in frame.itertuples():
         S = int(r.num_tokens) * int(r.topk)
@@ -121,9 +128,7 @@ def measure_blocks(shapes: dict, tokens, device: str, calls: int, name: str, qui
 
     from neusight_core import predictors, trace
     from neusight_core.studies import live_harness, moe_eval
-    timer = graph_timer(calls) if device == "cuda" else cpu_timer
-    cfg = live_harness.HarnessConfig(precision="bf16") if device == "cuda" else live_harness.HarnessConfig(
-        runs=3, fastest=1, warmup=1, precision="bf16")
+    timer, cfg = harness(device, calls)
     nets, roof = predictors.get("neusight", quick=quick, seed=0), predictors.get("roofline")
     rows = []
     with tempfile.TemporaryDirectory() as d:
