@@ -149,16 +149,22 @@ def over_seeds(long: pd.DataFrame, keys) -> pd.DataFrame:
     return out.reset_index()
 
 
+def _wide(t: pd.DataFrame, keys: list, scored) -> pd.DataFrame:
+    """``over_seeds``' long table as one row per ``keys``: layers, then per predictor of ``scored`` its MAPE, bias and
+    (seeded predictors) seed spread, as columns ``<predictor> <metric>``."""
+    out = t[keys + ["layers"]].drop_duplicates(keys)
+    for p in scored:
+        metrics = ("mape", "bias") + (() if p == "roofline" else ("mape_spread",))
+        mine = t[t.predictor == p][keys + list(metrics)].rename(columns={m: f"{p} {m}" for m in metrics})
+        out = out.merge(mine, on=keys, how="left")
+    return out
+
+
 def table(long: pd.DataFrame, by=("device", "framework", "kernel_source")) -> pd.DataFrame:
     """Per ``by``: layers, and per predictor MAPE, bias and seed spread (``over_seeds``; the roofline has no seeds),
     and the measured layers' median TFLOPS at 4,096 tokens and more (how fast that implementation's GEMMs ran)."""
     by = list(by)
-    t = over_seeds(long, by)
-    out = t[by + ["layers"]].drop_duplicates(by)
-    for p in SCORED:
-        metrics = ("mape", "bias") + (() if p == "roofline" else ("mape_spread",))
-        mine = t[t.predictor == p][by + list(metrics)].rename(columns={m: f"{p} {m}" for m in metrics})
-        out = out.merge(mine, on=by, how="left")
+    out = _wide(over_seeds(long, by), by, SCORED)
     big = long[(long.num_tokens >= 4096) & (long.predictor == "roofline")]
     tf = (_flops(big) / big.latency_ms / 1e9).groupby([big[c] for c in by]).median().rename("measured TFLOPS, >= 4k tokens")
     return out.merge(tf.reset_index(), on=by, how="left").reset_index(drop=True)
@@ -171,11 +177,7 @@ def by_parallel(long: pd.DataFrame) -> pd.DataFrame:
     tp, ep = long.moe_tp_size.to_numpy(int), long.moe_ep_size.to_numpy(int)
     split = np.select([(tp == 1) & (ep == 1), ep == 1, tp == 1], ["one GPU", "tp", "ep"], "tp x ep")
     keys = ["role", "split", "gpus"]
-    t = over_seeds(long.assign(split=split, gpus=tp * ep), keys)
-    out = t[keys + ["layers"]].drop_duplicates(keys)
-    for p, metrics in (("neusight", ("mape", "bias", "mape_spread")), ("roofline", ("mape", "bias"))):
-        mine = t[t.predictor == p][keys + list(metrics)].rename(columns={m: f"{p} {m}" for m in metrics})
-        out = out.merge(mine, on=keys, how="left")
+    out = _wide(over_seeds(long.assign(split=split, gpus=tp * ep), keys), keys, ("neusight", "roofline"))
     order = {"one GPU": 0, "tp": 1, "ep": 2, "tp x ep": 3}
     return out.sort_values(["role", "split", "gpus"], key=lambda c: c.map(order) if c.name == "split" else c) \
         .reset_index(drop=True)
