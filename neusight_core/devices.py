@@ -426,7 +426,9 @@ def describe(every_field: bool = False) -> str:
         "name": t["name"], "vendor": t["vendor"], "GB": t["mem_gb"], "GB/s": t["mem_bw_gbs"], "SMs": t["num_sm"],
         "FP32 TFLOPS": (t["fp32_gflops"] / 1e3).round(1), "BF16 TFLOPS": (t["bf16_tensor_gflops"] / 1e3).round(0),
         "L2 MB": t["l2_mb"], "link GB/s": t["link_gbs"],
-        "role": ["training" if tr else "unseen (paper)" if un else "catalogue" for tr, un in zip(t["training"], t["unseen"])]})
+        # a variant (the release's H100 with FP16 tensor-core figures in its FP32 fields) is no GPU to ask about
+        "role": ["variant (paper's FP16 study)" if va else "training" if tr else "unseen (paper)" if un else "catalogue"
+                 for tr, un, va in zip(t["training"], t["unseen"], t["variant"])]})
     with pd.option_context("display.width", 200, "display.max_rows", 200):
         return short.to_string(index=False, na_rep="-") + "\n(--all: every field with its source and the aliases)"
 

@@ -40,6 +40,16 @@ def test_training_gpus_are_the_papers_five(release_root):
         assert not devices.get_device(unseen).training
 
 
+def test_device_list_roles(release_root):
+    """``neusight devices`` says what each GPU is to the predictors; the release's FP16 variant of the H100 (whose
+    FP32 fields hold tensor-core figures) is not shown as one more GPU of the catalogue."""
+    rows = {line.split()[0]: line for line in devices.describe().splitlines()[1:-1]}
+    assert rows["NVIDIA_H100_80GB_HBM3_TP"].endswith("variant (paper's FP16 study)")
+    assert rows["Tesla_T4"].endswith("training")
+    assert rows["NVIDIA_L4"].endswith("unseen (paper)")
+    assert rows["NVIDIA_B200"].endswith("catalogue")
+
+
 @pytest.mark.parametrize("name,sm,tflops,bw", [
     ("NVIDIA_H100_PCIe", 114, 51.2, 2000), ("NVIDIA_H200", 132, 67.0, 4800),
     ("NVIDIA_A100-SXM4-80GB", 108, 19.5, 2039), ("NVIDIA_L40S", 142, 91.6, 864), ("NVIDIA_B200", 148, 80.0, 8000),
