@@ -43,10 +43,16 @@ def _named_is_image(name: str) -> bool:
     return config_content(name).get("model_type") in IMAGE_MODEL_TYPES
 
 
-#: Model types whose transformers class has no fused (sdpa) attention (``_supports_sdpa`` False in transformers
-#: 5.x; tests/test_attention.py checks this list against the installed transformers) or, like ResNet, no attention
-#: at all. Every other model type is built with sdpa by Hugging Face by default, in any precision.
-NO_SDPA_MODEL_TYPES = ("switch_transformers", "resnet")
+@functools.cache
+def no_sdpa_model_types() -> frozenset:
+    """Model types whose transformers class has no fused (sdpa) attention (``_supports_sdpa`` False: Switch
+    Transformers, Gemma 2, GPT-OSS, ...) or, like ResNet, no attention at all: ``attention_support.yaml``, read from
+    the pinned transformers (tests/test_attention.py checks it against the installed one). Every other model type
+    is built with sdpa by Hugging Face by default, in any precision."""
+    import yaml
+
+    with open(Path(__file__).resolve().parent / "attention_support.yaml") as f:
+        return frozenset(yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["no_sdpa_model_types"])
 
 
 def default_attention(config) -> str:
@@ -55,7 +61,7 @@ def default_attention(config) -> str:
     mt = (config.get("model_type") if isinstance(config, dict)
           else config_content(config).get("model_type") if isinstance(config, (str, Path))
           else getattr(config, "model_type", None))
-    return "eager" if mt in NO_SDPA_MODEL_TYPES else "sdpa"
+    return "eager" if mt in no_sdpa_model_types() else "sdpa"
 
 
 class TraceError(ValueError):

@@ -204,7 +204,7 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
     check_device(dev)
     cfg = _config_of(model)
     dims = check_config(cfg)
-    if attention == "sdpa" and getattr(cfg, "model_type", None) in configs.NO_SDPA_MODEL_TYPES:
+    if attention == "sdpa" and getattr(cfg, "model_type", None) in configs.no_sdpa_model_types():
         raise LatencyInputError(f"{getattr(cfg, 'model_type', model)} has no fused (sdpa) attention in transformers: "
                                 "use attention eager")
     if image:

@@ -70,6 +70,51 @@ def test_eager_trace_has_no_attention_columns(traces):
     assert not set(schema.ATTN_COLUMNS) & set(k.columns)
 
 
+def hf_model_types_without_sdpa() -> list[str]:
+    """Every model type of the installed transformers whose model class (causal LM, else base model, else image
+    classifier: what the tracer builds) has ``_supports_sdpa`` False, sorted. Imports every such class: about 12 s."""
+    import transformers
+    from transformers.models.auto import modeling_auto as ma
+    classes = {}
+    for mapping in (ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, ma.MODEL_MAPPING_NAMES,
+                    ma.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES):
+        for mt, cls in mapping.items():
+            classes.setdefault(mt, cls if isinstance(cls, str) else cls[0])
+    out = []
+    for mt, name in classes.items():
+        try:
+            cls = getattr(transformers, name)
+        except Exception:  # noqa: BLE001 - a class this transformers cannot import is no model anyone traces here
+            continue
+        if not getattr(cls, "_supports_sdpa", False):
+            out.append(mt)
+    return sorted(out)
+
+
+def test_no_sdpa_list_is_the_installed_transformers():
+    """The shipped list (attention_support.yaml) is what the installed transformers says, for every model type, so
+    that a user's config of a type without fused attention (Gemma 2, GPT-OSS, ...) defaults to eager as Hugging Face
+    builds it, instead of failing."""
+    import transformers
+    now = hf_model_types_without_sdpa()
+    assert "gemma2" in now and "llama" not in now          # the scan itself sees both kinds
+    assert sorted(configs.no_sdpa_model_types()) == now, (
+        f"transformers {transformers.__version__} differs from neusight_core/attention_support.yaml: write "
+        f"no_sdpa_model_types: {now}")
+
+
+def test_user_config_without_sdpa_defaults_to_eager(tmp_path):
+    cfg = {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 256,
+           "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+           "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 512}
+    f = tmp_path / "gemma2_small.json"
+    f.write_text(json.dumps(cfg))
+    assert configs.default_attention(str(f)) == "eager"
+    assert scenario(str(f), "H100", 1, 128, dtype="bf16").attention == "eager"
+    with pytest.raises(LatencyInputError, match="gemma2 has no fused"):
+        scenario(str(f), "H100", 1, 128, dtype="bf16", attention="sdpa")
+
+
 def test_default_attention_is_what_hugging_face_picks():
     import transformers
     for name in ("llama2_7b", "gpt2_large", "bert_large", "vit_b16", "resnet50", "switchxl4", "qwen2_5_1_5b"):
