@@ -30,11 +30,13 @@ class FusedAttentionFn(torch.autograd.Function):
     Llama-2-7B prefill on the lent H100 ran no such copy, docs/tier2.md)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, rec, causal):
+    def forward(ctx, q, k, v, rec, causal, packed=False):
         b, h, s = q.shape[:-1]
         o = q.new_empty((b, s, h, v.shape[-1])).transpose(1, 2)
         lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
-        rec.add_attention("prefill" if q.shape[2] > 1 else "decode", q, k, v, [q, k, v], [o, lse], causal)
+        # a packed one-token query (below) is one decode kernel over all query heads, as it was before the packing
+        qg = q.reshape(b, h * s, 1, q.shape[-1]) if packed else q
+        rec.add_attention("prefill" if qg.shape[2] > 1 else "decode", qg, k, v, [q, k, v], [o, lse], causal)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.rec, ctx.causal = rec, causal
         return o
@@ -44,7 +46,7 @@ class FusedAttentionFn(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         ctx.rec.add_attention("backward", q, k, v, [q, k, v, o, do, lse], [dq, dk, dv], ctx.causal)
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None
 
 
 class FusedAttention(TorchFunctionMode):
@@ -63,5 +65,13 @@ class FusedAttention(TorchFunctionMode):
         names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
         a = dict(zip(names, args), **kwargs)
         q, k, v = a["query"], a["key"], a["value"]
-        causal = bool(a.get("is_causal")) or (a.get("attn_mask") is not None and self.causal_lm)
-        return FusedAttentionFn.apply(q, k, v, self.rec, causal)
+        mask = a.get("attn_mask")
+        causal = bool(a.get("is_causal")) or (mask is not None and self.causal_lm)
+        # Hugging Face's decode step with grouped-query heads and a mask (a full sliding window, Mistral's past 4,096
+        # tokens) packs the one token's query heads of each KV head into the query axis (``pack_gqa``: q of
+        # (batch, kv_heads, heads / kv_heads, d)) under a mask of one query row, which no multi-token query of a
+        # causal LM has: its causal mask has a row per query. That is one token's decode, not a prefill of
+        # heads / kv_heads tokens (which the prefill network answered at 29x the unpacked decode step's time).
+        packed = bool(self.causal_lm and mask is not None and q.shape[2] > 1 and mask.dim() >= 2
+                      and mask.shape[-2] == 1)
+        return FusedAttentionFn.apply(q, k, v, self.rec, causal, packed)

@@ -70,6 +70,26 @@ def test_eager_trace_has_no_attention_columns(traces):
     assert not set(schema.ATTN_COLUMNS) & set(k.columns)
 
 
+def test_sliding_window_decode_is_one_decode_row_per_layer(tmp_path):
+    """A full sliding window makes Hugging Face mask a decode step and pack the token's query heads of each KV head
+    into the query axis (``pack_gqa``): still one decode kernel per layer over every query head and the window's
+    keys, not a prefill of heads / kv_heads tokens. Below the window (no mask) the same rows come from ``enable_gqa``."""
+    cfg = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 256,
+           "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2,
+           "vocab_size": 1000, "max_position_embeddings": 1024, "sliding_window": 64}
+    f = tmp_path / "mistral_small.json"
+    f.write_text(json.dumps(cfg))
+    for past, kv in ((40, 41), (200, 64)):
+        k = trace.trace_model(str(f), 3, 1, "inf", past=past, dtype="bf16", attention="sdpa")
+        a = k[k["op_class"] == "ATTN"]
+        assert len(a) == 2 and set(a["sub_op"]) == {"decode"}, past
+        assert (a[["B", "seq_q", "seq_kv", "heads", "kv_heads", "head_dim"]].to_numpy() == [3, 1, kv, 8, 2, 32]).all()
+        assert a["flops"].tolist() == [4.0 * 3 * 8 * 32 * kv] * 2
+    # a prefill past the window keeps its causal multi-token rows
+    k = trace.trace_model(str(f), 1, 100, "inf", dtype="bf16", attention="sdpa")
+    assert set(k[k["op_class"] == "ATTN"]["sub_op"]) == {"prefill"}
+
+
 def hf_model_types_without_sdpa() -> list[str]:
     """Every model type of the installed transformers whose model class (causal LM, else base model, else image
     classifier: what the tracer builds) has ``_supports_sdpa`` False, sorted. Imports every such class: about 12 s."""
