@@ -51,8 +51,7 @@ class FusedAttentionFn(torch.autograd.Function):
 
 class FusedAttention(TorchFunctionMode):
     """Every ``F.scaled_dot_product_attention`` call as one ``FusedAttentionFn`` recorded into ``rec`` (the
-    tracer's recorder). Causal: the call says so, or the model is a causal LM that passes its causal mask as a
-    tensor."""
+    tracer's recorder). Causal: the call says so (``is_causal``)."""
 
     def __init__(self, rec, causal_lm: bool):
         super().__init__()
@@ -66,7 +65,10 @@ class FusedAttention(TorchFunctionMode):
         a = dict(zip(names, args), **kwargs)
         q, k, v = a["query"], a["key"], a["value"]
         mask = a.get("attn_mask")
-        causal = bool(a.get("is_causal")) or (mask is not None and self.causal_lm)
+        # Causal (half the pairs) only when the call says so: with a mask (a prefill after cached tokens, a prompt
+        # longer than a sliding window) PyTorch cannot run FlashAttention and its memory-efficient kernel computes
+        # every (query, key) pair, masked or not. (No model here passes a mask in its validated steps.)
+        causal = bool(a.get("is_causal"))
         # Hugging Face's decode step with grouped-query heads and a mask (a full sliding window, Mistral's past 4,096
         # tokens) packs the one token's query heads of each KV head into the query axis (``pack_gqa``: q of
         # (batch, kv_heads, heads / kv_heads, d)) under a mask of one query row, which no multi-token query of a

@@ -70,7 +70,7 @@ def test_eager_trace_has_no_attention_columns(traces):
     assert not set(schema.ATTN_COLUMNS) & set(k.columns)
 
 
-def test_sliding_window_decode_is_one_decode_row_per_layer(tmp_path):
+def test_masked_attention_rows(tmp_path):
     """A full sliding window makes Hugging Face mask a decode step and pack the token's query heads of each KV head
     into the query axis (``pack_gqa``): still one decode kernel per layer over every query head and the window's
     keys, not a prefill of heads / kv_heads tokens. Below the window (no mask) the same rows come from ``enable_gqa``."""
@@ -85,9 +85,13 @@ def test_sliding_window_decode_is_one_decode_row_per_layer(tmp_path):
         assert len(a) == 2 and set(a["sub_op"]) == {"decode"}, past
         assert (a[["B", "seq_q", "seq_kv", "heads", "kv_heads", "head_dim"]].to_numpy() == [3, 1, kv, 8, 2, 32]).all()
         assert a["flops"].tolist() == [4.0 * 3 * 8 * 32 * kv] * 2
-    # a prefill past the window keeps its causal multi-token rows
-    k = trace.trace_model(str(f), 1, 100, "inf", dtype="bf16", attention="sdpa")
-    assert set(k[k["op_class"] == "ATTN"]["sub_op"]) == {"prefill"}
+    # a prompt past the window, and one after cached tokens, keep their multi-token rows; under their mask the kernel
+    # (not FlashAttention) computes every (query, key) pair, which a causal count would halve
+    for b, seq, past in ((1, 100, 0), (3, 10, 40)):
+        k = trace.trace_model(str(f), b, seq, "inf", past=past, dtype="bf16", attention="sdpa")
+        a = k[k["op_class"] == "ATTN"]
+        assert set(a["sub_op"]) == {"prefill"}
+        assert a["flops"].tolist() == [4.0 * b * 8 * 32 * seq * (seq + past)] * 2
 
 
 def hf_model_types_without_sdpa() -> list[str]:
