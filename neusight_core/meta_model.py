@@ -113,18 +113,38 @@ def model_inputs(model, cfg, batch: int, seq: int, train: bool, dtype=torch.floa
     return kw
 
 
-def filled_cache(cfg, batch: int, past: int, dtype=torch.float32):
-    """A transformers DynamicCache holding ``past`` tokens of meta K/V for every layer."""
+def filled_cache(cfg, batch: int, past: int, dtype=torch.float32, model=None):
+    """A transformers DynamicCache holding ``past`` tokens of meta K/V for every layer.
+
+    What a layer caches is the model's own choice (DeepSeek V2 / V3 cache the compressed latent, one "head" of
+    ``kv_lora_rank`` keys and rope-part values): with ``model``, a one-token forward on meta tensors says each
+    layer's cached shapes, which are then filled to ``past`` tokens; without it, or where that forward fails,
+    (batch, KV heads, past, head dim) as most decoders cache."""
     from transformers import DynamicCache
     if getattr(cfg, "is_encoder_decoder", False) or cfg.model_type in ("bert",):
         raise TraceError(f"a KV cache needs a decoder-only model, not {cfg.model_type!r}")
     heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head")
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     head_dim = getattr(cfg, "head_dim", None) or hidden_size(cfg) // heads
+    shapes = [((batch, kv_heads, past, head_dim),) * 2] * num_layers(cfg)
+    if model is not None:
+        try:
+            with torch.no_grad():
+                probe = model(input_ids=torch.zeros((batch, 1), dtype=torch.long, device="meta"), use_cache=True)
+            shapes = [tuple((*t.shape[:-2], past, t.shape[-1]) for t in (layer.keys, layer.values))
+                      for layer in probe.past_key_values.layers]
+        except Exception:  # noqa: BLE001 - the common shapes above; the trace itself then says what fails
+            pass
     cache = DynamicCache(config=cfg)
-    for i in range(num_layers(cfg)):
-        k = torch.empty((batch, kv_heads, past, head_dim), device="meta", dtype=dtype)
-        cache.update(k, torch.empty_like(k), i)
+    for i, (k_shape, v_shape) in enumerate(shapes):
+        cache.update(torch.empty(k_shape, device="meta", dtype=dtype), torch.empty(v_shape, device="meta", dtype=dtype), i)
+    for layer in getattr(cache, "layers", None) or []:
+        # A sliding-window layer keeps the window's last tokens as a view of everything it was given; a decode loop's
+        # cache holds them in their own storage (each step's append makes a new tensor), so the memory is the window's
+        for name in ("keys", "values"):
+            t = getattr(layer, name, None)
+            if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() > t.numel() * t.element_size():
+                setattr(layer, name, t.clone())
     return cache
 
 

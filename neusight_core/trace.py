@@ -384,14 +384,14 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
         for p in params.values():
             p.grad = torch.empty_like(p)
     rec = _Recorder({id(p): n for n, p in params.items()})
-    handles = _install_module_hooks(model, rec.module_stack)
     kw = model_inputs(model, cfg, int(batch), int(seq), train, TORCH_DTYPES[dtype])
     kv_bytes, kv_bufs = 0, ()
-    if past:
-        cache = filled_cache(cfg, int(batch), int(past), TORCH_DTYPES[dtype])
+    if past:        # before the module hooks: filling the cache runs the model once, which is not the step
+        cache = filled_cache(cfg, int(batch), int(past), TORCH_DTYPES[dtype], model)
         kv_bytes, kv_bufs = rec.track(cache_tensors(cache))
         kw.update(past_key_values=cache, use_cache=True)
         del cache
+    handles = _install_module_hooks(model, rec.module_stack)
     fused = (fused_attention.FusedAttention(rec, type(model).__name__.endswith("ForCausalLM") or bool(getattr(cfg, "is_decoder", 0))
                              or cfg.model_type in ("gpt2", "opt", "llama", "qwen2"))
              if attention == "sdpa" else contextlib.nullcontext())

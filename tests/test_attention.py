@@ -94,6 +94,31 @@ def test_masked_attention_rows(tmp_path):
         assert a["flops"].tolist() == [4.0 * b * 8 * 32 * seq * (seq + past)] * 2
 
 
+def test_kv_cache_is_what_the_model_caches(tmp_path):
+    """The decode step starts from the cache the model keeps: a sliding window's last tokens only (in their own
+    storage, as a decode loop leaves them), DeepSeek V2's compressed latent (one head of kv_lora_rank keys and
+    rope-part values) instead of per-head keys and values, which it could not be traced with before."""
+    def kv_bytes(cfg, past):
+        f = tmp_path / f"{cfg['model_type']}.json"
+        f.write_text(json.dumps(cfg))
+        k = trace.trace_model(str(f), 2, 1, "inf", past=past, dtype="bf16", attention="sdpa")
+        return kernel_table.info(k).memory["kv_cache_bytes"]
+
+    mistral = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 256,
+               "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2,
+               "vocab_size": 1000, "max_position_embeddings": 1024, "sliding_window": 64}
+    per_token = 2 * 2 * 2 * 32 * 2          # layers x (K, V) x KV heads x head dim x bytes, per sequence
+    assert kv_bytes(mistral, 40) == 2 * 40 * per_token
+    assert kv_bytes(mistral, 200) == 2 * 63 * per_token          # the window less the token being decoded
+    deepseek = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 256,
+                "intermediate_size": 512, "moe_intermediate_size": 64, "n_routed_experts": 4, "n_shared_experts": 1,
+                "num_experts_per_tok": 2, "first_k_dense_replace": 1, "num_attention_heads": 4,
+                "num_key_value_heads": 4, "kv_lora_rank": 32, "q_lora_rank": None, "qk_nope_head_dim": 32,
+                "qk_rope_head_dim": 16, "v_head_dim": 32, "num_hidden_layers": 2, "vocab_size": 1000,
+                "max_position_embeddings": 1024}
+    assert kv_bytes(deepseek, 100) == 2 * 2 * 100 * (32 + 16) * 2   # batch x layers x tokens x latent x bytes
+
+
 def hf_model_types_without_sdpa() -> list[str]:
     """Every model type of the installed transformers whose model class (causal LM, else base model, else image
     classifier: what the tracer builds) has ``_supports_sdpa`` False, sorted. Imports every such class: about 12 s."""
