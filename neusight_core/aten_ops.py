@@ -24,6 +24,7 @@ NO_KERNEL = {
     "unfold", "view_as", "set_", "resize_", "_has_compatible_shallow_copy_type", "t_",
     "transpose_", "unsqueeze_", "squeeze_", "as_strided_", "_unsafe_index_put_",
     "is_nonzero", "item", "numpy_T", "movedim", "_to_copy_noop", "view_as_complex", "view_as_real",
+    "_conj", "conj",
 }
 GEMM = {"mm": OpClass.LINEAR, "addmm": OpClass.LINEAR, "bmm": OpClass.BMM, "baddbmm": OpClass.BMM}
 # One kernel for every expert of a mixture-of-experts layer: Hugging Face's default experts implementation
@@ -76,6 +77,7 @@ MEM = {
     "lift_fresh_copy", "masked_select", "histc", "index_copy", "index_copy_", "fill_diagonal_",
     "_index_put_impl_", "split_copy", "unsqueeze_copy", "bucketize", "floor", "ceil", "round",
     "trunc", "eq_", "ne_", "native_dropout_", "squeeze_copy", "alias_copy", "unbind_copy", "polar",
+    "conj_physical", "_conj_physical",
     # pooling windows: a few compares / adds per element read, memory-bound
     "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward",
     "_adaptive_avg_pool2d_backward",

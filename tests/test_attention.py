@@ -117,6 +117,10 @@ def test_kv_cache_is_what_the_model_caches(tmp_path):
                 "qk_rope_head_dim": 16, "v_head_dim": 32, "num_hidden_layers": 2, "vocab_size": 1000,
                 "max_position_embeddings": 1024}
     assert kv_bytes(deepseek, 100) == 2 * 2 * 100 * (32 + 16) * 2   # batch x layers x tokens x latent x bytes
+    # its complex rotary embedding: views (view_as_complex / _real, the conjugate bit) and one memory-bound polar
+    k = trace.trace_model(str(tmp_path / "deepseek_v2.json"), 1, 16, "train", dtype="bf16", attention="sdpa")
+    assert not (k["op_class"] == "UNCLASSIFIED").any()
+    assert k["aten_op"].str.contains("polar").any()
 
 
 def hf_model_types_without_sdpa() -> list[str]:
