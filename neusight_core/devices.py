@@ -10,7 +10,8 @@ Three sources, merged in this order (a later one may not redefine an earlier nam
 3. user files: every ``*.json`` / ``*.yaml`` / ``*.yml`` in ``<NEUSIGHT_HOME>/user_devices/`` and in the
    files or folders listed in the environment variable ``NEUSIGHT_DEVICES`` (separated by ``os.pathsep``).
    A user file is either a release-style JSON (``{"Device": ..., "Dev_Mem": ..., ...}``, the name is the
-   file stem) or a mapping ``{name: {display_name, mem_gb, mem_bw_gbs, num_sm, fp32_gflops, l2_mb, ...}}``
+   file stem) or a mapping ``{name: {mem_gb, mem_bw_gbs, num_sm, fp32_gflops, l2_mb, ...}}`` (``display_name``,
+   what torch reports, defaults to the name with spaces)
    (optionally under a top-level ``devices:`` key); a release-style JSON may add ``link_gbs``,
    ``tensor_gflops`` and ``tensor_source`` as in ``devices.yaml``. Every numeric field must be a finite,
    positive number (not ``true``/``false``, not ``.inf``/``.nan``), counts (SMs, cores per SM) whole
@@ -186,7 +187,7 @@ def _from_release_json(path: Path, d: dict, name: str, extra: dict, source: str)
     )
 
 
-_OWN_REQUIRED = ("display_name", "mem_gb", "mem_bw_gbs", "num_sm", "fp32_gflops", "l2_mb")
+_OWN_REQUIRED = ("mem_gb", "mem_bw_gbs", "num_sm", "fp32_gflops", "l2_mb")
 
 
 def _from_own_format(path, name: str, d: dict, default_source: str, training_allowed: bool) -> Device:
@@ -206,7 +207,8 @@ def _from_own_format(path, name: str, d: dict, default_source: str, training_all
     if vendor not in ("NVIDIA", "AMD"):
         raise DeviceFileError(f"{path}: device {name!r} vendor must be NVIDIA or AMD, got {vendor!r}")
     return Device(
-        name=str(name), display_name=str(d["display_name"]), vendor=vendor,
+        # the name torch reports matches a device to the local GPU; without one, the entry's name with spaces
+        name=str(name), display_name=str(d.get("display_name") or str(name).replace("_", " ")), vendor=vendor,
         mem_gb=_num(path, "mem_gb", d["mem_gb"]), mem_bw_gbs=_num(path, "mem_bw_gbs", d["mem_bw_gbs"]),
         num_sm=num_sm, core_per_sm=core, freq_mhz=float(freq), fp32_gflops=fp32,
         fp32_vec_gflops=_num(path, "fp32_vec_gflops", d.get("fp32_vec_gflops", fp32)),
@@ -388,7 +390,7 @@ def get_device(name: "str | Device") -> Device:
     if k in cat.aliases:
         return cat.devices[cat.aliases[k]]
     # "H100 80GB HBM3" without the vendor prefix
-    for prefix in ("nvidia", "tesla", "nvidiatesla", "amd", "amdinstinct"):
+    for prefix in ("nvidia", "tesla", "nvidiatesla", "geforce", "nvidiageforce", "amd", "amdinstinct"):
         if prefix + k in cat.aliases:
             return cat.devices[cat.aliases[prefix + k]]
     known = sorted({*cat.devices, *(d.display_name for d in cat.devices.values())})

@@ -116,6 +116,20 @@ def test_user_device_from_yaml_via_env(release_root, tmp_path, monkeypatch):
     assert "My_GPU_9000" in set(devices.list_devices()["name"])
 
 
+def test_user_geforce_without_display_name(release_root, tmp_path, monkeypatch):
+    """A workstation GPU described by its datasheet figures alone: no display name needed (it defaults to the name
+    with spaces, which is what torch reports for a GeForce card), and it answers to its model number without the
+    vendor and brand words, as catalogue GPUs answer to theirs."""
+    f = tmp_path / "rtx.yaml"
+    f.write_text("NVIDIA_GeForce_RTX_5090:\n  mem_gb: 32\n  mem_bw_gbs: 1792\n  num_sm: 170\n  fp32_gflops: 104800\n"
+                 "  l2_mb: 96\n  tensor_gflops: {bf16: 209500}\n  tensor_source: NVIDIA RTX Blackwell whitepaper\n")
+    monkeypatch.setenv(devices.ENV_USER_DEVICES, str(f))
+    for name in ("RTX 5090", "rtx_5090", "GeForce RTX 5090", "NVIDIA GeForce RTX 5090"):
+        d = devices.get_device(name)
+        assert d.name == "NVIDIA_GeForce_RTX_5090" and d.display_name == "NVIDIA GeForce RTX 5090"
+    assert devices.device_from_properties("NVIDIA GeForce RTX 5090", 32 * GiB, 170).name == "NVIDIA_GeForce_RTX_5090"
+
+
 def test_user_device_release_json_in_user_devices_folder(tmp_path, monkeypatch):
     # a home without the release: spec-sheet and user GPUs still work, release GPUs are reported missing
     monkeypatch.setenv("NEUSIGHT_HOME", str(tmp_path))
