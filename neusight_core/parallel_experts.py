@@ -28,6 +28,7 @@ import math
 import re
 
 from neusight_core import schema
+from neusight_core.schema import OpClass
 
 #: config keys of the number of routed experts and of the experts each token reaches, across the families
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -89,6 +90,10 @@ def split(recs: list[dict], config: dict, hidden: int, n: int, how: str) -> tupl
     [(index of an experts module's last forward / backward row, phase, the module)] after which the caller inserts
     the layer's all-reduce)."""
     mods = {r["module"] for r in recs if r["sub_op"] == schema.GROUPED_GEMM and holds_experts(r["module"])}
+    if not mods and any(r["op_class"] == OpClass.BMM and holds_experts(r["module"]) for r in recs):
+        # Llama 4 in transformers: every expert's batched GEMM over every token, weighted by the router's scores
+        raise ExpertSplitError(f"{how}{n}: the model's experts run as batched GEMMs of every expert over every token "
+                               "(its Hugging Face implementation), whose split over GPUs is not modelled")
     if not mods:
         if how == "ep":
             raise ExpertSplitError(f"{how}{n}: the model has no mixture-of-experts layer whose experts run as grouped "

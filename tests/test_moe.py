@@ -71,6 +71,27 @@ def test_other_moe_families_trace_with_every_op_classified(tmp_path, family):
         assert len(_grouped(t)) >= (2 if mode == "inf" else 6)
 
 
+def test_llama4_dense_experts_are_traced_and_their_split_refused(tmp_path):
+    """Llama 4 in transformers runs every expert over every token as batched GEMMs (weighted by the router's
+    scores): traced as it runs (its router's log1p classified), but a tensor- or expert-parallel split of those GEMMs
+    is not modelled, so it is refused in one line rather than charging each GPU all of them."""
+    cfg = {"architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text", "hidden_size": 128,
+           "intermediate_size": 64, "intermediate_size_mlp": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 32, "num_hidden_layers": 4, "num_local_experts": 4, "num_experts_per_tok": 1,
+           "interleave_moe_layer_step": 1, "vocab_size": 1000, "max_position_embeddings": 4096}
+    p = tmp_path / "llama4.json"
+    p.write_text(json.dumps(cfg))
+    t = trace.trace_model(str(p), 2, 16, "inf", dtype=Precision.BF16, attention="sdpa")
+    assert (t["op_class"] == OpClass.UNCLASSIFIED).sum() == 0    # its fourth layer's attention scaling takes a log1p
+    assert t["aten_op"].str.contains("log1p").any()
+    experts = t[(t["op_class"] == OpClass.BMM) & t["module"].str.endswith(".experts")]
+    assert len(experts) == 8 and set(experts["B"]) == {4}      # two per layer, every expert over all 32 tokens
+    for plan in ("tp", "ep"):
+        with pytest.raises(parallel.PlanError, match=f"{plan}2: the model's experts run as batched GEMMs") as e:
+            parallel.apply_plan(t, plan, 2)
+        assert "\n" not in str(e.value)
+
+
 def test_a_decode_step_reads_only_the_experts_its_token_reaches(tiny_moe):
     t = trace.trace_model(tiny_moe, 1, 1, "inf", dtype=Precision.BF16, attention="sdpa", past=16)
     up = _grouped(t).iloc[0]
