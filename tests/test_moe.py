@@ -65,8 +65,8 @@ def test_other_moe_families_trace_with_every_op_classified(tmp_path, family):
            "num_experts_per_tok": 2, "hidden_act": "silu", "tie_word_embeddings": False, **OTHERS[family]}
     p = tmp_path / f"{family}.json"
     p.write_text(json.dumps(cfg))
-    for mode in ("inf", "train"):
-        t = trace.trace_model(str(p), 2, 16, mode, dtype=Precision.BF16, attention="sdpa")
+    for mode, seq, past in (("inf", 16, 0), ("train", 16, 0), ("inf", 1, 24)):     # prefill, training, decode
+        t = trace.trace_model(str(p), 2, seq, mode, past=past, dtype=Precision.BF16, attention="sdpa")
         assert (t["op_class"] == OpClass.UNCLASSIFIED).sum() == 0, t[t["op_class"] == OpClass.UNCLASSIFIED].aten_op.unique()
         assert len(_grouped(t)) >= (2 if mode == "inf" else 6)
 
