@@ -127,14 +127,9 @@ def filled_cache(cfg, batch: int, past: int, dtype=torch.float32, model=None):
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     head_dim = getattr(cfg, "head_dim", None) or hidden_size(cfg) // heads
     shapes = [((batch, kv_heads, past, head_dim),) * 2] * num_layers(cfg)
-    if model is not None:
-        try:
-            with torch.no_grad():
-                probe = model(input_ids=torch.zeros((batch, 1), dtype=torch.long, device="meta"), use_cache=True)
-            shapes = [tuple((*t.shape[:-2], past, t.shape[-1]) for t in (layer.keys, layer.values))
-                      for layer in probe.past_key_values.layers]
-        except Exception:  # noqa: BLE001 - the common shapes above; the trace itself then says what fails
-            pass
+    probed = _cached_shapes(model) if model is not None else None
+    if probed:
+        shapes = [tuple((batch, *mid, past, last) for mid, last in layer) for layer in probed]
     cache = DynamicCache(config=cfg)
     for i, (k_shape, v_shape) in enumerate(shapes):
         cache.update(torch.empty(k_shape, device="meta", dtype=dtype), torch.empty(v_shape, device="meta", dtype=dtype), i)
@@ -171,6 +166,22 @@ def build_model(cfg, mode: str | None = None, dtype: str = Precision.FP32, atten
         # loss with a warning on every process; say so explicitly (same loss, no warning).
         model.loss_type = "ForCausalLM"
     return model.float() if tdt == torch.float32 else model.to(tdt)
+
+
+def _cached_shapes(model) -> list | None:
+    """Per layer, ((middle dims, last dim) of K, of V) that ``model`` caches, from a one-token forward at batch 1 on
+    meta tensors; once per model object (a sweep traces one model at many cache lengths). None where the forward
+    fails (the caller's common shapes then; the trace itself says what fails)."""
+    if "_kv_cache_shapes" not in model.__dict__:
+        try:
+            with torch.no_grad():
+                probe = model(input_ids=torch.zeros((1, 1), dtype=torch.long, device="meta"), use_cache=True)
+            model.__dict__["_kv_cache_shapes"] = [tuple((tuple(t.shape[1:-2]), int(t.shape[-1]))
+                                                        for t in (layer.keys, layer.values))
+                                                  for layer in probe.past_key_values.layers]
+        except Exception:  # noqa: BLE001 - see the docstring
+            model.__dict__["_kv_cache_shapes"] = None
+    return model.__dict__["_kv_cache_shapes"]
 
 
 def cache_tensors(cache) -> list:
