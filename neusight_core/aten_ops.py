@@ -41,7 +41,7 @@ BINARY = {"add": "add", "sub": "add", "rsub": "add", "mul": "mul", "div": "div",
           "div_": "div", "pow_": "pow", "addcmul": "mul", "addcdiv": "div", "lerp": "add",
           "masked_fill": None}
 UNARY = {"tanh": "tanh", "relu": "relu", "gelu": "gelu", "silu": "gelu", "sigmoid": "tanh",
-         "exp": "tanh", "log": "tanh", "log1p": "tanh", "erf": "tanh", "sqrt": "powu", "rsqrt": "powu",
+         "exp": "tanh", "log": "tanh", "log1p": "tanh", "softplus": "tanh", "softplus_backward": "tanh", "erf": "tanh", "sqrt": "powu", "rsqrt": "powu",
          "reciprocal": "divu", "neg": "mulu", "abs": "mulu", "clamp": "relu", "clamp_min": "relu",
          "clamp_max": "relu", "threshold": "relu", "gelu_backward": "gelu", "tanh_backward": "tanh",
          "threshold_backward": "relu", "silu_backward": "gelu", "sigmoid_backward": "tanh",

@@ -123,14 +123,19 @@ def filled_cache(cfg, batch: int, past: int, dtype=torch.float32, model=None):
     from transformers import DynamicCache
     if getattr(cfg, "is_encoder_decoder", False) or cfg.model_type in ("bert",):
         raise TraceError(f"a KV cache needs a decoder-only model, not {cfg.model_type!r}")
-    heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head")
+    heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", None)
+    cache = DynamicCache(config=cfg)
+    recurrent = [type(layer).__name__ for layer in getattr(cache, "layers", None) or [] if not hasattr(layer, "update")]
+    if not heads or recurrent:
+        # Mamba's and linear attention's recurrent state is no cache of past tokens' keys and values
+        raise TraceError(f"a decode step of {cfg.model_type!r} is not modelled: its cache holds recurrent state "
+                         f"({recurrent[0] if recurrent else 'no attention layers'}), not the keys and values of past tokens")
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     head_dim = getattr(cfg, "head_dim", None) or hidden_size(cfg) // heads
     shapes = [((batch, kv_heads, past, head_dim),) * 2] * num_layers(cfg)
     probed = _cached_shapes(model) if model is not None else None
     if probed:
         shapes = [tuple((batch, *mid, past, last) for mid, last in layer) for layer in probed]
-    cache = DynamicCache(config=cfg)
     for i, (k_shape, v_shape) in enumerate(shapes):
         cache.update(torch.empty(k_shape, device="meta", dtype=dtype), torch.empty(v_shape, device="meta", dtype=dtype), i)
     for layer in getattr(cache, "layers", None) or []:

@@ -123,6 +123,28 @@ def test_kv_cache_is_what_the_model_caches(tmp_path):
     assert k["aten_op"].str.contains("polar").any()
 
 
+def test_a_decode_step_of_a_recurrent_model_is_refused_in_one_line(tmp_path):
+    """Mamba 2 (state-space layers) and Qwen3-Next (linear attention beside full attention) keep recurrent state, no
+    keys and values of past tokens: their prefill is traced, their decode step refused in one line."""
+    cfgs = {"mamba2": {"architectures": ["Mamba2ForCausalLM"], "hidden_size": 128, "num_hidden_layers": 2,
+                       "vocab_size": 1000, "state_size": 16, "expand": 2, "n_groups": 1, "head_dim": 16, "num_heads": 16},
+            "qwen3_next": {"architectures": ["Qwen3NextForCausalLM"], "hidden_size": 128, "intermediate_size": 256,
+                           "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64, "num_experts": 4,
+                           "num_experts_per_tok": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+                           "num_hidden_layers": 4, "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
+                           "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_num_key_heads": 4,
+                           "linear_num_value_heads": 8, "vocab_size": 1000, "max_position_embeddings": 1024}}
+    for mt, cfg in cfgs.items():
+        f = tmp_path / f"{mt}.json"
+        f.write_text(json.dumps({"model_type": mt, **cfg}))
+        att = configs.default_attention(str(f))          # mamba2: eager, its class has no sdpa
+        assert len(trace.trace_model(str(f), 1, 32, "inf", dtype="bf16", attention=att)) > 0
+        with pytest.raises(configs.TraceError, match=f"a decode step of '{mt}' is not modelled: its cache holds "
+                                                     "recurrent state") as e:
+            trace.trace_model(str(f), 1, 1, "inf", past=16, dtype="bf16", attention=att)
+        assert "\n" not in str(e.value)
+
+
 def hf_model_types_without_sdpa() -> list[str]:
     """Every model type of the installed transformers whose model class (causal LM, else base model, else image
     classifier: what the tracer builds) has ``_supports_sdpa`` False, sorted. Imports every such class: about 12 s."""
