@@ -249,6 +249,10 @@ def test_failed_prediction_is_failed_not_skipped():
     # a malformed user device file, end to end: every prediction fails
     p, why = live.predict_case(live.LiveCase("a", "gpt2_large", 1, 128, "inf"), "No_Such_GPU", quick=True)
     assert p is None and why.startswith("prediction unavailable")
+    # the full run's pipeline-parallel training case is predicted (its micro-batches accumulate their gradients)
+    case = live.LiveCase("gpt2_large-train-1024-4-pp4_1", "gpt2_large", 4, 256, "train", "pp", 4, "NVIDIA_A100-SXM4-40GB")
+    p, why = live.predict_case(case, case.gpu, quick=True, parallel=case.parallel, gpus=case.gpus, optimizer="none")
+    assert why is None and p["e2e_ms"] > 0 and p["acc_ms"] > 0
 
 
 @pytest.mark.slow

@@ -179,13 +179,14 @@ NOT_POSSIBLE = "not possible: "
 def predict_case(case: "LiveCase", device_name: str, **kw) -> tuple[dict | None, str | None]:
     """latency.predict_model's headline numbers for ``case`` on ``device_name``, or (None, reason); in the paper's
     setting (eager attention, the kernel sum: ``scenario.PAPER``, what these sections measure) but for the
-    gradients, which ``model_callable``'s step sets to None after each step (``grads`` fresh), unless ``kw`` says
-    otherwise."""
+    gradients, which ``model_callable``'s step sets to None after each step (``grads`` fresh; pipeline parallelism
+    accumulates its micro-batches', the authors' pp labels too), unless ``kw`` says otherwise."""
     from neusight_core import latency
     from neusight_core.scenario import PAPER
+    grads = "accumulate" if kw.get("parallel") == "pp" else "fresh"
     try:
         r = latency.predict_model(case.model, device_name, case.batch, mode=case.mode, **case.size,
-                                  **{**PAPER, "grads": "fresh", **kw})
+                                  **{**PAPER, "grads": grads, **kw})
         out = {k: float(r[k]) for k in ("e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms") if k in r}
         mem = r.get("memory") or {}
         out.update({f"mem_{k}": float(mem[k]) for k in ("total_gib", "weights_gib", "activations_gib", "kv_cache_gib") if k in mem})
