@@ -36,6 +36,17 @@ def is_image_model(config) -> bool:
     return mt in IMAGE_MODEL_TYPES
 
 
+def unsupported_image_model(config) -> str | None:
+    """Why a config (a transformers config or a dict of its content) of a vision type outside ``IMAGE_MODEL_TYPES``
+    cannot be traced (its config has ``num_channels`` and an image or patch size: DINOv2, Swin, ...), else None:
+    fed token ids, it would fail deep inside transformers."""
+    get = config.get if isinstance(config, dict) else (lambda k: getattr(config, k, None))
+    if get("model_type") in IMAGE_MODEL_TYPES or not (get("num_channels") and (get("image_size") or get("patch_size"))):
+        return None
+    return (f"{get('model_type')!r} takes images (its config has num_channels and an image or patch size); "
+            f"the image models traced here are {', '.join(IMAGE_MODEL_TYPES)}")
+
+
 @functools.lru_cache(maxsize=256)
 def _named_is_image(name: str) -> bool:
     # once per name and process: a sweep asks for every configuration, and reading a config globs the

@@ -133,7 +133,8 @@ def input_size(model, seq=None, image_size=None) -> int:
                                     f"(default {configs.DEFAULT_IMAGE_SIZE})")
         return configs.DEFAULT_IMAGE_SIZE if image_size is None else image_size
     if image_size is not None:
-        raise LatencyInputError(f"--image-size is for image models: {name} is a text model; give --seq")
+        raise LatencyInputError(configs.unsupported_image_model(vars(_config_of(model)))
+                                or f"--image-size is for image models: {name} is a text model; give --seq")
     if seq is None:
         raise LatencyInputError(f"{name} is a text model: give its sequence length (--seq)")
     return seq

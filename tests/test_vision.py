@@ -157,6 +157,19 @@ def test_image_models_refuse_a_kv_cache():
         trace.trace_model(dict(TINY_RESNET), B, SIZE, "inf", past=4)
 
 
+def test_another_vision_type_is_refused_in_one_line(tmp_path, capsys):
+    """A vision config outside resnet / vit (DINOv2) says so, with --seq or --image-size, instead of failing inside
+    transformers on token ids ('NoneType' object has no attribute 'shape')."""
+    f = tmp_path / "dinov2.json"
+    f.write_text('{"architectures": ["Dinov2Model"], "model_type": "dinov2", "hidden_size": 64, "intermediate_size": 128, '
+                 '"num_attention_heads": 2, "num_hidden_layers": 2, "image_size": 56, "patch_size": 14, "num_channels": 3}')
+    for size in (["--seq", "64"], ["--image-size", "56"]):
+        assert cli(["predict", "--model", str(f), "--device", "A100", "--batch", "2", *size]) != 0
+        assert "'dinov2' takes images" in _one_error_line(capsys)
+    with pytest.raises(trace.TraceError, match="the image models traced here are resnet, vit"):
+        trace.trace_model(str(f), 2, 64, "inf")
+
+
 def _one_error_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:"), err
