@@ -276,8 +276,9 @@ def _add_question_options(p, many: bool) -> None:
     opt("--link-gbs", dict(help="link peak GB/s (default: catalogue)"),
         dict(help="link peak GB/s of --parallel (default: the catalogue's, per GPU)"), type=_link_gbs, default=None)
     opt("--micro-batches", dict(help="PP micro-batches (default 1)"), type=int, default=1)
-    opt("--past", dict(help="inference on a KV cache of this many tokens (extension; --seq 1 = one decode step)"),
-        dict(help="inference on a KV cache of this many tokens (a decode step: --seq 1 --past N)"), type=int, default=0)
+    opt("--past", dict(type=int, help="inference on a KV cache of this many tokens (extension; --seq 1 = one decode "
+                                      "step)"),
+        dict(help="KV cache length(s) of inference, e.g. 1024,4096 (a decode step: --seq 1 --past N)"), default=0)
     opt("--dtype", dict(choices=schema.PRECISIONS,
                         help="precision (default fp32 = the paper, TF32 off). bf16 / fp16 with neusight: GEMMs and "
                              "fused attention from networks trained on measured kernels, memory-bound kernels by a "
@@ -371,7 +372,7 @@ def _sweep(a) -> int:
                          ints(a.seq, "seq") if a.seq is not None else None, _csv_list(a.mode, "mode"), fusion=a.fusion,
                          parallel=_csv_list(a.parallel, "parallel") if a.parallel is not None else [None],
                          gpus=ints(a.gpus, "gpus") if a.gpus is not None else None,
-                         micro_batches=a.micro_batches, link_gbs=a.link_gbs, past=a.past,
+                         micro_batches=a.micro_batches, link_gbs=a.link_gbs, past=ints(a.past, "past"),
                          dtype=_csv_list(a.dtype, "dtype"),
                          attention=_choices(a.attention, "attention", schema.ATTENTIONS),
                          execution=_choices(a.execution, "execution", schema.EXECUTIONS),

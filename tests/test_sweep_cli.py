@@ -62,6 +62,24 @@ def test_an_empty_list_is_a_usage_error(opt, value, tmp_path, capsys):
         sweep.grid(["bert_large"], ["H100"], [], [64])
 
 
+def test_a_sweep_takes_several_cache_lengths(cache_dir, tmp_path, capsys):
+    """``--past`` is a list in a sweep, like ``--batch`` and ``--seq`` (it took one integer): decode steps at several
+    context lengths are the sweep a serving question asks for; each row equals the single question."""
+    out = tmp_path / "s.csv"
+    assert cli(["sweep", "--model", "llama3_2_1b", "--device", "H100", "--batch", "1,4", "--seq", "1", "--past",
+                "128,512,128", "--dtype", "bf16", "--predictor", "roofline", "--quick", "--no-progress",
+                "--out", str(out)]) == 0
+    d = pd.read_csv(out)
+    assert sorted(zip(d["batch"], d["past"])) == [(1, 128), (1, 512), (4, 128), (4, 512)]
+    from neusight_core import latency
+    one = latency.predict_model("llama3_2_1b", "H100", 4, seq=1, past=512, dtype="bf16", predictor="roofline", quick=True)
+    assert d[(d.batch == 4) & (d.past == 512)]["e2e_ms"].iloc[0] == pytest.approx(one["e2e_ms"], rel=1e-9)
+    argv = ["sweep", "--model", "llama3_2_1b", "--device", "H100", "--batch", "1", "--seq", "1", "--past", "1,x",
+            "--out", str(tmp_path / "bad.csv")]
+    assert cli(argv) == 2
+    assert "--past takes comma-separated integers" in _one_error_line(capsys)
+
+
 def test_repeated_values_count_once_and_parts_stream_the_same_rows(cache_dir, tmp_path):
     one, parts = tmp_path / "one.csv", tmp_path / "parts.csv"
     argv = ["sweep", "--model", "bert_large,bert_large", "--device", "H100,V100,H100", "--batch", "1,2,2,4",
