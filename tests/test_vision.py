@@ -164,7 +164,7 @@ def test_another_vision_type_is_refused_in_one_line(tmp_path, capsys):
     f.write_text('{"architectures": ["Dinov2Model"], "model_type": "dinov2", "hidden_size": 64, "intermediate_size": 128, '
                  '"num_attention_heads": 2, "num_hidden_layers": 2, "image_size": 56, "patch_size": 14, "num_channels": 3}')
     for size in (["--seq", "64"], ["--image-size", "56"]):
-        assert cli(["predict", "--model", str(f), "--device", "A100", "--batch", "2", *size]) != 0
+        assert cli(["predict", "--model", str(f), "--device", "A100", "--batch", "2", "--quick", *size]) == 2
         assert "'dinov2' takes images" in _one_error_line(capsys)
     with pytest.raises(trace.TraceError, match="the image models traced here are resnet, vit"):
         trace.trace_model(str(f), 2, 64, "inf")
