@@ -60,10 +60,8 @@ def no_sdpa_model_types() -> frozenset:
     Transformers, Gemma 2, GPT-OSS, ...) or, like ResNet, no attention at all: ``attention_support.yaml``, read from
     the pinned transformers (tests/test_attention.py checks it against the installed one). Every other model type
     is built with sdpa by Hugging Face by default, in any precision."""
-    import yaml
-
-    with open(Path(__file__).resolve().parent / "attention_support.yaml") as f:
-        return frozenset(yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["no_sdpa_model_types"])
+    text = (Path(__file__).resolve().parent / "attention_support.yaml").read_text(encoding="utf-8")
+    return frozenset(paths.load_yaml(text)["no_sdpa_model_types"])
 
 
 def default_attention(config) -> str:

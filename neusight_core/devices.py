@@ -106,12 +106,6 @@ class Device:
 TENSOR_FIELDS = ("tf32_tensor_gflops", "fp16_tensor_gflops", "bf16_tensor_gflops")
 
 
-def _load_yaml(text: str):
-    """``yaml.safe_load`` with libyaml's parser where installed (the same values, 5x faster: every new process reads
-    this catalogue)."""
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-
-
 def _tensor_fields(path, name: str, d: dict) -> dict:
     """``tensor_gflops: {tf32, fp16, bf16}`` + ``tensor_source`` of a catalogue/user entry -> Device kwargs."""
     t = d.get("tensor_gflops")
@@ -238,7 +232,7 @@ def _read_structured(path: Path):
     try:
         if path.suffix == ".json":
             return json.loads(text)
-        return _load_yaml(text)
+        return paths.load_yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DeviceFileError(f"{path}: not valid {path.suffix[1:].upper()} ({first})") from None
@@ -323,7 +317,7 @@ def reload() -> None:
 
 
 def _build() -> _Catalogue:
-    cfg = _load_yaml(CATALOGUE_YAML.read_text())
+    cfg = paths.load_yaml(CATALOGUE_YAML.read_text())
     cat = _Catalogue()
 
     def add(dev: Device, aliases, origin):
@@ -376,7 +370,7 @@ def short_name(name: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _short_names() -> dict:
-    cfg = _load_yaml(CATALOGUE_YAML.read_text())
+    cfg = paths.load_yaml(CATALOGUE_YAML.read_text())
     return {str(n): str(e["short"]) for section in ("release", "spec_sheet") for n, e in (cfg.get(section) or {}).items()
             if isinstance(e, dict) and e.get("short")}
 

@@ -117,3 +117,11 @@ def out_dir(output_dir: str | Path) -> Path:
     (p / "tables").mkdir(parents=True, exist_ok=True)
     (p / "figures").mkdir(parents=True, exist_ok=True)
     return p
+
+
+def load_yaml(text: str):
+    """``yaml.safe_load`` with libyaml's parser where installed (the same values, about 5x faster: every new process
+    reads the device catalogue, the predictor registry and the attention list)."""
+    import yaml
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from neusight_core import paths
+
 REGISTRY_FILE = Path(__file__).parent / "predictors" / "registry.yaml"
 DEFAULT = "neusight"
 _KEYS = {"label", "colour", "seeded", "reported", "class", "recipe", "config"}
@@ -44,12 +46,11 @@ class Entry:
 def _read(path: Path) -> dict:
     import yaml
 
-    from neusight_core import paths
     why = paths.not_a_regular_file(path)
     if why:
         raise RegistryError(f"{path}: {why} (NEUSIGHT_PREDICTORS names predictor registry files)")
     try:
-        d = _load_yaml(path.read_text(encoding="utf-8"))
+        d = paths.load_yaml(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise RegistryError(f"{path}: cannot read predictor registry ({str(e).splitlines()[0]})") from None
     if not isinstance(d, dict) or not d:
@@ -151,15 +152,9 @@ def hparams(name: str) -> dict:
     return dict(copy.deepcopy(entry.config or {})) if entry is not None else {}
 
 
-def _load_yaml(text: str):
-    """``yaml.safe_load`` with libyaml's parser where installed (the same values, faster)."""
-    import yaml
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-
-
 @functools.lru_cache(maxsize=16)
 def _yaml(path: str, mtime_ns: int):
-    return _load_yaml(Path(path).read_text())
+    return paths.load_yaml(Path(path).read_text())
 
 
 class UnknownPredictorError(KeyError):

@@ -364,8 +364,8 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
             raise TraceError(f"a KV cache (past > 0) is for text decoders, not the image model {cfg.model_type!r}")
         if hasattr(cfg, "image_size"):
             cfg.image_size = int(seq)
-    elif configs.unsupported_image_model(cfg):
-        raise TraceError(configs.unsupported_image_model(cfg))
+    elif why := configs.unsupported_image_model(cfg):
+        raise TraceError(why)
     maxpos = max_positions(cfg)
     if maxpos is not None and seq + past > maxpos:
         raise TraceError(f"seq {seq + past} exceeds the model's {maxpos} positions ({cfg.model_type})")
