@@ -88,10 +88,16 @@ OPS_PER_ELEMENT = {OpClass.VEC: 1, OpClass.SOFTMAX: 5, OpClass.LAYERNORM: 6}
 _LAYER_RE = re.compile(r"(?:^|\.)(?:h|layers|layer|block|blocks)\.(\d+)(?:\.|$)")
 
 
+_OP_NAMES: dict = {}     # op overload -> its two names (a trace asks once per dispatched op: 10^5 times)
+
+
 def _op_name(func) -> tuple[str, str]:
     """(packet name e.g. 'addmm', full name e.g. 'aten.addmm.default')."""
-    name = func.__name__  # e.g. 'addmm.default'
-    return name.split(".")[0], f"{func.namespace}.{name}"
+    names = _OP_NAMES.get(func)
+    if names is None:
+        name = func.__name__  # e.g. 'addmm.default'
+        names = _OP_NAMES[func] = (name.split(".")[0], f"{func.namespace}.{name}")
+    return names
 
 
 def tensors_in(x) -> list:
@@ -102,19 +108,35 @@ def tensors_in(x) -> list:
     return out
 
 
+def call_tensors(args, kwargs) -> list:
+    """``tensors_in((args, kwargs))`` of an op's call, without building the pair."""
+    out: list = []
+    _collect(args, out)
+    if kwargs:
+        _collect(kwargs, out)
+    return out
+
+
 def _collect(x, out: list) -> None:
+    # the leaves of a container are looked at here, not in a call each: most are tensors or numbers
     if isinstance(x, torch.Tensor):
         out.append(x)
-    elif isinstance(x, (tuple, list)):
-        for v in x:
-            _collect(v, out)
-    elif isinstance(x, dict):
-        for v in x.values():
+        return
+    if isinstance(x, dict):
+        x = x.values()
+    elif not isinstance(x, (tuple, list)):
+        return
+    for v in x:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (tuple, list, dict)):
             _collect(v, out)
 
 
 def _nbytes(t: torch.Tensor) -> int:
     """Bytes the tensor occupies: broadcast (stride-0) dims are stored once, so count them once."""
+    if 0 not in t.stride():
+        return t.numel() * t.element_size()
     n = 1
     for s, st in zip(t.shape, t.stride()):
         if st != 0:
@@ -122,9 +144,15 @@ def _nbytes(t: torch.Tensor) -> int:
     return n * t.element_size()
 
 
+_LAYERS: dict = {}         # module name -> its layer index (asked once per kernel row)
+
+
 def layer_of(module: str) -> int:
-    m = _LAYER_RE.search(module)
-    return int(m.group(1)) if m else -1
+    layer = _LAYERS.get(module)
+    if layer is None:
+        m = _LAYER_RE.search(module)
+        layer = _LAYERS[module] = int(m.group(1)) if m else -1
+    return layer
 
 
 def _is_scalar_arg(a) -> bool:

@@ -26,8 +26,36 @@ _NOT = object()            # a key whose op must run every time
 ENABLED = True             # False: every op runs (the tests compare both)
 
 
+_TENSORS = (torch.Tensor, torch.nn.Parameter)     # keyed by their metadata (exact types: a subclass is _NOT)
+_EXACT_SCALARS = frozenset(_SCALARS)
+
+
 def _key_of(v):
-    """Hashable description of one argument, or _NOT when it cannot be keyed."""
+    """Hashable description of one argument, or _NOT when it cannot be keyed (``_key_of_any``'s, with the common
+    cases -- a plain tensor, a tuple or list of tensors and numbers -- done without a call per element: the memo
+    keys every op a trace dispatches)."""
+    tv = type(v)
+    if tv in _TENSORS:
+        return (tuple(v.shape), v.stride(), v.storage_offset(), v.dtype, v.device.type)
+    if tv is not tuple and tv is not list:
+        return _key_of_any(v)
+    parts = []
+    for x in v:
+        tx = type(x)
+        if tx in _TENSORS:
+            parts.append((tuple(x.shape), x.stride(), x.storage_offset(), x.dtype, x.device.type))
+        elif tx in _EXACT_SCALARS:
+            parts.append((tx, x))
+        else:
+            p = _key_of(x)
+            if p is _NOT:
+                return _NOT
+            parts.append(p)
+    return (tv, tuple(parts))
+
+
+def _key_of_any(v):
+    """Hashable description of one argument of any type, or _NOT when it cannot be keyed."""
     if isinstance(v, torch.Tensor):
         if type(v) is not torch.Tensor and not isinstance(v, torch.nn.Parameter):
             return _NOT

@@ -21,6 +21,7 @@ module (``node.metadata``), and the dispatch mode reads it from the node being e
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import time
@@ -40,6 +41,14 @@ from neusight_core.schema import KERNEL_COLUMNS, OpClass, Precision
 # Then schema.CONV_COLUMNS: the parameters of a 2-D convolution, NaN on every other row.
 
 _DTYPE_PRECISION = {p.torch_dtype: p.value for p in Precision if p is not Precision.TF32}
+_DTYPE_NAMES: dict = {}      # torch.float32 -> "float32", the kernel table's dtype column
+
+
+def _dtype_name(dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
 
 
 
@@ -53,8 +62,8 @@ _NO_ATTN = (math.nan,) * len(schema.ATTN_COLUMNS)   # the fused-attention geomet
 
 
 from neusight_core import fused_attention, meta_memo  # noqa: E402
-from neusight_core.aten_ops import (CONV, GROUPED_OPS, _NO_CONV, _nbytes, _op_name, access, classify, conv_rows,  # noqa: E402
-                                   grouped_gemm, layer_of, tensors_in)
+from neusight_core.aten_ops import (CONV, GROUPED_OPS, _NO_CONV, _nbytes, _op_name, access, call_tensors,  # noqa: E402
+                                   classify, conv_rows, grouped_gemm, layer_of, tensors_in)
 # the model on the meta device; hidden_size / num_layers / load_config are re-exported (callers read them here)
 from neusight_core.meta_model import (TORCH_DTYPES, build_model, cache_tensors, filled_cache,  # noqa: E402,F401
                                       hidden_size, max_positions, model_inputs, num_layers, switch_routing_stand_in)
@@ -66,7 +75,7 @@ class _Recorder(TorchDispatchMode):
     """Records one row per kernel and the memory timeline of the buffers the ops allocate.
 
     Buffers are storages (views share their base's). Each gets a serial number when first seen; a
-    ``weakref.finalize`` on the storage notes when Python frees it, exactly as eager PyTorch would
+    weak reference to the storage notes when Python frees it, exactly as eager PyTorch would
     free the GPU memory (meta storages hold no memory, but their lifetimes are the real ones: saved
     tensors live until backward consumes them, temporaries die when the last reference goes). A
     storage an op returns that none of its inputs has is a new allocation. ``mem_events`` lists
@@ -78,6 +87,7 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.rows: list[tuple] = []
         self._serial: dict[int, int] = {}      # storage _cdata -> serial number while it lives
+        self._refs: dict[int, weakref.ref] = {}  # serial -> weak reference to its storage, until it is freed
         self._alloc: dict[int, int] = {}       # serial -> bytes, buffers allocated while recording
         self._next_serial = 0
         self.mem_events: list[tuple[int, int, int]] = []
@@ -99,10 +109,13 @@ class _Recorder(TorchDispatchMode):
         if k is None:
             k = self._serial[cd] = self._next_serial
             self._next_serial += 1
-            weakref.finalize(st, self._freed, cd, k)
+            # a weak reference held here, not a weakref.finalize (whose registry also kept every recorder alive for as
+            # long as the model's parameters lived); its callback runs at the same moment, when Python frees the storage
+            self._refs[k] = weakref.ref(st, functools.partial(self._freed, cd, k))
         return k
 
-    def _freed(self, cdata: int, key: int) -> None:
+    def _freed(self, cdata: int, key: int, _ref=None) -> None:
+        self._refs.pop(key, None)
         if self._serial.get(cdata) == key:
             del self._serial[cdata]
         if not self.closed and key in self._alloc:
@@ -121,15 +134,27 @@ class _Recorder(TorchDispatchMode):
                 self.mem_events.append((len(self.rows), k, b))
         return total, tuple(keys)
 
-    def _note_allocations(self, outs, ins) -> None:
-        in_keys = {self._key(t) for t in ins}
+    def _note_allocations(self, outs, ins) -> dict:
+        """Count the outputs' new storages as allocated; returns {id(tensor): buffer key} of ``ins`` and ``outs``
+        (the row's reads and writes are among them: ``_append`` looks their keys up there)."""
+        keys, in_keys = {}, set()
+        for t in ins:
+            k = keys[id(t)] = self._key(t)
+            in_keys.add(k)
         for t in outs:
-            k = self._key(t)
+            k = keys[id(t)] = self._key(t)
             if k in in_keys or k in self._alloc:
                 continue
             b = int(t.untyped_storage().nbytes())
             self._alloc[k] = b
             self.mem_events.append((len(self.rows), k, b))
+        return keys
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ in torch._disable_dynamo unless this says False: a wrapper call on
+        # every op dispatched (about 4 % of a trace). A trace runs no torch.compile, so there is nothing to disable.
+        return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -149,9 +174,9 @@ class _Recorder(TorchDispatchMode):
             raise TraceError("this model's mixture-of-experts layers run their experts as grouped GEMMs "
                              "(torch._grouped_mm), which this torch takes in bf16 only: use --dtype bf16")
         out = self.memo.run(func, args, kwargs)
-        outs = tensors_in(out)
-        ins = tensors_in((args, kwargs))
-        self._note_allocations(outs, ins)
+        outs = [out] if isinstance(out, torch.Tensor) else tensors_in(out)
+        ins = call_tensors(args, kwargs)
+        keys = self._note_allocations(outs, ins)
         if base in CONV and outs:
             conv = conv_rows(base, args, out)
             if conv is not None:
@@ -181,19 +206,27 @@ class _Recorder(TorchDispatchMode):
         if base in GROUPED_OPS:          # only the experts the routing reaches are read (aten_ops.grouped_gemm)
             gathered = {id(args[i]): int(round(share * _nbytes(args[i]))) for i, share in grouped_gemm(args)[5].items()}
         self._append(phase, module, full, op_class, sub_op, (Bd, M, N, K, H), flops, read_t, outs,
-                     _NO_CONV + _NO_ATTN, access(base, op_class, ins, outs), gathered)
+                     _NO_CONV + _NO_ATTN, access(base, op_class, ins, outs), gathered, keys)
         return out
 
     def _append(self, phase, module, full, op_class, sub_op, dims, flops, read_t, write_t, extra,
-                path: str = "", read_bytes: dict | None = None) -> None:
+                path: str = "", read_bytes: dict | None = None, keys: dict | None = None) -> None:
         """One kernel row; its dtype is that of its first output; ``path``: ``aten_ops.access``; ``read_bytes``:
-        {id(tensor): bytes read of it} where that is not the whole tensor."""
-        reads = tuple((self._key(t), (read_bytes or {}).get(id(t), _nbytes(t))) for t in read_t)
-        writes = tuple((self._key(t), _nbytes(t)) for t in write_t)
+        {id(tensor): bytes read of it} where that is not the whole tensor; ``keys``: {id(tensor): buffer key} known
+        already (``_note_allocations``), the rest are asked of ``_key``."""
+        keys = keys or {}
+        read_bytes = read_bytes or {}
+        reads, writes = [], []
+        for t in read_t:
+            k, b = keys.get(id(t)), read_bytes.get(id(t))
+            reads.append((self._key(t) if k is None else k, _nbytes(t) if b is None else b))
+        for t in write_t:
+            k = keys.get(id(t))
+            writes.append((self._key(t) if k is None else k, _nbytes(t)))
         self.rows.append((phase, full, op_class, sub_op, *dims, flops,
                           sum(b for _, b in reads), sum(b for _, b in writes),
-                          str(write_t[0].dtype).replace("torch.", ""), module, layer_of(module),
-                          reads, writes) + extra + (path,))
+                          _dtype_name(write_t[0].dtype), module, layer_of(module),
+                          tuple(reads), tuple(writes)) + extra + (path,))
 
     def _where(self) -> tuple[str, str]:
         """(phase, module) of the op being dispatched (backward: from the autograd node)."""
@@ -398,7 +431,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
                              or cfg.model_type in ("gpt2", "opt", "llama", "qwen2"))
              if attention == "sdpa" else contextlib.nullcontext())
     try:
-        with torch.autograd.set_grad_enabled(train), fused:
+        with torch.autograd.set_grad_enabled(train), fused, _cyclic_gc_paused():
             if train:
                 with _NodeTagger(rec.module_stack), rec:
                     out = model(**kw)
@@ -459,6 +492,23 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
         vocab=int(getattr(cfg, "vocab_size", 0) or 0), num_layers=num_layers(cfg),
         params={n: int(p.numel()) for n, p in params.items()}, memory=memory, unclassified=dict(rec.unclassified),
         skipped=dict(rec.skipped), scalar_queries=dict(rec.scalar_queries), trace_s=time.perf_counter() - t0))
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused():
+    """Python's cycle collector off while the model runs. A trace allocates some 10^5 short-lived objects (rows,
+    meta tensors, autograd nodes), enough to start the collector again and again over everything alive; reference
+    counting frees them as before, so every storage dies, and is noted freed, at the same op (the tables and memory
+    timelines are the same, tests/test_trace.py). What only the collector frees waits for its next run after."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _memory_summary(rec: _Recorder, kv_bytes: int, kv_bufs: tuple) -> dict:

@@ -184,7 +184,7 @@ def canonical_buffers(kernels: pd.DataFrame) -> pd.DataFrame:
     ids: dict = {}
 
     def ren(t):
-        return tuple((ids.setdefault(k, len(ids)), b) for k, b in t)
+        return tuple([(ids.setdefault(k, len(ids)), b) for k, b in t])
 
     reads, writes = [], []
     for r, w in zip(kernels["reads"].tolist(), kernels["writes"].tolist()):
