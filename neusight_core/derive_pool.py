@@ -52,6 +52,7 @@ def _worker_start() -> None:
     import gc
 
     gc.freeze()
+    gc.enable()      # forked from an engine call, which pauses the collector (gc_pause.py): a worker collects as before
 
 
 def _build_cached(todo: list) -> list:

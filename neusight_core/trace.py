@@ -61,7 +61,7 @@ from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs
 _NO_ATTN = (math.nan,) * len(schema.ATTN_COLUMNS)   # the fused-attention geometry of other rows
 
 
-from neusight_core import fused_attention, meta_memo  # noqa: E402
+from neusight_core import fused_attention, gc_pause, meta_memo  # noqa: E402
 from neusight_core.aten_ops import (CONV, GROUPED_OPS, _NO_CONV, _nbytes, _op_name, access, call_tensors,  # noqa: E402
                                    classify, conv_rows, grouped_gemm, layer_of, tensors_in)
 # the model on the meta device; hidden_size / num_layers / load_config are re-exported (callers read them here)
@@ -83,8 +83,9 @@ class _Recorder(TorchDispatchMode):
     precedes or belongs to (allocations of no-kernel ops such as ``empty`` go with the next row).
     """
 
-    def __init__(self, params_by_id: dict[int, str]):
+    def __init__(self, params_by_id: dict[int, str], access_paths: bool = True):
         super().__init__()
+        self.access_paths = access_paths        # False: each row's ``access`` is "" (an FP32 table drops the column)
         self.rows: list[tuple] = []
         self._serial: dict[int, int] = {}      # storage _cdata -> serial number while it lives
         self._refs: dict[int, weakref.ref] = {}  # serial -> weak reference to its storage, until it is freed
@@ -206,7 +207,7 @@ class _Recorder(TorchDispatchMode):
         if base in GROUPED_OPS:          # only the experts the routing reaches are read (aten_ops.grouped_gemm)
             gathered = {id(args[i]): int(round(share * _nbytes(args[i]))) for i, share in grouped_gemm(args)[5].items()}
         self._append(phase, module, full, op_class, sub_op, (Bd, M, N, K, H), flops, read_t, outs,
-                     _NO_CONV + _NO_ATTN, access(base, op_class, ins, outs), gathered, keys)
+                     _NO_CONV + _NO_ATTN, access(base, op_class, ins, outs) if self.access_paths else "", gathered, keys)
         return out
 
     def _append(self, phase, module, full, op_class, sub_op, dims, flops, read_t, write_t, extra,
@@ -418,7 +419,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     if train and accumulate_grads:
         for p in params.values():
             p.grad = torch.empty_like(p)
-    rec = _Recorder({id(p): n for n, p in params.items()})
+    rec = _Recorder({id(p): n for n, p in params.items()}, access_paths=dtype in schema.HALF_PRECISIONS)
     kw = model_inputs(model, cfg, int(batch), int(seq), train, TORCH_DTYPES[dtype])
     kv_bytes, kv_bufs = 0, ()
     if past:        # before the module hooks: filling the cache runs the model once, which is not the step
@@ -431,7 +432,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
                              or cfg.model_type in ("gpt2", "opt", "llama", "qwen2"))
              if attention == "sdpa" else contextlib.nullcontext())
     try:
-        with torch.autograd.set_grad_enabled(train), fused, _cyclic_gc_paused():
+        with torch.autograd.set_grad_enabled(train), fused, gc_pause.paused():
             if train:
                 with _NodeTagger(rec.module_stack), rec:
                     out = model(**kw)
@@ -492,23 +493,6 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
         vocab=int(getattr(cfg, "vocab_size", 0) or 0), num_layers=num_layers(cfg),
         params={n: int(p.numel()) for n, p in params.items()}, memory=memory, unclassified=dict(rec.unclassified),
         skipped=dict(rec.skipped), scalar_queries=dict(rec.scalar_queries), trace_s=time.perf_counter() - t0))
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused():
-    """Python's cycle collector off while the model runs. A trace allocates some 10^5 short-lived objects (rows,
-    meta tensors, autograd nodes), enough to start the collector again and again over everything alive; reference
-    counting frees them as before, so every storage dies, and is noted freed, at the same op (the tables and memory
-    timelines are the same, tests/test_trace.py). What only the collector frees waits for its next run after."""
-    import gc
-
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _memory_summary(rec: _Recorder, kv_bytes: int, kv_bufs: tuple) -> dict:
