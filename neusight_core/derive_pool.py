@@ -20,6 +20,8 @@ import os
 import sys
 import warnings
 
+import pandas as pd
+
 from neusight_core import configs, derive, trace_cache
 
 MIN_FAMILIES = 4     # below this, a pool saves less than a second
@@ -36,8 +38,22 @@ def worker_count(todo: int, workers: int | None = None) -> int:
     return max(1, min(int(workers), todo))
 
 
-def _build(spec: dict) -> derive.Family:
-    return derive.family(**spec)
+def _build(spec: dict, points: list) -> derive.Family:
+    """The family, with its compact table at ``points`` made here too (``compact``): the caller's last serial step
+    before predicting, done on the workers' cores while the other families are still being built."""
+    fam = derive.family(**spec)
+    if fam.ok and points:
+        fam._pool_compact = (tuple(points), fam.compact(points))
+    return fam
+
+
+def compact(fam: derive.Family, points) -> pd.DataFrame:
+    """``fam.compact(points)``: the table a worker made beside the family when it was built for these points (taken
+    once: the caller changes it), else computed now."""
+    made = fam.__dict__.pop("_pool_compact", None)
+    if made is not None and made[0] == tuple(points):
+        return made[1]
+    return fam.compact(points)
 
 
 def _worker_start() -> None:
@@ -80,15 +96,20 @@ def _cost(spec: dict) -> int:
 
 
 def build(specs: list[dict], workers: int | None = None, progress: bool = False) -> int:
-    """Build the families of ``specs`` (``derive.family``'s arguments) that are not yet memoised, in worker
+    """Build the families of ``specs`` (``derive.family``'s arguments, each with the ``point`` (batch, seq) the caller
+    will ask of it in ``compact``, or none) that are not yet memoised, in worker
     processes when there are at least ``MIN_FAMILIES`` of them and more than one worker; returns how many
     were built in workers (0: the caller's loop builds them as before, one at a time).
 
     A worker that fails (a broken pool, out of memory) costs nothing but time: the families it did not
     return are built by the caller, in this process, when it asks for them."""
-    todo, seen = [], set()
+    todo, seen, points = [], set(), {}
     for spec in specs:
+        spec = dict(spec)
+        point = spec.pop("point", None)       # a (batch, seq) the caller will ask of the family, in its order
         key = derive._family_key(**spec)
+        if point is not None:
+            points.setdefault(key, []).append(point)
         if key not in derive._FAMILIES and key not in seen:
             seen.add(key)
             todo.append((key, spec))
@@ -111,7 +132,7 @@ def build(specs: list[dict], workers: int | None = None, progress: bool = False)
     bar = tqdm(total=len(todo), desc=f"model families ({n} processes)", disable=not progress, leave=False)
     try:
         with ProcessPoolExecutor(n, mp_context=mp.get_context("fork"), initializer=_worker_start) as ex:
-            futures = {ex.submit(_build, spec): key for key, spec in todo}
+            futures = {ex.submit(_build, spec, points.get(key, [])): key for key, spec in todo}
             for f in as_completed(futures):
                 try:
                     derive._FAMILIES[futures[f]] = f.result()

@@ -212,10 +212,9 @@ def _tables(norm, use_derivation: bool, keep_full: bool, footprints: bool, table
         bucket[g1] = bucket.get(g1, 0) + 1
         same_seq[g0 + (s,)] = same_seq.get(g0 + (s,), 0) + 1
     if use_derivation:        # the families the loop below will ask for first, built side by side on many cores
-        derive_pool.build([dict(model=k[0], mode=k[3], batch_one=k[1] == 1, past=k[4], dtype=k[9], attention=k[10])
-                           for k in keys if not k[5] and k[6] is None and k not in image_keys
-                           and k[2] >= derive.MIN_SEQ and group[family_of(k)] >= MIN_FAMILY],
-                          progress=progress)
+        derive_pool.build([dict(model=k[0], mode=k[3], batch_one=k[1] == 1, past=k[4], dtype=k[9], attention=k[10],
+                                point=(k[1], k[2])) for k in keys if not k[5] and k[6] is None and k not in image_keys
+                           and k[2] >= derive.MIN_SEQ and group[family_of(k)] >= MIN_FAMILY], progress=progress)
     # batch >= 2 first: a failed check there spares the batch-1 family of the same model (derive.family_for)
     for key, t in sorted(keys.items(), key=lambda kv: kv[0][1] == 1):
         model, b, s, mode, past, fusion, plan, g, mb, dt, att, _ = key
@@ -234,7 +233,7 @@ def _tables(norm, use_derivation: bool, keep_full: bool, footprints: bool, table
             real.append((t, key))
     fresh = {t for key, t in keys.items() if key[11] == "fresh"}     # tables without the accumulation rows
     for fam, pts in fam_points.values():
-        c = fam.compact([(b, s) for _, b, s in pts])
+        c = derive_pool.compact(fam, [(b, s) for _, b, s in pts])
         c["_tab"] = np.asarray([t for t, _, _ in pts])[c.pop("_point").to_numpy()]
         parts.append(c[~(c["phase"].eq("acc") & c["_tab"].isin(fresh))] if fresh else c)
         tab_derived.update((t, True) for t, _, _ in pts)
