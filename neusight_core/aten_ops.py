@@ -144,6 +144,17 @@ def _nbytes(t: torch.Tensor) -> int:
     return n * t.element_size()
 
 
+_DTYPE_NAMES: dict = {}     # torch.float32 -> "float32"
+
+
+def dtype_name(dtype) -> str:
+    """A torch dtype as the kernel table's ``dtype`` column names it."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
 _LAYERS: dict = {}         # module name -> its layer index (asked once per kernel row)
 
 

@@ -42,7 +42,7 @@ def _build(spec: dict, points: list) -> derive.Family:
     """The family, with its compact table at ``points`` made here too (``compact``): the caller's last serial step
     before predicting, done on the workers' cores while the other families are still being built."""
     fam = derive.family(**spec)
-    if fam.ok and points:
+    if points and isinstance(fam, derive.Family) and fam.ok:
         fam._pool_compact = (tuple(points), fam.compact(points))
     return fam
 

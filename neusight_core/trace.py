@@ -41,32 +41,18 @@ from neusight_core.schema import KERNEL_COLUMNS, OpClass, Precision
 # Then schema.CONV_COLUMNS: the parameters of a 2-D convolution, NaN on every other row.
 
 _DTYPE_PRECISION = {p.torch_dtype: p.value for p in Precision if p is not Precision.TF32}
-_DTYPE_NAMES: dict = {}      # torch.float32 -> "float32", the kernel table's dtype column
-
-
-def _dtype_name(dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
-    return name
-
 
 
 # configs by name or path live in configs.py (no torch: a trace-cache hit reads them); re-exported
-from neusight_core import configs  # noqa: E402
-from neusight_core import schema  # noqa: E402
-from neusight_core import kernel_table  # noqa: E402
+from neusight_core import configs, fused_attention, gc_pause, kernel_table, meta_memo, schema  # noqa: E402
 from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs, load_config  # noqa: E402,F401
-
-_NO_ATTN = (math.nan,) * len(schema.ATTN_COLUMNS)   # the fused-attention geometry of other rows
-
-
-from neusight_core import fused_attention, gc_pause, meta_memo  # noqa: E402
 from neusight_core.aten_ops import (CONV, GROUPED_OPS, _NO_CONV, _nbytes, _op_name, access, call_tensors,  # noqa: E402
-                                   classify, conv_rows, grouped_gemm, layer_of, tensors_in)
+                                   classify, conv_rows, dtype_name, grouped_gemm, layer_of, tensors_in)
 # the model on the meta device; hidden_size / num_layers / load_config are re-exported (callers read them here)
 from neusight_core.meta_model import (TORCH_DTYPES, build_model, cache_tensors, filled_cache,  # noqa: E402,F401
                                       hidden_size, max_positions, model_inputs, num_layers, switch_routing_stand_in)
+
+_NO_ATTN = (math.nan,) * len(schema.ATTN_COLUMNS)   # the fused-attention geometry of other rows
 
 # --------------------------------------------------------------------------------------------
 # capture
@@ -110,8 +96,7 @@ class _Recorder(TorchDispatchMode):
         if k is None:
             k = self._serial[cd] = self._next_serial
             self._next_serial += 1
-            # a weak reference held here, not a weakref.finalize (whose registry also kept every recorder alive for as
-            # long as the model's parameters lived); its callback runs at the same moment, when Python frees the storage
+            # (not weakref.finalize, whose registry kept every recorder alive as long as the model's parameters)
             self._refs[k] = weakref.ref(st, functools.partial(self._freed, cd, k))
         return k
 
@@ -136,8 +121,7 @@ class _Recorder(TorchDispatchMode):
         return total, tuple(keys)
 
     def _note_allocations(self, outs, ins) -> dict:
-        """Count the outputs' new storages as allocated; returns {id(tensor): buffer key} of ``ins`` and ``outs``
-        (the row's reads and writes are among them: ``_append`` looks their keys up there)."""
+        """Count the outputs' new storages as allocated; returns {id(tensor): buffer key} of ``ins`` and ``outs``."""
         keys, in_keys = {}, set()
         for t in ins:
             k = keys[id(t)] = self._key(t)
@@ -153,8 +137,7 @@ class _Recorder(TorchDispatchMode):
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        # torch wraps a mode's __torch_dispatch__ in torch._disable_dynamo unless this says False: a wrapper call on
-        # every op dispatched (about 4 % of a trace). A trace runs no torch.compile, so there is nothing to disable.
+        # torch wraps the mode's dispatch in torch._disable_dynamo unless False: 4 % of a trace, which compiles nothing
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -167,7 +150,7 @@ class _Recorder(TorchDispatchMode):
             # (position ids 0..s-1 in every row). Answering True for booleans takes that real
             # path; numbers get 0. Every answer is counted in the TableInfo's scalar_queries.
             t = args[0]
-            self.scalar_queries[str(t.dtype).replace("torch.", "")] += 1
+            self.scalar_queries[dtype_name(t.dtype)] += 1
             if t.dtype == torch.bool:
                 return True
             return 0.0 if t.dtype.is_floating_point else 0
@@ -215,19 +198,14 @@ class _Recorder(TorchDispatchMode):
         """One kernel row; its dtype is that of its first output; ``path``: ``aten_ops.access``; ``read_bytes``:
         {id(tensor): bytes read of it} where that is not the whole tensor; ``keys``: {id(tensor): buffer key} known
         already (``_note_allocations``), the rest are asked of ``_key``."""
-        keys = keys or {}
-        read_bytes = read_bytes or {}
-        reads, writes = [], []
-        for t in read_t:
-            k, b = keys.get(id(t)), read_bytes.get(id(t))
-            reads.append((self._key(t) if k is None else k, _nbytes(t) if b is None else b))
-        for t in write_t:
-            k = keys.get(id(t))
-            writes.append((self._key(t) if k is None else k, _nbytes(t)))
+        keys, read_bytes = keys or {}, read_bytes or {}
+        key = lambda t: keys[id(t)] if id(t) in keys else self._key(t)  # noqa: E731
+        reads = tuple((key(t), read_bytes[id(t)] if id(t) in read_bytes else _nbytes(t)) for t in read_t)
+        writes = tuple((key(t), _nbytes(t)) for t in write_t)
         self.rows.append((phase, full, op_class, sub_op, *dims, flops,
                           sum(b for _, b in reads), sum(b for _, b in writes),
-                          _dtype_name(write_t[0].dtype), module, layer_of(module),
-                          tuple(reads), tuple(writes)) + extra + (path,))
+                          dtype_name(write_t[0].dtype), module, layer_of(module),
+                          reads, writes) + extra + (path,))
 
     def _where(self) -> tuple[str, str]:
         """(phase, module) of the op being dispatched (backward: from the autograd node)."""
