@@ -55,7 +55,7 @@ MIN_BUCKET = 4       # tables in one seq bucket before a per-bucket family is bu
 
 
 # ------------------------------------------------------------------------------ the engine
-@gc_pause.paused()       # a sweep's pandas and numpy work after its traces: a fifth less time (gc_pause.py)
+@gc_pause.paused(promote=True)   # a sweep's pandas and numpy work after its traces: a fifth less time (gc_pause.py)
 def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool | None = None, *, progress: bool = False,
             use_derivation: bool = True, memory_columns: bool = True, optimizer: str = "adamw",
             master_weights: bool = True, efficiency: float = network.DEFAULT_EFFICIENCY,

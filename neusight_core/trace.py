@@ -440,6 +440,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     out = loss = None  # noqa: F841 - the step's outputs die here, as in a serving/training loop
     rec.closed = True
     memory = _memory_summary(rec, kv_bytes, kv_bufs)
+    rec._refs.clear()         # its weak references' callbacks hold the recorder: freed now, not by the collector
     if rec.unclassified:
         import warnings
 
