@@ -31,6 +31,21 @@ def test_pool_builds_the_same_families(fresh_families, monkeypatch):
         pd.testing.assert_frame_equal(pooled[k].compact(pts), here.compact(pts), check_exact=True)
 
 
+def test_a_worker_makes_the_compact_table_of_the_points_it_is_given(fresh_families):
+    """Each spec may name a (batch, seq) the caller will ask: the worker that builds the family makes its compact
+    table at those points too; the caller takes it once, equal to computing it itself; other points are computed."""
+    specs = [dict(s, point=p) for s in SPECS for p in POINTS[s["batch_one"]]]
+    assert derive_pool.build(specs, workers=2) == len(SPECS)
+    for spec in SPECS:
+        fam = derive._FAMILIES[derive._family_key(**spec)]
+        pts = POINTS[spec["batch_one"]]
+        assert fam.__dict__["_pool_compact"][0] == tuple(pts)
+        made = derive_pool.compact(fam, pts)
+        assert "_pool_compact" not in fam.__dict__                    # taken once: the caller changes it
+        pd.testing.assert_frame_equal(made, fam.compact(pts), check_exact=True)
+        pd.testing.assert_frame_equal(derive_pool.compact(fam, pts[:1]), fam.compact(pts[:1]), check_exact=True)
+
+
 def test_a_failed_worker_leaves_its_family_to_this_process(fresh_families, monkeypatch):
     real = derive.family
 

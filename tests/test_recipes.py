@@ -118,6 +118,26 @@ def test_authors_output_form_and_loss():
                                    rtol=1e-5, atol=1e-7)
 
 
+def test_numpy_mlp_evaluates_each_distinct_input_once_with_the_same_answers(monkeypatch):
+    """A sweep's kernels repeat their network inputs across tables and GPUs: each distinct row is evaluated once
+    and every row gets what it gets alone."""
+    from neusight_core.predictors.base import NumpyMLP
+    from neusight_core.predictors.nets import MLP
+    torch.manual_seed(1)
+    mlp = NumpyMLP(MLP(4, 3, 32, 4).eval().state_dict())
+    rng = np.random.default_rng(0)
+    distinct = rng.normal(size=(40, 4)) * 3
+    X = distinct[rng.integers(0, 40, size=400)]                  # 400 rows, at most 40 distinct
+    alone = np.stack([mlp(x[None, :])[0] for x in X])
+    sizes = []
+    forward = NumpyMLP._forward
+    monkeypatch.setattr(NumpyMLP, "_forward", lambda self, h: sizes.append(len(h)) or forward(self, h))
+    got = mlp(X)
+    assert sizes == [len(np.unique(X, axis=0))] and sizes[0] <= 40
+    np.testing.assert_allclose(got, alone, rtol=1e-12, atol=0)
+    assert got.shape == (400, 3)
+
+
 def test_numpy_mlp_matches_the_torch_mlp_and_weights_round_trip(tmp_path):
     """Trained weights are evaluated with numpy and saved as state.npz; both must give torch's outputs."""
     from neusight_core.predictors.base import NumpyMLP
