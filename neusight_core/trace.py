@@ -410,7 +410,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
                              or cfg.model_type in ("gpt2", "opt", "llama", "qwen2"))
              if attention == "sdpa" else contextlib.nullcontext())
     try:
-        with torch.autograd.set_grad_enabled(train), fused, gc_pause.paused():
+        with torch.autograd.set_grad_enabled(train), fused, gc_pause.paused(collect_young=True):
             if train:
                 with _NodeTagger(rec.module_stack), rec:
                     out = model(**kw)

@@ -56,6 +56,28 @@ def test_promote_moves_what_is_alive_to_the_oldest_generation_and_thaws_nothing_
     assert gc.get_freeze_count() == frozen
 
 
+def test_a_nested_pause_that_asks_collects_the_young_cycles_left_so_far(collector):
+    """Inside an engine call the collector is off; each trace then frees the reference cycles left before it (a
+    traced model's modules) instead of all of them waiting for the end of the engine call."""
+    class Node:
+        pass
+
+    def cycle():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        return weakref.ref(a)
+
+    gc.collect()
+    with gc_pause.paused(promote=True):          # the engine call
+        left = cycle()                           # garbage only the collector frees
+        with gc_pause.paused():
+            pass
+        assert left() is not None                # a plain nested pause leaves it
+        with gc_pause.paused(collect_young=True):
+            assert not gc.isenabled()
+        assert left() is None and not gc.isenabled()
+
+
 def test_a_finished_trace_keeps_no_recorder_alive_while_its_model_lives(collector, monkeypatch):
     """The recorder's weak references (one per storage) call back into it. A derivation family traces one model at
     several points and keeps it: a recorder must not live as long as the model's parameters (with
@@ -84,7 +106,7 @@ def test_a_trace_is_the_same_with_the_collector_running_throughout(monkeypatch):
     from neusight_core import kernel_table
     monkeypatch.setenv("NEUSIGHT_TRACE_CACHE_OFF", "1")
     paused = trace.trace_model(dict(TINY_GPT2), 2, 8, "train")
-    monkeypatch.setattr(gc_pause, "paused", lambda promote=False: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(gc_pause, "paused", lambda **kw: __import__("contextlib").nullcontext())
     running = trace.trace_model(dict(TINY_GPT2), 2, 8, "train")
     pd.testing.assert_frame_equal(paused, running, check_exact=True)
     assert kernel_table.info(paused).memory["events"] == kernel_table.info(running).memory["events"]
