@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from neusight_core.aten_ops import tensors_in
+from neusight_core.aten_ops import call_tensors
 
 _SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
 _NOT = object()            # a key whose op must run every time
@@ -109,7 +109,7 @@ class _Fresh(tuple):
 
 def _spec_of(out, args, kwargs):
     """What ``_rebuild`` makes ``out`` again from, with fresh storages; _NOT when that would not be the same."""
-    seen = {t.untyped_storage()._cdata for t in tensors_in((args, kwargs))}
+    seen = {t.untyped_storage()._cdata for t in call_tensors(args, kwargs)}
     try:
         return _spec(out, seen)
     except _Unlike:

@@ -463,7 +463,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     df[list(schema.CONV_COLUMNS)] = conv
     if attn is not None:      # only tables with fused attention carry its columns (eager tables are unchanged)
         df[list(schema.ATTN_COLUMNS)] = attn
-    if dtype in schema.HALF_PRECISIONS:   # ATen's kernel path, which the memory law reads (FP32 tables are unchanged)
+    if rec.access_paths:   # ATen's kernel path, which the memory law reads (FP32 tables are unchanged)
         df["access"] = paths
     return kernel_table.attach(df, kernel_table.TableInfo(
         config=dict(cfg.to_dict(), name=cfg.name_or_path), model=cfg.name_or_path or cfg.model_type,
