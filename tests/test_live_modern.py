@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from neusight_core import engine, request
+from neusight_core import engine, paths, request
 from neusight_core.studies import live_modern as lm
 
 TINY = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
@@ -92,7 +92,7 @@ def test_section_without_gpu_predicts_the_recorded_run(tmp_path):
     r = lm.section(tmp_path, quick=True, predictors=("roofline",))
     assert r["status"] == "SKIPPED" and "no CUDA GPU" in r["reason"]
     assert r["steps"] is None
-    assert set(r["pred"]["run"]) == set(lm.RECORDED) and len(lm.RECORDED) == 8
+    assert set(r["pred"]["run"]) == set(lm.RECORDED) and len(lm.RECORDED) == 9
     assert r["pred"]["predicted_ms"].notna().all()
     # each recorded run is predicted on its own GPU: the H200's faster memory gives it the smaller roofline
     p = r["pred"].query("variant == 'graph'").set_index(["run", "model", "phase", "batch", "seq", "attention"])
@@ -223,3 +223,7 @@ def test_a_run_without_its_csv_is_read_from_its_console():
     assert (row["wall_ms"], row["kernel_ms"], row["kernels"]) == (182.08, 115.31, 4715)     # its log line
     p = lm.predict_steps(s.head(3), "H200", ("roofline",))
     assert len(p) == 9 and p["error_pct"].notna().all()
+    # the CSV written from it (--save), which RECORDED reads as "recorded H200 2026-11-28 (2)", holds the same steps
+    saved = pd.read_csv(paths.REPO_ROOT / lm.RECORDED["recorded H200 2026-11-28 (2)"][1] / "modern_steps.csv")
+    assert list(saved.columns) == list(lm.STEP_COLUMNS)
+    pd.testing.assert_frame_equal(saved[list(s.columns)].fillna({"graph_status": ""}), s, check_dtype=False)

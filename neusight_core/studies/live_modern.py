@@ -410,12 +410,12 @@ def step_mape(pred):
     return out
 
 
-#: The recorded runs of this section (docs/tier2/<run>/modern_steps.csv): name -> (GPU, folder). The runs of
-#: 2026-11-26 and -27 append their decode steps to the strided cache that the harness's crop left; from 2026-11-28
-#: on, ``step_callable`` restores a contiguous one, as a served cache is.
+#: The recorded runs of this section (docs/tier2/<run>/modern_steps.csv): name -> (GPU, folder). Those of 2026-11-26
+#: and -27 append decode steps to the strided cache the crop left; later ``step_callable`` restores a contiguous one.
 RECORDED = {f"recorded {gpu} {day}": (gpu, f"docs/tier2/{day}-{gpu.lower()}-modern")
             for day in ("2026-11-26", "2026-11-27", "2026-11-28") for gpu in ("H100", "H200")}
-RECORDED.update({f"recorded H100 2026-11-28 ({i})": ("H100", f"docs/tier2/2026-11-28-h100-modern-{i}") for i in (2, 3)})
+RECORDED.update({f"recorded {g} 2026-11-28 ({i})": (g, f"docs/tier2/2026-11-28-{g.lower()}-modern-{x}")
+                 for g, i, x in (("H100", 2, 2), ("H100", 3, 3), ("H200", 2, "paths"))})
 #: the runs whose decode steps appended to a strided cache: compared with each other only (``recorded_agreement``)
 STRIDED_APPENDS = {n for n in RECORDED if "2026-11-28" not in n}
 
