@@ -165,6 +165,10 @@ def test_notebook_quick_cpu_skipped(run_notebook):
     assert metrics["bf16_external_gemm"]["skipped_reason"].startswith("no CUDA GPU")
     assert metrics["bf16_external_gemm"]["mape"] is None
     assert not (out / "tables" / "local_gpu_bf16_gemm.csv").exists()
+    # issue 33's scoring of the recorded pairs of two machines (step_ranges): a table and its pooled numbers
+    two = metrics["modern"]["two_machines_pooled_mape"]
+    assert {k.split()[0] for k in two} == {"H100", "H200"} and all(v >= 0 for v in two.values())
+    assert (out / "tables" / "live_modern_two_machines.csv").is_file()
 
 
 def test_measure_model_tiny_on_cpu_inf_and_train():
