@@ -72,11 +72,16 @@ def main(argv=None) -> int:
         print(m[cols].to_string())
         g = p[(p["variant"] == "graph") & (p["predictor"] == "neusight")]
         print("signed, neusight kernel sums:", g.groupby("phase")["error_pct"].mean().round(1).to_dict())
-    r = step_ranges.range_mape(pd.concat(preds, ignore_index=True))
+    pred = pd.concat(preds, ignore_index=True)
+    r = step_ranges.range_mape(pred)
     if not r.empty:
         cols = [c for c in r.columns if c.startswith("mean")] + ["min pooled", "max pooled", "steps"]
         print(f"\nagainst two machines' range (a prediction between a step's two measurements is exact), seeds {list(seeds)}")
         print(r[cols].to_string())
+        f = step_ranges.range_frame(pred).query("predictor == 'neusight' and variant == 'eager'")
+        print("\nneusight eager walls against the range: signed mean error % / share of steps inside the range")
+        print(f.groupby(["GPU", "harness", "phase"], sort=False)["error_pct"]
+              .agg(signed="mean", inside=lambda e: (e == 0).mean()).round(2).unstack("phase").to_string())
     return 0
 
 
