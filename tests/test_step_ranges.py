@@ -1,4 +1,4 @@
-"""Issue 33's two-machine scoring (studies/step_ranges.py): a prediction between a step's two measurements is exact."""
+"""The two-machine scoring (studies/step_ranges.py): a prediction between a step's two measurements is exact."""
 import numpy as np
 import pandas as pd
 import pytest

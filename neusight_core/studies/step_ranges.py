@@ -1,10 +1,10 @@
-"""Issue 33's scoring of steps measured on two machines: a prediction inside the two measurements counts as exact.
+"""Steps measured on two machines, scored so that a prediction inside the two measurements counts as exact.
 
-The issue scores its independent set of BF16 steps this way: each step was timed on two machines with the same GPU,
-and a prediction that lies between the two times has no error; outside, the error is the distance to the nearer of
-the two, relative to it. It is the fair test of a host-bound step, whose wall time differs by 10-40 % between two
-machines of one GPU kind (``live_modern.recorded_agreement``): no predictor that does not know the host's state can do
-better than land inside that range.
+This is how the modern-step targets are scored on their independent set of BF16 steps: each step was timed on two
+machines with the same GPU, and a prediction that lies between the two times has no error; outside, the error is the
+distance to the nearer of the two, relative to it. It is the fair test of a host-bound step, whose wall time differs
+by 10-40 % between two machines of one GPU kind (``live_modern.recorded_agreement``): no predictor that does not
+know the host's state can do better than land inside that range.
 
 Our recorded runs (``live_modern.RECORDED``) hold such pairs: for each GPU kind and harness, two runs on two lent
 machines (``PAIRS``). The same machine's repeat minutes later (``recorded H100 2026-11-28 (2)``) is left out: it
