@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from neusight_core.studies.live_modern import RECORDED, STEP_KEY
+from neusight_core.studies.live_modern import STEP_KEY, step_mape
 
 #: (GPU, harness) -> the two recorded runs, each on its own lent machine. "strided": the runs of 2026-11-26 and -27,
 #: whose decode steps appended to the strided cache the harness's crop left; "contiguous": from 2026-11-28 on.
@@ -61,7 +61,6 @@ def range_mape(pred, pairs: dict | None = None):
     """MAPE (%) against the two machines' range, per GPU x harness x predictor x variant, by phase and pooled:
     the mean over seeds with its min and max (``live_modern.step_mape``'s columns), and the steps scored."""
     import pandas as pd
-    from neusight_core.studies.live_modern import step_mape
     r = range_frame(pred, pairs)
     out = []
     for (gpu, harness), g in r.groupby(["GPU", "harness"], sort=False):
@@ -73,7 +72,3 @@ def range_mape(pred, pairs: dict | None = None):
         return pd.DataFrame()
     return pd.concat(out, ignore_index=True).set_index(["GPU", "harness", "predictor", "variant"])
 
-
-def recorded_pairs_present() -> dict:
-    """``PAIRS`` whose two runs are both in ``RECORDED`` (a test keeps them so)."""
-    return {k: v for k, v in PAIRS.items() if all(n in RECORDED for n in v)}
