@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from neusight_core.step import Step
 from neusight_core import paths, trace_cache
 
 RUNS = ("docs/tier2/2026-11-27-h100-modern", "docs/tier2/2026-11-27-h200-modern")
@@ -30,7 +31,7 @@ MIN_MB = 30.0      # below this a one-launch timing is bound by the launch (abou
 def append_mb(model: str, batch: int, seq: int) -> tuple[float, int]:
     """MB read and written by one K (or V) append of a BF16 decode step on a cache of ``seq`` tokens, and the
     appends per step: the tracer's own rows (its torch.cat rows longer than the cache, not the rotary halves)."""
-    t = trace_cache.trace(model, batch, 1, "inf", past=seq, dtype="bf16", attention="sdpa")
+    t = trace_cache.trace(Step(model=model, batch=batch, seq=1, mode="inf", past=seq, dtype="bf16", attention="sdpa"))
     cat = t[(t["aten_op"] == "aten.cat.default") & (t["B"] > seq)]
     n = int(cat["count"].sum())
     return float(((cat["bytes_read"] + cat["bytes_written"]) * cat["count"]).sum()) / n / 1e6, n

@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-from neusight_core import __version__, registry, schema
+from neusight_core import __version__, registry, schema, step
 from neusight_core.schema import Precision
 
 # the registry (no torch, no pandas): the parser stays fast. A bad NEUSIGHT_PREDICTORS file is said in one line
@@ -82,17 +82,6 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--repeats", type=int, default=30, help="decode steps timed (default 30; the median counts)")
     h.add_argument("--json", action="store_true", help="print JSON instead of text")
     return ap
-
-
-def _link_gbs(v: str) -> float:
-    """``--link-gbs``: a positive, finite number of GB/s (a NaN in a sweep's frame would mean "not given")."""
-    try:
-        x = float(v)
-    except ValueError:
-        x = float("nan")
-    if not (math.isfinite(x) and x > 0):
-        raise argparse.ArgumentTypeError(f"link bandwidth must be a positive number of GB/s, got {v!r}")
-    return x
 
 
 def _seed(v) -> int:
@@ -172,34 +161,30 @@ def _predict(a) -> int:
     from neusight_core import predictors as _pred
     from neusight_core import scenario
     # bad input first, before any training: --seq for text, --image-size for image models
-    sc = scenario.scenario(a.model, a.device, a.batch, a.seq, a.mode, image_size=a.image_size, past=a.past,
-                           dtype=a.dtype, fusion=a.fusion, parallel=a.parallel, gpus=a.gpus,
-                           micro_batches=a.micro_batches, link_gbs=a.link_gbs, attention=a.attention,
-                           execution=a.execution, grads=a.grads, comm=a.comm)
-    a.gpus, a.seq, image = sc.gpus, sc.size, sc.image
+    sc = scenario.scenario(**{name: getattr(a, name) for name in step.INPUTS})
     quick = _choose_quick(a, [a.predictor], [a.seed])
     r = latency.predict_scenario(sc, predictor=a.predictor, quick=quick, seed=a.seed)
     k = r.pop("kernels")
-    r.update(model=a.model, batch=a.batch, seq=a.seq, past=a.past, mode=a.mode, fusion=a.fusion, dtype=a.dtype,
-             parallel=a.parallel, gpus=a.gpus, kernels=int(len(k)))
-    if image:
-        r.update(seq=None, image_size=a.seq)
+    r.update(model=a.model, batch=sc.batch, seq=sc.seq, past=sc.past, mode=sc.mode, fusion=sc.fusion, dtype=sc.dtype,
+             parallel=sc.parallel, gpus=sc.gpus, kernels=int(len(k)))
+    if sc.image:
+        r.update(image_size=sc.image_size)
     if not r["conv_note"]:
         r.pop("conv_note")
     if a.json:
         print(json.dumps(r, indent=2))
         return 0
-    plan = f" {a.parallel}x{a.gpus} ({sc.comm} collectives)" if a.parallel else ""
+    plan = f" {sc.parallel}x{sc.gpus} ({sc.comm} collectives)" if sc.parallel else ""
     from neusight_core import memory
     mem = r["memory"]
     if not mem.get("fits", True):   # say it first: the latency below is of a run that cannot happen
         print(f"WARNING: {mem['verdict']}")
-    size = f"image={a.seq}x{a.seq}" if image else f"seq={a.seq}"
-    print(f"{a.model} {a.mode} batch={a.batch} {size}{f' past={a.past}' if a.past else ''}"
-          f"{' fused' if a.fusion else ''}{plan} {a.dtype} {r['attention']} attention, {r['execution']} execution"
-          f"{', ' + r['grads'] + ' gradients' if a.mode == 'train' else ''} "
+    size = f"image={sc.size}x{sc.size}" if sc.image else f"seq={sc.size}"
+    print(f"{a.model} {sc.mode} batch={sc.batch} {size}{f' past={sc.past}' if sc.past else ''}"
+          f"{' fused' if sc.fusion else ''}{plan} {sc.dtype} {r['attention']} attention, {r['execution']} execution"
+          f"{', ' + r['grads'] + ' gradients' if sc.mode == schema.Mode.TRAIN else ''} "
           f"on {r['device']} ({r['predictor']})"
-          + ("" if a.dtype == Precision.FP32 else f"  [{a.dtype}: {_half_label(r, a.dtype)}]"))
+          + ("" if sc.dtype == Precision.FP32 else f"  [{sc.dtype}: {_half_label(r, sc.dtype)}]"))
     for note in ("dtype_note", "conv_note", "range_note", "moe_note"):
         if r.get(note):
             print(f"NOTE: {r[note]}")
@@ -218,7 +203,7 @@ def _predict(a) -> int:
     share, law = r["measured_share"], r.get("law_share", {})
     if not any(share.values()) and not any(law.values()):
         share = law = {}                                       # none measured: the header says so
-    print("  by op class:" + (f"{'':18s}(share of the time from models trained on measured {a.dtype} kernels)"
+    print("  by op class:" + (f"{'':18s}(share of the time from models trained on measured {sc.dtype} kernels)"
                                if share else ""))
     for c, v in r["breakdown"].items():
         if share.get(c):
@@ -248,69 +233,54 @@ def _half_label(r: dict, dtype: str) -> str:
     return "; ".join(parts) + "; any other kernels are extrapolations of FP32-trained models"
 
 
+def _arg_type(kind):
+    """argparse's type of one value of a kind (``step.Kind.text``): a builtin as it is (argparse says "invalid int
+    value"), else its ValueError's text as the error."""
+    if kind.text in (int, float, str):
+        return kind.text
+
+    def one(s):
+        try:
+            return kind.text(s)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return one
+
+
+def _default_text(o) -> str:
+    """The defaults an option's help states, from its declaration (``step.option``)."""
+    if o.user is step.REQUIRED:
+        return ""
+    user = o.user.says if isinstance(o.user, step.Rule) else ("none" if o.user is None else str(o.user).lower())
+    paper = "" if o.paper is step.REQUIRED else f"; the paper's: {o.paper}"
+    return f" (default: {user}{paper})" if user not in ("none", "false") or paper else ""
+
+
 def _add_question_options(p, many: bool) -> None:
-    """The options of a question, one builder for ``predict`` (one value each, checked by argparse) and ``sweep``
-    (``many``: comma-separated lists where a sweep multiplies, checked per value by ``_choices`` / ``_csv_list``)."""
-    def opt(flag, one: dict, lists: dict | None = None, **both):
-        p.add_argument(flag, **both, **(lists if many and lists is not None else one))
-    opt("--model", dict(help="config name (see `models`) or path to a HF config JSON"),
-        dict(help="model name(s) or config path(s), comma-separated"), required=True)
-    opt("--device", dict(help="GPU name, file stem or alias (see `devices`)"),
-        dict(help="GPU name(s), comma-separated"), required=True)
-    opt("--batch", dict(type=int, help="global batch size"), dict(help="batch size(s), e.g. 1,2,4,8"), required=True)
-    opt("--seq", dict(type=int, help="sequence length (text models)"),
-        dict(help="sequence length(s) of the text models, e.g. 512,1024"), default=None)
-    opt("--image-size", dict(type=int, help="image side in pixels (image models: resnet50, vit_b16; default 224)"),
-        dict(help="image side(s) of the image models, e.g. 224,384 (default 224)"), default=None)
-    opt("--mode", dict(choices=schema.MODES,
-                       help="inf (a forward pass: prefill, or one decode step with --seq 1 --past N) or train "
-                            "(forward, backward, optimizer step)"),
-        dict(help="inf, train or inf,train (a decode step: --seq 1 --past N)"), default="inf")
-    opt("--fusion", dict(help="operator fusion as torch.compile would do"), action="store_true")
-    opt("--parallel", dict(choices=schema.PLANS, help="dp, tp, pp or ep (tensor parallelism whose mixture-of-experts "
-                                                     "layers spread their experts over the GPUs)"),
-        dict(help="dp, tp, pp or ep (comma-separated for several)"),
-        default=None)
-    opt("--gpus", dict(type=int, help="GPUs for --parallel (default 4, the paper's setting; 1 without --parallel)"),
-        dict(help="GPUs for --parallel (default 4)"), default=None)
-    opt("--link-gbs", dict(help="link peak GB/s (default: catalogue)"),
-        dict(help="link peak GB/s of --parallel (default: the catalogue's, per GPU)"), type=_link_gbs, default=None)
-    opt("--micro-batches", dict(help="PP micro-batches (default 1)"), type=int, default=1)
-    opt("--past", dict(type=int, help="inference on a KV cache of this many tokens (extension; --seq 1 = one decode "
-                                      "step)"),
-        dict(help="KV cache length(s) of inference, e.g. 1024,4096 (a decode step: --seq 1 --past N)"), default=0)
-    opt("--dtype", dict(choices=schema.PRECISIONS,
-                        help="precision (default fp32 = the paper, TF32 off). bf16 / fp16 with neusight: GEMMs and "
-                             "fused attention from networks trained on measured kernels, memory-bound kernels by a "
-                             "memory law; else extrapolations: GEMMs at the dense tensor-core peak, 2-byte elements"),
-        dict(help="precision(s), comma-separated, of fp32 (the paper), tf32, fp16, bf16 (extrapolations)"),
-        default=Precision.FP32)
-    opt("--attention", dict(choices=schema.ATTENTIONS,
-                            help="eager (the paper's: Q K^T, softmax, P V as separate kernels) or sdpa (one fused "
-                                 "kernel per layer); default: what Hugging Face picks for the model (sdpa where it "
-                                 "supports it)"),
-        dict(help="eager or sdpa, comma-separated for both (default: what Hugging Face picks per model)"), default=None)
-    opt("--execution", dict(choices=schema.EXECUTIONS,
-                            help="eager (default: eager PyTorch, the host launching each kernel: the step takes at "
-                                 "least the host's launch time, NEUSIGHT_HOST_LAUNCH_US) or graph (CUDA graphs, "
-                                 "torch.compile with cudagraphs, serving engines: the kernel sum)"),
-        dict(help="eager (default) or graph, comma-separated for both"), default=None)
-    opt("--grads", dict(choices=schema.GRADS,
-                        help="training: fresh (default: gradients start from none, PyTorch's zero_grad default) or "
-                             "accumulate (added into the step before's, the paper's loop: one more kernel per "
-                             "parameter; pipeline parallelism always accumulates)"),
-        dict(help="fresh (default) or accumulate, comma-separated for both"), default=None)
-    opt("--comm", dict(choices=schema.COMMS,
-                       help="collectives of --parallel: nccl (default: the link's bandwidth plus NCCL's measured fixed "
-                            "cost per all-reduce, 8-19 us on 2-8 GPUs) or bandwidth (the link alone, the paper's model)"),
-        dict(help="nccl (default) or bandwidth, comma-separated for both"), default=None)
-    opt("--predictor", dict(choices=PREDICTORS,
-                            help="neusight (ours: the authors' recipe also trained on the training GPUs' "
-                                 "transformer-shaped kernels, seed 0), neusight-paper (the authors' recipe, "
-                                 "docs/recipes.md), neusight-logo (our earlier leave-one-GPU-out recipe) or a baseline"),
-        dict(help=f"predictor(s), comma-separated, of: {', '.join(PREDICTORS)}"), default="neusight")
-    opt("--seed", dict(type=_seed, default=0, help="the predictor's training seed (default 0)"),
-        dict(default="0", help="predictor seed(s), comma-separated"))
+    """The options of a question, generated from its declaration (``step.Scenario``'s fields): for ``predict`` one
+    value each, checked by argparse; for ``sweep`` (``many``) comma-separated lists where the field declares a list
+    help (``Option.many``), each value checked by ``_list_of``. Every default is None (not given): the declaration's
+    user default applies when the Scenario is built."""
+    for name, o in step.options().items():
+        flag = "--" + name.replace("_", "-")
+        kw = dict(required=True) if o.user is step.REQUIRED else dict(default=None)
+        if many and o.many is not None:
+            p.add_argument(flag, help=o.many + _default_text(o), **kw)
+        elif isinstance(o.kind, step.Flag):
+            p.add_argument(flag, action="store_true", help=o.help, **kw)
+        else:
+            p.add_argument(flag, type=_arg_type(o.kind), choices=o.kind.choices, help=o.help + _default_text(o), **kw)
+    # who answers: not part of the question
+    if many:
+        p.add_argument("--predictor", default="neusight",
+                       help=f"predictor(s), comma-separated, of: {', '.join(PREDICTORS)}")
+        p.add_argument("--seed", default="0", help="predictor seed(s), comma-separated")
+    else:
+        p.add_argument("--predictor", default="neusight", choices=PREDICTORS,
+                       help="neusight (ours: the authors' recipe also trained on the training GPUs' transformer-shaped "
+                            "kernels, seed 0), neusight-paper (the authors' recipe, docs/recipes.md), neusight-logo "
+                            "(our earlier leave-one-GPU-out recipe) or a baseline")
+        p.add_argument("--seed", type=_seed, default=0, help="the predictor's training seed (default 0)")
     _add_weights_options(p)
 
 
@@ -324,15 +294,23 @@ def _add_sweep_parser(sub) -> None:
     p.add_argument("--out", required=True, help="CSV file to write")
 
 
-def _choices(value, what: str, allowed) -> list:
-    """A comma-separated option whose values must be of ``allowed`` ([None]: not given, the default)."""
-    if value is None:
-        return [None]
-    items = _csv_list(value, what)
-    bad = [x for x in items if x not in allowed]
-    if bad:
-        raise ValueError(f"--{what} must be of {', '.join(allowed)}, got {', '.join(bad)}")
-    return items
+def _list_of(name: str, value) -> list:
+    """A sweep's option as the list of its values (``step.Kind.text`` each, a choice among its words, or "none" for an
+    option whose default is none); a value that is none of them is a usage error naming the option."""
+    o = step.options()[name]
+    flag = name.replace("_", "-")
+    if o.many is None:
+        return [value]
+    if name == "device":
+        return _devices(value)
+    items = _csv_list(value, flag)
+    if o.kind.choices is not None:
+        allowed = o.kind.choices + (("none",) if o.user is None else ())
+        bad = [x for x in items if x not in allowed]
+        if bad:
+            raise ValueError(f"--{flag} must be of {', '.join(allowed)}, got {', '.join(bad)}")
+        return items
+    return _csv_list(value, flag, o.kind.text)
 
 
 def _csv_list(value, what: str, conv=str) -> list:
@@ -367,17 +345,8 @@ def _sweep(a) -> int:
     unknown = [x for x in names if x not in PREDICTORS]
     if unknown:
         raise ValueError(f"unknown predictor(s) {', '.join(unknown)}; choose from {', '.join(PREDICTORS)}")
-    ints = lambda v, what: _csv_list(v, what, int)        # noqa: E731
-    configs = sweep.grid(_csv_list(a.model, "model"), _devices(a.device), ints(a.batch, "batch"),
-                         ints(a.seq, "seq") if a.seq is not None else None, _csv_list(a.mode, "mode"), fusion=a.fusion,
-                         parallel=_csv_list(a.parallel, "parallel") if a.parallel is not None else [None],
-                         gpus=ints(a.gpus, "gpus") if a.gpus is not None else None,
-                         micro_batches=a.micro_batches, link_gbs=a.link_gbs, past=ints(a.past, "past"),
-                         dtype=_csv_list(a.dtype, "dtype"),
-                         attention=_choices(a.attention, "attention", schema.ATTENTIONS),
-                         execution=_choices(a.execution, "execution", schema.EXECUTIONS),
-                         grads=_choices(a.grads, "grads", schema.GRADS), comm=_choices(a.comm, "comm", schema.COMMS),
-                         image_sizes=ints(a.image_size, "image-size") if a.image_size is not None else None)
+    lists = {name: None if getattr(a, name) is None else _list_of(name, getattr(a, name)) for name in step.INPUTS}
+    configs = sweep.grid(*(lists.pop(name) for name in ("model", "device", "batch", "seq", "mode")), **lists)
     seeds = _seeds(a.seed)
     target = sweep.CsvTarget(a.out)     # refused here, before anything is computed
     quick = _choose_quick(a, names, seeds)

@@ -57,6 +57,7 @@ import pandas as pd
 
 from neusight_core import configs, derive_memory, kernel_table, schema, trace_cache
 from neusight_core.interpolation import aux_weights, exact_inverse, lagrange_weights, seq_basis
+from neusight_core.step import Step
 
 SAMPLE_B = (2, 4)          # batch 1 is its own family (some ops become views at batch 1): SAMPLE_B1
 SAMPLE_B1 = (1,)
@@ -222,7 +223,7 @@ class Family:
         return c
 
     def _trace(self, content, b, s):
-        return trace_cache.trace(content, b, s, self.mode, **self.trace_kw)
+        return trace_cache.trace(Step(model=content, batch=b, seq=s, mode=self.mode, **self.trace_kw))
 
     def _fit(self, samples: list[pd.DataFrame]) -> None:
         first = samples[0]

@@ -13,8 +13,8 @@ same configurations), the CLI. The stages:
 1. **check**: each request is a :class:`scenario.Scenario` (validated when built) or a ``request.Rejected`` (a dict
    that ``request.parse``, the adapter from dicts, could not make one of): that one gets its one-line error in
    ``error`` and the others go on.
-2. **tables**: one kernel table per (model, batch, size, mode, past, fusion, plan, GPUs, micro-batches, dtype),
-   not per device. Plain tables of a derivable family (``derive.py``, several tables of one model) are evaluated
+2. **tables**: one kernel table per :class:`step.Step` (model, batch, size, mode, past, fusion, plan, GPUs,
+   micro-batches, dtype, attention, gradients), not per device. Plain tables of a derivable family (``derive.py``, several tables of one model) are evaluated
    for all their points at once; the rest are traced through the trace cache (fusion and plans applied, cached
    on disk too). Each table is reduced to its distinct kernels with launch counts (``compact_table``).
 3. **one predictor call per predictor x seed** over the distinct kernels of all tables x the devices that need
@@ -37,9 +37,10 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import derive, derive_pool, gc_pause, host, kernel_floor, memory, network, scenario, schema
-from neusight_core.request import INPUTS, jobs, message, requests, table_key
+from neusight_core.request import INPUTS, jobs, message, requests
 from neusight_core.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
-from neusight_core.schema import OpClass
+from neusight_core.schema import Execution, Grads, OpClass
+from neusight_core.step import Step
 
 PHASE_COLUMNS = ["e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"]
 CLASS_MS = [f"{c}_ms" for c in schema.OP_CLASSES]
@@ -182,68 +183,66 @@ def _tables(norm, use_derivation: bool, keep_full: bool, footprints: bool, table
     """Stage 2: one kernel table per table key (not per device), each reduced to its distinct kernels."""
     n = len(norm)
     tab_of = np.full(n, -1)
-    keys: dict[tuple, int] = {}
-    fields: dict[tuple, dict] = {}        # the validated fields of each table's first request (table_of)
-    image_keys = set()        # tables of image models: always traced (derive.py's families are in seq)
+    keys: dict[Step, int] = {}
+    fields: dict[Step, dict] = {}        # the validated fields of each table's first request (table_of)
     for i, r in enumerate(norm):
         if r is not None:
-            tab_of[i] = keys.setdefault(table_key(r), len(keys))
-            fields.setdefault(table_key(r), r)
-            if r["image_size"] is not None:
-                image_keys.add(table_key(r))
+            st = Step.of(r)
+            tab_of[i] = keys.setdefault(st, len(keys))
+            fields.setdefault(st, r)
     tab_err: dict[int, str] = {}
     tab_derived: dict[int, bool] = {}
     full: dict[int, pd.DataFrame] = {}     # traced tables (keep_kernels)
     foot: dict = {}
     parts: list[pd.DataFrame] = []
     fam_points: dict[int, tuple] = {}     # id(family) -> (family, [(tab, b, s)])
-    real: list[tuple[int, tuple]] = []
+    real: list[tuple[int, Step]] = []
     t0 = time.perf_counter()
     bar = _bar(progress, total=len(keys), desc="kernel tables")
     # derivation pays when a family covers several tables (building one costs ~7 traces of a
     # reduced model): at least MIN_FAMILY tables, MIN_BUCKET within a seq bucket
-    def family_of(key) -> tuple:      # model, mode, past, batch 1, dtype, attention: what a family is built for
-        return (key[0], key[3], key[4], key[1] == 1, key[9], key[10])      # (grads: rows dropped after it)
+    def family_of(st: Step) -> tuple:      # what a family is built for (fresh gradients: rows dropped after it)
+        return (st.model, st.mode, st.past, st.batch == 1, st.dtype, st.attention)
     group, bucket, same_seq = {}, {}, {}
-    for key in keys:
-        s, g0 = key[2], family_of(key)
+    for st in keys:
+        g0 = family_of(st)
         group[g0] = group.get(g0, 0) + 1
-        g1 = g0 + (int(s).bit_length(),)
+        g1 = g0 + (int(st.size).bit_length(),)
         bucket[g1] = bucket.get(g1, 0) + 1
-        same_seq[g0 + (s,)] = same_seq.get(g0 + (s,), 0) + 1
+        same_seq[g0 + (st.size,)] = same_seq.get(g0 + (st.size,), 0) + 1
+
+    def derivable(st: Step) -> bool:        # tables of image models are always traced (derive.py's families are in seq)
+        return not st.fusion and st.parallel is None and not st.image and group[family_of(st)] >= MIN_FAMILY
     if use_derivation:        # the families the loop below will ask for first, built side by side on many cores
-        derive_pool.build([dict(model=k[0], mode=k[3], batch_one=k[1] == 1, past=k[4], dtype=k[9], attention=k[10],
-                                point=(k[1], k[2])) for k in keys if not k[5] and k[6] is None and k not in image_keys
-                           and k[2] >= derive.MIN_SEQ and group[family_of(k)] >= MIN_FAMILY], progress=progress)
+        derive_pool.build([dict(model=st.model, mode=st.mode, batch_one=st.batch == 1, past=st.past, dtype=st.dtype,
+                                attention=st.attention, point=(st.batch, st.size))
+                           for st in keys if derivable(st) and st.size >= derive.MIN_SEQ], progress=progress)
     # batch >= 2 first: a failed check there spares the batch-1 family of the same model (derive.family_for)
-    for key, t in sorted(keys.items(), key=lambda kv: kv[0][1] == 1):
-        model, b, s, mode, past, fusion, plan, g, mb, dt, att, _ = key
+    for st, t in sorted(keys.items(), key=lambda kv: kv[0].batch == 1):
         fam = None
-        g0 = family_of(key)
-        if use_derivation and not fusion and plan is None and group[g0] >= MIN_FAMILY and key not in image_keys:
+        if use_derivation and derivable(st):
+            g0 = family_of(st)
             try:
-                fam = derive.family_for(model, b, s, mode, past=past, dtype=dt, attention=att,
-                                        allow_bucket=bucket[g0 + (int(s).bit_length(),)] >= MIN_BUCKET,
-                                        allow_fixed=same_seq[g0 + (s,)] >= MIN_FAMILY)
+                fam = derive.family_for(st.model, st.batch, st.size, st.mode, past=st.past, dtype=st.dtype,
+                                        attention=st.attention,
+                                        allow_bucket=bucket[g0 + (int(st.size).bit_length(),)] >= MIN_BUCKET,
+                                        allow_fixed=same_seq[g0 + (st.size,)] >= MIN_FAMILY)
             except Exception:  # noqa: BLE001 - derivation is an optimisation: trace instead
                 fam = None
         if fam is not None:
-            fam_points.setdefault(id(fam), (fam, []))[1].append((t, b, s))
+            fam_points.setdefault(id(fam), (fam, []))[1].append((t, st.batch, st.size))
         else:
-            real.append((t, key))
-    fresh = {t for key, t in keys.items() if key[11] == "fresh"}     # tables without the accumulation rows
+            real.append((t, st))
+    fresh = {t for st, t in keys.items() if st.grads == Grads.FRESH}     # tables without the accumulation rows
     for fam, pts in fam_points.values():
         c = derive_pool.compact(fam, [(b, s) for _, b, s in pts])
         c["_tab"] = np.asarray([t for t, _, _ in pts])[c.pop("_point").to_numpy()]
         parts.append(c[~(c["phase"].eq("acc") & c["_tab"].isin(fresh))] if fresh else c)
         tab_derived.update((t, True) for t, _, _ in pts)
         bar.update(len(pts))
-    for t, key in real:
-        model, b, s, mode, past, fusion, plan, g, mb, dt, att, _ = key
+    for t, st in real:
         try:
-            k = (table_of(fields[key]) if table_of is not None else
-                 kernel_table(model, b, s, mode, past=past, fusion=fusion, parallel=plan, gpus=g, micro_batches=mb,
-                              dtype=dt, attention=att))
+            k = table_of(fields[st]) if table_of is not None else kernel_table(st)
             kt = k[k["phase"].ne("acc")] if t in fresh and "phase" in k else k   # the footprint reads the whole trace
             parts.append(compact_table(kt).assign(_tab=t))
             tab_derived[t] = False
@@ -432,7 +431,7 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
     out["kernels"] = kernels
     # the step as it is executed (host.py): graph = the kernel sum; eager = at least the host's launch time
     out["kernel_ms"] = res["e2e_ms"]
-    execution = np.array([(r or {}).get("execution") or "graph" for r in norm], dtype=object)
+    execution = np.array([r["execution"] if r is not None else Execution.GRAPH for r in norm], dtype=object)
     step, host_ms, bound = host.step_ms(res["e2e_ms"], np.nan_to_num(kernels), execution)
     ran = np.isfinite(res["e2e_ms"])
     out["e2e_ms"] = np.where(ran, step, np.nan)

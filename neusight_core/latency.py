@@ -26,39 +26,31 @@ import pandas as pd
 from neusight_core import network, schema
 # the tables' pieces and the request's error, named here too: their callers (whatif, live, the CLI, the tests)
 # read them as latency.*
-from neusight_core.tables import aggregate, loaded_predictor, predict_kernels, trace, trace_cached
+from neusight_core.tables import aggregate, loaded_predictor, predict_kernels, trace
 from neusight_core.scenario import LatencyInputError, device_of, scenario
 from neusight_core.schema import OpClass, Precision
 
 __all__ = ["LatencyInputError", "aggregate", "conv_by_roofline", "conv_note", "loaded_predictor", "moe_note", "predict_kernels",
-           "predict_model", "predict_scenario", "trace", "trace_cached"]
+           "predict_model", "predict_scenario", "trace"]
 
 
-def predict_model(model, device, batch: int, seq: int | None = None, mode: str = "inf", predictor="neusight",
-                  fusion: bool = False, parallel: str | None = None, gpus: int = 1,
-                  link_gbs: float | None = None, micro_batches: int = 1,
-                  efficiency: float = network.DEFAULT_EFFICIENCY, quick: bool | None = None, past: int = 0,
-                  dtype: str = Precision.FP32, optimizer: str = "adamw", master_weights: bool = True,
-                  attention: str | None = None, execution: str | None = None, image_size: int | None = None,
-                  grads: str | None = None, comm: str | None = None) -> dict:
+def predict_model(model, device, batch: int, seq: int | None = None, mode: str | None = None, predictor="neusight",
+                  *, quick: bool | None = None, efficiency: float = network.DEFAULT_EFFICIENCY, optimizer: str = "adamw",
+                  master_weights: bool = True, **options) -> dict:
     """Predict one configuration: a text model at ``seq`` tokens, or an image model at ``image_size`` pixels a side
     (default 224; ``seq`` for an image model, or ``image_size`` for a text one, is refused, as on the CLI).
 
-    ``model``: a config name known to ``trace.load_config`` or a path; ``device``: anything
-    ``devices.get_device`` accepts or a Device; ``predictor``: a name in ``predictors.names()`` or a
+    The question's keywords (``options``) are the fields of ``step.Scenario``, each with its help and defaults
+    there: ``image_size``, ``fusion``, ``parallel`` (dp/tp/pp/ep: ``batch`` is the global batch), ``gpus``,
+    ``micro_batches``, ``link_gbs`` (default the device's catalogue link), ``past`` (> 0: ``seq`` new tokens on a KV
+    cache of ``past`` tokens; ``seq=1``: one decode step), ``dtype`` (fp32 = the paper; others extrapolate),
+    ``attention``, ``execution``, ``grads``, ``comm``; a field not given takes the user's default (the paper's
+    setting is ``step.PAPER``). ``model``: a config name known to ``trace.load_config`` or a path; ``device``:
+    anything ``devices.get_device`` accepts or a Device; ``predictor``: a name in ``predictors.names()`` or a
     fitted KernelPredictor. ``quick``: None (default) answers as the CLI does, with the full weights when they
     are trained (or train in seconds) and else with the quick ones and a warning, so that a question never starts
     half an hour of training unasked; False: the full weights, trained first if missing; True: the quick ones.
-    For ``parallel`` in dp/tp/pp/ep, ``batch`` is the global batch and
-    ``link_gbs`` defaults to the device's catalogue link bandwidth. ``past`` > 0 (inference,
-    extension): ``seq`` new tokens on a KV cache of ``past`` tokens (``seq=1``: one decode step).
-    ``dtype`` in fp32 | tf32 | fp16 | bf16 (fp32 = the paper; others extrapolate, see
-    ``trace.trace_model``). ``optimizer`` / ``master_weights``: the training state counted in
-    ``memory`` (``memory.footprint``). ``attention`` (eager | sdpa; default what Hugging Face picks for the
-    model), ``execution`` (eager | graph; default eager PyTorch) and ``grads`` (fresh | accumulate, training;
-    default fresh, PyTorch's) and ``comm`` (nccl | bandwidth; default nccl, ``network.py``): ``schema.ATTENTIONS``,
-    ``schema.EXECUTIONS``, ``schema.GRADS``, ``schema.COMMS``; the paper's setting is ``scenario.PAPER`` (eager
-    attention, the kernel sum, gradients accumulated into, collectives by the link's bandwidth alone).
+    ``optimizer`` / ``master_weights``: the training state counted in ``memory`` (``memory.footprint``).
 
     Returns ``e2e_ms`` (the step as executed: with eager execution at least the host's launch time, host.py),
     ``kernel_ms`` (the kernel sum), ``host_ms``, ``host_bound``, ``fw_ms``, ``bw_ms``, ``acc_ms``, ``comm_ms``, ``comm_exposed_ms``,
@@ -73,10 +65,25 @@ def predict_model(model, device, batch: int, seq: int | None = None, mode: str =
     outside those of the GPUs they were trained on), ``moe_note`` ("" or the sentence of ``moe_note``: how the
     experts' grouped GEMMs of a mixture-of-experts model are predicted) and ``kernels`` (the table with ``pred_ms``).
     """
-    sc = scenario(model, device, batch, seq, mode, image_size=image_size, past=past, dtype=dtype, fusion=fusion, parallel=parallel, gpus=gpus, micro_batches=micro_batches,
-                  link_gbs=link_gbs, attention=attention, execution=execution, grads=grads, comm=comm)
+    sc = scenario(model, device, batch, seq, mode, **options)
     return predict_scenario(sc, predictor, quick=quick, efficiency=efficiency, optimizer=optimizer,
                             master_weights=master_weights)
+
+
+def _signature_with_options(fn):
+    """``fn``'s signature with the question's fields as keywords (``help(predict_model)`` and editors show them)."""
+    import inspect
+    from neusight_core.step import INPUTS
+    sig = inspect.signature(fn)
+    params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    have = {p.name for p in params}
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in INPUTS
+               if name not in have]
+    fn.__signature__ = sig.replace(parameters=params)
+    return fn
+
+
+predict_model = _signature_with_options(predict_model)
 
 
 def predict_scenario(sc, predictor="neusight", quick: bool | None = None,

@@ -142,4 +142,4 @@ class NetworkModel:
 def for_request(r: dict, efficiency: float = DEFAULT_EFFICIENCY) -> NetworkModel:
     """The network model of one request's fields (a Scenario's ``as_dict``): its link, GPUs and ``comm``."""
     return NetworkModel(link_gbs=r["link_gbs"] or 1.0, gpus=r["gpus"], efficiency=efficiency,
-                        latency_us=latency_us(r.get("comm") or "bandwidth", r["gpus"]))
+                        latency_us=latency_us(r["comm"], r["gpus"]))

@@ -1,93 +1,33 @@
 """One request to the engine (``engine.predict``): a :class:`scenario.Scenario`, validated when built. Dicts of
 its fields (``INPUTS``; a configuration frame's rows, ``rows_of_frame``) become Scenarios through the adapter
 ``parse``, which turns a request that fails its checks into a :class:`Rejected` with its one-line error
-(``message``), so that the others go on. Also the kernel table a request needs (``table_key``) and the predictor
-runs it is asked of (``jobs``).
+(``message``), so that the others go on. Also the predictor runs a request is asked of (``jobs``).
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from neusight_core.scenario import LatencyInputError, Scenario
 from neusight_core.scenario import scenario as make_scenario
-from neusight_core.scenario import tracer_size
-from neusight_core.schema import Precision
-
-INPUTS = ["model", "device", "batch", "seq", "image_size", "mode", "fusion", "parallel", "gpus", "micro_batches",
-          "link_gbs", "past", "dtype", "attention", "execution", "grads", "comm"]
-
-
-class SweepInputError(ValueError):
-    """A cell of a configuration frame that is not a value of its field (a non-integer batch, ...)."""
-
-
-#: No size of a request is larger (2^40 tokens, sequences or GPUs): beyond it a number is a typo, and numpy's
-#: 64-bit integers would overflow on the products of sizes the tracer and the memory model take
-MAX_SIZE = 2 ** 40
-
-
-def _int(v, what, minimum=1):
-    bad = SweepInputError(f"{what} must be an integer from {minimum} to {MAX_SIZE:,}, got {v!r}")
-    if isinstance(v, bool) or v is None or (isinstance(v, float) and (not math.isfinite(v) or v != int(v))):
-        raise bad
-    try:
-        iv = int(v)
-    except (TypeError, ValueError, OverflowError):
-        raise bad from None
-    if not minimum <= iv <= MAX_SIZE:
-        raise bad
-    return iv
-
-
-def _given(v):
-    """None for a missing value of a configuration frame (None, NaN, pandas' NA), else the value."""
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA else v
+from neusight_core.step import INPUTS, MAX_SIZE, LatencyInputError, Scenario, SweepInputError, options  # noqa: F401
 
 
 def scenario_of(r: dict) -> Scenario:
     """One request (a configuration row or a dict of ``INPUTS`` fields; NaN = not given, integers from floats)
-    -> its :class:`Scenario`, checked by ``scenario.scenario`` (raises its one-line error)."""
-    def opt_int(key, what, minimum=1):
-        v = _given(r.get(key))
-        return None if v is None else _int(v, what, minimum)
-
-    plan = _given(r.get("parallel"))
-    plan = None if plan in ("", "none") else plan
-    dt = _given(r.get("dtype"))
-    fusion = _given(r.get("fusion"))
-    if isinstance(fusion, str):       # "False" is a word, not a truthy value
-        if fusion.strip().lower() not in ("true", "false", "1", "0", ""):
-            raise SweepInputError(f"fusion must be true or false, got {fusion!r}")
-        fusion = fusion.strip().lower() in ("true", "1")
-    link = _given(r.get("link_gbs"))
-    sc = make_scenario(
-        r.get("model"), str(r.get("device")), _int(r.get("batch"), "batch"), opt_int("seq", "seq"),
-        _given(r.get("mode")) or "inf", image_size=opt_int("image_size", "image_size"),
-        past=opt_int("past", "past", 0) or 0, dtype=dt if dt not in (None, "") else Precision.FP32, fusion=bool(fusion),
-        parallel=plan, gpus=opt_int("gpus", "gpus"), micro_batches=opt_int("micro_batches", "micro_batches") or 1,
-        link_gbs=None if link is None else float(link), attention=_given(r.get("attention")) or None,
-        execution=_given(r.get("execution")) or None, grads=_given(r.get("grads")) or None,
-        comm=_given(r.get("comm")) or None)
-    return sc
+    -> its :class:`Scenario`: each cell read by its field's kind (``step.option``; a cell that is no value of its
+    field raises ``SweepInputError``), then checked by ``scenario.scenario`` (its one-line error)."""
+    f = {name: o.kind.cell(name, r.get(name)) for name, o in options().items()}
+    if f["batch"] is None:
+        raise SweepInputError(f"batch must be an integer from 1 to {MAX_SIZE:,}, got {r.get('batch')!r}")
+    return make_scenario(**f)
 
 
 def message(e: BaseException) -> str:
     """The one-line error of a request that could not be predicted."""
     s = str(e).strip()
     return f"{type(e).__name__}: {s.splitlines()[0] if s else ''}"[:300]
-
-
-def table_key(r: dict) -> tuple:
-    """What one kernel table is built for; the last field is ``fresh`` only where it drops rows (a training step
-    whose gradients start from none: no accumulation rows), so other requests share their tables."""
-    fresh = r["mode"] == "train" and r.get("grads") == "fresh"
-    return (str(r["model"]), r["batch"], tracer_size(r), r["mode"], r["past"], r["fusion"], r["parallel"],
-            r["gpus"] if r["parallel"] else 1, r["micro_batches"] if r["parallel"] == "pp" else 1, r["dtype"],
-            r.get("attention") or "eager", "fresh" if fresh else "accumulate")
 
 
 def rows_of_frame(frame: pd.DataFrame) -> list[dict]:

@@ -1,28 +1,22 @@
-"""One prediction request, validated once: the CLI, ``latency.predict_model`` and the sweep all
-build a :class:`Scenario` with :func:`scenario`, so a request is accepted or refused the same way
-everywhere, with the same one-line ``LatencyInputError``.
+"""Building a request: ``scenario`` validates one and returns it as a :class:`step.Scenario`. The CLI,
+``latency.predict_model``, the engine's dict rows (``request.parse``) and the sweep all build theirs here, so a request
+is accepted or refused the same way everywhere, with the same one-line ``LatencyInputError``.
 
-The checks themselves are :func:`validate_inputs` (sizes, mode, plan, dtype, device plausibility,
-model config, TP/PP/DP divisibility, the absurd-memory guard) and :func:`input_size` (a sequence
-length for text models, an image side for image models, never both); this module resolves the defaults
-(GPUs, the catalogue's link bandwidth) and holds the result.
+What each option is, its default and its own check are declared once with the option (``step.py``). This module holds
+what needs more than one field or the model: which size a model takes (``input_size``), the defaults that depend on
+the plan or the model (GPUs, gradients, attention, the link), and the checks across fields, the model config and the
+device (``check_request``).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from neusight_core import configs, memory, parallel_experts, schema
-from neusight_core.schema import Precision
-
-
-class LatencyInputError(ValueError):
-    """A request no GPU run could be (zero batch, unknown mode or plan, missing link bandwidth, ...): one line."""
-
-
-
+from neusight_core.schema import Attention, Grads, Mode, Plan
+from neusight_core.step import (INPUTS, LINK_LIMITS_GBS, PAPER, REQUIRED, LatencyInputError, Scenario,  # noqa: F401
+                                Step, not_given, options)
 
 # ------------------------------------------------------------------------------ the checks
 def device_of(device):
@@ -35,7 +29,6 @@ def device_of(device):
 # Physical plausibility of a device description (generous: 10x beyond any GPU of 2026). A number
 # outside these ranges is a typo or a unit mistake (GB/s vs B/s), and a prediction from it would be
 # a bare wrong number.
-LINK_LIMITS_GBS = (0.001, 100_000.0)
 #: what a GPU can have; a device entry outside is a typo or a unit mistake (a tensor peak of 1e-9 GFLOPS predicted a
 #: GEMM at 8e11 ms), refused when the GPU is used, naming the file it came from
 DEVICE_LIMITS = {"num_sm": (1, 10_000), "mem_bw_gbs": (1.0, 100_000.0), "fp32_gflops": (1.0, 10_000_000.0),
@@ -46,12 +39,6 @@ DEVICE_LIMITS = {"num_sm": (1, 10_000), "mem_bw_gbs": (1.0, 100_000.0), "fp32_gf
 # that "does not fit" (memory.footprint says that, and the latency is still printed): it is a typo or a unit
 # mistake (a billion sequences), and gets an error instead of a number.
 ABSURD_MEMORY_FACTOR = 100
-
-
-def _positive_int(what: str, v) -> int:
-    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-        raise LatencyInputError(f"{what} must be a positive integer, got {v!r}")
-    return int(v)
 
 
 def check_device(dev) -> None:
@@ -70,7 +57,7 @@ def check_device(dev) -> None:
                                     f"plausible range [{lo:g}, {hi:g}] (check {where} and its units)")
 
 
-def _config_of(model):
+def config_of(model):
     """The model's config fields for the checks below, with one clear line for files that cannot be
     one. Read as plain JSON (``configs.config_content``), not through transformers, so that a
     question answered from the trace cache imports neither transformers nor torch; the tracer checks
@@ -118,7 +105,7 @@ def is_image(model) -> bool:
     """An image model (``configs.is_image_model``): its size argument is the image side, not a sequence."""
     if isinstance(model, (str, Path)) and not str(model).endswith(".json"):
         return configs.is_image_model(str(model))          # a catalogue name: cached per process
-    return configs.is_image_model(vars(_config_of(model)))
+    return configs.is_image_model(vars(config_of(model)))
 
 
 def input_size(model, seq=None, image_size=None) -> int:
@@ -133,7 +120,7 @@ def input_size(model, seq=None, image_size=None) -> int:
                                     f"(default {configs.DEFAULT_IMAGE_SIZE})")
         return configs.DEFAULT_IMAGE_SIZE if image_size is None else image_size
     if image_size is not None:
-        raise LatencyInputError(configs.unsupported_image_model(vars(_config_of(model)))
+        raise LatencyInputError(configs.unsupported_image_model(vars(config_of(model)))
                                 or f"--image-size is for image models: {name} is a text model; give --seq")
     if seq is None:
         raise LatencyInputError(f"{name} is a text model: give its sequence length (--seq)")
@@ -149,86 +136,65 @@ def check_image_request(name, past, parallel) -> None:
         raise LatencyInputError(f"{parallel} is not modelled for image models ({name}); data parallelism (dp) is")
 
 
-def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link_gbs=None, micro_batches=1,
-                    past=0, dtype=Precision.FP32, attention="eager", execution="graph", grads="accumulate",
-                    comm="bandwidth"):
-    """Every check of a prediction request, in one place (the CLI and predict_model both use it).
+def check_fields(fields: dict) -> dict:
+    """Each given field by its own check (``step.option``'s kind: a positive integer, one of an enum's words, ...),
+    in the order the fields are declared; returns them as typed values (enum members, ints, floats)."""
+    out = dict(fields)
+    for name, o in options().items():
+        v = fields.get(name)
+        if not not_given(v) or o.user is REQUIRED:       # a field the question must give is checked when missing
+            out[name] = o.kind.check(o.what or name, v)
+    return out
 
-    Raises LatencyInputError with one line for anything a GPU run could not be: non-positive or
-    non-integer sizes, an unknown mode or plan, GPUs / link / micro-batches without the plan that uses
-    them, a link bandwidth of 0, tensor parallelism over more GPUs than the heads split into, a model
-    config that is not a JSON object or has non-positive dimensions, a device outside physical
-    ranges, or a configuration whose weights + one activation tensor exceed the GPUs' memory 100 times
-    over (one that merely does not fit is predicted, with ``memory.footprint``'s "does not fit").
-    Returns (device, config)."""
-    try:
-        image = is_image(model)
-    except Exception:  # noqa: BLE001 - an unknown or broken config is reported below, after the sizes
-        image = False
-    batch = _positive_int("batch", batch)
-    seq = _positive_int("image size" if image else "sequence length", seq)
-    micro_batches = _positive_int("micro-batch count", micro_batches)
-    gpus = _positive_int("GPU count", gpus)
-    if not isinstance(past, (int, np.integer)) or isinstance(past, bool) or past < 0:
-        raise LatencyInputError(f"past (KV cache length) must be a non-negative integer, got {past!r}")
-    if mode not in schema.MODES:
-        raise LatencyInputError(f"mode must be one of {', '.join(schema.MODES)}, got {mode!r}")
-    if parallel is not None and parallel not in schema.PLANS:
-        raise LatencyInputError(f"parallel plan must be one of {', '.join(schema.PLANS)}, got {parallel!r}")
-    if dtype not in schema.PRECISIONS:
-        raise LatencyInputError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dtype!r}")
-    if attention is not None and attention not in schema.ATTENTIONS:     # None: the model's default
-        raise LatencyInputError(f"attention must be one of {', '.join(schema.ATTENTIONS)}, got {attention!r}")
-    if execution not in schema.EXECUTIONS:
-        raise LatencyInputError(f"execution must be one of {', '.join(schema.EXECUTIONS)}, got {execution!r}")
-    if grads not in schema.GRADS:
-        raise LatencyInputError(f"grads must be one of {', '.join(schema.GRADS)}, got {grads!r}")
-    if comm not in schema.COMMS:
-        raise LatencyInputError(f"comm must be one of {', '.join(schema.COMMS)}, got {comm!r}")
+
+def check_request(f: dict, image: bool):
+    """The checks across fields, the model config and the device; ``f``: the fields, each checked on its own.
+
+    Raises LatencyInputError with one line for anything a GPU run could not be: GPUs / link / micro-batches without
+    the plan that uses them, tensor parallelism over more GPUs than the heads split into, a model config that is not
+    a JSON object or has non-positive dimensions, a device outside physical ranges, or a configuration whose weights +
+    one activation tensor exceed the GPUs' memory 100 times over (one that merely does not fit is predicted, with
+    ``memory.footprint``'s "does not fit"). Returns (device, config)."""
+    parallel, gpus, batch = f["parallel"], f["gpus"], f["batch"]
     if parallel is None:
         if gpus > 1:
             raise LatencyInputError(f"{gpus} GPUs need a parallel plan ({', '.join(schema.PLANS)}); without one the "
                                     "prediction is for a single GPU")
-        if link_gbs is not None:
+        if f["link_gbs"] is not None:
             raise LatencyInputError(f"a link bandwidth only matters with a parallel plan ({', '.join(schema.PLANS)})")
-    if micro_batches > 1 and parallel != "pp":
+    if f["micro_batches"] > 1 and parallel != Plan.PP:
         raise LatencyInputError("micro-batches only apply to pipeline parallelism (pp)")
-    if link_gbs is not None:
-        try:
-            lk = float(link_gbs)
-        except (TypeError, ValueError):
-            lk = float("nan")
-        if not (np.isfinite(lk) and LINK_LIMITS_GBS[0] <= lk <= LINK_LIMITS_GBS[1]):
-            raise LatencyInputError(f"link bandwidth must be a positive number of GB/s up to "
-                                    f"{LINK_LIMITS_GBS[1]:g}, got {link_gbs!r}")
-    dev = device_of(device)
+    dev = device_of(f["device"])
     check_device(dev)
-    cfg = _config_of(model)
+    cfg = config_of(f["model"])
     dims = check_config(cfg)
-    if attention == "sdpa" and getattr(cfg, "model_type", None) in configs.no_sdpa_model_types():
-        raise LatencyInputError(f"{getattr(cfg, 'model_type', model)} has no fused (sdpa) attention in transformers: "
-                                "use attention eager")
+    if f["attention"] == Attention.SDPA and getattr(cfg, "model_type", None) in configs.no_sdpa_model_types():
+        raise LatencyInputError(f"{getattr(cfg, 'model_type', f['model'])} has no fused (sdpa) attention in "
+                                "transformers: use attention eager")
     if image:
-        check_image_request(getattr(cfg, "name", model), past, parallel)
+        check_image_request(getattr(cfg, "name", f["model"]), f["past"], parallel)
         dims["image channels"] = int(getattr(cfg, "num_channels", 3) or 3)
     heads = dims.get("number of attention heads")
-    if parallel in schema.TENSOR_PLANS and heads and heads % gpus:
+    if parallel is not None and parallel.splits_tensors and heads and heads % gpus:
         raise LatencyInputError(f"tensor parallelism over {gpus} GPUs needs the {heads} attention heads to split "
                                 f"evenly; use a GPU count that divides {heads}")
-    if parallel == "ep":
+    if parallel == Plan.EP:
         experts = parallel_experts.experts_of(vars(cfg))
         if experts is None:
             raise LatencyInputError(f"expert parallelism (ep) needs a mixture-of-experts model; "
-                                    f"{getattr(cfg, 'name', None) or model} has no experts: use tp")
+                                    f"{getattr(cfg, 'name', None) or f['model']} has no experts: use tp")
         if experts % gpus:
             raise LatencyInputError(f"expert parallelism over {gpus} GPUs needs the {experts} experts to spread "
                                     f"evenly; use a GPU count that divides {experts}")
     layers = dims.get("number of layers")
-    if parallel == "pp" and layers and gpus > layers:
-        raise LatencyInputError(f"pipeline parallelism over {gpus} GPUs needs at least {gpus} layers, the model has {layers}")
-    if parallel == "dp" and batch % gpus:
-        raise LatencyInputError(f"data parallelism over {gpus} GPUs needs a global batch divisible by {gpus}, got {batch}")
-    need = memory.min_memory_gb(dims, batch, seq, mode, parallel, gpus, past, dtype)
+    if parallel == Plan.PP and layers and gpus > layers:
+        raise LatencyInputError(f"pipeline parallelism over {gpus} GPUs needs at least {gpus} layers, the model has "
+                                f"{layers}")
+    if parallel == Plan.DP and batch % gpus:
+        raise LatencyInputError(f"data parallelism over {gpus} GPUs needs a global batch divisible by {gpus}, got "
+                                f"{batch}")
+    size = f["image_size"] if image else f["seq"]
+    need = memory.min_memory_gb(dims, batch, size, f["mode"], parallel, gpus, f["past"], f["dtype"])
     if need > ABSURD_MEMORY_FACTOR * dev.mem_gb:
         raise LatencyInputError(f"impossible on {dev.name}: at least {need:,.1f} GB per GPU (weights + one "
                                 f"activation tensor) against {dev.mem_gb:g} GB of memory, over "
@@ -236,89 +202,46 @@ def validate_inputs(model, device, batch, seq, mode, parallel=None, gpus=1, link
     return dev, cfg
 
 
-
-# ------------------------------------------------------------------------------ the request
-@dataclass(frozen=True)
-class Scenario:
-    """A validated request. Its size is ``seq``, the sequence length of a text model, or ``image_size``, the
-    image side of an image model: exactly one of the two is set (``size`` is the tracer's argument, either).
-    ``link_gbs`` is resolved (given, or the catalogue's link of the device when a plan needs one; None without a
-    plan)."""
-    model: object          # config name, path, or a config object / dict
-    device: str            # catalogue name
-    batch: int
-    seq: int | None = None           # tokens of a text model (None for an image model)
-    mode: str = "inf"
-    past: int = 0
-    dtype: str = Precision.FP32
-    fusion: bool = False
-    parallel: str | None = None
-    gpus: int = 1
-    micro_batches: int = 1
-    link_gbs: float | None = None
-    image_size: int | None = None    # side of an image model's input (None for a text model)
-    attention: str = "eager"      # eager | sdpa (schema.ATTENTIONS); scenario() defaults to what HF picks
-    execution: str = "graph"      # eager | graph (schema.EXECUTIONS); scenario() defaults to eager PyTorch
-    grads: str = "accumulate"     # fresh | accumulate (schema.GRADS, training); scenario() defaults to fresh
-    comm: str = "bandwidth"       # nccl | bandwidth (schema.COMMS, network.py); scenario() defaults to nccl
-
-    def __post_init__(self):
-        if (self.seq is None) == (self.image_size is None):
-            raise LatencyInputError("a scenario has a sequence length (text model) or an image size (image "
-                                    f"model), exactly one: got seq={self.seq}, image_size={self.image_size}")
-
-    @property
-    def image(self) -> bool:
-        return self.image_size is not None
-
-    @property
-    def size(self) -> int:
-        """The tracer's size argument (:func:`tracer_size`): the sequence length, or the image side."""
-        return tracer_size(vars(self))
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-#: The paper's setting: eager attention, the step as its kernel sum, gradients accumulated into (the authors'
-#: loop), collectives timed by the link's bandwidth alone (the authors' network model). The reproduction (Tier 0/1)
-#: asks for it explicitly; a question that does not say gets what people run (``scenario``'s defaults).
-PAPER = {"attention": "eager", "execution": "graph", "grads": "accumulate", "comm": "bandwidth"}
-
-
-def scenario(model, device, batch, seq=None, mode: str = "inf", *, image_size=None, past=0, dtype: str = Precision.FP32,
-             fusion: bool = False, parallel: str | None = None, gpus=None, micro_batches=1,
-             link_gbs=None, attention: str | None = None, execution: str | None = None,
-             grads: str | None = None, comm: str | None = None) -> Scenario:
-    """Validate a request and return it as a :class:`Scenario` (``gpus`` defaults to 4 with a plan, the
-    paper's setting, else 1; ``attention`` to what Hugging Face picks for the model, ``configs.default_attention``;
-    ``execution`` to eager PyTorch; ``grads`` to fresh, PyTorch's default, or accumulate with pp; ``comm`` to
-    nccl, the link plus NCCL's fixed cost per all-reduce). Raises
-    ``LatencyInputError`` (or the tracer's / catalogue's one-line errors for an unknown model or GPU)."""
-    size = input_size(model, seq, image_size)
-    gpus = (4 if parallel else 1) if gpus is None else gpus
-    execution = "eager" if execution is None else execution
-    comm = "nccl" if comm is None else comm
-    if parallel == "pp" and grads == "fresh":
+def scenario(model, device, batch, seq=None, mode=None, **given) -> Scenario:
+    """Validate a request and return it as a :class:`step.Scenario`. The keywords are the Scenario's fields
+    (``step.INPUTS``); a field not given, or given as None, takes the user's default its declaration states: plain
+    values, and the rules applied here (GPUs 4 with a plan, the paper's setting, else 1; gradients fresh, or
+    accumulate with pp; attention what Hugging Face picks for the model, ``configs.default_attention``; the link the
+    catalogue's, with a plan). Raises ``LatencyInputError`` (or the tracer's / catalogue's one-line errors for an
+    unknown model or GPU)."""
+    unknown = sorted(set(given) - set(INPUTS))
+    if unknown:
+        raise LatencyInputError(f"unknown option(s) {', '.join(unknown)}; the options are {', '.join(INPUTS)}")
+    f = {name: None for name in INPUTS}
+    f.update(given, model=model, device=device, batch=batch, seq=seq, mode=mode)
+    f = {name: None if not_given(v) else v for name, v in f.items()}
+    for name, o in options().items():          # the user's plain defaults (the rules come below)
+        if f[name] is None and o.user is not None and isinstance(o.user, (str, int, float)):
+            f[name] = o.user
+    try:
+        image = is_image(model)
+    except Exception:  # noqa: BLE001 - an unknown or broken config is reported below, after the sizes
+        image = False
+    size = input_size(model, f["seq"], f["image_size"])    # the size of its kind, or one line why not
+    f["seq"], f["image_size"] = (None, size) if image else (size, None)
+    f = check_fields(f)
+    if f["gpus"] is None:
+        f["gpus"] = 4 if f["parallel"] is not None else 1
+    if f["parallel"] == Plan.PP and f["grads"] == Grads.FRESH:
         raise LatencyInputError("pipeline parallelism (pp) accumulates each micro-batch's gradients into the "
                                 "last one's: grads fresh does not apply (use accumulate)")
-    # pipeline parallelism accumulates over its micro-batches (the authors' pp labels were measured so)
-    grads = ("accumulate" if parallel == "pp" else "fresh") if grads is None else grads
-    dev, cfg = validate_inputs(model, device, batch, size, mode, parallel, gpus, link_gbs, micro_batches,
-                               past, dtype, attention, execution, grads, comm)
-    attention = configs.default_attention(vars(cfg)) if attention is None else attention
-    link = None if link_gbs is None else float(link_gbs)
-    if parallel is not None and link is None:
-        link = dev.link_gbs
-        if link is None and gpus > 1:
+    if f["grads"] is None:   # pipeline parallelism accumulates over its micro-batches (so the authors' pp labels)
+        f["grads"] = Grads.ACCUMULATE if f["parallel"] == Plan.PP else Grads.FRESH
+    dev, cfg = check_request(f, image)
+    if f["attention"] is None:
+        f["attention"] = Attention(configs.default_attention(vars(cfg)))
+    if f["parallel"] is not None and f["link_gbs"] is None:
+        f["link_gbs"] = dev.link_gbs
+        if f["link_gbs"] is None and f["gpus"] > 1:
             raise LatencyInputError(f"no link bandwidth known for {dev.name}: give the link bandwidth "
-                                            "(--link-gbs / link_gbs)")
-    image = is_image(model)
-    return Scenario(model=str(model) if isinstance(model, Path) else model, device=dev.name, batch=int(batch),
-                    seq=None if image else int(size), mode=mode, past=int(past), dtype=dtype, fusion=bool(fusion),
-                    parallel=parallel, gpus=int(gpus), micro_batches=int(micro_batches), link_gbs=link,
-                    image_size=int(size) if image else None, attention=attention, execution=execution, grads=grads,
-                    comm=comm)
+                                    "(--link-gbs / link_gbs)")
+    f.update(model=str(model) if isinstance(model, Path) else model, device=dev.name)
+    return Scenario(**f)
 
 
 # ------------------------------------------------------------------------------ without a footprint
@@ -348,7 +271,7 @@ _DIMS: dict = {}
 def _dims(key, model) -> dict:
     """``scenario.check_config`` of a model, once per model and process (image models with their channels)."""
     if key not in _DIMS:
-        cfg = _config_of(model)
+        cfg = config_of(model)
         dims = check_config(cfg)
         if is_image(model):
             dims["image channels"] = int(getattr(cfg, "num_channels", 3) or 3)

@@ -159,33 +159,73 @@ ATTN_BACKWARD_FLOPS = 2.5
 #: On the lent H100 (docs/tier2/2026-11-26-h100-modern, cuDNN's kernels, batch 4 x 2,048 tokens) the backward took
 #: 2.55 and 2.56 times the forward of the same shape (Llama-3.2-1B, Qwen2.5-1.5B): a check, not where 2.5 came from.
 
-#: How a model's attention runs: ``eager`` = the paper's (Q K^T, softmax, P V as separate kernels),
-#: ``sdpa`` = one fused kernel per layer and phase (``torch.nn.functional.scaled_dot_product_attention``, what
-#: Hugging Face picks by default for the models that support it).
-ATTENTIONS = ("eager", "sdpa")
+class Mode(_Word):
+    """What a step is: ``inf`` (a forward pass: a prefill, or with a KV cache a decode step) or ``train`` (forward,
+    loss and backward)."""
+    INF = "inf"
+    TRAIN = "train"
 
-#: What a step is: ``inf`` (a forward pass: a prefill, or with a KV cache a decode step) or ``train`` (forward,
-#: loss and backward); and how a run is split over GPUs: data, tensor or pipeline parallelism, or expert parallelism
-#: (``ep``: tensor parallelism whose mixture-of-experts layers spread their experts over the GPUs instead of slicing
-#: each expert; ``parallel_experts.py``). ``TENSOR_PLANS``: the plans that split every layer's tensors.
-MODES = ("inf", "train")
-PLANS = ("dp", "tp", "pp", "ep")
-TENSOR_PLANS = ("tp", "ep")
 
-#: How a step is launched: ``graph`` = the kernels back to back (CUDA graphs, torch.compile with
-#: cudagraphs, serving engines): the step is the kernel sum; ``eager`` = eager PyTorch, the host dispatching each
-#: kernel (``host.py``): the step is at least the host's launch time.
-EXECUTIONS = ("eager", "graph")
+class Plan(_Word):
+    """How a run is split over GPUs: data, tensor or pipeline parallelism, or expert parallelism (``ep``: tensor
+    parallelism whose mixture-of-experts layers spread their experts over the GPUs instead of slicing each expert;
+    ``parallel_experts.py``)."""
+    DP = "dp"
+    TP = "tp"
+    PP = "pp"
+    EP = "ep"
 
-#: Where a training step's weight gradients start: ``fresh`` = none (``zero_grad(set_to_none=True)``, PyTorch's
-#: default since 2.0 and Hugging Face's Trainer: backward writes each gradient); ``accumulate`` = kept from the
-#: step before, as in the authors' measured loop, so backward adds each new gradient into it (one more kernel per
-#: parameter, reading and writing every gradient: 14 % of a Llama-2-7B training step on an H100).
-GRADS = ("fresh", "accumulate")
+    @property
+    def splits_tensors(self) -> bool:
+        """Every layer's tensors are split over the GPUs (the heads must divide evenly): tp, ep."""
+        return self in (Plan.TP, Plan.EP)
 
-#: How a collective is timed (``network.py``): ``nccl`` = the link's bandwidth plus NCCL's measured fixed cost per
-#: all-reduce; ``bandwidth`` = the link's bandwidth alone, the authors' model (the paper's reproduction keeps it).
-COMMS = ("nccl", "bandwidth")
+
+class Attention(_Word):
+    """How a model's attention runs: ``eager`` = the paper's (Q K^T, softmax, P V as separate kernels), ``sdpa`` = one
+    fused kernel per layer and phase (``torch.nn.functional.scaled_dot_product_attention``, what Hugging Face picks
+    by default for the models that support it)."""
+    EAGER = "eager"
+    SDPA = "sdpa"
+
+
+class Execution(_Word):
+    """How a step is launched: ``graph`` = the kernels back to back (CUDA graphs, torch.compile with cudagraphs,
+    serving engines): the step is the kernel sum; ``eager`` = eager PyTorch, the host dispatching each kernel
+    (``host.py``): the step is at least the host's launch time."""
+    EAGER = "eager"
+    GRAPH = "graph"
+
+
+class Grads(_Word):
+    """Where a training step's weight gradients start: ``fresh`` = none (``zero_grad(set_to_none=True)``, PyTorch's
+    default since 2.0 and Hugging Face's Trainer: backward writes each gradient); ``accumulate`` = kept from the step
+    before, as in the authors' measured loop, so backward adds each new gradient into it (one more kernel per
+    parameter, reading and writing every gradient: 14 % of a Llama-2-7B training step on an H100)."""
+    FRESH = "fresh"
+    ACCUMULATE = "accumulate"
+
+
+class Comm(_Word):
+    """How a collective is timed (``network.py``): ``nccl`` = the link's bandwidth plus NCCL's measured fixed cost per
+    all-reduce; ``bandwidth`` = the link's bandwidth alone, the authors' model (the paper's reproduction keeps it)."""
+    NCCL = "nccl"
+    BANDWIDTH = "bandwidth"
+
+
+def words(enum) -> tuple:
+    """The texts of an enum's members, in order (the CLI's choices, the messages' lists)."""
+    return tuple(m.value for m in enum)
+
+
+ATTENTIONS = words(Attention)
+MODES = words(Mode)
+PLANS = words(Plan)
+TENSOR_PLANS = tuple(p.value for p in Plan if p.splits_tensors)
+EXECUTIONS = words(Execution)
+GRADS = words(Grads)
+COMMS = words(Comm)
+
 
 def element_bytes(precision: str) -> int:
     """Bytes of one stored element in ``precision`` (4 for anything that is not fp16 / bf16)."""

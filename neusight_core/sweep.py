@@ -35,8 +35,8 @@ import pandas as pd
 from neusight_core import engine, request
 # the engine's names for a configuration frame; compact_table / kernel_table: the tables it predicts from
 from neusight_core.engine import RESULTS
-from neusight_core.request import INPUTS, SweepInputError
-from neusight_core.schema import Precision
+from neusight_core.step import INPUTS, SweepInputError
+from neusight_core.step import options as options_of
 
 #: the memory columns a sweep keeps: whether the configuration fits (False / None when unknown) and why
 MEMORY_VERDICT = ["memory_fits", "memory_verdict"]
@@ -62,22 +62,31 @@ def _image_model(model) -> bool:
         return False
 
 
-def grid(models, devices, batches, seqs=None, modes=("inf",), fusion=False, parallel=None, gpus=None,
-         micro_batches=1, link_gbs=None, past=0, dtype=Precision.FP32, image_sizes=None, attention=None,
-         execution=None, grads=None, comm=None) -> pd.DataFrame:
-    """The full product of the arguments (each a value or a list; repeated values count once) as a
-    configuration frame. An empty list is an error (it would make an empty sweep). Text models take the
-    ``seqs``, image models the ``image_sizes`` (default 224); sizes for a kind no model is of,
-    or text models without ``seqs``, are an error."""
-    lists = dict(models=models, devices=devices, batches=batches, seqs=seqs, modes=modes, fusion=fusion,
-                 parallel=parallel, gpus=gpus, micro_batches=micro_batches, link_gbs=link_gbs, past=past,
-                 dtype=dtype, attention=attention, execution=execution, grads=grads, comm=comm, image_sizes=image_sizes)
+#: how ``grid`` names the lists of its first arguments (and its messages say them)
+PLURAL = {"model": "models", "device": "devices", "batch": "batches", "seq": "seqs", "mode": "modes",
+          "image_size": "image_sizes"}
+
+
+def grid(models, devices, batches, seqs=None, modes=None, **options) -> pd.DataFrame:
+    """The full product of the arguments as a configuration frame (columns ``INPUTS``). ``options``: any other field
+    of ``step.Scenario`` by its name (``image_sizes`` for ``image_size``), each a value or a list (repeated values
+    count once); a field not given takes its declared plain default, or stays empty (its rule applies per row). An
+    empty list is an error (it would make an empty sweep). Text models take the ``seqs``, image models the
+    ``image_sizes`` (default 224); sizes for a kind no model is of, or text models without ``seqs``, are an error."""
+    if "image_sizes" in options:
+        options["image_size"] = options.pop("image_sizes")
+    unknown = sorted(set(options) - set(INPUTS))
+    if unknown:
+        raise SweepInputError(f"unknown option(s) {', '.join(unknown)}; the options are {', '.join(INPUTS)}")
+    lists = dict(options, model=models, device=devices, batch=batches, seq=seqs, mode=modes)
     for name, v in lists.items():
         if not isinstance(v, (str, int, float, bool)) and v is not None and len(list(v)) == 0:
-            raise SweepInputError(f"{name}: empty list (give at least one value)")
-    dedup = lambda v: list(dict.fromkeys(_as_list(v)))      # noqa: E731 - order kept, duplicates dropped
-    (models, devices, batches, seqs, modes, fusion, parallel, gpus, micro_batches, link_gbs, past, dtype, attention,
-     execution, grads, comm, sizes) = (dedup(v) for v in lists.values())
+            raise SweepInputError(f"{PLURAL.get(name, name)}: empty list (give at least one value)")
+    plain = {name: o.user if o.user is None or isinstance(o.user, (str, int, float)) else None
+             for name, o in options_of().items()}
+    values = {name: list(dict.fromkeys(_as_list(plain[name] if lists.get(name) is None else lists[name])))
+              for name in INPUTS}
+    models, seqs, sizes = values["model"], values["seq"], values["image_size"]
     image = {m: _image_model(m) for m in models}
     if seqs != [None] and all(image.values()):
         raise SweepInputError(f"--seq is for text models: {', '.join(map(str, models))} are image models; "
@@ -87,13 +96,13 @@ def grid(models, devices, batches, seqs=None, modes=("inf",), fusion=False, para
     if seqs == [None] and not all(image.values()):
         raise SweepInputError(f"give the sequence length(s) (--seq) of the text model(s) "
                               f"{', '.join(str(m) for m in models if not image[m])}")
+    # the product in the columns' order, the size (seq or image_size, by the model's kind) one axis at seq's place
+    rest = [values[name] for name in INPUTS if name not in ("model", "device", "batch", "seq", "image_size")]
     rows = []
     for m in models:
         size = [(None, i) for i in sizes] if image[m] else [(q, None) for q in seqs]    # (seq, image_size)
-        for d, b, (q, i), *rest in itertools.product(devices, batches, size, modes, fusion, parallel, gpus,
-                                                     micro_batches, link_gbs, past, dtype, attention,
-                                                     execution, grads, comm):
-            rows.append((m, d, b, q, i, *rest))
+        for d, b, (q, i), *other in itertools.product(values["device"], values["batch"], size, *rest):
+            rows.append((m, d, b, q, i, *other))
     return pd.DataFrame(rows, columns=INPUTS)
 
 

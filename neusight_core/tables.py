@@ -6,33 +6,29 @@ them for its callers.
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from neusight_core import network, trace_cache
 from neusight_core.scenario import LatencyInputError, device_of
-from neusight_core.schema import OpClass, Precision
+from neusight_core.schema import OpClass
+from neusight_core.step import Step
 
 BOOKKEEPING = ("module", "layer", "reads", "writes")   # not read by any predictor: dropped when compacting
 
 
 @functools.lru_cache(maxsize=64)
-def trace_cached(model: str, batch: int, seq: int, mode: str, past: int = 0, dtype: str = Precision.FP32,
-                 attention: str = "eager") -> pd.DataFrame:
-    # on disk across processes (trace_cache: keyed by config content, arguments and versions; a hit
+def trace_memo(step: Step) -> pd.DataFrame:
+    # on disk across processes (trace_cache: keyed by config content, the trace's arguments and versions; a hit
     # does not import transformers), and in memory within the process
-    return trace_cache.trace(model, batch, seq, mode, past=past, dtype=dtype, attention=attention)
+    return trace_cache.trace(step)
 
 
-def trace(model, batch: int, seq: int, mode: str, past: int = 0, dtype: str = Precision.FP32,
-          attention: str = "eager") -> pd.DataFrame:
-    """Kernel table of a model; traces of named models are cached on disk and per process."""
-    if isinstance(model, (str, Path)):
-        return trace_cached(str(model), int(batch), int(seq), mode, int(past), dtype, attention).copy()
-    from neusight_core import trace as _trace
-    return _trace.trace_model(model, batch, seq, mode, past=past, dtype=dtype, attention=attention)
+def trace(step: Step) -> pd.DataFrame:
+    """The traced kernel table of a step (its model, batch, size, mode, past, dtype and attention; fusion and a plan
+    are :func:`kernel_table`'s), cached on disk and per process; a copy the caller may change."""
+    return trace_memo(step).copy()
 
 
 @functools.lru_cache(maxsize=32)
@@ -42,26 +38,25 @@ def loaded_predictor(name: str, quick: bool, seed: int = 0):
     return predictors.get(name, quick=quick, seed=seed)
 
 
-def kernel_table(model, batch: int, seq: int, mode: str, past: int = 0, fusion: bool = False,
-                 parallel: str | None = None, gpus: int = 1, micro_batches: int = 1,
-                 dtype: str = Precision.FP32, attention: str = "eager") -> pd.DataFrame:
-    """A full kernel table (trace -> fusion -> plan), a real trace: plain tables from :func:`trace`, fused and
-    planned ones cached on disk as well (a plan costs seconds on a large model)."""
-    if not fusion and parallel is None:
-        return trace(model, batch, seq, mode, past=past, dtype=dtype, attention=attention)
-    args = trace_cache.trace_kwargs(batch, seq, mode, past=past, dtype=dtype, attention=attention)
+def kernel_table(step: Step) -> pd.DataFrame:
+    """A step's full kernel table (trace -> fusion -> plan), a real trace: plain tables from :func:`trace`, fused and
+    planned ones cached on disk as well (a plan costs seconds on a large model). Its rows are the traced step's, whose
+    gradients accumulate: a step with fresh gradients leaves out the ``acc`` phase (``engine.predict`` does, after
+    reading the footprint, which needs the whole trace)."""
+    if not step.fusion and step.parallel is None:
+        return trace(step)
     # "writes" is kept: memory.footprint scales each buffer by the bytes its kernel writes after a TP split
-    key = trace_cache.make_key("table-w", model, **args, fusion=bool(fusion), parallel=parallel,
-                               gpus=int(gpus), micro_batches=int(micro_batches))
+    key = trace_cache.make_key("table-w", step.model, **trace_cache.trace_kwargs(step), fusion=bool(step.fusion),
+                               parallel=step.parallel, gpus=int(step.gpus), micro_batches=int(step.micro_batches))
 
     def build():
-        k = trace(model, batch, seq, mode, past=past, dtype=dtype, attention=attention)
-        if fusion:
+        k = trace(step)
+        if step.fusion:
             from neusight_core import fusion as _fusion
             k = _fusion.fuse(k)
-        if parallel is not None:
+        if step.parallel is not None:
             from neusight_core import parallel as _parallel
-            k = _parallel.apply_plan(k, parallel, gpus, micro_batches=micro_batches)
+            k = _parallel.apply_plan(k, step.parallel, step.gpus, micro_batches=step.micro_batches)
         return k.drop(columns=[c for c in ("reads",) if c in k.columns])   # only fuse() needs them
 
     return trace_cache.cached(key, build)

@@ -101,10 +101,13 @@ def _trace_signature() -> inspect.Signature:
     return inspect.Signature(params)
 
 
-def trace_kwargs(batch, seq, mode="inf", **kw) -> dict:
-    """All arguments of ``trace.trace_model`` except the config, defaults filled in."""
+def trace_kwargs(step) -> dict:
+    """The arguments of ``trace.trace_model`` for a :class:`step.Step` (all but the config, defaults filled in): its
+    batch, size, mode, past, dtype and attention. Fusion, a plan and fresh gradients are applied to the traced table
+    afterwards, so they are not the trace's."""
     sig = _trace_signature()
-    bound = sig.bind(None, batch, seq, mode, **kw)
+    bound = sig.bind(None, step.batch, step.size, step.mode, past=step.past, dtype=step.dtype,
+                     attention=step.attention)
     bound.apply_defaults()
     out = dict(bound.arguments)
     out.pop(next(iter(sig.parameters)))              # the config: hashed by content instead
@@ -233,16 +236,16 @@ def cached_only():
         _CACHED_ONLY = outer
 
 
-def trace(model, batch: int, seq: int, mode: str = "inf", **kw) -> pd.DataFrame:
-    """``trace.trace_model`` through the cache (same arguments, same table; buffer keys renumbered)."""
-    args = trace_kwargs(batch, seq, mode, **kw)
-    key = make_key("trace", model, **args)
+def trace(step) -> pd.DataFrame:
+    """``trace.trace_model`` of a :class:`step.Step` through the cache (the same table; buffer keys renumbered)."""
+    args = trace_kwargs(step)
+    key = make_key("trace", step.model, **args)
     if _CACHED_ONLY and (os.environ.get("NEUSIGHT_TRACE_CACHE_OFF") or not entry_path(key).exists()):
-        raise NotCached(f"not in the trace cache: {entry_path(key).name} (batch {batch}, seq {seq})")
+        raise NotCached(f"not in the trace cache: {entry_path(key).name} (batch {step.batch}, size {step.size})")
 
     def build():
         from neusight_core import trace as _trace
         with _trace.reusing_models(_SHARED_MODELS):
-            return canonical_buffers(_trace.trace_model(model, **args))
+            return canonical_buffers(_trace.trace_model(step.model, **args))
 
     return cached(key, build)

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from neusight_core.step import Step
 from neusight_core import configs, engine, host, kernel_table, request, schema, trace
 from neusight_core.scenario import LatencyInputError, PAPER, scenario
 
@@ -343,7 +344,7 @@ def test_paper_setting_is_the_old_answer():
     req = dict(model="gpt2_large", device="H100", batch=4, seq=512, mode="train")
     assert {k: v for k, v in reproduce.option_kwargs("none").items()} == PAPER
     df = engine.predict(request.parse([dict(req, **PAPER)]), "roofline", keep_kernels=True)
-    k = tables.kernel_table("gpt2_large", 4, 512, "train")          # the tracer's default: eager attention
+    k = tables.kernel_table(Step(model="gpt2_large", batch=4, seq=512, mode="train"))          # the tracer's default: eager attention
     pk = tables.predict_kernels(k, "H100", "roofline")
     assert df["e2e_ms"].iloc[0] == pytest.approx(tables.aggregate(pk)["e2e_ms"], rel=1e-9)
     assert not (engine.run_info(df).kernels[0]["op_class"] == "ATTN").any()

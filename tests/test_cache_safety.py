@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from neusight_core.step import Step
 from neusight_core import datafile, dataset, kernel_table, paths, registry, trace_cache
 from neusight_core import predictors as P
 from neusight_core.predictors.base import STATE_FILE, read_state
@@ -119,13 +120,13 @@ def tcache(tmp_path, monkeypatch, release_root):
 
 
 def _key():
-    return trace_cache.make_key("trace", MODEL, **trace_cache.trace_kwargs(BATCH, SEQ, "inf"))
+    return trace_cache.make_key("trace", MODEL, **trace_cache.trace_kwargs(Step(model=MODEL, batch=BATCH, seq=SEQ, mode="inf")))
 
 
 def _fresh(monkeypatch) -> pd.DataFrame:
     with monkeypatch.context() as m:
         m.setenv("NEUSIGHT_TRACE_CACHE_OFF", "1")
-        return trace_cache.trace(MODEL, BATCH, SEQ, "inf")
+        return trace_cache.trace(Step(model=MODEL, batch=BATCH, seq=SEQ, mode="inf"))
 
 
 def _same_table(got: pd.DataFrame, want: pd.DataFrame):
@@ -136,9 +137,9 @@ def _same_table(got: pd.DataFrame, want: pd.DataFrame):
 
 
 def test_trace_entry_round_trips_exactly(tcache, monkeypatch):
-    first = trace_cache.trace(MODEL, BATCH, SEQ, "inf")            # a miss: traced and stored
+    first = trace_cache.trace(Step(model=MODEL, batch=BATCH, seq=SEQ, mode="inf"))            # a miss: traced and stored
     trace_cache.STATS.clear()
-    again = trace_cache.trace(MODEL, BATCH, SEQ, "inf")
+    again = trace_cache.trace(Step(model=MODEL, batch=BATCH, seq=SEQ, mode="inf"))
     assert trace_cache.STATS["hit"] == 1
     _same_table(again, first)
     assert kernel_table.info(again).trace_s == kernel_table.info(first).trace_s
@@ -177,7 +178,7 @@ def _tamper(path, column_index, row=0, factor=0.01):
 
 
 def test_tampered_trace_value_is_caught_by_the_checksum(tcache, monkeypatch):
-    true = trace_cache.trace(MODEL, BATCH, SEQ, "inf")
+    true = trace_cache.trace(Step(model=MODEL, batch=BATCH, seq=SEQ, mode="inf"))
     p = trace_cache.entry_path(_key())
     row = int(true["flops"].to_numpy().argmax())           # a GEMM: 100x fewer FLOPs would predict ~100x faster
     _tamper(p, list(true.columns).index("flops"), row=row)
@@ -188,7 +189,7 @@ def test_tampered_trace_value_is_caught_by_the_checksum(tcache, monkeypatch):
 
 
 def test_truncated_trace_entry_is_rebuilt(tcache, monkeypatch):
-    trace_cache.trace(MODEL, BATCH, SEQ, "inf")
+    trace_cache.trace(Step(model=MODEL, batch=BATCH, seq=SEQ, mode="inf"))
     p = trace_cache.entry_path(_key())
     p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
     trace_cache.STATS.clear()

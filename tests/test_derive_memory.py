@@ -2,6 +2,7 @@
 import pandas as pd
 import pytest
 
+from neusight_core.step import Step
 from neusight_core import derive, derive_memory, engine, kernel_table, memory, request, trace_cache
 
 
@@ -24,7 +25,7 @@ def test_derived_footprint_equals_the_traced_one(cache, model, mode, b, s, past,
     fam = derive.family_for(model, b, s, mode, past=past, dtype=dtype, attention=att, allow_fixed=True)
     assert fam is not None and fam.memory is not None, fam and fam.memory_reason
     assert fam.memory.templates[0] == template
-    real = trace_cache.trace(model, b, s, mode, past=past, dtype=dtype, attention=att)
+    real = trace_cache.trace(Step(model=model, batch=b, seq=s, mode=mode, past=past, dtype=dtype, attention=att))
     got = fam.memory.summary(fam, b, s)
     assert got["activation_peak_bytes"] == kernel_table.info(real).memory["activation_peak_bytes"] > 0
     assert got["kv_cache_bytes"] == kernel_table.info(real).memory["kv_cache_bytes"] == (0 if not past else got["kv_cache_bytes"])

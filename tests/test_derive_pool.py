@@ -2,6 +2,7 @@
 import pandas as pd
 import pytest
 
+from neusight_core.step import Step
 from neusight_core import derive, derive_pool
 
 SPECS = [dict(model="gpt2_large", mode=m, batch_one=one, past=0, dtype="fp32", attention="sdpa")
@@ -115,7 +116,7 @@ def test_families_whose_traces_are_cached_are_built_here_without_torch(fresh_fam
         pts = POINTS[spec["batch_one"]]
         pd.testing.assert_frame_equal(pooled[k].compact(pts), here.compact(pts), check_exact=True)
     with trace_cache.cached_only(), pytest.raises(trace_cache.NotCached):
-        trace_cache.trace("gpt2_large", 3, 333, "inf")                 # a miss is not traced
+        trace_cache.trace(Step(model="gpt2_large", batch=3, seq=333, mode="inf"))                 # a miss is not traced
     code = ("import sys; from neusight_core import derive, derive_pool; "
             f"specs = {SPECS!r}; n = derive_pool.build(specs, workers=2); "
             "assert n == 0 and all(derive.family(**s).ok for s in specs), n; "

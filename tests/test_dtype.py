@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from neusight_core.step import Step
 from neusight_core import devices, latency, predictors, trace
 from neusight_core.predictors import common
 
@@ -11,7 +12,7 @@ from neusight_core.predictors import common
 @pytest.mark.parametrize("name", predictors.names())
 def test_fp32_predictions_do_not_depend_on_the_precision_column(name):
     # the code path before issue 11 had no `precision` column: dropping it must not change fp32 numbers
-    k = latency.trace("gpt2_large", 2, 256, "train")
+    k = tables.trace(Step(model="gpt2_large", batch=2, seq=256, mode="train"))
     p = latency.loaded_predictor(name, True)
     with_col = p.predict(k, "H100")
     without = p.predict(k.drop(columns=["precision"]), "H100")

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from neusight_core.step import Step
 from neusight_core import engine, request, trace_cache
 from neusight_core.scenario import PAPER, LatencyInputError, scenario
 from neusight_core.studies import live_modern
@@ -24,7 +25,7 @@ def test_fresh_gradients_drop_the_accumulation_rows_and_nothing_else(keep_kernel
     df = engine.predict(request.parse(reqs), "roofline", keep_kernels=keep_kernels)
     assert (df["error"] == "").all()
     fresh, acc = df.iloc[:2].reset_index(drop=True), df.iloc[2:].reset_index(drop=True)
-    t = trace_cache.trace("llama3_2_1b", 2, 128, "train", dtype="bf16", attention="sdpa")
+    t = trace_cache.trace(Step(model="llama3_2_1b", batch=2, seq=128, mode="train", dtype="bf16", attention="sdpa"))
     n_acc = int(t.loc[t["phase"] == "acc", "count"].sum())
     assert n_acc > 100 and (acc["kernels"] - fresh["kernels"] == n_acc).all()
     assert (fresh["acc_ms"] == 0).all() and (acc["acc_ms"] > 0).all()

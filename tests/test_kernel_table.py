@@ -4,6 +4,7 @@ import dataclasses
 import pandas as pd
 import pytest
 
+from neusight_core.step import Step
 from neusight_core import fusion, kernel_table, memory, parallel, trace_cache
 
 MODEL, BATCH, SEQ = "gpt2_large", 2, 64
@@ -11,7 +12,7 @@ MODEL, BATCH, SEQ = "gpt2_large", 2, 64
 
 @pytest.fixture(scope="module")
 def table():
-    return trace_cache.trace(MODEL, BATCH, SEQ, "train")
+    return trace_cache.trace(Step(model=MODEL, batch=BATCH, seq=SEQ, mode="train"))
 
 
 def test_a_traced_table_says_what_step_it_describes(table):

@@ -7,6 +7,7 @@ import pandas as pd
 
 import pytest
 
+from neusight_core.step import Step
 from neusight_core import paths
 from neusight_core.studies import live, live_harness, live_kernels
 from neusight_core.reports import live_report
@@ -392,7 +393,7 @@ def test_conv_kernel_sweep_is_resnet50s_training_convolutions_and_runs_on_cpu():
     from neusight_core import trace_cache
     k = live_kernels.conv_kernel_sweep()
     model, batch, size = live_kernels.CONV_SWEEP
-    t = trace_cache.trace(model, batch, size, "train")
+    t = trace_cache.trace(Step(model=model, batch=batch, seq=size, mode="train"))
     conv = t[t["op_class"] == "CONV"]
     # every convolution of the step, once per distinct shape, with how often it runs
     assert int(k["count"].sum()) == int(conv["count"].sum()) and set(k["sub_op"]) == {"fwd", "dgrad", "wgrad"}

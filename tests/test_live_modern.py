@@ -4,6 +4,7 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
+from neusight_core.step import Step
 from neusight_core import engine, paths, request
 from neusight_core.studies import live_modern as lm
 
@@ -163,7 +164,7 @@ def test_elementwise_sweep_rows_are_the_tracers_rows_of_llama_prefill():
     upcast, a contiguous product of the MLP's size and rotate_half's cat; and each kernel makes a tensor of that row's output."""
     from neusight_core import trace_cache
     from neusight_core.studies import live_kernels as lk
-    t = trace_cache.trace("llama2_7b", 1, 2048, "inf", dtype="bf16", attention="sdpa")
+    t = trace_cache.trace(Step(model="llama2_7b", batch=1, seq=2048, mode="inf", dtype="bf16", attention="sdpa"))
     t = t[t["layer"] == 0]
     cols = ("op_class", "aten_op", "B", "H", "flops", "bytes_read", "bytes_written", "precision")
     want = {"rotary_mul": t[(t["module"].str.endswith("self_attn")) & (t["aten_op"] == "aten.mul.Tensor")].iloc[0],

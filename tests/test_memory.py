@@ -7,6 +7,7 @@ import math
 import pytest
 import transformers
 
+from neusight_core.step import Step
 from neusight_core import kernel_table, latency, memory, parallel, trace
 from neusight_core.studies import whatif
 
@@ -80,7 +81,7 @@ def test_llama2_70b_training_does_not_fit_one_h100_and_the_cli_says_so_first(cap
 
 
 def test_llama2_70b_tp8_reports_per_gpu_memory():
-    k = latency.trace("llama2_70b", 1, 4096, "train")
+    k = tables.trace(Step(model="llama2_70b", batch=1, seq=4096, mode="train"))
     whole = memory.footprint(k, "H100")
     tp = memory.footprint(parallel.apply_plan(k, "tp", 8), "H100")
     assert tp["per_gpu"] and tp["gpus"] == 8
@@ -140,7 +141,7 @@ def test_tp_split_of_a_table_with_shared_metadata_equals_the_unshared_one():
 
     import pandas as pd
 
-    k = latency.trace("llama2_7b", 1, 128, "inf", 0, "bf16")
+    k = tables.trace(Step(model="llama2_7b", batch=1, seq=128, mode="inf", past=0, dtype="bf16"))
     info = kernel_table.info(k)
     assert kernel_table.info(k.copy()) is info and kernel_table.info(k[k["phase"] == "fw"]) is info
     plain = kernel_table.attach(k.copy(), dataclasses.replace(info, **{f.name: copy.deepcopy(getattr(info, f.name))

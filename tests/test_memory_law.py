@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from neusight_core.step import Step
 from neusight_core import measured_kernels, tables
 from neusight_core.predictors import memory_law
 
@@ -51,7 +52,7 @@ def test_below_the_l2_bandwidth_does_not_matter_above_it_it_does():
 
 
 def test_it_answers_half_precision_memory_bound_rows_only():
-    k = tables.trace("llama2_7b", 1, 64, "inf", dtype="bf16", attention="sdpa")
+    k = tables.trace(Step(model="llama2_7b", batch=1, seq=64, mode="inf", dtype="bf16", attention="sdpa"))
     rows = memory_law.answers(k)
     assert rows.any()
     path = k["access"].ne("").to_numpy()
@@ -59,13 +60,13 @@ def test_it_answers_half_precision_memory_bound_rows_only():
     assert set(k.loc[rows & ~path, "precision"]) <= {"bf16", "fp16"} and (k.loc[rows & path, "precision"] == "fp32").any()
     assert set(k.loc[rows, "op_class"]) <= set(memory_law.LAW_CLASSES) and "LINEAR" not in memory_law.LAW_CLASSES
     assert (k.loc[~rows & k["op_class"].isin(memory_law.LAW_CLASSES), "precision"] == "fp32").all()   # e.g. FP32 pow
-    assert not memory_law.answers(tables.trace("gpt2_large", 1, 64, "inf")).any()       # the paper's FP32 tables
+    assert not memory_law.answers(tables.trace(Step(model="gpt2_large", batch=1, seq=64, mode="inf"))).any()       # the paper's FP32 tables
 
 
 def test_neusight_uses_it_for_those_rows_and_nothing_else():
     from neusight_core import predictors
     p = predictors.get("neusight", quick=True)
-    k = tables.trace("llama2_7b", 1, 64, "inf", dtype="bf16", attention="sdpa").reset_index(drop=True)
+    k = tables.trace(Step(model="llama2_7b", batch=1, seq=64, mode="inf", dtype="bf16", attention="sdpa")).reset_index(drop=True)
     rows = memory_law.answers(k)
     got = p.predict(k, "H200")
     assert np.allclose(got[rows], memory_law.time_ms(k[rows], "H200"), rtol=1e-12)
@@ -116,7 +117,7 @@ def test_a_table_of_several_gpus_is_answered_as_each_gpu_alone():
     networks did) while a call with one device used the law: both must give the same numbers."""
     from neusight_core import predictors
     p = predictors.get("neusight", quick=True)
-    k = tables.trace("llama2_7b", 1, 64, "inf", dtype="bf16", attention="sdpa").reset_index(drop=True)
+    k = tables.trace(Step(model="llama2_7b", batch=1, seq=64, mode="inf", dtype="bf16", attention="sdpa")).reset_index(drop=True)
     both = pd.concat([k.assign(device="H100"), k.assign(device="H200")], ignore_index=True)
     got = p.predict(both, None)
     assert np.allclose(got[: len(k)], p.predict(k, "H100"), rtol=1e-12)

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from neusight_core.step import Step
 from neusight_core import configs, derive, engine, kernel_table, latency, paths, sweep, trace, trace_cache
 from neusight_core.__main__ import main as cli
 
@@ -53,7 +54,7 @@ def test_derived_tables_equal_real_traces_kernel_by_kernel(cache_dir, model):
             continue
         real = trace.trace_model(model, b, s, mode)
         fam = derive.family_for(model, b, s, mode, past=0)
-        got = fam.table(b, s) if fam is not None else trace_cache.trace(model, b, s, mode, past=0)
+        got = fam.table(b, s) if fam is not None else trace_cache.trace(Step(model=model, batch=b, seq=s, mode=mode, past=0))
         assert derive.compare(got, real) == "", (model, b, s, mode)
         if fam is None:
             assert not kernel_table.info(got).derived
@@ -116,18 +117,18 @@ def test_a_failing_check_falls_back_to_a_real_trace(cache_dir, monkeypatch):
 # ------------------------------------------------------------------ the cache
 def test_cache_hit_miss_and_version_change(cache_dir, monkeypatch):
     trace_cache.STATS.clear()
-    a = trace_cache.trace("bert_large", 2, 48, "inf")
+    a = trace_cache.trace(Step(model="bert_large", batch=2, seq=48, mode="inf"))
     assert trace_cache.STATS["miss"] == 1 and trace_cache.STATS["store"] == 1
-    b = trace_cache.trace("bert_large", 2, 48, "inf", past=0)      # defaults filled in: same key
+    b = trace_cache.trace(Step(model="bert_large", batch=2, seq=48, mode="inf", past=0))      # defaults filled in: same key
     assert trace_cache.STATS["hit"] == 1
     pd.testing.assert_frame_equal(a, b)
     assert kernel_table.info(b).batch == 2 and kernel_table.info(b).model == "bert_large"
     assert derive.compare(b, trace.trace_model("bert_large", 2, 48, "inf")) == ""
-    trace_cache.trace("bert_large", 2, 64, "inf")                    # another argument: a miss
+    trace_cache.trace(Step(model="bert_large", batch=2, seq=64, mode="inf"))                    # another argument: a miss
     assert trace_cache.STATS["miss"] == 2
     newer = dict(trace_cache.versions(), transformers="99.0")
     monkeypatch.setattr(trace_cache, "versions", lambda: newer)
-    trace_cache.trace("bert_large", 2, 48, "inf")                    # new library version: a miss
+    trace_cache.trace(Step(model="bert_large", batch=2, seq=48, mode="inf"))                    # new library version: a miss
     assert trace_cache.STATS["miss"] == 3
     assert not list(cache_dir.glob("*.tmp"))                         # writes are atomic
 
@@ -136,33 +137,33 @@ def test_config_content_change_is_a_new_key(cache_dir, tmp_path):
     cfg = json.loads(trace.available_configs()["bert"].read_text())
     p = tmp_path / "mybert.json"
     p.write_text(json.dumps(cfg))
-    k1 = trace_cache.make_key("trace", str(p), **trace_cache.trace_kwargs(1, 32))
+    k1 = trace_cache.make_key("trace", str(p), **trace_cache.trace_kwargs(Step(model=str(p), batch=1, seq=32)))
     cfg["num_hidden_layers"] = 2
     p.write_text(json.dumps(cfg))
-    k2 = trace_cache.make_key("trace", str(p), **trace_cache.trace_kwargs(1, 32))
+    k2 = trace_cache.make_key("trace", str(p), **trace_cache.trace_kwargs(Step(model=str(p), batch=1, seq=32)))
     assert trace_cache.entry_path(k1) != trace_cache.entry_path(k2)
 
 
 def test_corrupt_entry_is_ignored_with_one_warning_and_rebuilt(cache_dir):
-    trace_cache.trace("opt", 1, 40, "inf")
-    key = trace_cache.make_key("trace", "opt", **trace_cache.trace_kwargs(1, 40, "inf"))
+    trace_cache.trace(Step(model="opt", batch=1, seq=40, mode="inf"))
+    key = trace_cache.make_key("trace", "opt", **trace_cache.trace_kwargs(Step(model="opt", batch=1, seq=40, mode="inf")))
     path = trace_cache.entry_path(key)
     path.write_bytes(b"not a pickle")
     trace_cache.STATS.clear()
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        k = trace_cache.trace("opt", 1, 40, "inf")
+        k = trace_cache.trace(Step(model="opt", batch=1, seq=40, mode="inf"))
     msgs = [str(x.message) for x in w if issubclass(x.category, trace_cache.TraceCacheWarning)]
     assert len(msgs) == 1 and "damaged" in msgs[0] and "\n" not in msgs[0]
     assert trace_cache.STATS["corrupt"] == 1 and trace_cache.STATS["store"] == 1
     assert derive.compare(k, trace.trace_model("opt", 1, 40, "inf")) == ""
     trace_cache.STATS.clear()
-    trace_cache.trace("opt", 1, 40, "inf")
+    trace_cache.trace(Step(model="opt", batch=1, seq=40, mode="inf"))
     assert trace_cache.STATS["hit"] == 1                            # rebuilt entry is good
 
 
 def test_a_cache_hit_does_not_import_transformers(cache_dir):
-    trace_cache.trace("bert", 1, 32, "inf")
+    trace_cache.trace(Step(model="bert", batch=1, seq=32, mode="inf"))
     code = ("import sys; from neusight_core import trace_cache as c; c.STATS.clear(); "
             "k = c.trace('bert', 1, 32, 'inf'); assert c.STATS['hit'] == 1, dict(c.STATS); "
             "assert 'transformers' not in sys.modules; print(len(k))")

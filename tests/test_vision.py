@@ -4,6 +4,7 @@ bytes against the conv formulas, the --image-size / --seq errors, memory and the
 import numpy as np
 import pytest
 
+from neusight_core.step import Step
 from neusight_core import kernel_table, latency, memory, schema, sweep, trace
 from neusight_core.__main__ import main as cli
 
@@ -203,7 +204,7 @@ def test_sweep_refuses_the_size_option_of_the_other_kind(args, text, capsys, tmp
 
 
 def test_resnet50_memory_footprint(cache_dir):
-    k = latency.trace("resnet50", 32, 224, "train")
+    k = tables.trace(Step(model="resnet50", batch=32, seq=224, mode="train"))
     # 25,557,032 parameters: torchvision's resnet50 (IMAGENET1K_V1 / V2 weights, "num_params"), same layers
     assert sum(kernel_table.info(k).params.values()) == 25_557_032
     m = memory.footprint(k, "A100", optimizer="adamw")
@@ -212,7 +213,7 @@ def test_resnet50_memory_footprint(cache_dir):
     # every forward conv output is saved for backward (its batch norm needs it): all alive at the peak
     fw_conv = k[(k.op_class == "CONV") & (k.phase == "fw")]
     assert m["activations_gib"] * 2**30 >= fw_conv.bytes_written.sum()
-    k64 = latency.trace("resnet50", 64, 224, "train")
+    k64 = tables.trace(Step(model="resnet50", batch=64, seq=224, mode="train"))
     assert memory.footprint(k64, "A100")["activations_gib"] == pytest.approx(2 * m["activations_gib"], rel=0.05)
 
 

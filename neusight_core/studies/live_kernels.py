@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from neusight_core.step import Step
 from neusight_core.studies.live_harness import HarnessConfig, Measurement, TimeBudget, _dtype, _is_oom, measure
 from neusight_core.schema import OpClass, Precision
 
@@ -248,7 +249,7 @@ def conv_kernel_sweep(quick: bool = False) -> pd.DataFrame:
     are the convolution extrapolations that a GPU can check. Quick: batch 2, one row of each kind."""
     from neusight_core import trace_cache
     model, batch, size = CONV_SWEEP
-    t = trace_cache.trace(model, 2 if quick else batch, size, "train")
+    t = trace_cache.trace(Step(model=model, batch=2 if quick else batch, seq=size, mode="train"))
     conv = t[t["op_class"] == OpClass.CONV]
     keys = ["sub_op", "B", "conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups"]
     rows = (conv.groupby(keys, sort=False, dropna=False)

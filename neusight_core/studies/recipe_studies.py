@@ -27,12 +27,13 @@ def _authors_table(config: str) -> pd.DataFrame:
 
 
 def _no_mask_table(config: str) -> pd.DataFrame:
-    from neusight_core import sweep, trace
+    from neusight_core import tables, trace
+    from neusight_core.step import Step
     from neusight_core.studies import opgraph
     d = opgraph.parse_name(config)
     if d["fusion"] or d["plan"]:
         raise opgraph.OpGraphError(f"{config}: only single-GPU, unfused configurations")
-    k = sweep.kernel_table(d["model"], d["batch"], d["seq"], d["mode"])
+    k = tables.kernel_table(Step(model=d["model"], batch=d["batch"], seq=d["seq"], mode=d["mode"]))
     return k[~trace.attention_mask_ops(k)]
 
 

@@ -26,7 +26,7 @@ import pandas as pd
 
 from neusight_core.studies import evaluation as ev
 from neusight_core.studies import paper_tables as pt
-from neusight_core import engine, latency
+from neusight_core import engine, latency, tables
 from neusight_core import schema
 from neusight_core.studies.errors import ape
 from neusight_core.schema import OpClass
@@ -234,7 +234,7 @@ def prediction_time(model: str, device: str, batch: int, seq: int, mode: str, pr
     t0 = time.perf_counter()
     latency.loaded_predictor(predictor, quick)
     load = time.perf_counter() - t0
-    latency.trace_cached.cache_clear()
+    tables.trace_memo.cache_clear()
     old = os.environ.get("NEUSIGHT_TRACE_CACHE_OFF")
     os.environ["NEUSIGHT_TRACE_CACHE_OFF"] = "1"
     try:
@@ -246,9 +246,9 @@ def prediction_time(model: str, device: str, batch: int, seq: int, mode: str, pr
             os.environ.pop("NEUSIGHT_TRACE_CACHE_OFF", None)
         else:
             os.environ["NEUSIGHT_TRACE_CACHE_OFF"] = old
-    latency.trace_cached.cache_clear()
+    tables.trace_memo.cache_clear()
     latency.predict_model(model, device, batch, seq, mode, predictor=predictor, quick=quick, **kw)  # fill the disk cache
-    latency.trace_cached.cache_clear()
+    tables.trace_memo.cache_clear()
     t0 = time.perf_counter()
     latency.predict_model(model, device, batch, seq, mode, predictor=predictor, quick=quick, **kw)
     disk_hit = time.perf_counter() - t0

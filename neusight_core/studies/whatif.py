@@ -23,6 +23,7 @@ import time
 import numpy as np
 import pandas as pd
 
+from neusight_core.step import Step
 from neusight_core import configs, devices, kernel_table, latency, memory, schema
 from neusight_core.request import parse
 from neusight_core.schema import OpClass, Precision
@@ -447,7 +448,7 @@ def label_fit_check(optimizer: str = "none") -> pd.DataFrame:
                       for f in (labels / g).glob("*-train-*[0-9].json") if not f.stem.startswith("switchxl4")})
     rows = []
     for model, seq, batch in configs:
-        m = memory.footprint(latency.trace(model, int(batch), int(seq), "train"), optimizer=optimizer)
+        m = memory.footprint(tables.trace(Step(model=model, batch=int(batch), seq=int(seq), mode="train")), optimizer=optimizer)
         for g in gpus:
             cap = devices.get_device(g).mem_gb
             rows.append({"model": model, "seq": int(seq), "batch": int(batch), "gpu": g, "predicted_gib": m["total_gib"],
