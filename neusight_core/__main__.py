@@ -455,7 +455,7 @@ def _command(argv) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as e:  # one line for the user; the traceback helps nobody here
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = step.one_line(str(e)) or type(e).__name__
         print(f"error: {msg}", file=sys.stderr)
         return 2
     return 1

@@ -137,10 +137,13 @@ def _config_from_dict(d: dict, where: str, name: str):
     if not mt:
         raise TraceError(f"model config {where} has no model_type")
     _check_sizes(d, where)
+    if mt not in transformers.CONFIG_MAPPING:
+        raise TraceError(f"unsupported model type {mt!r} in {where}: transformers has no such model")
     try:
         cfg = transformers.AutoConfig.for_model(mt, **d)
-    except (ValueError, KeyError):
-        raise TraceError(f"unsupported model type {mt!r} in {where}: transformers has no such model") from None
+    except Exception as e:  # noqa: BLE001 - transformers' own check of a field: its reason, in one line
+        from neusight_core.step import one_line
+        raise TraceError(f"model config {where}: {one_line(str(e)) or type(e).__name__}") from None
     cfg.name_or_path = name or mt
     return cfg
 

@@ -444,7 +444,7 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
         out[c] = pd.Series(col, dtype=object if c in ("memory_fits", "memory_verdict") else float)
     out["memory_verdict"] = out["memory_verdict"].fillna("")
     # a row without a footprint (a derived table, or memory_columns=False) still says whether it can fit: the lower
-    # bound of scenario.validate_inputs (weights + one activation + KV cache) against the GPU's memory
+    # bound of scenario.check_request (weights + one activation + KV cache) against the GPU's memory
     for i in np.flatnonzero(good & (out["memory_verdict"] == "").to_numpy()):
         out.loc[i, ["memory_fits", "memory_verdict"]] = scenario.lower_bound_verdict(norm[i])
     out["error"] = errors

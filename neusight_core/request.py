@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from neusight_core.scenario import scenario as make_scenario
-from neusight_core.step import INPUTS, MAX_SIZE, LatencyInputError, Scenario, SweepInputError, options  # noqa: F401
+from neusight_core.step import (INPUTS, MAX_SIZE, LatencyInputError, Scenario, SweepInputError,  # noqa: F401
+                                one_line, options)
 
 
 def scenario_of(r: dict) -> Scenario:
@@ -26,8 +27,7 @@ def scenario_of(r: dict) -> Scenario:
 
 def message(e: BaseException) -> str:
     """The one-line error of a request that could not be predicted."""
-    s = str(e).strip()
-    return f"{type(e).__name__}: {s.splitlines()[0] if s else ''}"[:300]
+    return f"{type(e).__name__}: {one_line(str(e))}"[:300]
 
 
 def rows_of_frame(frame: pd.DataFrame) -> list[dict]:

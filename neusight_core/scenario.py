@@ -35,6 +35,10 @@ DEVICE_LIMITS = {"num_sm": (1, 10_000), "mem_bw_gbs": (1.0, 100_000.0), "fp32_gf
                  "fp32_vec_gflops": (1.0, 10_000_000.0), "mem_gb": (0.1, 10_000.0), "l2_mb": (0.0, 10_000.0),
                  "link_gbs": LINK_LIMITS_GBS, "tf32_tensor_gflops": (1.0, 100_000_000.0),
                  "fp16_tensor_gflops": (1.0, 100_000_000.0), "bf16_tensor_gflops": (1.0, 100_000_000.0)}
+#: the tensor-core peaks of a device entry, and the least a tensor peak can be against the FP32 peak (a generous
+#: half: the catalogue's GPUs have 1.9-15.6 times)
+TENSOR_PEAKS = ("tf32_tensor_gflops", "fp16_tensor_gflops", "bf16_tensor_gflops")
+MIN_TENSOR_OVER_FP32 = 0.5
 # A request whose lower-bound memory exceeds the GPUs' memory this many times over is not a configuration
 # that "does not fit" (memory.footprint says that, and the latency is still printed): it is a typo or a unit
 # mistake (a billion sequences), and gets an error instead of a number.
@@ -55,6 +59,16 @@ def check_device(dev) -> None:
             where = getattr(dev, "origin", "") or "the device file"
             raise LatencyInputError(f"device {getattr(dev, 'name', '?')}: {field} = {v!r} is outside the physically "
                                     f"plausible range [{lo:g}, {hi:g}] (check {where} and its units)")
+    # a tensor-core peak is at least the FP32 peak on every GPU of the catalogue (1.9-15.6x); one far below it is a
+    # unit mistake (TFLOPS written as GFLOPS) that would time every GEMM in that precision thousands of times too slow
+    fp32 = getattr(dev, "fp32_gflops", None)
+    for field in TENSOR_PEAKS:
+        v = getattr(dev, field, None)
+        if v is not None and fp32 and float(v) < MIN_TENSOR_OVER_FP32 * float(fp32):
+            where = getattr(dev, "origin", "") or "the device file"
+            raise LatencyInputError(f"device {getattr(dev, 'name', '?')}: {field} = {v!r} is {float(fp32) / float(v):,.0f}x "
+                                    f"below its FP32 peak {fp32!r}; a tensor-core peak is at least the FP32 peak "
+                                    f"(check {where} and its units: GFLOPS)")
 
 
 def config_of(model):
@@ -95,6 +109,23 @@ def check_config(cfg) -> dict:
             raise LatencyInputError(f"model {getattr(cfg, 'name_or_path', '') or getattr(cfg, 'name', '') or '?'}: {what} must be a positive "
                                     f"integer, got {v!r}")
         dims[what] = int(v)
+    name = getattr(cfg, "name_or_path", "") or getattr(cfg, "name", "") or "?"
+    heads, kv = dims.get("number of attention heads"), getattr(cfg, "num_key_value_heads", None)
+    if heads and kv is not None and (not isinstance(kv, (int, np.integer)) or isinstance(kv, bool) or kv < 1
+                                     or heads % kv):
+        raise LatencyInputError(f"model {name}: num_key_value_heads = {kv!r} must divide the {heads} attention heads "
+                                "(grouped-query attention shares each key/value head among an equal group of heads)")
+    experts = parallel_experts.experts_of(vars(cfg))
+    top = getattr(cfg, "num_experts_per_tok", None)
+    if experts is not None and top is not None and (not isinstance(top, (int, np.integer)) or isinstance(top, bool)
+                                                     or not 1 <= top <= experts):
+        raise LatencyInputError(f"model {name}: num_experts_per_tok = {top!r} must be an integer from 1 to its "
+                                f"{experts} experts (each token is routed to that many)")
+    window = getattr(cfg, "sliding_window", None)
+    if window is not None and getattr(cfg, "use_sliding_window", True) is not False and (
+            not isinstance(window, (int, np.integer)) or isinstance(window, bool) or window < 2):
+        raise LatencyInputError(f"model {name}: sliding_window = {window!r} must be an integer of at least 2 tokens "
+                                "(or null: no window); a window of 1 attends to each token alone")
     inter = next((getattr(cfg, a) for a in ("intermediate_size", "n_inner", "ffn_dim", "d_ff")
                   if getattr(cfg, a, None)), None)
     dims["intermediate size"] = int(inter) if inter else 4 * dims.get("hidden size", 0)

@@ -35,6 +35,20 @@ class SweepInputError(ValueError):
     """A cell of a configuration frame that is not a value of its field (a non-integer batch, ...)."""
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """A message as one line: a first line that ends in a colon (a library's "Validation error for field 'x':" with
+    the reason below it) is joined with the lines that follow, up to ``limit`` characters."""
+    lines = [x.strip() for x in str(text).strip().splitlines() if x.strip()]
+    if not lines:
+        return ""
+    out = lines[0]
+    for more in lines[1:]:
+        if not out.endswith(":") or len(out) >= limit:
+            break
+        out = f"{out} {more}"
+    return out[:limit]
+
+
 #: No size of a request is larger (2^40 tokens, sequences or GPUs): beyond it a number is a typo, and numpy's
 #: 64-bit integers would overflow on the products of sizes the tracer and the memory model take
 MAX_SIZE = 2 ** 40

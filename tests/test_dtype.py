@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from neusight_core.step import Step
-from neusight_core import devices, latency, predictors, trace
+from neusight_core import devices, latency, predictors, tables, trace
 from neusight_core.predictors import common
 
 

@@ -8,7 +8,7 @@ import pytest
 import transformers
 
 from neusight_core.step import Step
-from neusight_core import kernel_table, latency, memory, parallel, trace
+from neusight_core import kernel_table, latency, memory, parallel, tables, trace
 from neusight_core.studies import whatif
 
 # Tolerance of the activation peak against PyTorch's measured peak: 3 %. Why so tight: the tracer

@@ -46,9 +46,10 @@ def test_scenario_defaults_and_image_sizes():
     with pytest.raises(LatencyInputError, match="image model"):
         scenario.scenario("resnet50", "A100", 32, 128)
     # one field per meaning: a scenario is a text request or an image request, never both or neither
+    text = scenario.scenario("gpt2_large", "H100", 1, 128).as_dict()
     with pytest.raises(LatencyInputError, match="exactly one: got seq=128, image_size=224"):
-        scenario.Scenario("gpt2_large", "NVIDIA_H100_80GB_HBM3", 1, seq=128, image_size=224)
+        scenario.Scenario(**{**text, "image_size": 224})
     with pytest.raises(LatencyInputError, match="exactly one: got seq=None, image_size=None"):
-        scenario.Scenario("gpt2_large", "NVIDIA_H100_80GB_HBM3", 1)
+        scenario.Scenario(**{**text, "seq": None})
     with pytest.raises(LatencyInputError, match="no link bandwidth known"):
         scenario.scenario("gpt2_large", "L4", 4, 128, parallel="dp", gpus=2)   # L4: PCIe only, no link in the catalogue

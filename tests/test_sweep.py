@@ -164,8 +164,8 @@ def test_corrupt_entry_is_ignored_with_one_warning_and_rebuilt(cache_dir):
 
 def test_a_cache_hit_does_not_import_transformers(cache_dir):
     trace_cache.trace(Step(model="bert", batch=1, seq=32, mode="inf"))
-    code = ("import sys; from neusight_core import trace_cache as c; c.STATS.clear(); "
-            "k = c.trace('bert', 1, 32, 'inf'); assert c.STATS['hit'] == 1, dict(c.STATS); "
+    code = ("import sys; from neusight_core import trace_cache as c; from neusight_core.step import Step; "
+            "c.STATS.clear(); k = c.trace(Step(model='bert', batch=1, seq=32, mode='inf')); assert c.STATS['hit'] == 1, dict(c.STATS); "
             "assert 'transformers' not in sys.modules; print(len(k))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=paths.REPO_ROOT,
                        env={**os.environ, "NEUSIGHT_TRACE_CACHE": str(cache_dir)})

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from neusight_core.step import Step
-from neusight_core import kernel_table, latency, memory, schema, sweep, trace
+from neusight_core import kernel_table, latency, memory, schema, sweep, tables, trace
 from neusight_core.__main__ import main as cli
 
 # A two-stage bottleneck ResNet small enough to count by hand: stem 7x7/2 to 8 channels, max pool 3x3/2,

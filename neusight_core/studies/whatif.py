@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core.step import Step
-from neusight_core import configs, devices, kernel_table, latency, memory, schema
+from neusight_core import configs, devices, kernel_table, latency, memory, schema, tables
 from neusight_core.request import parse
 from neusight_core.schema import OpClass, Precision
 
