@@ -137,7 +137,7 @@ def traced_access(kind: str) -> str:
     class Last(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            base = aten_ops._op_name(func)[0]
+            base = aten_ops.op_name(func)[0]
             outs, ins = aten_ops.tensors_in(out), aten_ops.tensors_in((args, kwargs or {}))
             c = aten_ops.classify(base, args, kwargs or {}, outs, ins)
             if c is not None:

@@ -56,7 +56,7 @@ def sweep_time(n_target: int, cache: Path, quick: bool, attention: str | None = 
     the default (what Hugging Face picks: sdpa, whose tables are traced, not derived; issue 33)."""
     from neusight_core import derive, engine, sweep
     os.environ["NEUSIGHT_TRACE_CACHE"] = str(cache)
-    derive._FAMILIES.clear()
+    derive.FAMILIES.clear()
     if n_target <= 100:
         models, gpus, batches, seqs = MODELS6[:5], GPUS5, [2], [128, 512]            # 5*5*1*2*2 = 100
     elif n_target <= 1000:             # the issue's grid without switchxl4: 5*5*5*4*2 = 1,000
@@ -116,11 +116,11 @@ def labelled(cache: Path, quick: bool) -> dict:
     names = ["neusight", "roofline", "habitat", "li"]     # the issue's 4 predictors (ours = the 3-seed ensemble)
     for p in names:                       # weights trained/loaded outside the timing
         predictors.get(p, quick=quick)
-    derive._FAMILIES.clear()
+    derive.FAMILIES.clear()
     t0 = time.perf_counter()
     reproduce.predict_configs(index, names, quick=quick, progress=False)
     cold = time.perf_counter() - t0
-    derive._FAMILIES.clear()             # warm = trace cache filled, new derivation state
+    derive.FAMILIES.clear()             # warm = trace cache filled, new derivation state
     latency.loaded_predictor.cache_clear()
     t0 = time.perf_counter()
     ours = reproduce.predict_configs(index, names, quick=quick, progress=False)

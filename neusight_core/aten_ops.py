@@ -12,7 +12,7 @@ import torch
 from neusight_core import schema
 from neusight_core.schema import OpClass
 
-_NO_CONV = (math.nan,) * len(schema.CONV_COLUMNS)   # the conv parameters of a non-CONV row
+NO_CONV = (math.nan,) * len(schema.CONV_COLUMNS)   # the conv parameters of a non-CONV row
 
 # Ops that launch no kernel: views/metadata, allocation without initialisation, host syncs.
 NO_KERNEL = {
@@ -91,7 +91,7 @@ _LAYER_RE = re.compile(r"(?:^|\.)(?:h|layers|layer|block|blocks)\.(\d+)(?:\.|$)"
 _OP_NAMES: dict = {}     # op overload -> its two names (a trace asks once per dispatched op: 10^5 times)
 
 
-def _op_name(func) -> tuple[str, str]:
+def op_name(func) -> tuple[str, str]:
     """(packet name e.g. 'addmm', full name e.g. 'aten.addmm.default')."""
     names = _OP_NAMES.get(func)
     if names is None:
@@ -133,7 +133,7 @@ def _collect(x, out: list) -> None:
             _collect(v, out)
 
 
-def _nbytes(t: torch.Tensor) -> int:
+def tensor_nbytes(t: torch.Tensor) -> int:
     """Bytes the tensor occupies: broadcast (stride-0) dims are stored once, so count them once."""
     if 0 not in t.stride():
         return t.numel() * t.element_size()
@@ -301,7 +301,7 @@ def conv_rows(base: str, args, out) -> list[tuple] | None:
         rows = [("fwd", OpClass.CONV, B, M, N, K, nan, 2.0 * M * N * K, [x, w], [out], params)]
         if isinstance(bias, torch.Tensor):
             rows.append(("add", OpClass.VEC, B * cout * o, nan, nan, nan, o, float(out.numel()), [out, bias], [out],
-                         _NO_CONV))
+                         NO_CONV))
         return rows
     gx, gw, gb = out
     rows = []
@@ -312,7 +312,7 @@ def conv_rows(base: str, args, out) -> list[tuple] | None:
         M, N, K = cout, B * o * o, red_in
         rows.append(("wgrad", OpClass.CONV, B, M, N, K, nan, 2.0 * M * N * K, [gy, x], [gw], params))
     if len(mask) > 2 and mask[2] and isinstance(gb, torch.Tensor):
-        rows.append(("add", OpClass.VEC, cout, nan, nan, nan, B * o * o, float(gy.numel()), [gy], [gb], _NO_CONV))
+        rows.append(("add", OpClass.VEC, cout, nan, nan, nan, B * o * o, float(gy.numel()), [gy], [gb], NO_CONV))
     return rows
 
 

@@ -436,10 +436,10 @@ def compare(derived: pd.DataFrame, real: pd.DataFrame, rtol: float = 1e-12) -> s
     return ""
 
 
-_FAMILIES: dict = {}
+FAMILIES: dict = {}
 
 
-def _family_key(model, mode, batch_one, seq_bucket=None, seq_fixed=None, **trace_kw) -> str:
+def family_key(model, mode, batch_one, seq_bucket=None, seq_fixed=None, **trace_kw) -> str:
     return trace_cache.key_hash({"config": configs.config_content(model), "mode": mode,
                                  "batch_one": bool(batch_one), "seq_bucket": seq_bucket, "seq_fixed": seq_fixed,
                                  **trace_kw})
@@ -449,11 +449,11 @@ def family(model, mode: str = "inf", batch_one: bool = False, seq_bucket: int | 
            seq_fixed: int | None = None, **trace_kw) -> Family:
     """The (per-process memoised) family of a model config and trace options (batch 1 or batch >= 2;
     all sequence lengths, one bucket [lo, 2 lo) of them, or one sequence length)."""
-    key = _family_key(model, mode, batch_one, seq_bucket, seq_fixed, **trace_kw)
-    if key not in _FAMILIES:
-        _FAMILIES[key] = Family(model, mode, batch_one=batch_one, seq_bucket=seq_bucket, seq_fixed=seq_fixed,
+    key = family_key(model, mode, batch_one, seq_bucket, seq_fixed, **trace_kw)
+    if key not in FAMILIES:
+        FAMILIES[key] = Family(model, mode, batch_one=batch_one, seq_bucket=seq_bucket, seq_fixed=seq_fixed,
                                 **trace_kw)
-    return _FAMILIES[key]
+    return FAMILIES[key]
 
 
 def family_for(model, batch: int, seq: int, mode: str = "inf", allow_bucket: bool = True,
@@ -477,7 +477,7 @@ def family_for(model, batch: int, seq: int, mode: str = "inf", allow_bucket: boo
         # the batch >= 2 family of the same model already failed its check on a shape in seq: the
         # batch-1 family (same shapes in seq) would fail the same way; without a bucket to try after
         # it, do not pay for it
-        other = _FAMILIES.get(_family_key(model, mode, False, **trace_kw))
+        other = FAMILIES.get(family_key(model, mode, False, **trace_kw))
         if other is not None and not other.ok and "check at" in other.reason and not allow_bucket:
             return None
     fam = family(model, mode, batch_one=int(batch) == 1, **trace_kw)

@@ -82,7 +82,7 @@ def _build_cached(todo: list) -> list:
                 derive.family(**spec)          # memoised where the engine finds it
             except Exception:  # noqa: BLE001 - NotCached, or any failure: built later as before (workers or caller)
                 pass
-            if key not in derive._FAMILIES:
+            if key not in derive.FAMILIES:
                 left.append((key, spec))
     return left
 
@@ -107,10 +107,10 @@ def build(specs: list[dict], workers: int | None = None, progress: bool = False)
     for spec in specs:
         spec = dict(spec)
         point = spec.pop("point", None)       # a (batch, seq) the caller will ask of the family, in its order
-        key = derive._family_key(**spec)
+        key = derive.family_key(**spec)
         if point is not None:
             points.setdefault(key, []).append(point)
-        if key not in derive._FAMILIES and key not in seen:
+        if key not in derive.FAMILIES and key not in seen:
             seen.add(key)
             todo.append((key, spec))
     todo = _build_cached(todo)
@@ -135,7 +135,7 @@ def build(specs: list[dict], workers: int | None = None, progress: bool = False)
             futures = {ex.submit(_build, spec, points.get(key, [])): key for key, spec in todo}
             for f in as_completed(futures):
                 try:
-                    derive._FAMILIES[futures[f]] = f.result()
+                    derive.FAMILIES[futures[f]] = f.result()
                     built += 1
                 except Exception:  # noqa: BLE001 - built again in this process when asked for
                     pass

@@ -196,7 +196,7 @@ def resolve(gpu: str, allow_sealed: bool = False) -> str:
                             f"{', '.join(HELD_OUT)}); the package's other GPUs are not used")
 
 
-def _systems(gpus, allow_sealed: bool) -> list[str]:
+def system_names(gpus, allow_sealed: bool) -> list[str]:
     """``"training"`` | ``"held_out"`` | a GPU name | a list of them -> package system names (checked first)."""
     if isinstance(gpus, str):
         gpus = {"training": TRAINING, "held_out": HELD_OUT}.get(gpus, [gpus])
@@ -239,7 +239,7 @@ def available(root: str | Path | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _files(base: Path, system: str, op: str, filename: str, frameworks, versions) -> list[tuple[str, str, Path]]:
+def kernel_files(base: Path, system: str, op: str, filename: str, frameworks, versions) -> list[tuple[str, str, Path]]:
     """(framework, version, file) of one system and op: each framework's newest version (``versions="latest"``),
     every version (``"all"``) or the listed ones."""
     sysdir = base / system
@@ -261,7 +261,7 @@ def _files(base: Path, system: str, op: str, filename: str, frameworks, versions
     return out
 
 
-def _read(path: Path, columns, optional=None) -> pd.DataFrame:
+def read_table(path: Path, columns, optional=None) -> pd.DataFrame:
     """The parquet file's ``columns`` (any missing: one line naming the file and them) and those of
     ``optional`` ({column: value when absent}) it has."""
     import pyarrow.parquet as pq
@@ -289,7 +289,7 @@ def _first_line(e: Exception) -> str:
 
 
 # ---------------------------------------------------------------- rows -> kernel table
-def _kernel_frame(op: str, op_class: str, sub_op, B, M, N, K) -> pd.DataFrame:
+def kernel_frame(op: str, op_class: str, sub_op, B, M, N, K) -> pd.DataFrame:
     """The kernel-table columns of ``dataset.to_kernels`` for these rows (FLOPs and bytes set by the caller)."""
     n = len(B)
     proc = pd.DataFrame({"op": op, "op_class": op_class, "sub_op": sub_op, "B": B, "M": M, "N": N, "K": K,
@@ -318,7 +318,7 @@ def gemm_kernels(raw: pd.DataFrame, system: str, framework: str = "", version: s
     y written."""
     raw = raw[raw["gemm_dtype"] == "bfloat16"].reset_index(drop=True)
     m, n, k = (raw[c].to_numpy(float) for c in ("m", "n", "k"))
-    out = _kernel_frame("linear", OpClass.LINEAR, "", np.ones(len(raw)), m, k, n)
+    out = kernel_frame("linear", OpClass.LINEAR, "", np.ones(len(raw)), m, k, n)
     e = DB_DTYPE_BYTES["bfloat16"]
     out["flops"] = 2.0 * m * n * k
     out["bytes_read"] = e * (m * k + k * n)
@@ -377,7 +377,7 @@ def attention_kernels(raw: pd.DataFrame, kind: str, system: str, framework: str 
         "batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim", "window_size"))
     seq_q, seq_kv = isl, isl + step
     nan = np.full(len(raw), np.nan)
-    out = _kernel_frame("attention", OpClass.ATTN, kind, b, nan, nan, nan)
+    out = kernel_frame("attention", OpClass.ATTN, kind, b, nan, nan, nan)
     out["aten_op"] = ATTENTION_ATEN
     e = DB_DTYPE_BYTES["bfloat16"]
     kv_e = raw["kv_cache_dtype"].map(DB_DTYPE_BYTES).to_numpy(float)
@@ -407,12 +407,12 @@ def load_gemm(gpus="training", frameworks=None, versions="latest", allow_sealed:
     ``versions``: ``"latest"`` (each framework's newest), ``"all"`` or a list. ``features`` adds the
     catalogue's device features (``dataset.join_device_features``). Sealed GPUs raise before any file is
     opened."""
-    systems = _systems(gpus, allow_sealed)
+    systems = system_names(gpus, allow_sealed)
     base = data_root(root)
     parts = []
     for s in systems:
-        for fw, ver, f in _files(base, s, "gemm", GEMM_FILE, frameworks, versions):
-            parts.append(validate(gemm_kernels(_read(f, GEMM_COLUMNS), s, fw, ver), f, REINSTALL))
+        for fw, ver, f in kernel_files(base, s, "gemm", GEMM_FILE, frameworks, versions):
+            parts.append(validate(gemm_kernels(read_table(f, GEMM_COLUMNS), s, fw, ver), f, REINSTALL))
     return _finish(parts, "BF16 GEMM", systems, features)
 
 
@@ -423,7 +423,7 @@ def quantize_kernels(raw: pd.DataFrame, system: str, framework: str = "", versio
     raw = raw[raw["kernel_source"].isin(QUANTIZE_SOURCES) & (raw["quant_dtype"] == "fp8")].reset_index(drop=True)
     m, k = (raw[c].to_numpy(float) for c in ("m", "k"))
     nan = np.full(len(raw), np.nan)
-    out = _kernel_frame("mul", OpClass.VEC, "mulu", m, nan, nan, nan)
+    out = kernel_frame("mul", OpClass.VEC, "mulu", m, nan, nan, nan)
     out["H"] = k
     out["flops"] = m * k
     out["bytes_read"] = DB_DTYPE_BYTES["bfloat16"] * m * k
@@ -437,14 +437,14 @@ def load_quantize(gpus="training", allow_sealed: bool = False, root: str | Path 
     unless no GPU asked for has one. Checked: every latency positive and finite. Not ``measured_checks.validate``,
     whose bandwidth bound does not hold here: an input that fits the L2 is read from it, up to 7 x faster than
     DRAM allows on the L40S."""
-    systems = _systems(gpus, allow_sealed)
+    systems = system_names(gpus, allow_sealed)
     base = data_root(root)
     parts = []
     for s in systems:
         if not (base / s / "quantize").is_dir():
             continue
-        for fw, ver, f in _files(base, s, "quantize", QUANTIZE_FILE, None, "latest"):
-            q = quantize_kernels(_read(f, QUANTIZE_COLUMNS), s, fw, ver)
+        for fw, ver, f in kernel_files(base, s, "quantize", QUANTIZE_FILE, None, "latest"):
+            q = quantize_kernels(read_table(f, QUANTIZE_COLUMNS), s, fw, ver)
             lat = q["latency_ms"].to_numpy(float)
             if len(q) and not (np.isfinite(lat) & (lat > 0)).all():
                 raise MeasuredDataError(f"{f}: {int((~(np.isfinite(lat) & (lat > 0))).sum())} rows without a positive "
@@ -461,12 +461,12 @@ def load_allreduce(gpus="training", allow_sealed: bool = False, root: str | Path
     ``link_gbs``, ``gpus``, ``bytes`` each GPU contributes, ``latency_ms``."""
     base = data_root(root)
     parts = []
-    for s in _systems(gpus, allow_sealed):
+    for s in system_names(gpus, allow_sealed):
         link = devices.get_device(CATALOGUE[s]).link_gbs if s in CATALOGUE else None
         if link is None or not (base / s / "comm" / "nccl").is_dir():
             continue
-        _, _, f = _files(base, s, "comm", NCCL_FILE, ("nccl",), "latest")[0]
-        d = _read(f, NCCL_COLUMNS)
+        _, _, f = kernel_files(base, s, "comm", NCCL_FILE, ("nccl",), "latest")[0]
+        d = read_table(f, NCCL_COLUMNS)
         d = d[(d["op_name"] == "all_reduce") & (d["nccl_dtype"] == "half")]
         if len(d) == 0 or not (np.isfinite(lat := d["latency"].to_numpy(float)) & (lat > 0)).all():
             raise MeasuredDataError(f"{f}: no all-reduce rows with a positive finite latency; {REINSTALL}")
@@ -483,7 +483,7 @@ def load_attention(gpus="training", kinds=("prefill", "decode"), frameworks=None
     """Measured BF16 fused attention (``kinds``: prefill = context, decode = generation) of ``gpus`` as a
     kernel table, op class ATTN (arguments as :func:`load_gemm`; ``kv_dtypes``: KV-cache dtypes kept,
     ``bfloat16`` and/or ``fp8``)."""
-    systems = _systems(gpus, allow_sealed)
+    systems = system_names(gpus, allow_sealed)
     if isinstance(kinds, str):
         kinds = (kinds,)
     bad = [k for k in kinds if k not in ATTENTION_FILES]
@@ -493,7 +493,7 @@ def load_attention(gpus="training", kinds=("prefill", "decode"), frameworks=None
     parts = []
     for s in systems:
         for kind in kinds:
-            for fw, ver, f in _files(base, s, "attention", ATTENTION_FILES[kind], frameworks, versions):
-                raw = _read(f, ATTENTION_COLUMNS, ATTENTION_OPTIONAL)
+            for fw, ver, f in kernel_files(base, s, "attention", ATTENTION_FILES[kind], frameworks, versions):
+                raw = read_table(f, ATTENTION_COLUMNS, ATTENTION_OPTIONAL)
                 parts.append(validate(attention_kernels(raw, kind, s, fw, ver, kv_dtypes), f, REINSTALL))
     return _finish(parts, "BF16 attention", systems, features)

@@ -72,7 +72,7 @@ def _param_stage(name: str, n: int, num_layers: int) -> int:
     if layer >= 0:
         return min(int(layer // (num_layers / n)), n - 1)
     mod = name.rsplit(".", 1)[0]
-    if parallel._EMBED.search(mod) or "embed" in name or "wpe" in name:
+    if parallel.EMBED_MODULE.search(mod) or "embed" in name or "wpe" in name:
         return 0
     return n - 1
 
@@ -83,9 +83,9 @@ def _tp_share(name: str, n: int, kv_ways: int | None = None) -> float:
     from neusight_core import parallel, parallel_experts
     mod, _, leaf = name.rpartition(".")
     kind = parallel.module_kind(mod)
-    if kind == "col" and kv_ways and parallel._KV.search(mod):
+    if kind == "col" and kv_ways and parallel.KV_MODULE.search(mod):
         return 1.0 / kv_ways
-    if kind == "col" or (kind == "row" and leaf == "weight") or parallel._EMBED.search(mod):
+    if kind == "col" or (kind == "row" and leaf == "weight") or parallel.EMBED_MODULE.search(mod):
         return 1.0 / n
     if parallel_experts.holds_experts(mod):      # a slice of every expert (tp) or 1/n of the experts (ep)
         return 1.0 / n

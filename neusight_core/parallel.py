@@ -50,8 +50,8 @@ _COLUMN = re.compile(r"(?:^|\.)(c_attn|q_proj|k_proj|v_proj|qkv_proj|query_key_v
                      r"c_fc|fc1|gate_proj|up_proj|dense_h_to_4h|wi|wi_0|wi_1|q|k|v|lm_head|decoder)$")
 _ROW = re.compile(r"(?:^|\.)(attn\.c_proj|mlp\.c_proj|o_proj|out_proj|attention\.output\.dense|"
                   r"output\.dense|fc2|down_proj|dense_4h_to_h|wo|o|c_proj)$")
-_EMBED = re.compile(r"(?:^|\.)(wte|embed_tokens|word_embeddings|shared|embed_in)$")
-_KV = re.compile(r"(?:^|\.)(k_proj|v_proj|key|value|k|v)$")            # separate K and V projections
+EMBED_MODULE = re.compile(r"(?:^|\.)(wte|embed_tokens|word_embeddings|shared|embed_in)$")
+KV_MODULE = re.compile(r"(?:^|\.)(k_proj|v_proj|key|value|k|v)$")            # separate K and V projections
 _FUSED_QKV = re.compile(r"(?:^|\.)(c_attn|qkv_proj|query_key_value|Wqkv)$")
 
 
@@ -171,7 +171,7 @@ def tp_split(kernels: pd.DataFrame, n: int, experts: str = "tp") -> pd.DataFrame
 
     def ways(module: str) -> int:
         """How many ways a split linear (or its parameter's row) is divided."""
-        return kvw if _KV.search(module) else n
+        return kvw if KV_MODULE.search(module) else n
 
     # (in, out) of every split linear from its forward GEMM
     fw_gemm = k[(k.phase == "fw") & (k.op_class == OpClass.LINEAR)]
@@ -217,7 +217,7 @@ def tp_split(kernels: pd.DataFrame, n: int, experts: str = "tp") -> pd.DataFrame
     kv_bufs = set()
     if kvw != n and "reads" in k.columns:
         for r in recs:
-            if r["phase"] == "fw" and r["op_class"] == OpClass.LINEAR and r["module"] in shape and _KV.search(r["module"]):
+            if r["phase"] == "fw" and r["op_class"] == OpClass.LINEAR and r["module"] in shape and KV_MODULE.search(r["module"]):
                 kv_bufs.update(b for b, _ in r["writes"])
     try:
         moe_rows, moe_ends = parallel_experts.split(recs, a.config, hidden, n, experts)
@@ -260,16 +260,16 @@ def tp_split(kernels: pd.DataFrame, n: int, experts: str = "tp") -> pd.DataFrame
             continue
         elif ph == "acc":
             mod, _, leaf = m.rpartition(".")
-            if kinds.get(mod) == "col" or (kinds.get(mod) == "row" and leaf == "weight") or _EMBED.search(mod):
+            if kinds.get(mod) == "col" or (kinds.get(mod) == "row" and leaf == "weight") or EMBED_MODULE.search(mod):
                 split, d = True, ways(mod)
                 _split_vec(r, d, split_h | vocab_h)
         elif c in _ROW_CLASSES:
             split = m in sharded
             if kinds.get(m) == "col" and ph == "bw":   # bias gradient of a column-parallel linear
                 split, d = True, ways(m)
-            if _EMBED.search(m) and "embedding_dense_backward" in r["aten_op"]:
+            if EMBED_MODULE.search(m) and "embedding_dense_backward" in r["aten_op"]:
                 split = True
-            if vocab and r["H"] == vocab and not _EMBED.search(m):  # vocab-parallel loss
+            if vocab and r["H"] == vocab and not EMBED_MODULE.search(m):  # vocab-parallel loss
                 split = True
             kv_read = sum(x for b, x in r.get("reads") or () if b in kv_bufs) if split and ph == "fw" else 0
             if kv_read and sum(x for _, x in r["writes"]) <= sum(x for _, x in r["reads"]):  # K/V-sized
@@ -295,7 +295,7 @@ def tp_split(kernels: pd.DataFrame, n: int, experts: str = "tp") -> pd.DataFrame
         if kinds.get(m) == "row" and m in shape:
             inserts.append((i, _comm_row("fw", "allreduce", e * tokens * shape[m][1], False, m,
                                          int(k.at[i, "layer"]))))
-    emb = k.index[(k.phase == "fw") & k.module.map(lambda s: bool(_EMBED.search(s)))
+    emb = k.index[(k.phase == "fw") & k.module.map(lambda s: bool(EMBED_MODULE.search(s)))
                   & k.aten_op.str.contains("embedding")]
     if len(emb):
         inserts.append((int(emb[0]), _comm_row("fw", "allreduce", act, False, k.at[emb[0], "module"], -1)))
@@ -366,7 +366,7 @@ def _pp(kernels: pd.DataFrame, n: int, micro_batches: int) -> pd.DataFrame:
                 stage[i] = min(int(layer[i] // per), n - 1)
             elif ph == "acc":
                 m = k.at[i, "module"]
-                stage[i] = 0 if _EMBED.search(m.rsplit(".", 1)[0]) or "embed" in m or "wpe" in m else n - 1
+                stage[i] = 0 if EMBED_MODULE.search(m.rsplit(".", 1)[0]) or "embed" in m or "wpe" in m else n - 1
             else:
                 before = i < first
                 # forward: embeddings before the first layer -> stage 0, head/loss after -> last;

@@ -341,12 +341,14 @@ class _StepMethods(Sized):
         get = r.get if isinstance(r, dict) else lambda k, d=None: getattr(r, k, d)
         plan = get("parallel")
         fresh = get("mode") == Mode.TRAIN and get("grads") == Grads.FRESH
-        return cls(model=str(get("model")), batch=int(get("batch")), seq=get("seq"), image_size=get("image_size"),
-                   mode=Mode(get("mode")), fusion=bool(get("fusion")), parallel=None if plan is None else Plan(plan),
-                   gpus=int(get("gpus")) if plan else NEUTRAL["gpus"],
-                   micro_batches=int(get("micro_batches")) if plan == Plan.PP else 1, past=int(get("past") or 0),
-                   dtype=Precision(get("dtype")), attention=Attention(get("attention") or NEUTRAL["attention"]),
-                   grads=Grads.FRESH if fresh else NEUTRAL["grads"])
+        fields = {f.name: get(f.name) for f in dataclasses.fields(cls)}        # any field as the request has it
+        fields.update(model=str(get("model")), batch=int(get("batch")), mode=Mode(get("mode")),
+                      fusion=bool(get("fusion")), parallel=None if plan is None else Plan(plan),
+                      gpus=int(get("gpus")) if plan else NEUTRAL["gpus"],
+                      micro_batches=int(get("micro_batches")) if plan == Plan.PP else 1, past=int(get("past") or 0),
+                      dtype=Precision(get("dtype")), attention=Attention(get("attention") or NEUTRAL["attention"]),
+                      grads=Grads.FRESH if fresh else NEUTRAL["grads"])
+        return cls(**fields)
 
     def replace(self, **changes) -> "Step":
         return dataclasses.replace(self, **changes)

@@ -46,8 +46,7 @@ def kernel_table(step: Step) -> pd.DataFrame:
     if not step.fusion and step.parallel is None:
         return trace(step)
     # "writes" is kept: memory.footprint scales each buffer by the bytes its kernel writes after a TP split
-    key = trace_cache.make_key("table-w", step.model, **trace_cache.trace_kwargs(step), fusion=bool(step.fusion),
-                               parallel=step.parallel, gpus=int(step.gpus), micro_batches=int(step.micro_batches))
+    key = trace_cache.make_key("table-w", step.model, **trace_cache.trace_kwargs(step), **trace_cache.table_fields(step))
 
     def build():
         k = trace(step)

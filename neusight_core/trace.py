@@ -46,7 +46,7 @@ _DTYPE_PRECISION = {p.torch_dtype: p.value for p in Precision if p is not Precis
 # configs by name or path live in configs.py (no torch: a trace-cache hit reads them); re-exported
 from neusight_core import configs, fused_attention, gc_pause, kernel_table, meta_memo, schema  # noqa: E402
 from neusight_core.configs import OUR_CONFIGS_DIR, TraceError, available_configs, load_config  # noqa: E402,F401
-from neusight_core.aten_ops import (CONV, GROUPED_OPS, _NO_CONV, _nbytes, _op_name, access, call_tensors,  # noqa: E402
+from neusight_core.aten_ops import (CONV, GROUPED_OPS, NO_CONV, tensor_nbytes, op_name, access, call_tensors,  # noqa: E402
                                    classify, conv_rows, dtype_name, grouped_gemm, layer_of, tensors_in)
 # the model on the meta device; hidden_size / num_layers / load_config are re-exported (callers read them here)
 from neusight_core.meta_model import (TORCH_DTYPES, build_model, cache_tensors, filled_cache,  # noqa: E402,F401
@@ -142,7 +142,7 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        base, full = _op_name(func)
+        base, full = op_name(func)
         if base in ("_local_scalar_dense", "is_nonzero"):
             # .item() on a meta tensor has no value. transformers 5 calls it once, in mask
             # pre-processing: `(packed_sequence_mask[:, -1] == 0).all()` in
@@ -186,11 +186,11 @@ class _Recorder(TorchDispatchMode):
         # AccumulateGrad still steals gradients and lifetimes stay those of eager PyTorch).
         # an embedding reads the rows it gathers, not its table: in BF16 / FP16 tables (a decode step's lookup of one
         # token read a 0.3-1 GB table in them); the paper's FP32 tables keep the whole table, as Tier 1 was validated
-        gathered = ({id(args[0]): _nbytes(outs[0])} if base == "embedding" and outs[0].element_size() == 2 else None)
+        gathered = ({id(args[0]): tensor_nbytes(outs[0])} if base == "embedding" and outs[0].element_size() == 2 else None)
         if base in GROUPED_OPS:          # only the experts the routing reaches are read (aten_ops.grouped_gemm)
-            gathered = {id(args[i]): int(round(share * _nbytes(args[i]))) for i, share in grouped_gemm(args)[5].items()}
+            gathered = {id(args[i]): int(round(share * tensor_nbytes(args[i]))) for i, share in grouped_gemm(args)[5].items()}
         self._append(phase, module, full, op_class, sub_op, (Bd, M, N, K, H), flops, read_t, outs,
-                     _NO_CONV + _NO_ATTN, access(base, op_class, ins, outs) if self.access_paths else "", gathered, keys)
+                     NO_CONV + _NO_ATTN, access(base, op_class, ins, outs) if self.access_paths else "", gathered, keys)
         return out
 
     def _append(self, phase, module, full, op_class, sub_op, dims, flops, read_t, write_t, extra,
@@ -200,8 +200,8 @@ class _Recorder(TorchDispatchMode):
         already (``_note_allocations``), the rest are asked of ``_key``."""
         keys, read_bytes = keys or {}, read_bytes or {}
         key = lambda t: keys[id(t)] if id(t) in keys else self._key(t)  # noqa: E731
-        reads = tuple((key(t), read_bytes[id(t)] if id(t) in read_bytes else _nbytes(t)) for t in read_t)
-        writes = tuple((key(t), _nbytes(t)) for t in write_t)
+        reads = tuple((key(t), read_bytes[id(t)] if id(t) in read_bytes else tensor_nbytes(t)) for t in read_t)
+        writes = tuple((key(t), tensor_nbytes(t)) for t in write_t)
         self.rows.append((phase, full, op_class, sub_op, *dims, flops,
                           sum(b for _, b in reads), sum(b for _, b in writes),
                           dtype_name(write_t[0].dtype), module, layer_of(module),
@@ -231,7 +231,7 @@ class _Recorder(TorchDispatchMode):
         phase, module = self._where()
         nan = math.nan
         self._append(phase, module, "aten._scaled_dot_product_flash_attention.default", OpClass.ATTN, sub_op,
-                     (b, nan, nan, nan, nan), flops, read_t, write_t, _NO_CONV + cols)
+                     (b, nan, nan, nan, nan), flops, read_t, write_t, NO_CONV + cols)
 
 
 def _cuda_dropout(input, p=0.5, training=True, inplace=False):

@@ -23,6 +23,7 @@ version comes from the installed package's metadata).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -101,17 +102,31 @@ def _trace_signature() -> inspect.Signature:
     return inspect.Signature(params)
 
 
+#: fields of a step that are not arguments of the trace nor of the table built from it: the model (hashed by content),
+#: its size (the trace's ``seq``), and fresh gradients (``engine.predict`` drops the traced step's ``acc`` rows, so a
+#: fresh and an accumulating step share their entry)
+NOT_TABLE_ARGUMENTS = ("model", "seq", "image_size", "grads")
+
+
 def trace_kwargs(step) -> dict:
-    """The arguments of ``trace.trace_model`` for a :class:`step.Step` (all but the config, defaults filled in): its
-    batch, size, mode, past, dtype and attention. Fusion, a plan and fresh gradients are applied to the traced table
-    afterwards, so they are not the trace's."""
+    """The arguments of ``trace.trace_model`` for a :class:`step.Step` (all but the config, defaults filled in): the
+    step's fields of the same names, its size as ``seq``. A field the tracer takes is part of the key by its name."""
     sig = _trace_signature()
-    bound = sig.bind(None, step.batch, step.size, step.mode, past=step.past, dtype=step.dtype,
-                     attention=step.attention)
+    given = {f.name: getattr(step, f.name) for f in dataclasses.fields(step)
+             if f.name in sig.parameters and f.name not in NOT_TABLE_ARGUMENTS}
+    bound = sig.bind(None, seq=step.size, **given)
     bound.apply_defaults()
     out = dict(bound.arguments)
     out.pop(next(iter(sig.parameters)))              # the config: hashed by content instead
     return {k: (int(v) if hasattr(v, "__index__") and not isinstance(v, bool) else v) for k, v in out.items()}
+
+
+def table_fields(step) -> dict:
+    """The fields of a step its kernel table is built with after the trace (fusion, the plan, its GPUs and
+    micro-batches, and any field declared since): every field that is not an argument of the trace."""
+    sig = _trace_signature()
+    return {f.name: getattr(step, f.name) for f in dataclasses.fields(step)
+            if f.name not in sig.parameters and f.name not in NOT_TABLE_ARGUMENTS}
 
 
 def make_key(kind: str, model, **fields) -> dict:

@@ -157,12 +157,12 @@ def test_crafted_trace_entry_runs_nothing(tcache, tmp_path, monkeypatch):
     for f in (p, p.with_suffix(".pkl"), old):
         f.write_bytes(blob)
     trace_cache.STATS.clear()
-    got, msgs = cache_warnings(trace_cache.trace, MODEL, BATCH, SEQ, "inf")
+    got, msgs = cache_warnings(trace_cache.trace, Step(model=MODEL, batch=BATCH, seq=SEQ, mode="inf"))
     assert not marker.exists()
     one_line(msgs, "trace cache", "damaged", p.name, "rebuilding")
     assert trace_cache.STATS["corrupt"] == 1 and trace_cache.STATS["store"] == 1
     _same_table(got, _fresh(monkeypatch))
-    again, msgs = cache_warnings(trace_cache.trace, MODEL, BATCH, SEQ, "inf")     # replaced by a good entry
+    again, msgs = cache_warnings(trace_cache.trace, Step(model=MODEL, batch=BATCH, seq=SEQ, mode="inf"))     # replaced by a good entry
     assert msgs == [] and trace_cache.STATS["hit"] == 1 and not marker.exists()
     _same_table(again, got)
 
@@ -182,7 +182,7 @@ def test_tampered_trace_value_is_caught_by_the_checksum(tcache, monkeypatch):
     p = trace_cache.entry_path(_key())
     row = int(true["flops"].to_numpy().argmax())           # a GEMM: 100x fewer FLOPs would predict ~100x faster
     _tamper(p, list(true.columns).index("flops"), row=row)
-    got, msgs = cache_warnings(trace_cache.trace, MODEL, BATCH, SEQ, "inf")
+    got, msgs = cache_warnings(trace_cache.trace, Step(model=MODEL, batch=BATCH, seq=SEQ, mode="inf"))
     one_line(msgs, "checksum mismatch", p.name)
     assert got["flops"].iloc[row] == true["flops"].iloc[row] > 0
     _same_table(got, _fresh(monkeypatch))
@@ -193,11 +193,11 @@ def test_truncated_trace_entry_is_rebuilt(tcache, monkeypatch):
     p = trace_cache.entry_path(_key())
     p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
     trace_cache.STATS.clear()
-    got, msgs = cache_warnings(trace_cache.trace, MODEL, BATCH, SEQ, "inf")
+    got, msgs = cache_warnings(trace_cache.trace, Step(model=MODEL, batch=BATCH, seq=SEQ, mode="inf"))
     one_line(msgs, "damaged", p.name)
     assert trace_cache.STATS["corrupt"] == 1 and trace_cache.STATS["store"] == 1
     _same_table(got, _fresh(monkeypatch))
-    _, msgs = cache_warnings(trace_cache.trace, MODEL, BATCH, SEQ, "inf")
+    _, msgs = cache_warnings(trace_cache.trace, Step(model=MODEL, batch=BATCH, seq=SEQ, mode="inf"))
     assert msgs == [] and trace_cache.STATS["hit"] == 1
 
 

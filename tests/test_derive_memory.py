@@ -9,11 +9,11 @@ from neusight_core import derive, derive_memory, engine, kernel_table, memory, r
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("NEUSIGHT_TRACE_CACHE", str(tmp_path / "tc"))
-    saved = dict(derive._FAMILIES)          # families are memoised per process: each test builds its own
-    derive._FAMILIES.clear()
+    saved = dict(derive.FAMILIES)          # families are memoised per process: each test builds its own
+    derive.FAMILIES.clear()
     yield
-    derive._FAMILIES.clear()
-    derive._FAMILIES.update(saved)
+    derive.FAMILIES.clear()
+    derive.FAMILIES.update(saved)
 
 
 @pytest.mark.parametrize("model, mode, b, s, past, dtype, template", [

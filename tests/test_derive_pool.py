@@ -13,17 +13,17 @@ POINTS = {False: [(2, 256), (8, 100), (5, 1000)], True: [(1, 77), (1, 512)]}
 @pytest.fixture
 def fresh_families(tmp_path, monkeypatch):
     monkeypatch.setenv("NEUSIGHT_TRACE_CACHE", str(tmp_path / "tc"))
-    saved = dict(derive._FAMILIES)
-    derive._FAMILIES.clear()
+    saved = dict(derive.FAMILIES)
+    derive.FAMILIES.clear()
     yield
-    derive._FAMILIES.clear()
-    derive._FAMILIES.update(saved)
+    derive.FAMILIES.clear()
+    derive.FAMILIES.update(saved)
 
 
 def test_pool_builds_the_same_families(fresh_families, monkeypatch):
     assert derive_pool.build(SPECS, workers=2) == len(SPECS)          # every one came from a worker
-    pooled = {k: derive._FAMILIES[derive._family_key(**s)] for k, s in enumerate(SPECS)}
-    derive._FAMILIES.clear()
+    pooled = {k: derive.FAMILIES[derive.family_key(**s)] for k, s in enumerate(SPECS)}
+    derive.FAMILIES.clear()
     monkeypatch.setenv("NEUSIGHT_TRACE_CACHE_OFF", "1")                # traced again here, not read back
     for k, spec in enumerate(SPECS):
         here = derive.family(**spec)
@@ -38,7 +38,7 @@ def test_a_worker_makes_the_compact_table_of_the_points_it_is_given(fresh_famili
     specs = [dict(s, point=p) for s in SPECS for p in POINTS[s["batch_one"]]]
     assert derive_pool.build(specs, workers=2) == len(SPECS)
     for spec in SPECS:
-        fam = derive._FAMILIES[derive._family_key(**spec)]
+        fam = derive.FAMILIES[derive.family_key(**spec)]
         pts = POINTS[spec["batch_one"]]
         assert fam.__dict__["_pool_compact"][0] == tuple(pts)
         made = derive_pool.compact(fam, pts)
@@ -58,17 +58,17 @@ def test_a_failed_worker_leaves_its_family_to_this_process(fresh_families, monke
     monkeypatch.setattr(derive, "family", flaky)
     assert derive_pool.build(SPECS, workers=2) == len(SPECS) - 1
     monkeypatch.setattr(derive, "family", real)
-    missing = derive._family_key(**SPECS[3])
-    assert missing not in derive._FAMILIES
+    missing = derive.family_key(**SPECS[3])
+    assert missing not in derive.FAMILIES
     assert derive.family_for("gpt2_large", 1, 200, "train", past=0, dtype="fp32", attention="sdpa").ok
-    assert missing in derive._FAMILIES
+    assert missing in derive.FAMILIES
 
 
 def test_few_families_or_one_worker_build_nothing_in_workers(fresh_families, monkeypatch):
     assert derive_pool.build(SPECS[:derive_pool.MIN_FAMILIES - 1], workers=2) == 0
     monkeypatch.setenv("NEUSIGHT_TRACE_WORKERS", "1")
     assert derive_pool.build(SPECS) == 0
-    assert not derive._FAMILIES            # nothing built: the caller's loop builds them when it asks
+    assert not derive.FAMILIES            # nothing built: the caller's loop builds them when it asks
     monkeypatch.setenv("NEUSIGHT_TRACE_WORKERS", "two")
     with pytest.raises(ValueError, match="NEUSIGHT_TRACE_WORKERS must be a whole number"):
         derive_pool.build(SPECS)
@@ -77,7 +77,7 @@ def test_few_families_or_one_worker_build_nothing_in_workers(fresh_families, mon
 def test_no_workers_once_cuda_is_initialised(fresh_families, monkeypatch):
     import torch
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    assert derive_pool.build(SPECS, workers=2) == 0 and not derive._FAMILIES
+    assert derive_pool.build(SPECS, workers=2) == 0 and not derive.FAMILIES
 
 
 def test_workers_trace_with_torch_and_transformers_frozen_and_the_caller_keeps_its_collector(fresh_families,
@@ -94,7 +94,7 @@ def test_workers_trace_with_torch_and_transformers_frozen_and_the_caller_keeps_i
     monkeypatch.setattr(derive, "family", probe)
     before = gc.get_freeze_count()
     assert derive_pool.build(SPECS, workers=2) == len(SPECS)
-    seen = [derive._FAMILIES[derive._family_key(**s)] for s in SPECS]
+    seen = [derive.FAMILIES[derive.family_key(**s)] for s in SPECS]
     assert all(frozen > 10_000 and imported for frozen, imported in seen), seen
     assert gc.get_freeze_count() == before
 
@@ -108,11 +108,11 @@ def test_families_whose_traces_are_cached_are_built_here_without_torch(fresh_fam
 
     from neusight_core import paths, trace_cache
     assert derive_pool.build(SPECS, workers=2) == len(SPECS)          # cold: traced in workers
-    pooled = {k: derive._FAMILIES[derive._family_key(**s)] for k, s in enumerate(SPECS)}
-    derive._FAMILIES.clear()
+    pooled = {k: derive.FAMILIES[derive.family_key(**s)] for k, s in enumerate(SPECS)}
+    derive.FAMILIES.clear()
     assert derive_pool.build(SPECS, workers=2) == 0                   # warm: built here, from the cache
     for k, spec in enumerate(SPECS):
-        here = derive._FAMILIES[derive._family_key(**spec)]
+        here = derive.FAMILIES[derive.family_key(**spec)]
         pts = POINTS[spec["batch_one"]]
         pd.testing.assert_frame_equal(pooled[k].compact(pts), here.compact(pts), check_exact=True)
     with trace_cache.cached_only(), pytest.raises(trace_cache.NotCached):

@@ -86,3 +86,48 @@ def test_the_package_and_notebooks_name_things_not_tickets():
             + sorted((PKG.parent / "notebooks").glob("*.ipynb"))
             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not hits, hits[:10]
+
+
+def _private_uses(path: Path, pkg: Path = PKG) -> list[str]:
+    """The private names (``_x``, not ``__x__``) of other package modules that ``path`` imports or reads: a name
+    used across modules is an interface, and an interface is public."""
+    here = ".".join(path.relative_to(pkg).with_suffix("").parts)
+    tree = ast.parse(path.read_text())
+    alias, out = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "neusight_core":
+            mod = ".".join(p for p in node.module.split(".") if p != "neusight_core")
+            for a in node.names:
+                full = f"{mod}.{a.name}".strip(".")
+                if (pkg / (full.replace(".", "/") + ".py")).exists():
+                    alias[a.asname or a.name] = full
+                elif a.name.startswith("_") and not a.name.startswith("__") and mod != here:
+                    out.append(f"from {node.module} import {a.name}")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("neusight_core.") and a.asname:
+                    alias[a.asname] = a.name.split(".", 1)[1]
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in alias
+                and node.attr.startswith("_") and not node.attr.startswith("__") and alias[node.value.id] != here):
+            out.append(f"{node.value.id}.{node.attr}")
+    return sorted(set(out))
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_no_module_uses_another_modules_private_names(name):
+    found = _private_uses(_modules()[name])
+    assert not found, f"{name} uses private names of other modules (make them public where they are defined): {found}"
+
+
+def test_the_private_name_scan_sees_imports_and_attributes(tmp_path):
+    pkg = tmp_path / "neusight_core"
+    (pkg / "studies").mkdir(parents=True)
+    (pkg / "derive.py").write_text("_FAMILIES = {}\nFAMILIES = {}\n")
+    (pkg / "studies" / "x.py").write_text(
+        "from neusight_core import derive\nfrom neusight_core.derive import _FAMILIES, FAMILIES\n"
+        "def f():\n    return derive._FAMILIES, derive.FAMILIES, derive.__name__\n")
+    assert _private_uses(pkg / "studies" / "x.py", pkg) == ["derive._FAMILIES",
+                                                            "from neusight_core.derive import _FAMILIES"]
+    (pkg / "derive.py").write_text("_FAMILIES = {}\ndef g():\n    return _FAMILIES\n")      # its own: fine
+    assert _private_uses(pkg / "derive.py", pkg) == []

@@ -211,8 +211,8 @@ def test_bf16_extension_changes_dtype():
     import torch
     row = live_kernels.kernel_sweep(quick=True).iloc[0]
     cfg = live_harness.HarnessConfig(precision="bf16")
-    assert live_kernels.kernel_callable(row, "cpu", dtype=live_harness._dtype(cfg))().dtype == torch.bfloat16
-    assert live_kernels.kernel_callable(row, "cpu", dtype=live_harness._dtype(live_harness.HarnessConfig()))().dtype == torch.float32
+    assert live_kernels.kernel_callable(row, "cpu", dtype=live_harness.harness_dtype(cfg))().dtype == torch.bfloat16
+    assert live_kernels.kernel_callable(row, "cpu", dtype=live_harness.harness_dtype(live_harness.HarnessConfig()))().dtype == torch.float32
 
 
 def test_scenario_tables_show_predictions_and_summary_rows():

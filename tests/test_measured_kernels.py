@@ -107,8 +107,8 @@ def test_split_is_disjoint_and_named_in_the_catalogue():
     assert s["sealed"] == ("b300_sxm", "gb300", "rtx_pro_6000_server", "b60")
     assert not set(mk.TRAINING) & set(mk.HELD_OUT) and not (set(mk.TRAINING) | set(mk.HELD_OUT)) & set(mk.SEALED)
     assert set(mk.CATALOGUE) == set(mk.TRAINING) | set(mk.HELD_OUT)        # sealed GPUs have no catalogue name
-    assert mk._systems("training", False) == list(mk.TRAINING)
-    assert mk._systems("held_out", False) == list(mk.HELD_OUT)
+    assert mk.system_names("training", False) == list(mk.TRAINING)
+    assert mk.system_names("held_out", False) == list(mk.HELD_OUT)
 
 
 @pytest.mark.parametrize("name,system", [("h100_sxm", "h100_sxm"), ("H100", "h100_sxm"), ("NVIDIA H200", "h200_sxm"),
@@ -137,8 +137,8 @@ def test_sealed_gpus_are_refused_before_any_file_is_opened(name, monkeypatch, tm
     def no_access(*a, **k):
         raise AssertionError("a sealed GPU's request reached the files")
     monkeypatch.setattr(mk, "data_root", no_access)
-    monkeypatch.setattr(mk, "_read", no_access)
-    monkeypatch.setattr(mk, "_files", no_access)
+    monkeypatch.setattr(mk, "read_table", no_access)
+    monkeypatch.setattr(mk, "kernel_files", no_access)
     for call in (lambda: mk.load_gemm(name, root=tmp_path), lambda: mk.load_attention(name, root=tmp_path),
                  lambda: mk.load_gemm(["h100_sxm", name]), lambda: mk.resolve(name)):
         with pytest.raises(mk.SealedGPUError) as e:

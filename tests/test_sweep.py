@@ -20,9 +20,9 @@ def cache_dir(tmp_path_factory, release_root):
     d = tmp_path_factory.mktemp("trace_cache")
     old = os.environ.get("NEUSIGHT_TRACE_CACHE")
     os.environ["NEUSIGHT_TRACE_CACHE"] = str(d)
-    derive._FAMILIES.clear()
+    derive.FAMILIES.clear()
     yield d
-    derive._FAMILIES.clear()
+    derive.FAMILIES.clear()
     if old is None:
         os.environ.pop("NEUSIGHT_TRACE_CACHE", None)
     else:
@@ -96,7 +96,7 @@ def test_fallback_per_bucket_and_per_seq_families(cache_dir, monkeypatch):
     all-seq family fails its check; seq 300 gets its bucket's family, seq 130 (ceil(130 / 4) = 33 tokens
     per expert, not a polynomial even in its bucket) the family of that seq alone, linear in batch."""
     monkeypatch.setattr(configs, "expert_tokens_fn", lambda c: None)
-    monkeypatch.setattr(derive, "_FAMILIES", {})
+    monkeypatch.setattr(derive, "FAMILIES", {})
     fam = derive.family("switchxl4", "inf")
     assert not fam.ok and "check at" in fam.reason
     assert derive.family_for("switchxl4", 2, 300, "inf", past=0).seq_bucket == 256

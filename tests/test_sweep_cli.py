@@ -95,7 +95,7 @@ def test_repeated_values_count_once_and_parts_stream_the_same_rows(cache_dir, tm
 
 
 def test_short_sequences_share_one_family_per_seq_and_equal_real_traces(cache_dir, monkeypatch):
-    monkeypatch.setattr(derive, "_FAMILIES", {})
+    monkeypatch.setattr(derive, "FAMILIES", {})
     fam = derive.family_for("gpt2_large", 5, 7, "inf", past=0, allow_fixed=True)
     assert fam is not None and fam.ok and fam.seq_fixed == 7
     assert derive.compare(fam.table(5, 7), trace.trace_model("gpt2_large", 5, 7, "inf")) == ""

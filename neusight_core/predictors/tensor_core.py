@@ -409,7 +409,7 @@ def gemm_rows(gpus) -> pd.DataFrame:
     """Measured BF16 GEMMs of ``gpus`` (``measured_kernels`` names or "training" / "held_out"), one file per GPU."""
     from neusight_core import measured_kernels as mk
     parts = []
-    for s in mk._systems(gpus, False):
+    for s in mk.system_names(gpus, False):
         df = mk.load_gemm(s, frameworks=GEMM_FRAMEWORKS)
         counts = df.groupby("framework").size()
         best = max(GEMM_FRAMEWORKS, key=lambda f: (counts.get(f, 0), -GEMM_FRAMEWORKS.index(f)))

@@ -177,7 +177,7 @@ def _op_class_sums(per_opname: pd.Series) -> dict:
     return {op: float(per_opname[np.asarray(m)].sum()) for op, m in masks.items()}
 
 
-def _read_csv(path: Path, usecols) -> pd.DataFrame:
+def read_csv_columns(path: Path, usecols) -> pd.DataFrame:
     try:
         return pd.read_csv(path, usecols=usecols)
     except (ValueError, pd.errors.ParserError, OSError, UnicodeDecodeError) as e:
@@ -190,8 +190,8 @@ def _per_op(gpu: str, stem: str, model: str, n_layer: int, labels: Path, preds: 
     out = {}
     label_csv, graph_csv = labels / gpu / f"{stem}.csv", graphs / f"{stem}.csv"
     if label_csv.is_file() and graph_csv.is_file():
-        label = _read_csv(label_csv, ["Name", "latency"])
-        graph = _read_csv(graph_csv, ["Name", "OpName"])
+        label = read_csv_columns(label_csv, ["Name", "latency"])
+        graph = read_csv_columns(graph_csv, ["Name", "OpName"])
         label = label.merge(graph, on="Name", how="left")  # op class of each measured node
         out["has_per_op"] = True
         for op, v in _op_class_sums(_replicated_sum(label, model, n_layer, "latency")).items():
@@ -199,7 +199,7 @@ def _per_op(gpu: str, stem: str, model: str, n_layer: int, labels: Path, preds: 
     for p in RELEASE_PREDICTORS:
         pcsv = preds / gpu / RELEASE_PREDICTOR_DIR[p] / f"{stem}.csv"
         if pcsv.is_file():
-            trace = _read_csv(pcsv, ["Name", "OpName", "e2e_latency"])
+            trace = read_csv_columns(pcsv, ["Name", "OpName", "e2e_latency"])
             for op, v in _op_class_sums(_replicated_sum(trace, model, n_layer, "e2e_latency")).items():
                 out[f"pred_{p}_{op}_ms"] = v
     return out

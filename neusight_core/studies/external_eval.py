@@ -97,7 +97,7 @@ def measure_local_gemms(shapes: pd.DataFrame, device_name: str, timer=None, budg
         try:
             m = live_harness.measure(live_kernels.kernel_callable(r, device, torch.bfloat16, bias=False), timer, cfg, budget)
         except Exception as e:  # noqa: BLE001 - an OOM while allocating is recorded, anything else raised
-            if not live_harness._is_oom(e):
+            if not live_harness.is_oom(e):
                 raise
             m = live_harness.Measurement("OOM", reason=str(e).splitlines()[0][:200])
         lat.append(m.mean_ms if m.status == "OK" else np.nan)
@@ -216,7 +216,7 @@ def framework_gemms(gpus=None) -> pd.DataFrame:
     ``rows`` is; ``scored`` marks the file ``tensor_core.gemm_rows`` chose, the one the networks train on and the
     metrics score. The database measured the same shape grid through each framework's linear layer (cuBLAS)."""
     gpus = list(mk.TRAINING + mk.HELD_OUT) if gpus is None else gpus
-    every = pd.concat([mk.load_gemm(s, frameworks=tc.GEMM_FRAMEWORKS) for s in mk._systems(gpus, False)],
+    every = pd.concat([mk.load_gemm(s, frameworks=tc.GEMM_FRAMEWORKS) for s in mk.system_names(gpus, False)],
                       ignore_index=True)
     chosen = tc.gemm_rows(gpus).groupby("device")["framework"].first()
     every["scored"] = every["framework"].to_numpy() == every["device"].map(chosen).to_numpy()

@@ -22,7 +22,7 @@ import pandas as pd
 
 # the harness and the kernel section (live_harness, live_kernels)
 from neusight_core.studies.live_harness import (FASTEST, RUNS, WARMUP, DetectedDevice, HarnessConfig,
-                                        Measurement, TimeBudget, _dtype, _free_cuda, _is_oom, _one_line, gpu_count,
+                                        Measurement, TimeBudget, harness_dtype, free_cuda, is_oom, error_line, gpu_count,
                                         identify, local_properties, measure, no_gpu_reason, section_budget,
                                         set_precision, software_versions)
 from neusight_core.studies.live_kernels import conv_kernel_sweep, kernel_sweep, measure_kernels, skipped_measurements
@@ -138,24 +138,24 @@ def measure_model(model, batch: int, seq: int, mode: str, timer=None, cfg: Harne
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
     try:
-        fn = model_callable(model, batch, seq, mode, device, compile, num_layers, dtype=_dtype(cfg), past=past)
+        fn = model_callable(model, batch, seq, mode, device, compile, num_layers, dtype=harness_dtype(cfg), past=past)
     except Exception as e:  # noqa: BLE001
-        if _is_oom(e):
-            _free_cuda()
+        if is_oom(e):
+            free_cuda()
             return Measurement("OOM", reason="out of memory building the model")
-        return Measurement("ERROR", reason=f"building the model failed: {_one_line(e)}")
+        return Measurement("ERROR", reason=f"building the model failed: {error_line(e)}")
     try:
         return measure(fn, timer, cfg, budget)
     except Exception as e:  # noqa: BLE001 - e.g. torch.compile without a working compiler on this machine:
         # recorded on this configuration (the tables show it), and the other configurations are still measured
-        return Measurement("ERROR", reason=_one_line(e))
+        return Measurement("ERROR", reason=error_line(e))
     finally:
         del fn
         if device == "cuda":
             import torch
             if torch.cuda.is_available():
                 last_peak_memory_gib = torch.cuda.max_memory_allocated() / 2**30
-        _free_cuda()
+        free_cuda()
 
 
 last_peak_memory_gib: float | None = None   # peak CUDA memory of the last measure_model (GiB)

@@ -153,12 +153,12 @@ def set_precision(precision: str) -> None:
     torch.backends.cudnn.allow_tf32 = allow
 
 
-def _dtype(cfg: "HarnessConfig | None"):
+def harness_dtype(cfg: "HarnessConfig | None"):
     import torch
     return torch.bfloat16 if (cfg is not None and cfg.precision == Precision.BF16) else torch.float32
 
 
-def _is_oom(e: BaseException) -> bool:
+def is_oom(e: BaseException) -> bool:
     import torch
     oom = getattr(torch.cuda, "OutOfMemoryError", None)
     return (oom is not None and isinstance(e, oom)) or "out of memory" in str(e).lower()
@@ -193,20 +193,20 @@ def measure(fn: Callable[[], object], timer: Callable | None = None, cfg: Harnes
             if i >= cfg.warmup:
                 times.append(ms)
     except Exception as e:  # noqa: BLE001 - OOM is recorded per configuration, others re-raised
-        if _is_oom(e):
-            _free_cuda()
+        if is_oom(e):
+            free_cuda()
             return Measurement("OOM", None, times, f"out of memory: {str(e).splitlines()[0][:200]}")
         raise
     fastest = sorted(times)[: cfg.fastest]
     return Measurement("OK", float(np.mean(fastest)), times)
 
 
-def _one_line(e: BaseException) -> str:
+def error_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return f"{type(e).__name__}: {lines[-1][:300] if lines else ''}"
 
 
-def _free_cuda() -> None:
+def free_cuda() -> None:
     try:
         import torch
         if torch.cuda.is_available():

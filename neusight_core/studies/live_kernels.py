@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core.step import Step
-from neusight_core.studies.live_harness import HarnessConfig, Measurement, TimeBudget, _dtype, _is_oom, measure
+from neusight_core.studies.live_harness import HarnessConfig, Measurement, TimeBudget, harness_dtype, is_oom, measure
 from neusight_core.schema import OpClass, Precision
 
 def kernel_sweep(quick: bool = False) -> pd.DataFrame:
@@ -274,9 +274,9 @@ def measure_kernels(kernels: pd.DataFrame, timer=None, cfg: HarnessConfig | None
             res.append(Measurement("BUDGET", reason="time budget exhausted"))
             continue
         try:
-            fn = kernel_callable(row, device, dtype=_dtype(cfg))
+            fn = kernel_callable(row, device, dtype=harness_dtype(cfg))
         except Exception as e:  # noqa: BLE001
-            if not _is_oom(e):
+            if not is_oom(e):
                 raise
             res.append(Measurement("OOM", reason="out of memory allocating inputs"))
             continue

@@ -267,23 +267,23 @@ def measure_case(m, cfg, case: ModernCase, device: str, graph: bool = True) -> t
             try:
                 row["kernel_ms"], row["kernels"], row["attention_kernels"], top = kernel_profile(fn)
             except Exception as e:  # noqa: BLE001 - the profiler is optional: the timings stand without it
-                row["reason"] = f"profiler: {live_harness._one_line(e)[:200]}"
+                row["reason"] = f"profiler: {live_harness.error_line(e)[:200]}"
             row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
             if graph:
                 try:
                     torch.cuda.empty_cache()
                     row["graph_ms"], row["graph_status"] = graph_time(fn), "OK"
                 except Exception as e:  # noqa: BLE001 - a step that cannot be captured keeps its eager numbers
-                    row["graph_status"] = ("OOM" if live_harness._is_oom(e) else "ERROR: ") + live_harness._one_line(e)[:200]
+                    row["graph_status"] = ("OOM" if live_harness.is_oom(e) else "ERROR: ") + live_harness.error_line(e)[:200]
                     torch.cuda.synchronize()
         del fn, keep
     except Exception as e:  # noqa: BLE001 - recorded on this case; the other cases are still measured
-        row["status"] = "OOM" if live_harness._is_oom(e) else "ERROR"
-        row["reason"] = live_harness._one_line(e)[:300]
+        row["status"] = "OOM" if live_harness.is_oom(e) else "ERROR"
+        row["reason"] = live_harness.error_line(e)[:300]
     finally:
         if m is not None:
             m.zero_grad(set_to_none=True)
-        live_harness._free_cuda()
+        live_harness.free_cuda()
     return row, top
 
 
@@ -312,7 +312,7 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
         log(f"[modern] memory kernels: {int((mem['status'] == 'OK').sum())} of {len(mem)} measured; median GB/s "
             + ", ".join(f"{op.split('.')[1]} {v:.0f}" for op, v in gbs.items()))
     except Exception as e:  # noqa: BLE001 - the steps are what the section is for
-        log(f"[modern] memory kernels failed: {live_harness._one_line(e)[:250]}")
+        log(f"[modern] memory kernels failed: {live_harness.error_line(e)[:250]}")
     rows, tops = [], {}
     def key(c):        # a config object (tests) is its own model
         return c.model if isinstance(c.model, str) else id(c.model)
@@ -325,8 +325,8 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
             try:
                 m, cfg = build(model, device, tdt, num_layers)
             except Exception as e:  # noqa: BLE001
-                rows += [{**asdict(c), "status": "OOM" if live_harness._is_oom(e) else "ERROR",
-                          "reason": f"building the model failed: {live_harness._one_line(e)[:250]}"} for c in mine]
+                rows += [{**asdict(c), "status": "OOM" if live_harness.is_oom(e) else "ERROR",
+                          "reason": f"building the model failed: {live_harness.error_line(e)[:250]}"} for c in mine]
                 mine = []
         for c in mine:
             if m is None or share.remaining() <= 0:
@@ -342,7 +342,7 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
                 f"{row.get('kernels', 0):.0f} ({time.monotonic() - t0:.1f} s) {row.get('reason', '')}")
             _write_rows(out / "modern_steps.csv", rows)
         del m
-        live_harness._free_cuda()
+        live_harness.free_cuda()
     _write_rows(out / "modern_steps.csv", rows)
     (out / "modern_kernels.json").write_text(json.dumps(tops, indent=1))
     return rows

@@ -45,14 +45,14 @@ def rows(gpus=None, parallel: bool = False, sample: int | None = None) -> pd.Dat
     quick runs)."""
     gpus = list(mk.TRAINING + mk.HELD_OUT) if gpus is None else gpus
     base, parts = mk.data_root(), []
-    for system in mk._systems(gpus, False):
+    for system in mk.system_names(gpus, False):
         try:
-            files = mk._files(base, system, "moe", FILE, None, "all")
+            files = mk.kernel_files(base, system, "moe", FILE, None, "all")
         except mk.MeasuredDataError:
             continue                                  # a GPU without MoE measurements
         newest = {}                                   # (framework, kernel source) -> the newest version measuring it
         for framework, version, path in files:        # (oldest first)
-            raw = mk._read(path, COLUMNS)
+            raw = mk.read_table(path, COLUMNS)
             one = (raw.moe_tp_size == 1) & (raw.moe_ep_size == 1)
             raw = raw[(raw.moe_dtype == "bfloat16") & (raw.distribution == "balanced") & (parallel | one)
                       & (raw.latency > 0)]
@@ -96,7 +96,7 @@ def kernels(layers: pd.DataFrame, classified: bool = True) -> pd.DataFrame:
                 r["bytes_read"] = 2.0 * r["M"] * k + 2.0 * (g // int(ep[j])) * k * nn + 4.0 * (g // int(ep[j]))
             recs.append({"_layer": j, **r})
     r = pd.DataFrame(recs)
-    out = mk._kernel_frame("bmm", OpClass.BMM, schema.GROUPED_GEMM, r.B.to_numpy(float), r.M.to_numpy(float),
+    out = mk.kernel_frame("bmm", OpClass.BMM, schema.GROUPED_GEMM, r.B.to_numpy(float), r.M.to_numpy(float),
                            r.N.to_numpy(float), r.K.to_numpy(float))
     out["aten_op"] = "aten._grouped_mm.default"
     for c in ("flops", "bytes_read", "bytes_written"):

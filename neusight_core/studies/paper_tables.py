@@ -15,7 +15,7 @@ import pandas as pd
 
 from neusight_core import devices, paths, schema
 from neusight_core.studies.evaluation import (FIGURE_PREDICTORS, KEY, MODEL_DISPLAY, MODEL_SEQ,
-                                      PREDICTOR_DISPLAY, EvaluationError, LabelFileError, _read_csv, safe_ape)
+                                      PREDICTOR_DISPLAY, EvaluationError, LabelFileError, read_csv_columns, safe_ape)
 
 # ------------------------------------------------------------------------------- table builders
 @dataclass(frozen=True)
@@ -250,7 +250,7 @@ def load_fp16mm(path: str | Path | None = None) -> pd.DataFrame:
     """The release's FP16 tensor-core BMM measurements on H100 (Figure 10): B, M, N, K, label_ms,
     pred_ms (the authors' NeuSight prediction) and ``authors_ape`` (their ``err`` column x 100)."""
     p = Path(path) if path else paths.release_dir() / "fp16mm.csv"
-    df = _read_csv(p, None)
+    df = read_csv_columns(p, None)
     need = ["B", "M", "N", "K", "Latency", "pred", "err"]
     if any(c not in df.columns for c in need):
         raise LabelFileError(f"{p}: expected columns {', '.join(need)}, got {', '.join(map(str, df.columns))}")
