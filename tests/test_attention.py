@@ -387,10 +387,10 @@ def test_attention_backward_is_predicted_as_its_forward_times_the_flop_ratio():
 
 
 def test_execution_table_side_by_side_against_the_floor():
-    from neusight_core.studies import whatif
-    t = whatif.execution_table(gpus=["H100"], quick=True, predictor="roofline")
+    from neusight_core.studies import bf16_checks
+    t = bf16_checks.execution_table(gpus=["H100"], quick=True, predictor="roofline")
     assert (t["error"] == "").all()
-    assert len(t) == 2 * len(whatif.EXECUTION_VARIANTS)
+    assert len(t) == 2 * len(bf16_checks.EXECUTION_VARIANTS)
     for work, g in t.groupby("workload"):
         v = g.set_index("variant")
         graph, eager = v.loc["sdpa, graph"], v.loc["sdpa, eager PyTorch"]

@@ -74,10 +74,10 @@ def test_bad_dtype_is_one_line_error(capsys):
 
 
 def test_figure10_c9_with_our_predictor_and_the_authors_tp_device_equivalence():
-    from neusight_core.studies import whatif
-    dense = whatif.fp16mm_ours(quick=True, peak="dense")
-    sparse = whatif.fp16mm_ours(quick=True, peak="sparse")
-    authors = whatif.fp16mm_ours(quick=True, peak="authors")
+    from neusight_core.studies import figure10
+    dense = figure10.fp16mm_ours(quick=True, peak="dense")
+    sparse = figure10.fp16mm_ours(quick=True, peak="sparse")
+    authors = figure10.fp16mm_ours(quick=True, peak="authors")
     assert len(dense) == 9 and (dense["pred_ms"] > 0).all()
     # 2-byte elements against the catalogue bandwidth = the release's TP device (4-byte accounting,
     # doubled bandwidth/L2/memory) when both use the 1,979 TFLOPS sparse peak; checked on the FP32 networks
@@ -87,12 +87,12 @@ def test_figure10_c9_with_our_predictor_and_the_authors_tp_device_equivalence():
     import copy
     uncapped = copy.deepcopy(latency.loaded_predictor("neusight", True))
     uncapped.config = {**uncapped.config, "memory_cap_training": False}
-    sparse_x = whatif.fp16mm_ours(uncapped, quick=True, peak="sparse", tensor_core=False)
-    np.testing.assert_allclose(sparse_x["pred_ms"], whatif.fp16mm_ours(uncapped, quick=True, peak="authors")["pred_ms"],
+    sparse_x = figure10.fp16mm_ours(uncapped, quick=True, peak="sparse", tensor_core=False)
+    np.testing.assert_allclose(sparse_x["pred_ms"], figure10.fp16mm_ours(uncapped, quick=True, peak="authors")["pred_ms"],
                                rtol=1e-6)
     assert not np.allclose(sparse["pred_ms"], sparse_x["pred_ms"])       # the GEMM network answers FP16 BMMs
     assert not np.allclose(dense["pred_ms"], sparse["pred_ms"])   # the peak matters
-    summary, detail = whatif.c9_verdict(dense)
+    summary, detail = figure10.c9_verdict(dense)
     assert summary["claim"].tolist() == ["C9"] and summary["verdict"].iloc[0] in ("REPRODUCED", "DEVIATES")
     assert np.isfinite(detail["computed"].iloc[0])
 

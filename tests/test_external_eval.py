@@ -312,21 +312,21 @@ def test_miss_breakdown_by_hand():
 
 # ---------------------------------------------------------------- notebook 06's BF16 rows (issue 25 step 6)
 def test_physical_floors_by_hand(release_root):
-    from neusight_core.studies import whatif
+    from neusight_core.studies import bf16_checks
     k = pd.DataFrame({"op_class": ["LINEAR", "BMM", "VEC", "ATTN"], "precision": ["bf16"] * 4,
                       "flops": [1e12, 2e11, 5e12, 3e11], "count": [3, 1, 1, np.nan]})
-    f = whatif.floors(k, H100, weight_bytes=13.5e9)
+    f = bf16_checks.floors(k, H100, weight_bytes=13.5e9)
     d = devices.get_device(H100)
     want = (3e12 + 2e11 + 3e11) / (d.gemm_peak_gflops("bf16") * 1e9) * 1e3        # the VEC row is no GEMM
     assert f["gemm_flops"] == 3.5e12 and f["flops_floor_ms"] == pytest.approx(want)
     assert f["peak_tflops"] == pytest.approx(d.bf16_tensor_gflops / 1e3)            # dense, not the FP32 peak
     assert f["bytes_floor_ms"] == pytest.approx(13.5e9 / (d.mem_bw_gbs * 1e9) * 1e3)
-    assert whatif.floors(k.assign(precision="fp32"), H100, 0)["peak_tflops"] == pytest.approx(d.fp32_gflops / 1e3)
+    assert bf16_checks.floors(k.assign(precision="fp32"), H100, 0)["peak_tflops"] == pytest.approx(d.fp32_gflops / 1e3)
 
 
 def test_llama_floors_table_with_the_roofline(release_root):
-    from neusight_core.studies import whatif
-    t = whatif.floors_table("llama2_7b", H100, "bf16", seq=256, predictor="roofline", quick=True).set_index("workload")
+    from neusight_core.studies import bf16_checks
+    t = bf16_checks.floors_table("llama2_7b", H100, "bf16", seq=256, predictor="roofline", quick=True).set_index("workload")
     # Llama-2-7B: 6.74e9 parameters, 2 bytes each
     assert t.loc["prefill", "weights_gb"] == pytest.approx(6.74e9 * 2 / 1e9, rel=0.01)
     # a GEMM does about 2 x parameters FLOPs per token (plus attention's BMMs)
@@ -340,26 +340,26 @@ def test_llama_floors_table_with_the_roofline(release_root):
 def test_bf16_validation_reads_the_logged_held_out_numbers(tmp_path, release_root):
     import json
 
-    from neusight_core.studies import whatif
+    from neusight_core.studies import bf16_checks
     log = tmp_path / "log.jsonl"
     log.write_text(json.dumps({"tag": "frozen", "frozen": True}) + "\n" + json.dumps({
         "tag": "held-out-evaluated", "neusight_held_out_mape_mean_over_seeds": {
             "gemm_per_gpu": {"NVIDIA_B200": 12.34, "NVIDIA_GB200": 23.45}, "gemm_p90_per_gpu": {"NVIDIA_B200": 40.0},
             "attention_per_gpu": {"NVIDIA_B200 ATTN_prefill": 31.0, "NVIDIA_B200 ATTN_decode": 41.0}}}) + "\n")
-    t = whatif.bf16_validation(log=log).set_index("kernels")
+    t = bf16_checks.bf16_validation(log=log).set_index("kernels")
     assert t.loc["GEMM", "held-out MAPE"] == "B200 12.3 %; GB200 23.4 % (P90 B200 40 %)"
     assert "prefill: B200 31.0 %" in t.loc["fused attention", "held-out MAPE"]
     assert "decode: B200 41.0 %" in t.loc["fused attention", "held-out MAPE"]
     assert t.loc["element-wise, softmax, layernorm, copies", "status"].startswith("memory law")
     assert "MEM" in t.loc["element-wise, softmax, layernorm, copies", "op classes"]
     assert "H100" in t.loc["GEMM", "trained on"] and "B200" not in t.loc["GEMM", "trained on"]
-    assert whatif.bf16_validation(tensor_core=False, log=log)["status"].str.startswith("extrapolation").all()
-    assert "not evaluated" in whatif.bf16_validation(log=tmp_path / "none.jsonl").set_index("kernels").loc["GEMM", "held-out MAPE"]
+    assert bf16_checks.bf16_validation(tensor_core=False, log=log)["status"].str.startswith("extrapolation").all()
+    assert "not evaluated" in bf16_checks.bf16_validation(log=tmp_path / "none.jsonl").set_index("kernels").loc["GEMM", "held-out MAPE"]
     # a later evaluation of the GEMMs alone keeps the attention numbers of the last one that measured attention
     with log.open("a") as f:
         f.write(json.dumps({"tag": "held-out-evaluated", "date": "2026-12-01T00:00:00",
                             "neusight_held_out_mape_mean_over_seeds": {"gemm_per_gpu": {"NVIDIA_B200": 9.87}}}) + "\n")
-    t = whatif.bf16_validation(log=log).set_index("kernels")
+    t = bf16_checks.bf16_validation(log=log).set_index("kernels")
     assert t.loc["GEMM", "held-out MAPE"] == "B200 9.9 %"
     assert "prefill: B200 31.0 %" in t.loc["fused attention", "held-out MAPE"]
     assert "(from the evaluation of " in t.loc["fused attention", "held-out MAPE"]

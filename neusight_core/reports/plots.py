@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from neusight_core.studies import evaluation as ev, live_kernels, live_modern, recipe_eval, whatif
+from neusight_core.studies import bf16_checks, evaluation as ev, live_kernels, live_modern, recipe_eval
 from neusight_core import registry
 
 # Colours fixed per predictor so the authors' and our figures read the same way in every notebook:
@@ -361,12 +361,12 @@ def plot_ablation(table: pd.DataFrame, groups=recipe_eval.HEADLINE_GROUPS[:3], t
 
 
 def plot_execution(t: pd.DataFrame, model: str = "llama2_7b"):
-    """Predicted ms per GPU for ``model``'s prefill and decode step, one bar per ``whatif.EXECUTION_VARIANTS``, the
+    """Predicted ms per GPU for ``model``'s prefill and decode step, one bar per ``bf16_checks.EXECUTION_VARIANTS``, the
     floor as a black tick; hatched bars do not fit in the GPU's memory."""
     d = t[(t["model"] == model) & (t["seed"] == t["seed"].min())]
     works = list(dict.fromkeys(d["workload"]))
     fig, axes = plt.subplots(1, len(works), figsize=(6.5 * len(works), 4.2), squeeze=False)
-    labels = [v[0] for v in whatif.EXECUTION_VARIANTS]
+    labels = [v[0] for v in bf16_checks.EXECUTION_VARIANTS]
     for ax, work in zip(axes[0], works):
         x = d[d["workload"] == work]
         gpus = list(dict.fromkeys(x["device"]))
