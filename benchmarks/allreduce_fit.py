@@ -18,7 +18,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from neusight_core import measured_kernels as mk, network  # noqa: E402
+from neusight_core.data import measured_kernels as mk  # noqa: E402
+from neusight_core.cost import network
 from neusight_core.studies import errors  # noqa: E402
 
 SIZES = {"all": (0, np.inf), "<= 64 KB": (0, 65536), "64 KB - 8 MB": (65536, 8e6), "> 8 MB": (8e6, np.inf)}

@@ -23,7 +23,7 @@ def main(argv=None) -> int:
     ap.add_argument("--per-gpu", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    from neusight_core import tables
+    from neusight_core.cost import tables
     from neusight_core.studies import external_eval as xe
     r = xe.rows(per_gpu=a.per_gpu, seed=a.seed)
     d = r[(r["kind"] == "ATTN_decode") & (r["role"] == "training")].reset_index(drop=True)

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from neusight_core import dataset
+from neusight_core.data import dataset
 from neusight_core import predictors as P
 
 

@@ -26,7 +26,7 @@ def bound_check(tiles=((128, 128), (128, 64), (64, 64), (32, 32)), winograd=(1.0
     plain FP32 roofline: records no utilisation in (0, 1] can fit."""
     import numpy as np
 
-    from neusight_core import dataset, devices
+    from neusight_core.data import dataset, devices
     from neusight_core import predictors as P
     from neusight_core.predictors import common
     conv = dataset.load_conv()

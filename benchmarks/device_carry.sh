@@ -20,7 +20,7 @@ import importlib.metadata as md
 import shutil
 from pathlib import Path
 
-from neusight_core import measured_kernels as mk
+from neusight_core.data import measured_kernels as mk
 
 dist = md.distribution(mk.DISTRIBUTION)
 dst = Path(".device/aic")
@@ -43,5 +43,5 @@ for system in mk.TRAINING:                           # the training GPUs only: t
             n += 1
 print(f".device/aic: {n} files of {', '.join(mk.TRAINING)} ({mk.DISTRIBUTION} {dist.version})")
 EOF
-PYTHONPATH=$PWD:$PWD/.device/aic $PY -c 'from neusight_core import measured_kernels as m; print("reads", m.data_root(), m.package_version())'
+PYTHONPATH=$PWD:$PWD/.device/aic $PY -c 'from neusight_core.data import measured_kernels as m; print("reads", m.data_root(), m.package_version())'
 du -sh .device

@@ -131,7 +131,7 @@ def timed_ms(fn, cuda: bool, queued: bool, warmup: int = 3, runs: int = 20, fast
 def traced_access(kind: str) -> str:
     """The tracer's ``access`` label (``aten_ops.access``) of ``kind``'s kernel, from small CPU tensors."""
     from torch.utils._python_dispatch import TorchDispatchMode
-    from neusight_core import aten_ops
+    from neusight_core.tracing import aten_ops
     seen = []
 
     class Last(TorchDispatchMode):
@@ -152,7 +152,7 @@ def traced_access(kind: str) -> str:
 def recorded_kernels(runs=None):
     """The recorded runs' kernels as kernel-table rows for ``memory_law.fit_paths`` (``access`` = the tracer's)."""
     import pandas as pd
-    from neusight_core.schema import Precision
+    from neusight_core.question.schema import Precision
     frames = []
     for folder, gpu in (runs or RECORDED).items():
         d = pd.read_csv(ROOT / folder / "elementwise_paths.csv")
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
         df.to_csv(Path(a.out) / "elementwise_paths.csv", index=False)
         if cuda:
             import json
-            from neusight_core import host
+            from neusight_core.cost import host
             (Path(a.out) / "queued_launch.json").write_text(json.dumps(host.queued_launch_us(), indent=1))
     return 0
 

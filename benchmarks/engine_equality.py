@@ -88,7 +88,7 @@ def _numbers(d: dict, prefix: str = "") -> dict:
 
 def compute(full: bool) -> dict:
     from neusight_core.studies import evaluation as ev
-    from neusight_core import latency, sweep
+    from neusight_core.cost import latency, sweep
     from neusight_core.studies import recipe_eval as R, recipe_studies as S, reproduce, whatif
     res, times = {}, {}
     index = ev.build_index()

@@ -32,13 +32,13 @@ Q=${QUICK:+--quick}
 mkdir -p "$FINAL"
 export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=20
 [ -d .device/aic ] && export PYTHONPATH=$PWD:$PWD/.device/aic
-[ -d .device/upstream ] && $PY -m neusight_core.release --source .device/upstream 2>&1 | tail -1
+[ -d .device/upstream ] && $PY -m neusight_core.data.release --source .device/upstream 2>&1 | tail -1
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.memory --format=csv; nproc
   lscpu | grep -i "model name"
   $PY -c 'import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.is_available())'
   git log -1 --format=%h; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
-$PY -c 'from neusight_core import measured_kernels as m; print("measured kernels:", m.unavailable() or m.data_root())'
+$PY -c 'from neusight_core.data import measured_kernels as m; print("measured kernels:", m.unavailable() or m.data_root())'
 HAS_GPU=$($PY -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)
 
 # 2. the modern section, alone

@@ -126,7 +126,8 @@ def measure_blocks(shapes: dict, tokens, device: str, calls: int, name: str, qui
     import torch
     import transformers
 
-    from neusight_core import predictors, trace
+    from neusight_core import predictors
+    from neusight_core.tracing import trace
     from neusight_core.studies import live_harness, moe_eval
     timer, cfg = harness(device, calls)
     nets, roof = predictors.get("neusight", quick=quick, seed=0), predictors.get("roofline")
@@ -184,7 +185,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     import torch
 
-    from neusight_core import devices, predictors
+    from neusight_core.data import devices
+    from neusight_core import predictors
     from neusight_core.studies import live_harness, moe_eval
     if not a.dry_run and not torch.cuda.is_available():
         print("SKIPPED: no CUDA GPU (use --dry-run to exercise the code on the CPU)")

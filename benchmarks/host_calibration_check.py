@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
 
-from neusight_core import host  # noqa: E402
+from neusight_core.cost import host  # noqa: E402
 from neusight_core.studies import live_modern  # noqa: E402
 
 BOUND = 1.5     # a step is host-bound here when its host time exceeds its kernel sum this many times

@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", default="4,16,32")
     a = ap.parse_args(argv)
     import torch
-    from neusight_core import host
+    from neusight_core.cost import host
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     out = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "layers": {}}
     for n in (int(x) for x in a.layers.split(",")):

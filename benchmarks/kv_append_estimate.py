@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from neusight_core.step import Step
-from neusight_core import paths, trace_cache
+from neusight_core.question.step import Step
+from neusight_core import paths
+from neusight_core.tracing import trace_cache
 
 RUNS = ("docs/tier2/2026-11-27-h100-modern", "docs/tier2/2026-11-27-h200-modern")
 MIN_MB = 30.0      # below this a one-launch timing is bound by the launch (about 16 us), not by the bytes

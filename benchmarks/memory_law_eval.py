@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from neusight_core import measured_kernels  # noqa: E402
+from neusight_core.data import measured_kernels  # noqa: E402
 from neusight_core.predictors import memory_law  # noqa: E402
 from neusight_core.studies import memory_bound_eval  # noqa: E402
 

@@ -24,8 +24,11 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from neusight_core import parallel, predictors, schema, trace  # noqa: E402
-from neusight_core.schema import Precision  # noqa: E402
+from neusight_core.plans import parallel  # noqa: E402
+from neusight_core import predictors
+from neusight_core.question import schema
+from neusight_core.tracing import trace
+from neusight_core.question.schema import Precision  # noqa: E402
 from neusight_core.studies import moe_eval  # noqa: E402
 
 

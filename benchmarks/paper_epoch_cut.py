@@ -18,7 +18,7 @@ import json
 
 from neusight_core import predictors as P
 from neusight_core.studies import recipe_eval as R, recipe_studies as S
-from neusight_core.registry import hparams
+from neusight_core.predictors.registry import hparams
 
 
 def main() -> None:

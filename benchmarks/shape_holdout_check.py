@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def candidates() -> dict:
     """Our recipe is written as its differences from the authors' (the same config, so the same weights
     folder whichever way it is asked for)."""
-    from neusight_core.registry import hparams
+    from neusight_core.predictors.registry import hparams
     paper, ours = hparams("neusight-paper"), hparams("neusight")
     diff = {k: v for k, v in ours.items() if paper.get(k) != v}
     return {"paper": ("authors' recipe (neusight-paper)", "neusight-paper", None),

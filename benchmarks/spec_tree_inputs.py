@@ -30,7 +30,7 @@ LEFT_OUT = {"none (the structural tree)": [], "SMs": ["SMs"], "L2": ["L2"], "SMs
 
 def main(argv=None) -> int:
     from threadpoolctl import threadpool_limits
-    from neusight_core import registry
+    from neusight_core.predictors import registry
     from neusight_core.predictors import common, trees
     from neusight_core.predictors import tensor_core as tc
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

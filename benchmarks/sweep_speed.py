@@ -54,9 +54,10 @@ def first_result(model, b, s, mode, cache, quick) -> float:
 def sweep_time(n_target: int, cache: Path, quick: bool, attention: str | None = None) -> dict:
     """A sweep of about n_target configurations over the 6 paper models x 5 GPUs, cold cache; ``attention`` None:
     the default (what Hugging Face picks: sdpa, whose tables are traced, not derived; issue 33)."""
-    from neusight_core import derive, engine, sweep
+    from neusight_core.tracing import table_families
+    from neusight_core.cost import engine, sweep
     os.environ["NEUSIGHT_TRACE_CACHE"] = str(cache)
-    derive.FAMILIES.clear()
+    table_families.FAMILIES.clear()
     if n_target <= 100:
         models, gpus, batches, seqs = MODELS6[:5], GPUS5, [2], [128, 512]            # 5*5*1*2*2 = 100
     elif n_target <= 1000:             # the issue's grid without switchxl4: 5*5*5*4*2 = 1,000
@@ -109,18 +110,20 @@ def cli_sweep(cache: Path, quick: bool, rounds: int) -> dict:
 
 
 def labelled(cache: Path, quick: bool) -> dict:
-    from neusight_core import derive, latency, predictors
+    from neusight_core.tracing import table_families
+    from neusight_core.cost import latency
+    from neusight_core import predictors
     from neusight_core.studies import evaluation, reproduce
     os.environ["NEUSIGHT_TRACE_CACHE"] = str(cache)
     index = evaluation.build_index()
     names = ["neusight", "roofline", "habitat", "li"]     # the issue's 4 predictors (ours = the 3-seed ensemble)
     for p in names:                       # weights trained/loaded outside the timing
         predictors.get(p, quick=quick)
-    derive.FAMILIES.clear()
+    table_families.FAMILIES.clear()
     t0 = time.perf_counter()
     reproduce.predict_configs(index, names, quick=quick, progress=False)
     cold = time.perf_counter() - t0
-    derive.FAMILIES.clear()             # warm = trace cache filled, new derivation state
+    table_families.FAMILIES.clear()             # warm = trace cache filled, new derivation state
     latency.loaded_predictor.cache_clear()
     t0 = time.perf_counter()
     ours = reproduce.predict_configs(index, names, quick=quick, progress=False)

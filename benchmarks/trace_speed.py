@@ -4,7 +4,7 @@
 
 Each workload is traced once cold (first use of its model code in this process) and then
 ``--repeat`` times; the table reports the cold time and the min / median of the warm runs. ``--no-memo``
-turns the tracer's meta memo off (``meta_memo.ENABLED``), to measure what it saves.
+turns the tracer's meta memo off (``shape_memo.ENABLED``), to measure what it saves.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from neusight_core import meta_memo, trace  # noqa: E402
+from neusight_core.tracing import shape_memo, trace  # noqa: E402
 
 WORKLOADS = [("gpt3_27", 1, 2048, "train"), ("llama2_70b", 1, 4096, "inf")]
 TARGET_S = 10.0
@@ -27,9 +27,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--no-memo", action="store_true", help="run every meta op (meta_memo.ENABLED = False)")
+    ap.add_argument("--no-memo", action="store_true", help="run every meta op (shape_memo.ENABLED = False)")
     a = ap.parse_args(argv)
-    meta_memo.ENABLED = not a.no_memo
+    shape_memo.ENABLED = not a.no_memo
     t0 = time.perf_counter()
     import transformers  # noqa: F401  (import cost reported separately, not per workload)
     import_s = time.perf_counter() - t0

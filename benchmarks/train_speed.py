@@ -15,7 +15,7 @@ import json
 import time
 
 from class_search import one_class     # benchmarks/ is on the path when this script runs
-from neusight_core import dataset
+from neusight_core.data import dataset
 from neusight_core.predictors import nets
 
 

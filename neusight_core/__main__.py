@@ -23,8 +23,10 @@ import os
 import sys
 from pathlib import Path
 
-from neusight_core import __version__, registry, schema, step
-from neusight_core.schema import Precision
+from neusight_core import __version__
+from neusight_core.predictors import registry
+from neusight_core.question import schema, step
+from neusight_core.question.schema import Precision
 
 # the registry (no torch, no pandas): the parser stays fast. A bad NEUSIGHT_PREDICTORS file is said in one line
 # by ``main`` (here it would be a traceback at import)
@@ -45,8 +47,9 @@ def _models() -> list[tuple[str, str]]:
             out.append((p.stem, "authors' release"))
     except Exception:  # release not provisioned: still list ours
         pass
-    for p in sorted((Path(__file__).parent / "model_configs").glob("*.json")):
-        out.append((p.stem, "neusight_core/model_configs (ours)"))
+    from neusight_core.data.configs import OUR_CONFIGS_DIR
+    for p in sorted(OUR_CONFIGS_DIR.glob("*.json")):
+        out.append((p.stem, "neusight_core/data/model_configs (ours)"))
     return out
 
 
@@ -157,9 +160,9 @@ def _train(a) -> int:
 
 
 def _predict(a) -> int:
-    from neusight_core import latency
+    from neusight_core.cost import latency
     from neusight_core import predictors as _pred
-    from neusight_core import scenario
+    from neusight_core.question import scenario
     # bad input first, before any training: --seq for text, --image-size for image models
     sc = scenario.scenario(**{name: getattr(a, name) for name in step.INPUTS})
     quick = _choose_quick(a, [a.predictor], [a.seed])
@@ -175,7 +178,7 @@ def _predict(a) -> int:
         print(json.dumps(r, indent=2))
         return 0
     plan = f" {sc.parallel}x{sc.gpus} ({sc.comm} collectives)" if sc.parallel else ""
-    from neusight_core import memory
+    from neusight_core.cost import memory
     mem = r["memory"]
     if not mem.get("fits", True):   # say it first: the latency below is of a run that cannot happen
         print(f"WARNING: {mem['verdict']}")
@@ -327,7 +330,7 @@ def _csv_list(value, what: str, conv=str) -> list:
 def _devices(value) -> list[str]:
     """``--device`` of a sweep: each GPU once, however it is named (``H100`` and ``NVIDIA_H100_80GB_HBM3`` are one
     GPU, one row); an unknown name stays as given, for its row's error."""
-    from neusight_core import devices
+    from neusight_core.data import devices
     out = []
     for name in _csv_list(value, "device"):
         try:
@@ -339,7 +342,7 @@ def _devices(value) -> list[str]:
 
 
 def _sweep(a) -> int:
-    from neusight_core import sweep
+    from neusight_core.cost import sweep
 
     names = _csv_list(a.predictor, "predictor")
     unknown = [x for x in names if x not in PREDICTORS]
@@ -355,7 +358,7 @@ def _sweep(a) -> int:
     done = sweep.write_csv(target, pieces, lambda part: sweep.run(part, names, seeds, quick=quick,
                            progress=not a.no_progress), progress=not a.no_progress)
     rows, bad, tables_s, total_s = done["rows"], done["bad"], done["tables_s"], done["total_s"]
-    from neusight_core import devices
+    from neusight_core.data import devices
     for dev_name, dt in dict.fromkeys(zip(configs["device"], configs["dtype"])):
         try:
             note = devices.get_device(dev_name).precision_note(dt)
@@ -364,7 +367,7 @@ def _sweep(a) -> int:
         if note:
             print(f"NOTE: {note}", file=sys.stderr)
     if configs["image_size"].notna().any():
-        from neusight_core import latency
+        from neusight_core.cost import latency
         for n in names:
             if latency.conv_by_roofline(n, quick):
                 print(f"NOTE: {n}: the convolutions of the image models (column CONV_ms) are predicted by the roofline: "
@@ -380,7 +383,7 @@ def _sweep(a) -> int:
 def _host(a) -> int:
     """host.calibrate on this machine, and how to predict with it (NEUSIGHT_HOST_LAUNCH_US)."""
     import json
-    from neusight_core import host
+    from neusight_core.cost import host
     if a.repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {a.repeats}")
     c = host.calibrate(cuda=True, repeats=a.repeats)
@@ -442,7 +445,7 @@ def _command(argv) -> int:
         if a.cmd == "host":
             return _host(a)
         if a.cmd == "devices":
-            from neusight_core import devices
+            from neusight_core.data import devices
             print(devices.describe(every_field=a.all))
             return 0
         if a.cmd == "models":

@@ -91,7 +91,7 @@ def require_release() -> None:
     if not (release_dir() / ".provisioned.json").is_file():
         raise FileNotFoundError(
             f"the authors' release is not provisioned under {home()}: "
-            "run `python -m neusight_core.release` (run_all.sh and run_tests.sh do it for you)"
+            "run `python -m neusight_core.data.release` (run_all.sh and run_tests.sh do it for you)"
         )
 
 

@@ -88,4 +88,4 @@ else
   NEUSIGHT_PY="$VENV/bin/python"
 fi
 echo "[setup] provisioning the authors' release"
-(cd "$ROOT" && "$NEUSIGHT_PY" -m neusight_core.release ${NEUSIGHT_RELEASE:+--source "$NEUSIGHT_RELEASE"})
+(cd "$ROOT" && "$NEUSIGHT_PY" -m neusight_core.data.release ${NEUSIGHT_RELEASE:+--source "$NEUSIGHT_RELEASE"})

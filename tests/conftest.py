@@ -20,7 +20,7 @@ def release_root():
 @pytest.fixture
 def fresh_catalogue(monkeypatch):
     """The device catalogue without a user's device files, rebuilt before and after the test."""
-    from neusight_core import devices
+    from neusight_core.data import devices
     monkeypatch.delenv(devices.ENV_USER_DEVICES, raising=False)
     devices.reload()
     yield

@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 import torch
 
-from neusight_core import aten_ops, configs, trace
+from neusight_core.tracing import aten_ops, trace
+from neusight_core.data import configs
 from neusight_core.predictors import memory_law
-from neusight_core.schema import OpClass
+from neusight_core.question.schema import OpClass
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))

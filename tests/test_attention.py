@@ -7,9 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core.step import Step
-from neusight_core import configs, engine, host, kernel_table, request, schema, trace
-from neusight_core.scenario import LatencyInputError, PAPER, scenario
+from neusight_core.question.step import Step
+from neusight_core.data import configs
+from neusight_core.cost import engine, host
+from neusight_core.tracing import table_info, trace
+from neusight_core.question import request, schema
+from neusight_core.question.scenario import LatencyInputError, PAPER, scenario
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +64,8 @@ def test_sdpa_gqa_heads_and_less_memory(traces):
     assert (a["heads"], a["kv_heads"]) == (32, 8)
     # the eager trace holds S x S scores (and in training keeps them for backward): sdpa's activations are smaller
     for phase in ("prefill", "train"):
-        assert (kernel_table.info(traces["sdpa", phase]).memory["activation_peak_bytes"]
-                < kernel_table.info(traces["eager", phase]).memory["activation_peak_bytes"])
+        assert (table_info.info(traces["sdpa", phase]).memory["activation_peak_bytes"]
+                < table_info.info(traces["eager", phase]).memory["activation_peak_bytes"])
 
 
 def test_eager_trace_has_no_attention_columns(traces):
@@ -103,7 +106,7 @@ def test_kv_cache_is_what_the_model_caches(tmp_path):
         f = tmp_path / f"{cfg['model_type']}.json"
         f.write_text(json.dumps(cfg))
         k = trace.trace_model(str(f), 2, 1, "inf", past=past, dtype="bf16", attention="sdpa")
-        return kernel_table.info(k).memory["kv_cache_bytes"]
+        return table_info.info(k).memory["kv_cache_bytes"]
 
     mistral = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 256,
                "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2,
@@ -176,7 +179,7 @@ def test_no_sdpa_list_is_the_installed_transformers():
     now = hf_model_types_without_sdpa()
     assert "gemma2" in now and "llama" not in now          # the scan itself sees both kinds
     assert sorted(configs.no_sdpa_model_types()) == now, (
-        f"transformers {transformers.__version__} differs from neusight_core/attention_support.yaml: write "
+        f"transformers {transformers.__version__} differs from neusight_core/data/attention_support.yaml: write "
         f"no_sdpa_model_types: {now}")
 
 
@@ -339,7 +342,7 @@ def test_the_host_verb_measures_and_says_how_to_use_it(capsys, monkeypatch):
 def test_paper_setting_is_the_old_answer():
     """The reproduction's setting (eager attention, kernel sum) answers exactly what the engine answered before
     issue 33 for the same request: the eager trace's kernel sum (Tier 0/1 unchanged)."""
-    from neusight_core import tables
+    from neusight_core.cost import tables
     from neusight_core.studies import reproduce
     req = dict(model="gpt2_large", device="H100", batch=4, seq=512, mode="train")
     assert {k: v for k, v in reproduce.option_kwargs("none").items()} == PAPER
@@ -378,7 +381,7 @@ def test_half_rows_become_their_byte_equivalent_fp32_kernel():
 
 
 def test_attention_backward_is_predicted_as_its_forward_times_the_flop_ratio():
-    from neusight_core import tables
+    from neusight_core.cost import tables
     t = trace.trace_model("llama2_7b", 1, 128, "train", dtype="bf16", attention="sdpa")
     a = t[(t["op_class"] == "ATTN") & (t["layer"] == 0)].reset_index(drop=True)
     p = tables.predict_kernels(a, "H100", "neusight", quick=True)
@@ -404,14 +407,14 @@ def test_execution_table_side_by_side_against_the_floor():
 @pytest.mark.parametrize("model,mode,seq,past", [("llama2_7b", "inf", 300, 0), ("gpt2_large", "train", 200, 0),
                                                  ("llama2_7b", "inf", 1, 512)])
 def test_sdpa_tables_are_derived_exactly(model, mode, seq, past):
-    """Shape derivation (derive.py) covers fused-attention tables: the ATTN rows' FLOPs are b s^2, their geometry
+    """Shape derivation (table_families.py) covers fused-attention tables: the ATTN rows' FLOPs are b s^2, their geometry
     linear in s, inside its basis; a sweep of sdpa tables need not trace each one."""
-    from neusight_core import derive
-    fam = derive.family_for(model, 4, seq, mode, past=past, dtype="bf16", attention="sdpa", allow_fixed=True)
+    from neusight_core.tracing import table_families
+    fam = table_families.family_for(model, 4, seq, mode, past=past, dtype="bf16", attention="sdpa", allow_fixed=True)
     assert fam is not None and fam.ok, getattr(fam, "reason", None)
     real = trace.trace_model(model, 4, seq, mode, past=past, dtype="bf16", attention="sdpa")
     assert (real["op_class"] == "ATTN").any()
-    assert derive.compare(fam.table(4, seq), real) == ""
+    assert table_families.compare(fam.table(4, seq), real) == ""
 
 
 def test_traced_scope_is_what_the_tracer_emits_and_all_the_scoped_network_trains_on(traces):

@@ -13,8 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core.step import Step
-from neusight_core import datafile, dataset, kernel_table, paths, registry, trace_cache
+from neusight_core.question.step import Step
+from neusight_core.data import datafile, dataset
+from neusight_core.tracing import table_info, trace_cache
+from neusight_core import paths
+from neusight_core.predictors import registry
 from neusight_core import predictors as P
 from neusight_core.predictors.base import STATE_FILE, read_state
 
@@ -133,7 +136,7 @@ def _same_table(got: pd.DataFrame, want: pd.DataFrame):
     pd.testing.assert_frame_equal(got, want, check_exact=True)
     assert list(got.dtypes) == list(want.dtypes)
     # the whole record equal, but for the trace's wall time
-    assert kernel_table.info(got).replace(trace_s=0.0) == kernel_table.info(want).replace(trace_s=0.0)
+    assert table_info.info(got).replace(trace_s=0.0) == table_info.info(want).replace(trace_s=0.0)
 
 
 def test_trace_entry_round_trips_exactly(tcache, monkeypatch):
@@ -142,8 +145,8 @@ def test_trace_entry_round_trips_exactly(tcache, monkeypatch):
     again = trace_cache.trace(Step(model=MODEL, batch=BATCH, seq=SEQ, mode="inf"))
     assert trace_cache.STATS["hit"] == 1
     _same_table(again, first)
-    assert kernel_table.info(again).trace_s == kernel_table.info(first).trace_s
-    assert isinstance(again["reads"].iloc[0], tuple) and kernel_table.info(again).memory["events"] == kernel_table.info(first).memory["events"]
+    assert table_info.info(again).trace_s == table_info.info(first).trace_s
+    assert isinstance(again["reads"].iloc[0], tuple) and table_info.info(again).memory["events"] == table_info.info(first).memory["events"]
     assert trace_cache.entry_path(_key()).suffix == ".npz" and not list(tcache.glob("*.pkl"))
 
 
@@ -293,7 +296,7 @@ def test_two_callers_needing_the_same_weights_train_them_once(tmp_path, monkeypa
     import threading
     import time as _time
 
-    from neusight_core import dataset
+    from neusight_core.data import dataset
     from neusight_core import predictors as P
     from neusight_core.predictors.roofline import RooflinePredictor
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from neusight_core import devices
+from neusight_core.data import devices
 from neusight_core.studies import claims as cl
 from neusight_core.studies import evaluation as ev
 

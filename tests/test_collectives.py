@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neusight_core import engine, measured_kernels as mk, network, request, scenario
+from neusight_core.cost import engine, network
+from neusight_core.data import measured_kernels as mk
+from neusight_core.question import request, scenario
 from neusight_core.studies import errors
 
 NO_PACKAGE = "aiconfigurator-core is not installed"

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import dataset, devices
+from neusight_core.data import dataset, devices
 from neusight_core.studies import kernel_eval
 from neusight_core import predictors as P
 from neusight_core.predictors import common
@@ -208,7 +208,7 @@ def test_wgrad_reduction_split_across_the_sms(release_root):
     K = 3 x 7^2) makes 1 x 3 tiles of 128 x 64; on a V100 (80 SMs) its reduction is cut into floor(80 / 3) = 26
     parts, by hand: 78 tiles, one wave, each tile 1/26 of the work. Forward rows are untouched; the key is
     prediction only (same weights)."""
-    from neusight_core import devices
+    from neusight_core.data import devices
     from neusight_core.predictors import common
     from neusight_core.predictors.neusight import split_k_wgrad
     stem = pd.concat([conv_row(s, B=112, cin=3, cout=64, k=7, size=224, stride=2, pad=3) for s in ("fwd", "wgrad")],

@@ -1,19 +1,21 @@
-"""A derived table's memory (derive_memory.py) is the real trace's, to the byte, or it is not given."""
+"""A derived table's memory (family_memory.py) is the real trace's, to the byte, or it is not given."""
 import pandas as pd
 import pytest
 
-from neusight_core.step import Step
-from neusight_core import derive, derive_memory, engine, kernel_table, memory, request, trace_cache
+from neusight_core.question.step import Step
+from neusight_core.tracing import table_families, family_memory, table_info, trace_cache
+from neusight_core.cost import engine, memory
+from neusight_core.question import request
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("NEUSIGHT_TRACE_CACHE", str(tmp_path / "tc"))
-    saved = dict(derive.FAMILIES)          # families are memoised per process: each test builds its own
-    derive.FAMILIES.clear()
+    saved = dict(table_families.FAMILIES)          # families are memoised per process: each test builds its own
+    table_families.FAMILIES.clear()
     yield
-    derive.FAMILIES.clear()
-    derive.FAMILIES.update(saved)
+    table_families.FAMILIES.clear()
+    table_families.FAMILIES.update(saved)
 
 
 @pytest.mark.parametrize("model, mode, b, s, past, dtype, template", [
@@ -22,15 +24,15 @@ def cache(tmp_path, monkeypatch):
     ("llama3_2_1b", "inf", 5, 1, 1000, "bf16", "steady")])      # a decode step: its KV cache too
 def test_derived_footprint_equals_the_traced_one(cache, model, mode, b, s, past, dtype, template):
     att = "eager" if model == "switchxl4" else "sdpa"
-    fam = derive.family_for(model, b, s, mode, past=past, dtype=dtype, attention=att, allow_fixed=True)
+    fam = table_families.family_for(model, b, s, mode, past=past, dtype=dtype, attention=att, allow_fixed=True)
     assert fam is not None and fam.memory is not None, fam and fam.memory_reason
     assert fam.memory.templates[0] == template
     real = trace_cache.trace(Step(model=model, batch=b, seq=s, mode=mode, past=past, dtype=dtype, attention=att))
     got = fam.memory.summary(fam, b, s)
-    assert got["activation_peak_bytes"] == kernel_table.info(real).memory["activation_peak_bytes"] > 0
-    assert got["kv_cache_bytes"] == kernel_table.info(real).memory["kv_cache_bytes"] == (0 if not past else got["kv_cache_bytes"])
+    assert got["activation_peak_bytes"] == table_info.info(real).memory["activation_peak_bytes"] > 0
+    assert got["kv_cache_bytes"] == table_info.info(real).memory["kv_cache_bytes"] == (0 if not past else got["kv_cache_bytes"])
     assert (got["kv_cache_bytes"] > 0) == (past > 0)
-    assert got["params"] == sum(kernel_table.info(real).params.values())
+    assert got["params"] == sum(table_info.info(real).params.values())
     # the derived table carries it as a trace does: same footprint on a GPU where it does not fit
     want = memory.footprint(real, "T4")
     assert memory.footprint(fam.table(b, s), "T4") == {**want, "notes": []}
@@ -49,12 +51,12 @@ def test_engine_rows_of_derived_tables_have_the_traced_memory_columns(cache):
 
 def test_a_family_whose_memory_misses_its_check_gives_the_lower_bound(cache, monkeypatch):
     # neither template of the middle units' events matches the 4-unit trace at the check point
-    true_difference = derive_memory._difference
-    monkeypatch.setattr(derive_memory, "_difference", lambda fam, real, point, layers, t:
+    true_difference = family_memory._difference
+    monkeypatch.setattr(family_memory, "_difference", lambda fam, real, point, layers, t:
                         true_difference(fam, real, point, layers, t) or f"{t}: activation peak differs")
-    fam = derive.family_for("bert_large", 4, 256, "inf", past=0, dtype="fp32", attention="sdpa")
+    fam = table_families.family_for("bert_large", 4, 256, "inf", past=0, dtype="fp32", attention="sdpa")
     assert fam.ok and fam.memory is None and fam.memory_reason.startswith("check failed: activation peak at (3, 317)")
-    assert kernel_table.info(fam.table(4, 256)).memory is None
+    assert table_info.info(fam.table(4, 256)).memory is None
     rows = [dict(model="bert_large", device="H100", batch=b, seq=256, mode="inf") for b in (2, 4)]
     out = engine.predict(request.parse(rows), ["roofline"])
     assert out["derived"].all()

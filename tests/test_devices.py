@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from neusight_core import devices
+from neusight_core.data import devices
 
 GiB = 2**30
 

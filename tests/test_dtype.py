@@ -4,8 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neusight_core.step import Step
-from neusight_core import devices, latency, predictors, tables, trace
+from neusight_core.question.step import Step
+from neusight_core.data import devices
+from neusight_core.cost import latency, tables
+from neusight_core import predictors
+from neusight_core.tracing import trace
 from neusight_core.predictors import common
 
 
@@ -100,7 +103,7 @@ def test_figure10_c9_with_our_predictor_and_the_authors_tp_device_equivalence():
 def test_whatif_rows_equal_the_engine_row_for_row():
     """Issue 35: the what-if is a grid of scenarios through the engine; each row's time is what a single question
     (``latency.predict_model``) answers for the plan it chose, and the plan is the smallest TP size that fits."""
-    from neusight_core import devices
+    from neusight_core.data import devices
     from neusight_core.studies import whatif
     gpus = ["NVIDIA_H100_80GB_HBM3", "NVIDIA_L4", "Tesla_T4"]
     res = whatif.run(gpus=gpus, dtypes=("bf16",), quick=True, predictor="roofline", max_gpus=8)
@@ -206,7 +209,8 @@ def test_a_half_precision_answer_names_the_rows_the_memory_law_answers(capsys):
 def test_a_half_precision_embedding_reads_the_rows_it_gathers():
     """A decode step's embedding looks up one token: in BF16 / FP16 tables it reads that row (and the ids), not the
     0.3-1 GB table; the paper's FP32 tables keep the whole table, as Tier 1 was validated with it."""
-    from neusight_core import configs, trace
+    from neusight_core.data import configs
+    from neusight_core.tracing import trace
     cfg = configs.load_config("llama2_7b")
     cfg.num_hidden_layers = 1
     hidden, vocab = cfg.hidden_size, cfg.vocab_size

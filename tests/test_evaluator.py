@@ -12,7 +12,8 @@ import time
 import pytest
 
 from neusight_core import __main__ as cli
-from neusight_core import devices, paths
+from neusight_core.data import devices
+from neusight_core import paths
 from neusight_core.reports import executed_notebook, run_summary, runner
 
 FIXTURES = paths.REPO_ROOT / "tests" / "fixtures" / "notebooks"
@@ -86,7 +87,7 @@ def test_hostile_cli_input(case, argv, code, text, hostile_files, capsys):
 
 
 def test_hostile_inputs_rejected_by_the_python_api_too(hostile_files):
-    from neusight_core import latency
+    from neusight_core.cost import latency
     with pytest.raises(latency.LatencyInputError, match="attention heads"):
         latency.predict_model("gpt2_large", "H100", 4, 1024, "train", parallel="tp", gpus=64, quick=True)
     with pytest.raises(latency.LatencyInputError, match="impossible"):

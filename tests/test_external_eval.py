@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("pyarrow")
 pytest.importorskip("aiconfigurator_core")
 
-from neusight_core import devices, measured_kernels as mk  # noqa: E402
+from neusight_core.data import devices, measured_kernels as mk  # noqa: E402
 from neusight_core.studies import live_harness
 from neusight_core import predictors as P  # noqa: E402
 from neusight_core.predictors import common, tensor_core as tc, trees  # noqa: E402
@@ -143,7 +143,7 @@ def neusight_quick(release_root):
 
 
 def test_fp32_rows_unchanged_by_tensor_core_networks(neusight_quick):
-    from neusight_core import dataset
+    from neusight_core.data import dataset
     with_tc, without = neusight_quick
     assert with_tc.tc is not None and set(with_tc.tc.nets) == set(tc.NETWORKS) and without.tc is None
     k = dataset.training_data(quick=True).kernels.sample(2000, random_state=1)
@@ -421,7 +421,7 @@ def test_local_skip_reasons():
 def test_local_check_skips_where_the_database_is_not_installed(monkeypatch):
     """A Python used as it is (NEUSIGHT_PYTHON) may lack aiconfigurator-core: notebook 05 says so, never fails."""
     from neusight_core.studies import external_eval as xe
-    from neusight_core import measured_kernels as mk
+    from neusight_core.data import measured_kernels as mk
 
     def gone(root=None):
         raise mk.MeasuredDataError("aiconfigurator-core is not installed: pip install -r requirements.txt")

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from neusight_core import latency, predictors
+from neusight_core.cost import latency
+from neusight_core import predictors
 from neusight_core.predictors import training
 from neusight_core.__main__ import main as cli
 
@@ -55,7 +56,7 @@ def test_the_python_question_is_answered_as_the_clis(no_full_weights):
     assert r["e2e_ms"] == latency.predict_model("gpt2_large", "H100", 1, 128, quick=True)["e2e_ms"]
     with pytest.raises(AssertionError, match="full neusight weights were asked for"):
         latency.predict_model("gpt2_large", "H100", 1, 128, quick=False)
-    from neusight_core import sweep
+    from neusight_core.cost import sweep
     with pytest.warns(UserWarning, match="full `neusight` weights are not trained here"):
         df = sweep.sweep(["gpt2_large"], ["H100"], [1], [128], predictors=["neusight", "roofline"], progress=False)
     assert list(df["error"]) == ["", ""] and df["e2e_ms"].iloc[0] == pytest.approx(r["e2e_ms"], rel=1e-9)

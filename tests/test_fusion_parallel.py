@@ -5,7 +5,8 @@ from collections import Counter
 
 import pytest
 
-from neusight_core import fusion, kernel_table, parallel, trace
+from neusight_core.plans import fusion, parallel
+from neusight_core.tracing import table_info, trace
 
 B, S, D, V = 4, 8, 64, 100
 T = B * S
@@ -129,7 +130,7 @@ def test_bad_plan_gives_one_line_error(plan, n, mb, match, train):
 def test_plans_keep_a_fused_table_fused(inf):
     f = fusion.fuse(inf)
     p = parallel.apply_plan(f, "dp", 2)
-    assert kernel_table.info(p).fused and (p.sub_op == "fused").any()
+    assert table_info.info(p).fused and (p.sub_op == "fused").any()
     assert len(p) == len(fusion.fuse(trace.trace_model(TINY, B // 2, S, "inf")))
 
 
@@ -137,7 +138,7 @@ def _llama70b(layers=2, **over):
     """The catalogue's Llama-2-70B config (64 query heads, 8 KV heads, head dim 128), with fewer layers."""
     import json
 
-    from neusight_core import configs
+    from neusight_core.data import configs
     cfg = json.loads((configs.OUR_CONFIGS_DIR / "llama2_70b.json").read_text())
     return {**cfg, "name": "llama2_70b_short", "num_hidden_layers": layers, **over}
 
@@ -147,7 +148,7 @@ def test_tp_beyond_kv_heads_replicates_kv_heads(mode):
     # issue 24: TP 64 of Llama-2-70B (8 KV heads) split the K/V projections 64 ways (1/8 of a head each).
     # Megatron/vLLM replicate KV heads instead: every GPU keeps one KV head (128 features) at TP 8 and TP 64,
     # while Q is split 64 ways (128 features = 1 of 64 heads).
-    from neusight_core import memory
+    from neusight_core.cost import memory
     k = trace.trace_model(_llama70b(), 1, 16, mode, past=8 if mode == "inf" else 0)
     t8, t64 = parallel.apply_plan(k, "tp", 8), parallel.apply_plan(k, "tp", 64)
 
@@ -172,19 +173,19 @@ def test_tp_beyond_kv_heads_replicates_kv_heads(mode):
     copies = attn[attn.aten_op == "aten.clone.default"]
     assert len(copies) >= 2 and (copies.bytes_read == copies.bytes_written).all()
     # memory: the same K/V weights per GPU (1/8 of them) and the same KV cache (one head) at TP 8 and TP 64
-    kvw = parallel.kv_ways(kernel_table.info(k).config, 64)
+    kvw = parallel.kv_ways(table_info.info(k).config, 64)
     assert kvw == 8 and memory._tp_share("model.layers.0.self_attn.k_proj.weight", 64, kvw) == 1 / 8
     m8, m64 = memory.footprint(t8), memory.footprint(t64)
     if mode == "inf":
-        assert m64["kv_cache_gib"] == m8["kv_cache_gib"] == kernel_table.info(k).memory["kv_cache_bytes"] / 8 / memory.GIB
+        assert m64["kv_cache_gib"] == m8["kv_cache_gib"] == table_info.info(k).memory["kv_cache_bytes"] / 8 / memory.GIB
     # from TP 8 to TP 64 every split parameter shrinks from 1/8 to 1/64 except K and V, which stay at 1/8
     kv = ("k_proj.weight", "v_proj.weight")
-    others = sum(v for p, v in kernel_table.info(k).params.items() if memory._tp_share(p, 8) == 1 / 8 and not p.endswith(kv))
+    others = sum(v for p, v in table_info.info(k).params.items() if memory._tp_share(p, 8) == 1 / 8 and not p.endswith(kv))
     assert m8["params_per_gpu"] - m64["params_per_gpu"] == pytest.approx(others * (1 / 8 - 1 / 64))
 
 
 def test_tp_kv_heads_that_split_unevenly_is_one_line_error():
-    from neusight_core import latency
+    from neusight_core.cost import latency
     # 40 query heads (head dim 32), 8 KV heads: 5 GPUs split the query heads but neither split nor replicate KV
     k = trace.trace_model(_llama70b(hidden_size=1280, intermediate_size=2048, num_attention_heads=40), 1, 8, "inf")
     with pytest.raises(parallel.PlanError, match="the 8 key/value heads can neither be split evenly over 5 GPUs"):

@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from neusight_core import gc_pause, trace
+from neusight_core.tracing import gc_pause, trace
 
 from tests.test_trace import TINY_GPT2
 
@@ -103,12 +103,12 @@ def test_a_trace_is_the_same_with_the_collector_running_throughout(monkeypatch):
     """Pausing the collector changes no row and no allocation timeline (storages die by reference counting)."""
     import pandas as pd
 
-    from neusight_core import kernel_table
+    from neusight_core.tracing import table_info
     monkeypatch.setenv("NEUSIGHT_TRACE_CACHE_OFF", "1")
     paused = trace.trace_model(dict(TINY_GPT2), 2, 8, "train")
     monkeypatch.setattr(gc_pause, "paused", lambda **kw: __import__("contextlib").nullcontext())
     running = trace.trace_model(dict(TINY_GPT2), 2, 8, "train")
     pd.testing.assert_frame_equal(paused, running, check_exact=True)
-    assert kernel_table.info(paused).memory["events"] == kernel_table.info(running).memory["events"]
-    assert kernel_table.info(paused).memory["activation_peak_bytes"] == kernel_table.info(running).memory[
+    assert table_info.info(paused).memory["events"] == table_info.info(running).memory["events"]
+    assert table_info.info(paused).memory["activation_peak_bytes"] == table_info.info(running).memory[
         "activation_peak_bytes"]

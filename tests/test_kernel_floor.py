@@ -4,7 +4,8 @@ import statistics
 import numpy as np
 import pytest
 
-from neusight_core import kernel_floor, latency, measured_kernels
+from neusight_core.cost import kernel_floor, latency
+from neusight_core.data import measured_kernels
 
 
 @pytest.fixture

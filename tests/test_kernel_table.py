@@ -1,11 +1,13 @@
-"""The kernel table's record (kernel_table.TableInfo): typed, immutable, shared by copies, carried by transforms."""
+"""The kernel table's record (table_info.TableInfo): typed, immutable, shared by copies, carried by transforms."""
 import dataclasses
 
 import pandas as pd
 import pytest
 
-from neusight_core.step import Step
-from neusight_core import fusion, kernel_table, memory, parallel, trace_cache
+from neusight_core.question.step import Step
+from neusight_core.plans import fusion, parallel
+from neusight_core.tracing import table_info, trace_cache
+from neusight_core.cost import memory
 
 MODEL, BATCH, SEQ = "gpt2_large", 2, 64
 
@@ -16,14 +18,14 @@ def table():
 
 
 def test_a_traced_table_says_what_step_it_describes(table):
-    info = kernel_table.info(table)
+    info = table_info.info(table)
     assert (info.batch, info.seq, info.mode, info.past, info.attention) == (BATCH, SEQ, "train", 0, "eager")
     assert info.num_layers == 36 and info.hidden == 1280 and sum(info.params.values()) > 7e8
     assert info.memory["activation_peak_bytes"] > 0 and not (info.fused or info.derived or info.plan)
 
 
 def test_the_record_cannot_be_changed_in_place_only_replaced(table):
-    info = kernel_table.info(table)
+    info = table_info.info(table)
     with pytest.raises(dataclasses.FrozenInstanceError):
         info.batch = 8
     with pytest.raises(AttributeError):
@@ -33,20 +35,20 @@ def test_the_record_cannot_be_changed_in_place_only_replaced(table):
 
 def test_transforms_carry_the_record_and_say_what_they_did(table):
     fused = fusion.fuse(table)
-    assert kernel_table.info(fused).fused and kernel_table.info(fused).batch == BATCH
+    assert table_info.info(fused).fused and table_info.info(fused).batch == BATCH
     pp = parallel.apply_plan(table, "pp", 2, micro_batches=2)
-    got = kernel_table.info(pp)
+    got = table_info.info(pp)
     assert (got.plan, got.gpus, got.micro_batches, got.batch) == ("pp", 2, 2, BATCH // 2)
-    assert kernel_table.info(table).plan is None          # the source keeps its own
+    assert table_info.info(table).plan is None          # the source keeps its own
 
 
 def test_a_frame_built_by_hand_gets_one_line_errors():
     frame = pd.DataFrame({"op_class": ["LINEAR"], "phase": ["fw"]})
-    assert kernel_table.info_or_none(frame) is None
-    with pytest.raises(kernel_table.KernelTableError, match="not a traced kernel table"):
-        kernel_table.info(frame)
+    assert table_info.info_or_none(frame) is None
+    with pytest.raises(table_info.KernelTableError, match="not a traced kernel table"):
+        table_info.info(frame)
     with pytest.raises(memory.MemoryInputError, match="TableInfo"):
         memory.footprint(frame)
     with pytest.raises(parallel.PlanError, match="TableInfo"):
         parallel.apply_plan(frame, "tp", 2)
-    assert kernel_table.info_or_none(kernel_table.carry(frame.copy(), frame, fused=True)) is None
+    assert table_info.info_or_none(table_info.carry(frame.copy(), frame, fused=True)) is None

@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import latency, network
+from neusight_core.cost import latency, network
 
 
 def _table(rows):

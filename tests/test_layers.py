@@ -123,11 +123,11 @@ def test_no_module_uses_another_modules_private_names(name):
 def test_the_private_name_scan_sees_imports_and_attributes(tmp_path):
     pkg = tmp_path / "neusight_core"
     (pkg / "studies").mkdir(parents=True)
-    (pkg / "derive.py").write_text("_FAMILIES = {}\nFAMILIES = {}\n")
+    (pkg / "table_families.py").write_text("_FAMILIES = {}\nFAMILIES = {}\n")
     (pkg / "studies" / "x.py").write_text(
         "from neusight_core import derive\nfrom neusight_core.derive import _FAMILIES, FAMILIES\n"
-        "def f():\n    return derive._FAMILIES, derive.FAMILIES, derive.__name__\n")
-    assert _private_uses(pkg / "studies" / "x.py", pkg) == ["derive._FAMILIES",
-                                                            "from neusight_core.derive import _FAMILIES"]
-    (pkg / "derive.py").write_text("_FAMILIES = {}\ndef g():\n    return _FAMILIES\n")      # its own: fine
-    assert _private_uses(pkg / "derive.py", pkg) == []
+        "def f():\n    return table_families._FAMILIES, table_families.FAMILIES, table_families.__name__\n")
+    assert _private_uses(pkg / "studies" / "x.py", pkg) == ["table_families._FAMILIES",
+                                                            "from neusight_core.tracing.table_families import _FAMILIES"]
+    (pkg / "table_families.py").write_text("_FAMILIES = {}\ndef g():\n    return _FAMILIES\n")      # its own: fine
+    assert _private_uses(pkg / "table_families.py", pkg) == []

@@ -7,7 +7,7 @@ import pandas as pd
 
 import pytest
 
-from neusight_core.step import Step
+from neusight_core.question.step import Step
 from neusight_core import paths
 from neusight_core.studies import live, live_harness, live_kernels
 from neusight_core.reports import live_report
@@ -131,7 +131,7 @@ def test_unknown_gpu_gets_a_derived_entry_that_predicts(release_root):
     dev = d.device
     # measured fields kept, the rest from the nearest-SM-count GPU (V100, 80 SMs) with FLOPS scaled
     assert dev.num_sm == 77 and dev.mem_gb == 24.0 and not dev.training
-    from neusight_core import devices
+    from neusight_core.data import devices
     v100 = devices.get_device("Tesla_V100-PCIE-32GB")
     assert dev.fp32_gflops == pytest.approx(v100.fp32_gflops * 77 / 80)
     assert "estimated" in dev.source and "V100" in dev.source
@@ -390,7 +390,7 @@ def test_image_models_run_on_cpu_inference_and_training():
 
 def test_conv_kernel_sweep_is_resnet50s_training_convolutions_and_runs_on_cpu():
     import torch
-    from neusight_core import trace_cache
+    from neusight_core.tracing import trace_cache
     k = live_kernels.conv_kernel_sweep()
     model, batch, size = live_kernels.CONV_SWEEP
     t = trace_cache.trace(Step(model=model, batch=batch, seq=size, mode="train"))

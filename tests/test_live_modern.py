@@ -4,8 +4,10 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from neusight_core.step import Step
-from neusight_core import engine, paths, request
+from neusight_core.question.step import Step
+from neusight_core.cost import engine
+from neusight_core import paths
+from neusight_core.question import request
 from neusight_core.studies import live_modern as lm
 
 TINY = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
@@ -37,7 +39,7 @@ def test_decode_step_decodes_the_same_step_every_call():
     m, cfg = lm.build(TINY, "cpu", torch.float32)
     fn, keep = lm.step_callable(m, cfg, lm.ModernCase(TINY, "decode", 2, 10, "sdpa"), "cpu")
     cache = keep[1]
-    from neusight_core.meta_model import cache_tensors
+    from neusight_core.tracing.meta_device_model import cache_tensors
     first = [t.data_ptr() for t in cache_tensors(cache)]
     for _ in range(3):
         fn()
@@ -122,7 +124,7 @@ def test_the_module_on_its_own_says_skipped_without_a_gpu(tmp_path):
 def test_memory_kernels_are_the_tracers_kv_cache_appends():
     """A row of ``live_kernels.memory_kernel_sweep`` is the row the tracer writes for the same append (a BF16 decode
     step's torch.cat of each layer's cache), and its kernel makes that append."""
-    from neusight_core import trace
+    from neusight_core.tracing import trace
     from neusight_core.studies import live_kernels
     b, past = 2, 40
     t = trace.trace_model(TINY, b, 1, "inf", past=past, dtype="bf16", attention="sdpa")
@@ -162,7 +164,7 @@ def test_elementwise_sweep_rows_are_the_tracers_rows_of_llama_prefill():
     """The element-wise rows of the memory sweep (``live_kernels.ELEMENTWISE``) are what the tracer writes for the
     same kernels of Llama-2-7B's 2,048-token BF16 prefill: the rotary q * cos (32 heads x 2,048 x 128), the RMSNorm
     upcast, a contiguous product of the MLP's size and rotate_half's cat; and each kernel makes a tensor of that row's output."""
-    from neusight_core import trace_cache
+    from neusight_core.tracing import trace_cache
     from neusight_core.studies import live_kernels as lk
     t = trace_cache.trace(Step(model="llama2_7b", batch=1, seq=2048, mode="inf", dtype="bf16", attention="sdpa"))
     t = t[t["layer"] == 0]

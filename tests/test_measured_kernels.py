@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from neusight_core import devices, measured_kernels as mk, paths
+from neusight_core.data import devices, measured_kernels as mk
+from neusight_core import paths
 
 NO_PACKAGE = "aiconfigurator-core (pinned in requirements.txt) is not installed in this environment"
 
@@ -122,7 +123,7 @@ def test_resolve_names(name, system):
 def test_a_gpu_name_means_what_the_catalogue_says():
     """Issue 35, one meaning per name: "A100 SXM" is the catalogue's A100-SXM4-40GB (the release's 4-GPU system),
     so the measured-kernel loader does not read it as the database's 80 GB A100 SXM; it says it is not in the split."""
-    from neusight_core import devices
+    from neusight_core.data import devices
     assert devices.get_device("A100 SXM").name == "NVIDIA_A100-SXM4-40GB"
     with pytest.raises(mk.MeasuredDataError, match="'A100 SXM' is not in the measured kernels' split"):
         mk.resolve("A100 SXM")

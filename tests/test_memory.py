@@ -7,8 +7,10 @@ import math
 import pytest
 import transformers
 
-from neusight_core.step import Step
-from neusight_core import kernel_table, latency, memory, parallel, tables, trace
+from neusight_core.question.step import Step
+from neusight_core.tracing import table_info, trace
+from neusight_core.cost import latency, memory, tables
+from neusight_core.plans import parallel
 from neusight_core.studies import whatif
 
 # Tolerance of the activation peak against PyTorch's measured peak: 3 %. Why so tight: the tracer
@@ -56,15 +58,15 @@ def test_activation_peak_matches_pytorch_measured_peak_on_cpu(cpu_models, name, 
     cfg = SMALL[name]()
     measured = memory.measure_cpu_peak(cfg, batch, seq, mode, model=cpu_models(name))["peak_bytes"]
     traced = trace.trace_model(cfg, batch, seq, mode, authors_heads=False)
-    predicted = kernel_table.info(traced).memory["activation_peak_bytes"]
+    predicted = table_info.info(traced).memory["activation_peak_bytes"]
     assert measured > 1e6
     assert abs(predicted - measured) <= TOL * measured, (name, batch, seq, mode, predicted, measured)
 
 
 def test_activation_peak_grows_with_batch():
     cfg = _llama_2_layers()
-    a1 = kernel_table.info(trace.trace_model(cfg, 1, 64, "train", authors_heads=False)).memory["activation_peak_bytes"]
-    a4 = kernel_table.info(trace.trace_model(cfg, 4, 64, "train", authors_heads=False)).memory["activation_peak_bytes"]
+    a1 = table_info.info(trace.trace_model(cfg, 1, 64, "train", authors_heads=False)).memory["activation_peak_bytes"]
+    a4 = table_info.info(trace.trace_model(cfg, 4, 64, "train", authors_heads=False)).memory["activation_peak_bytes"]
     assert 1.5 * a1 < a4 < 4 * a1   # batch-independent temporaries (embedding and LM-head gradients) damp it
 
 
@@ -100,7 +102,7 @@ def test_llama2_70b_tp8_reports_per_gpu_memory():
 def test_optimizer_and_dtype_accounting():
     k32 = trace.trace_model(_llama_2_layers(), 1, 16, "train", authors_heads=False)
     kb = trace.trace_model(_llama_2_layers(), 1, 16, "train", authors_heads=False, dtype="bf16")
-    n = sum(kernel_table.info(k32).params.values())
+    n = sum(table_info.info(k32).params.values())
     f32 = memory.footprint(k32)
     fb = memory.footprint(kb)
     assert f32["weights_gib"] * 2**30 == 4 * n and fb["weights_gib"] * 2**30 == 2 * n
@@ -116,7 +118,7 @@ def test_optimizer_and_dtype_accounting():
 def test_kv_cache_of_a_decode_step():
     cfg = _llama_2_layers()
     k = trace.trace_model(cfg, 2, 1, "inf", authors_heads=False, past=100, dtype="bf16")
-    kv = kernel_table.info(k).memory["kv_cache_bytes"]
+    kv = table_info.info(k).memory["kv_cache_bytes"]
     assert kv == 2 * 2 * 4 * 100 * 64 * 2 * 2     # layers x (K, V) x kv heads x past x head dim x batch x 2 B
     assert memory.footprint(k)["kv_cache_gib"] * 2**30 == kv
     assert not math.isnan(memory.footprint(k)["activations_gib"])
@@ -142,15 +144,15 @@ def test_tp_split_of_a_table_with_shared_metadata_equals_the_unshared_one():
     import pandas as pd
 
     k = tables.trace(Step(model="llama2_7b", batch=1, seq=128, mode="inf", past=0, dtype="bf16"))
-    info = kernel_table.info(k)
-    assert kernel_table.info(k.copy()) is info and kernel_table.info(k[k["phase"] == "fw"]) is info
-    plain = kernel_table.attach(k.copy(), dataclasses.replace(info, **{f.name: copy.deepcopy(getattr(info, f.name))
+    info = table_info.info(k)
+    assert table_info.info(k.copy()) is info and table_info.info(k[k["phase"] == "fw"]) is info
+    plain = table_info.attach(k.copy(), dataclasses.replace(info, **{f.name: copy.deepcopy(getattr(info, f.name))
                                                                        for f in dataclasses.fields(info)}))
-    assert kernel_table.info(plain) is not info and kernel_table.info(plain) == info
+    assert table_info.info(plain) is not info and table_info.info(plain) == info
     before = copy.deepcopy(dataclasses.asdict(info))
     a, b = parallel.apply_plan(plain, "tp", 4), parallel.apply_plan(k, "tp", 4)
-    assert kernel_table.info(k) is info and dataclasses.asdict(info) == before and info.plan is None
-    assert kernel_table.info(b).plan == "tp" and kernel_table.info(b).gpus == 4
+    assert table_info.info(k) is info and dataclasses.asdict(info) == before and info.plan is None
+    assert table_info.info(b).plan == "tp" and table_info.info(b).gpus == 4
     cols = [c for c in a.columns if c not in ("reads", "writes")]
     pd.testing.assert_frame_equal(a[cols], b[cols])
     assert memory.footprint(a) == memory.footprint(b)

@@ -4,8 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core.step import Step
-from neusight_core import measured_kernels, tables
+from neusight_core.question.step import Step
+from neusight_core.data import measured_kernels
+from neusight_core.cost import tables
 from neusight_core.predictors import memory_law
 
 NO_DB = measured_kernels.unavailable() is not None

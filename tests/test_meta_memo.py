@@ -1,10 +1,10 @@
-"""The tracer's memo of meta ops (meta_memo.py) changes no table: rows, buffers and memory timeline alike."""
+"""The tracer's memo of meta ops (shape_memo.py) changes no table: rows, buffers and memory timeline alike."""
 import dataclasses
 
 import pytest
 import torch
 
-from neusight_core import kernel_table, meta_memo, trace
+from neusight_core.tracing import table_info, shape_memo, trace
 
 aten = torch.ops.aten
 
@@ -16,30 +16,30 @@ aten = torch.ops.aten
     ("resnet50", 2, 64, "train", {}),                                              # convolutions, batch norm
 ])
 def test_tables_equal_with_and_without_memo(monkeypatch, model, batch, seq, mode, kw):
-    monkeypatch.setattr(meta_memo, "ENABLED", False)
+    monkeypatch.setattr(shape_memo, "ENABLED", False)
     plain = trace.trace_model(model, batch, seq, mode, **kw)
-    monkeypatch.setattr(meta_memo, "ENABLED", True)
+    monkeypatch.setattr(shape_memo, "ENABLED", True)
     memo = trace.trace_model(model, batch, seq, mode, **kw)
     assert plain.equals(memo)
     assert list(plain["reads"]) == list(memo["reads"]) and list(plain["writes"]) == list(memo["writes"])
-    a, b = kernel_table.info(plain), kernel_table.info(memo)
+    a, b = table_info.info(plain), table_info.info(memo)
     assert dataclasses.replace(a, trace_s=0) == dataclasses.replace(b, trace_s=0)   # memory timeline included
 
 
 def test_memo_skips_repeated_ops(monkeypatch):
     seen = []
-    orig = meta_memo.MetaMemo.run
+    orig = shape_memo.MetaMemo.run
 
     def spy(self, func, args, kwargs):
         seen.append(self)
         return orig(self, func, args, kwargs)
-    monkeypatch.setattr(meta_memo.MetaMemo, "run", spy)
+    monkeypatch.setattr(shape_memo.MetaMemo, "run", spy)
     table = trace.trace_model("gpt2_large", 2, 32, "inf")
     assert seen[-1].hits >= 0.9 * len(table)      # 36 identical layers: most kernels' ops come from the memo
 
 
 def test_scalars_are_keyed_with_their_type():
-    m = meta_memo.MetaMemo()
+    m = shape_memo.MetaMemo()
     x = torch.empty(4, dtype=torch.int64, device="meta")
     assert m.run(aten.mul.Tensor, (x, 2), {}).dtype == torch.int64
     assert m.run(aten.mul.Tensor, (x, 2.0), {}).dtype == torch.float32     # 2 == 2.0 as dict keys
@@ -48,7 +48,7 @@ def test_scalars_are_keyed_with_their_type():
 
 
 def test_views_and_in_place_ops_always_run():
-    m = meta_memo.MetaMemo()
+    m = shape_memo.MetaMemo()
     x = torch.empty(3, 4, device="meta")
     for _ in range(2):
         v = m.run(aten.t.default, (x,), {})
@@ -59,7 +59,7 @@ def test_views_and_in_place_ops_always_run():
 
 
 def test_fresh_outputs_match_the_op():
-    m = meta_memo.MetaMemo()
+    m = shape_memo.MetaMemo()
     x = torch.empty(2, 3, 5, device="meta").transpose(1, 2)          # not contiguous: strides matter
     first = m.run(aten.max.dim, (x, 1), {})
     again = m.run(aten.max.dim, (x, 1), {})

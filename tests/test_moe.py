@@ -8,8 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from neusight_core import derive, latency, parallel, schema, trace
-from neusight_core.schema import OpClass, Precision
+from neusight_core.tracing import table_families, trace
+from neusight_core.cost import latency
+from neusight_core.plans import parallel
+from neusight_core.question import schema
+from neusight_core.question.schema import OpClass, Precision
 
 E, TOP, H, I = 8, 2, 256, 512          # experts, experts per token, hidden size, each expert's intermediate size
 
@@ -164,7 +167,7 @@ def test_expert_parallelism_spreads_the_experts(tiny_moe):
 
 
 def test_expert_weights_are_split_in_memory(tiny_moe):
-    from neusight_core import memory
+    from neusight_core.cost import memory
 
     t = trace.trace_model(tiny_moe, 2, 10, "inf", dtype=Precision.BF16, attention="sdpa")
     experts = 3 * E * H * I                                          # gate, up and down of every expert
@@ -181,7 +184,7 @@ def test_expert_parallelism_refuses_what_it_cannot_split_in_one_line(tiny_moe):
     with pytest.raises(parallel.PlanError, match="ep16: the 8 experts do not spread evenly over 16") as e:
         parallel.apply_plan(t, "ep", 16)
     assert "\n" not in str(e.value)
-    from neusight_core.scenario import scenario
+    from neusight_core.question.scenario import scenario
     six = tiny_moe.replace(".json", "_6.json")
     with open(tiny_moe) as f, open(six, "w") as g:
         json.dump({**json.load(f), "num_local_experts": 6}, g)
@@ -196,7 +199,7 @@ def test_expert_parallelism_refuses_what_it_cannot_split_in_one_line(tiny_moe):
 
 
 def test_a_moe_model_is_traced_for_real_not_derived(tiny_moe):
-    fam = derive.family(tiny_moe, "inf", dtype=Precision.BF16, attention="sdpa")
+    fam = table_families.family(tiny_moe, "inf", dtype=Precision.BF16, attention="sdpa")
     assert not fam.ok and "grouped GEMMs" in fam.reason
 
 
@@ -239,7 +242,7 @@ def test_the_validation_rows_are_the_traced_rows(tiny_moe):
 
 
 def test_measured_moe_layers_are_scored_without_sealed_gpus():
-    from neusight_core import measured_kernels as mk
+    from neusight_core.data import measured_kernels as mk
     from neusight_core.studies import moe_eval
 
     if mk.unavailable():
@@ -256,7 +259,7 @@ def test_measured_moe_layers_are_scored_without_sealed_gpus():
 
 
 def test_measured_layers_of_parallel_groups_are_scored_per_split():
-    from neusight_core import measured_kernels as mk
+    from neusight_core.data import measured_kernels as mk
     from neusight_core.studies import moe_eval
 
     if mk.unavailable():

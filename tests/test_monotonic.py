@@ -10,7 +10,9 @@ import dataclasses
 import pytest
 import yaml
 
-from neusight_core import devices, engine, request
+from neusight_core.data import devices
+from neusight_core.cost import engine
+from neusight_core.question import request
 
 H100 = "NVIDIA_H100_80GB_HBM3"
 SPEED = ("mem_bw_gbs", "num_sm", "fp32_gflops", "fp32_vec_gflops", "l2_mb", "tf32_tensor_gflops",
@@ -93,7 +95,7 @@ def test_notebook_07_predictors_on_a_bf16_gemm_table(twins):
 def test_an_answer_says_when_the_gpu_lies_outside_the_bf16_networks_training_gpus(twins):
     """Issue 34's user devices: a BF16 answer from the measured-kernel networks names the GPU figures that lie outside
     the training GPUs' (an extrapolation); the memory alone is no such figure; FP32 answers carry no such note."""
-    from neusight_core import latency
+    from neusight_core.cost import latency
     from neusight_core.predictors import tensor_core as tc
     assert tc.range_note(H100) == "" and tc.range_note("H100_BIGMEM") == ""
     note = tc.range_note("H100_FASTER")                       # 1.25x everything: only the SM count leaves the range

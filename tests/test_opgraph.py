@@ -72,7 +72,7 @@ def _toy_release(tmp_path, monkeypatch, name="toy-train-8-2"):
 def test_authors_graph_as_a_kernel_table(tmp_path, monkeypatch):
     """Every kernel of their graph becomes a row our predictors take: GEMM dims kept, layer copies in
     `count`, element-wise bytes in the training data's convention, MEM bytes as their predictor counts."""
-    from neusight_core import dataset
+    from neusight_core.data import dataset
     from neusight_core.predictors import common
     _toy_release(tmp_path, monkeypatch)
     k = opgraph.kernel_table("toy-train-8-2", num_layers=3)

@@ -8,7 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import dataset, devices, paths, schema
+from neusight_core.data import dataset, devices
+from neusight_core import paths
+from neusight_core.question import schema
 from neusight_core import predictors as P
 from neusight_core.predictors import common
 from neusight_core.predictors.neusight import NeuSightPredictor

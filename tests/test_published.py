@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices
+from neusight_core.data import devices
 from neusight_core.studies import published
 
 

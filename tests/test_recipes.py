@@ -11,12 +11,13 @@ import pandas as pd
 import pytest
 import torch
 
-from neusight_core import dataset, devices, paths
+from neusight_core.data import dataset, devices
+from neusight_core import paths
 from neusight_core.studies import recipe_eval as R, recipe_studies as S
 from neusight_core import predictors as P
 from neusight_core.predictors import common
 from neusight_core.predictors.base import STATE_FILE, read_state, write_state
-from neusight_core.registry import hparams
+from neusight_core.predictors.registry import hparams
 from neusight_core.predictors.nets import relative_loss
 from neusight_core.predictors.features import AUTHORS_UNITS, FEATURE_NAMES, features, utilisation
 from neusight_core.predictors.neusight import per_class
@@ -487,7 +488,7 @@ def test_smallest_cut_per_class_reads_each_class_history():
 
 
 def test_uncut_paper_folder_is_the_recipe_itself_when_it_trains_100_epochs(monkeypatch):
-    from neusight_core import registry
+    from neusight_core.predictors import registry
     real = registry.hparams
     monkeypatch.setattr(registry, "hparams", lambda n: {**real(n), "epochs": 100} if n == "neusight-paper" else real(n))
     assert S.uncut_paper_folder(0) == P.folder("neusight-paper", False, 0)
@@ -541,7 +542,7 @@ def test_predicting_on_the_authors_graph(release_root):
 def test_attention_mask_ops_are_the_adds_on_the_scores():
     """GPT-2 adds its causal mask to every layer's scores (one add per layer, the softmax's shape); BERT at
     full length adds none; the row without them times the same table minus exactly those adds."""
-    from neusight_core import trace
+    from neusight_core.tracing import trace
     k = trace.trace_model("gpt2_large", 2, 64, "inf")
     sel = trace.attention_mask_ops(k)
     masks, soft = k[sel], k[(k.op_class == "SOFTMAX") & (k.phase == "fw")]
@@ -569,7 +570,7 @@ def test_ensemble_cut_drops_a_member_that_failed_to_train(release_root, monkeypa
     the authors' (no ensemble) does not."""
     import numpy as np
 
-    from neusight_core import dataset
+    from neusight_core.data import dataset
     from neusight_core.predictors import nets
     real = nets.train_loop
 

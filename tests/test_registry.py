@@ -9,9 +9,10 @@ import textwrap
 
 import pytest
 
-from neusight_core import paths, registry
+from neusight_core import paths
+from neusight_core.predictors import registry
 from neusight_core.predictors.base import KernelPredictor
-from neusight_core.registry import hparams
+from neusight_core.predictors.registry import hparams
 
 TOY_MODULE = '''
 import neusight_core.predictors.common as common

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from neusight_core import paths, release
+from neusight_core import paths
+from neusight_core.data import release
 
 SHARED = paths.REPO_ROOT.parent / "shared" / "neusight-upstream"
 
@@ -153,7 +154,7 @@ def test_sigint_during_unpacking_then_rerun_recovers(tmp_path):
     import sys
     import time
     home = tmp_path / "home"
-    cmd = [sys.executable, "-m", "neusight_core.release", "--source", str(SHARED), "--home", str(home)]
+    cmd = [sys.executable, "-m", "neusight_core.data.release", "--source", str(SHARED), "--home", str(home)]
     # (a shell's background job inherits SIGINT ignored; give the child the default, as in a terminal)
     proc = subprocess.Popen(cmd, cwd=paths.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

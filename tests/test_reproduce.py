@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import latency
+from neusight_core.cost import latency
 from neusight_core.studies import reproduce
 from neusight_core.__main__ import main as cli
 

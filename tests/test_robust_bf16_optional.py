@@ -10,7 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from neusight_core import latency, measured_kernels as mk, paths
+from neusight_core.cost import latency
+from neusight_core.data import measured_kernels as mk
+from neusight_core import paths
 from neusight_core import predictors as P
 from neusight_core.__main__ import main as cli
 from neusight_core.predictors.common import PredictorInputError

@@ -3,7 +3,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import engine, request
+from neusight_core.cost import engine
+from neusight_core.question import request
 
 GOOD = dict(model="gpt2_large", device="H100", batch=2, seq=128)
 
@@ -31,7 +32,7 @@ def test_a_bad_request_gets_its_error_and_the_others_their_answer(bad, words):
 
 
 def test_a_frame_with_an_infinite_cell():
-    from neusight_core import sweep
+    from neusight_core.cost import sweep
     df = sweep.run(pd.DataFrame([GOOD, dict(GOOD, batch=np.inf)]), "roofline", progress=False)
     assert df["error"].iloc[0] == "" and "batch must be an integer" in df["error"].iloc[1]
     with pytest.raises(TypeError, match="not a frame: sweep.run"):    # the engine takes scenarios only
@@ -40,7 +41,7 @@ def test_a_frame_with_an_infinite_cell():
 
 def test_every_sweep_row_says_whether_it_fits():
     """Issue 36 item 5: a run that cannot happen is marked in its own row, from every entry point."""
-    from neusight_core import sweep
+    from neusight_core.cost import sweep
     df = sweep.sweep(["llama2_70b", "gpt2_large"], ["P4"], [64], [512], ["train"], predictors=["roofline"],
                      progress=False)
     big, small = df.iloc[0], df.iloc[1]

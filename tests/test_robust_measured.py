@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from neusight_core import devices, measured_checks, measured_kernels as mk
+from neusight_core.data import devices, measured_checks, measured_kernels as mk
 from tests.test_measured_kernels import _attn_raw, _gemm_raw, _write_parquet
 
 pytestmark = pytest.mark.usefixtures("fresh_catalogue")

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from neusight_core import configs, paths
+from neusight_core.data import configs
+from neusight_core import paths
 from neusight_core.studies import whatif
 from neusight_core.reports import executed_notebook, runner
 from neusight_core.__main__ import _devices, main as cli
@@ -72,7 +73,7 @@ def test_device_file_ranges_name_the_file_and_field(field, value, tmp_path, monk
     f.write_text("MyGPU:\n  display_name: My GPU\n  mem_gb: 24\n  mem_bw_gbs: 1000\n  num_sm: 80\n"
                  f"  fp32_gflops: 40000\n  l2_mb: 40\n  {field}: {value}\n  tensor_source: me\n")
     monkeypatch.setenv("NEUSIGHT_DEVICES", str(f))
-    from neusight_core import devices
+    from neusight_core.data import devices
     devices.reload()
     try:
         assert cli(["predict", "--model", "bert", "--device", "MyGPU", "--batch", "1", "--seq", "128",
@@ -142,7 +143,7 @@ def test_an_absurd_image_size_says_it_does_not_fit_before_any_time(capsys):
 
 
 def test_the_python_result_names_its_weights_and_the_roofline_has_none(capsys):
-    from neusight_core import latency
+    from neusight_core.cost import latency
     r = latency.predict_model("gpt2_large", "H100", batch=1, seq=128, mode="inf", predictor="roofline")
     assert r["weights"]["weights"] == "none (nothing to train)" and r["weights"]["folder"] is None
     assert cli(["predict", "--model", "bert", "--device", "H100", "--batch", "1", "--seq", "128",

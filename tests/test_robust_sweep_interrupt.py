@@ -11,7 +11,8 @@ import textwrap
 import pandas as pd
 import pytest
 
-from neusight_core import engine, paths, sweep
+from neusight_core.cost import engine, sweep
+from neusight_core import paths
 
 
 def _part(i, n=3):
@@ -92,7 +93,7 @@ def _ctrl_c_delivered() -> None:
 CHILD = textwrap.dedent("""
     import sys, time
     import pandas as pd
-    from neusight_core import sweep
+    from neusight_core.cost import sweep
     def run(i):
         if i == 2:
             print("ready", flush=True)

@@ -7,10 +7,12 @@ import shutil
 
 import pytest
 
-from neusight_core import dataset, latency, paths
+from neusight_core.data import dataset
+from neusight_core.cost import latency
+from neusight_core import paths
 from neusight_core import predictors as P
 from neusight_core.__main__ import main as cli
-from neusight_core.datafile import CacheWarning
+from neusight_core.data.datafile import CacheWarning
 from neusight_core.predictors.base import STATE_FILE, config_hash
 from neusight_core.predictors.neusight import NeuSightPredictor
 

@@ -14,9 +14,12 @@ import textwrap
 import numpy as np
 import pytest
 
-from neusight_core import engine, latency, paths, request, scenario, step, sweep, trace_cache
-from neusight_core.schema import Attention, Comm, Execution, Grads
-from neusight_core.step import LatencyInputError, Step
+from neusight_core.cost import engine, latency, sweep
+from neusight_core import paths
+from neusight_core.question import request, scenario, step
+from neusight_core.tracing import trace_cache
+from neusight_core.question.schema import Attention, Comm, Execution, Grads
+from neusight_core.question.step import LatencyInputError, Step
 
 CLI = [sys.executable, "-m", "neusight_core"]
 
@@ -102,7 +105,9 @@ def test_a_new_option_is_one_field(tmp_path):
                                              + anchor, 1))
     code = textwrap.dedent('''
         import inspect, json, neusight_core
-        from neusight_core import latency, request, scenario, step, sweep, trace_cache
+        from neusight_core.cost import latency, sweep
+        from neusight_core.question import request, scenario, step
+        from neusight_core.tracing import trace_cache
         from neusight_core.__main__ import _parser
         assert neusight_core.__file__.startswith(%r), neusight_core.__file__
         sc = request.scenario_of(dict(model="bert_large", device="H100", batch=2, seq=64, toy=5.0))
@@ -172,7 +177,7 @@ def test_a_sliding_window_holds_at_least_two_tokens(tmp_path, window):
 
 
 def test_a_tensor_peak_far_below_the_fp32_peak_is_refused(tmp_path, monkeypatch):
-    from neusight_core import devices
+    from neusight_core.data import devices
     dev = devices.get_device("H100")
     bad = dataclasses.replace(dev, bf16_tensor_gflops=dev.fp32_gflops / 19_000)
     with pytest.raises(LatencyInputError, match="bf16_tensor_gflops = .* is 19,000x below its FP32 peak"):

@@ -9,8 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core.step import Step
-from neusight_core import configs, derive, engine, kernel_table, latency, paths, sweep, trace, trace_cache
+from neusight_core.question.step import Step
+from neusight_core.data import configs
+from neusight_core.tracing import table_families, table_info, trace, trace_cache
+from neusight_core.cost import engine, latency, sweep
+from neusight_core import paths
 from neusight_core.__main__ import main as cli
 
 
@@ -20,9 +23,9 @@ def cache_dir(tmp_path_factory, release_root):
     d = tmp_path_factory.mktemp("trace_cache")
     old = os.environ.get("NEUSIGHT_TRACE_CACHE")
     os.environ["NEUSIGHT_TRACE_CACHE"] = str(d)
-    derive.FAMILIES.clear()
+    table_families.FAMILIES.clear()
     yield d
-    derive.FAMILIES.clear()
+    table_families.FAMILIES.clear()
     if old is None:
         os.environ.pop("NEUSIGHT_TRACE_CACHE", None)
     else:
@@ -53,14 +56,14 @@ def test_derived_tables_equal_real_traces_kernel_by_kernel(cache_dir, model):
         if mode == "train" and model in INF_ONLY:
             continue
         real = trace.trace_model(model, b, s, mode)
-        fam = derive.family_for(model, b, s, mode, past=0)
+        fam = table_families.family_for(model, b, s, mode, past=0)
         got = fam.table(b, s) if fam is not None else trace_cache.trace(Step(model=model, batch=b, seq=s, mode=mode, past=0))
-        assert derive.compare(got, real) == "", (model, b, s, mode)
+        assert table_families.compare(got, real) == "", (model, b, s, mode)
         if fam is None:
-            assert not kernel_table.info(got).derived
+            assert not table_info.info(got).derived
             continue
         derived_any = True
-        assert kernel_table.info(got).derived and kernel_table.info(got).batch == b and kernel_table.info(got).seq == s
+        assert table_info.info(got).derived and table_info.info(got).batch == b and table_info.info(got).seq == s
         # every kernel's op, class, FLOPs and bytes, row by row
         for c in ("aten_op", "op_class", "sub_op", "phase", "module", "layer"):
             assert got[c].tolist() == real[c].tolist()
@@ -70,13 +73,13 @@ def test_derived_tables_equal_real_traces_kernel_by_kernel(cache_dir, model):
         r_real = latency.aggregate(latency.predict_kernels(real, "H100", "roofline", quick=True))
         r_der = latency.aggregate(latency.predict_kernels(got, "H100", "roofline", quick=True))
         assert r_der["e2e_ms"] == pytest.approx(r_real["e2e_ms"], rel=1e-9)
-    assert derived_any, derive.family(model, "inf").reason
-    fam = derive.family(model, "inf")
+    assert derived_any, table_families.family(model, "inf").reason
+    fam = table_families.family(model, "inf")
     assert fam.ok, fam.reason
     # one family over all seq; only Switch has the tokens-per-expert basis function
     assert (fam.aux is not None) == (model == "switchxl4")
     if model == "switchxl4":
-        f300 = derive.family_for(model, 2, 300, "inf", past=0)
+        f300 = table_families.family_for(model, 2, 300, "inf", past=0)
         assert f300.aux is not None and f300.seq_bucket is None and f300.seq_fixed is None
 
 
@@ -87,7 +90,7 @@ def test_tokens_per_expert_basis_is_exact_and_checked(cache_dir, monkeypatch):
     assert [fn(s) for s in (64, 101, 130, 256, 257, 2048)] == [16, 26, 33, 64, 64, 64]
     assert configs.expert_tokens_fn(configs.config_content("gpt2_large")) is None
     monkeypatch.setattr(configs, "expert_tokens_fn", lambda c: (lambda s: min(s // 4, 64)))   # floor, not ceil
-    fam = derive.Family("switchxl4", "inf")
+    fam = table_families.Family("switchxl4", "inf")
     assert not fam.ok and "check at (batch, seq) = (3, 101)" in fam.reason
 
 
@@ -96,21 +99,21 @@ def test_fallback_per_bucket_and_per_seq_families(cache_dir, monkeypatch):
     all-seq family fails its check; seq 300 gets its bucket's family, seq 130 (ceil(130 / 4) = 33 tokens
     per expert, not a polynomial even in its bucket) the family of that seq alone, linear in batch."""
     monkeypatch.setattr(configs, "expert_tokens_fn", lambda c: None)
-    monkeypatch.setattr(derive, "FAMILIES", {})
-    fam = derive.family("switchxl4", "inf")
+    monkeypatch.setattr(table_families, "FAMILIES", {})
+    fam = table_families.family("switchxl4", "inf")
     assert not fam.ok and "check at" in fam.reason
-    assert derive.family_for("switchxl4", 2, 300, "inf", past=0).seq_bucket == 256
-    fam = derive.family_for("switchxl4", 6, 130, "inf", past=0, allow_bucket=True, allow_fixed=True)
+    assert table_families.family_for("switchxl4", 2, 300, "inf", past=0).seq_bucket == 256
+    fam = table_families.family_for("switchxl4", 6, 130, "inf", past=0, allow_bucket=True, allow_fixed=True)
     assert fam is not None and fam.seq_fixed == 130 and fam.seq_bucket is None
-    assert derive.family_for("switchxl4", 6, 130, "inf", past=0, allow_bucket=True) is None   # without it
-    assert derive.compare(fam.table(6, 130), trace.trace_model("switchxl4", 6, 130, "inf")) == ""
+    assert table_families.family_for("switchxl4", 6, 130, "inf", past=0, allow_bucket=True) is None   # without it
+    assert table_families.compare(fam.table(6, 130), trace.trace_model("switchxl4", 6, 130, "inf")) == ""
 
 
 def test_a_failing_check_falls_back_to_a_real_trace(cache_dir, monkeypatch):
-    monkeypatch.setattr(derive, "compare", lambda a, b, rtol=1e-12: "forced difference")
-    fam = derive.Family("gpt2_large", "inf")
+    monkeypatch.setattr(table_families, "compare", lambda a, b, rtol=1e-12: "forced difference")
+    fam = table_families.Family("gpt2_large", "inf")
     assert not fam.ok and "forced difference" in fam.reason
-    with pytest.raises(derive.DeriveError):
+    with pytest.raises(table_families.DeriveError):
         fam.table(2, 128)
 
 
@@ -122,8 +125,8 @@ def test_cache_hit_miss_and_version_change(cache_dir, monkeypatch):
     b = trace_cache.trace(Step(model="bert_large", batch=2, seq=48, mode="inf", past=0))      # defaults filled in: same key
     assert trace_cache.STATS["hit"] == 1
     pd.testing.assert_frame_equal(a, b)
-    assert kernel_table.info(b).batch == 2 and kernel_table.info(b).model == "bert_large"
-    assert derive.compare(b, trace.trace_model("bert_large", 2, 48, "inf")) == ""
+    assert table_info.info(b).batch == 2 and table_info.info(b).model == "bert_large"
+    assert table_families.compare(b, trace.trace_model("bert_large", 2, 48, "inf")) == ""
     trace_cache.trace(Step(model="bert_large", batch=2, seq=64, mode="inf"))                    # another argument: a miss
     assert trace_cache.STATS["miss"] == 2
     newer = dict(trace_cache.versions(), transformers="99.0")
@@ -156,7 +159,7 @@ def test_corrupt_entry_is_ignored_with_one_warning_and_rebuilt(cache_dir):
     msgs = [str(x.message) for x in w if issubclass(x.category, trace_cache.TraceCacheWarning)]
     assert len(msgs) == 1 and "damaged" in msgs[0] and "\n" not in msgs[0]
     assert trace_cache.STATS["corrupt"] == 1 and trace_cache.STATS["store"] == 1
-    assert derive.compare(k, trace.trace_model("opt", 1, 40, "inf")) == ""
+    assert table_families.compare(k, trace.trace_model("opt", 1, 40, "inf")) == ""
     trace_cache.STATS.clear()
     trace_cache.trace(Step(model="opt", batch=1, seq=40, mode="inf"))
     assert trace_cache.STATS["hit"] == 1                            # rebuilt entry is good
@@ -164,7 +167,7 @@ def test_corrupt_entry_is_ignored_with_one_warning_and_rebuilt(cache_dir):
 
 def test_a_cache_hit_does_not_import_transformers(cache_dir):
     trace_cache.trace(Step(model="bert", batch=1, seq=32, mode="inf"))
-    code = ("import sys; from neusight_core import trace_cache as c; from neusight_core.step import Step; "
+    code = ("import sys; from neusight_core.tracing import trace_cache as c; from neusight_core.question.step import Step; "
             "c.STATS.clear(); k = c.trace(Step(model='bert', batch=1, seq=32, mode='inf')); assert c.STATS['hit'] == 1, dict(c.STATS); "
             "assert 'transformers' not in sys.modules; print(len(k))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=paths.REPO_ROOT,

@@ -5,7 +5,8 @@ import stat
 import pandas as pd
 import pytest
 
-from neusight_core import derive, sweep, trace
+from neusight_core.tracing import table_families, trace
+from neusight_core.cost import sweep
 from neusight_core.__main__ import main as cli
 
 BASE = ["sweep", "--model", "bert_large", "--device", "H100", "--batch", "1,2", "--seq", "64",
@@ -71,7 +72,7 @@ def test_a_sweep_takes_several_cache_lengths(cache_dir, tmp_path, capsys):
                 "--out", str(out)]) == 0
     d = pd.read_csv(out)
     assert sorted(zip(d["batch"], d["past"])) == [(1, 128), (1, 512), (4, 128), (4, 512)]
-    from neusight_core import latency
+    from neusight_core.cost import latency
     one = latency.predict_model("llama3_2_1b", "H100", 4, seq=1, past=512, dtype="bf16", predictor="roofline", quick=True)
     assert d[(d.batch == 4) & (d.past == 512)]["e2e_ms"].iloc[0] == pytest.approx(one["e2e_ms"], rel=1e-9)
     argv = ["sweep", "--model", "llama3_2_1b", "--device", "H100", "--batch", "1", "--seq", "1", "--past", "1,x",
@@ -95,11 +96,11 @@ def test_repeated_values_count_once_and_parts_stream_the_same_rows(cache_dir, tm
 
 
 def test_short_sequences_share_one_family_per_seq_and_equal_real_traces(cache_dir, monkeypatch):
-    monkeypatch.setattr(derive, "FAMILIES", {})
-    fam = derive.family_for("gpt2_large", 5, 7, "inf", past=0, allow_fixed=True)
+    monkeypatch.setattr(table_families, "FAMILIES", {})
+    fam = table_families.family_for("gpt2_large", 5, 7, "inf", past=0, allow_fixed=True)
     assert fam is not None and fam.ok and fam.seq_fixed == 7
-    assert derive.compare(fam.table(5, 7), trace.trace_model("gpt2_large", 5, 7, "inf")) == ""
-    assert derive.family_for("gpt2_large", 5, 7, "inf", past=0) is None     # without allow_fixed: a real trace
+    assert table_families.compare(fam.table(5, 7), trace.trace_model("gpt2_large", 5, 7, "inf")) == ""
+    assert table_families.family_for("gpt2_large", 5, 7, "inf", past=0) is None     # without allow_fixed: a real trace
     # in a sweep, batches 2..5 at seq 7 are derived, not traced one by one
     df = sweep.sweep(["gpt2_large"], ["H100"], [2, 3, 4, 5], [7], predictors=["roofline"], quick=True, progress=False)
     assert (df.error == "").all() and df.derived.all()

@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neusight_core import devices
+from neusight_core.data import devices
 from neusight_core.predictors import tiles
 
 GPUS = ("Tesla_T4", "Tesla_V100-PCIE-32GB", "Tesla_P4")

@@ -6,8 +6,8 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from neusight_core import aten_ops, kernel_table, trace
-from neusight_core import schema
+from neusight_core.tracing import aten_ops, table_info, trace
+from neusight_core.question import schema
 
 B, S = 2, 8
 T = B * S  # tokens
@@ -146,7 +146,7 @@ def test_kernel_table_columns_and_bytes(gpt2):
     inf, _ = gpt2
     assert list(inf.columns)[:len(trace.KERNEL_COLUMNS)] == trace.KERNEL_COLUMNS
     assert set(inf.op_class) <= set(schema.OP_CLASSES)
-    assert kernel_table.info(inf).unclassified == {}
+    assert table_info.info(inf).unclassified == {}
     # the first GEMM (c_attn) reads X [T x D], W [D x 3D], bias [3D] and writes [T x 3D], FP32
     first = inf[inf.op_class == "LINEAR"].iloc[0]
     assert first.bytes_read == 4 * (T * D + D * 3 * D + 3 * D)
@@ -167,7 +167,7 @@ def test_unclassified_ops_are_kept_and_counted(monkeypatch):
         df = trace.trace_model(TINY_GPT2, B, S, "inf")
     un = df[df.op_class == "UNCLASSIFIED"]
     assert len(un) == 2 and set(un.aten_op) == {"aten.tanh.default"}     # one per layer (GELU-tanh)
-    assert kernel_table.info(df).unclassified == {"aten.tanh.default": 2}
+    assert table_info.info(df).unclassified == {"aten.tanh.default": 2}
     assert (un.flops == 0).all() and (un.bytes_read > 0).all()
 
 
@@ -209,8 +209,8 @@ def test_switch_routing_stand_in_fills_experts_up_to_capacity():
 def test_bert_uses_the_authors_heads_by_default():
     inf = trace.trace_model(TINY_BERT, B, S, "inf")
     train = trace.trace_model(TINY_BERT, B, S, "train")
-    assert kernel_table.info(inf).model_class == "BertForSequenceClassification"
-    assert kernel_table.info(train).model_class == "BertForPreTraining"
+    assert table_info.info(inf).model_class == "BertForSequenceClassification"
+    assert table_info.info(train).model_class == "BertForPreTraining"
     lin = gemms(inf, "fw", "LINEAR")
     # pooler on the first token of each sequence, then a 2-way classifier; no vocabulary GEMM
     assert lin[(1, B, D, D)] == 1 and lin[(1, B, D, 2)] == 1
@@ -235,7 +235,7 @@ def test_trace_speed(benchmark, name, b, s, mode):
     t0 = time.perf_counter()
     k = benchmark.pedantic(trace.trace_model, args=(name, b, s, mode), rounds=1, iterations=1)
     assert time.perf_counter() - t0 < 10
-    assert kernel_table.info(k).unclassified == {}
+    assert table_info.info(k).unclassified == {}
     assert len(k) > 1000
 
 
@@ -270,7 +270,7 @@ def test_a_reused_model_traces_as_a_new_one(mode, grads, monkeypatch):
     for a, b in zip(fresh, reused):
         cols = [c for c in a.columns if c not in ("reads", "writes")]   # buffer keys are storage addresses
         pd.testing.assert_frame_equal(a[cols], b[cols])
-        ma, mb = kernel_table.info(a).memory, kernel_table.info(b).memory
+        ma, mb = table_info.info(a).memory, table_info.info(b).memory
         assert ma["activation_peak_bytes"] == mb["activation_peak_bytes"] > 0
-        assert kernel_table.info(a).config == kernel_table.info(b).config
+        assert table_info.info(a).config == table_info.info(b).config
     assert (fresh[0]["phase"] == "acc").any() == (mode == "train" and grads)

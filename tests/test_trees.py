@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neusight_core import latency, registry
+from neusight_core.cost import latency
+from neusight_core.predictors import registry
 from neusight_core.predictors import training, trees
 
 

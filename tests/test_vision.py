@@ -4,8 +4,10 @@ bytes against the conv formulas, the --image-size / --seq errors, memory and the
 import numpy as np
 import pytest
 
-from neusight_core.step import Step
-from neusight_core import kernel_table, latency, memory, schema, sweep, tables, trace
+from neusight_core.question.step import Step
+from neusight_core.tracing import table_info, trace
+from neusight_core.cost import latency, memory, sweep, tables
+from neusight_core.question import schema
 from neusight_core.__main__ import main as cli
 
 # A two-stage bottleneck ResNet small enough to count by hand: stem 7x7/2 to 8 channels, max pool 3x3/2,
@@ -89,7 +91,7 @@ def test_a_small_resnet_has_the_conv_rows_of_its_config():
 def test_batch_norm_pooling_and_activations_of_a_resnet():
     inf = trace.trace_model(dict(TINY_RESNET), B, SIZE, "inf")
     tr = trace.trace_model(dict(TINY_RESNET), B, SIZE, "train")
-    assert not kernel_table.info(inf).unclassified and not kernel_table.info(tr).unclassified
+    assert not table_info.info(inf).unclassified and not table_info.info(tr).unclassified
     n_bn = 9                                    # one batch norm after every conv
     for k, per in ((inf, 2), (tr, 6)):          # inference: scale + shift; training: as layer norm (SPEC 3.1)
         bn = k[k.aten_op.str.contains("batch_norm") & (k.phase == "fw")]
@@ -129,18 +131,18 @@ def test_vit_rows_patch_conv_attention_and_mlp():
     # a ViT is built for the image side asked: 48 x 48 -> 36 patches + [CLS]
     k48 = trace.trace_model(dict(TINY_VIT), B, 48, "inf")
     assert set(k48[(k48.op_class == "BMM")].M) == {(48 // 8) ** 2 + 1}
-    assert kernel_table.info(k48).image_size == 48 and kernel_table.info(k).image_size == SIZE
+    assert table_info.info(k48).image_size == 48 and table_info.info(k).image_size == SIZE
 
 
 def test_image_models_are_traced_not_derived(release_root):
-    from neusight_core import derive
-    assert derive.family_for("resnet50", 2, 224, "inf") is None and derive.family_for("vit_b16", 3, 224, "train") is None
+    from neusight_core.tracing import table_families
+    assert table_families.family_for("resnet50", 2, 224, "inf") is None and table_families.family_for("vit_b16", 3, 224, "train") is None
 
 
 def test_text_traces_have_no_conv_rows_and_empty_conv_columns(release_root):
     k = trace.trace_model("gpt2_large", 1, 8, "inf")
     assert "CONV" not in set(k.op_class) and k[list(schema.CONV_COLUMNS)].isna().all().all()
-    assert kernel_table.info(k).image_size == 0
+    assert table_info.info(k).image_size == 0
 
 
 def test_bf16_and_tf32_conv_rows():
@@ -206,7 +208,7 @@ def test_sweep_refuses_the_size_option_of_the_other_kind(args, text, capsys, tmp
 def test_resnet50_memory_footprint(cache_dir):
     k = tables.trace(Step(model="resnet50", batch=32, seq=224, mode="train"))
     # 25,557,032 parameters: torchvision's resnet50 (IMAGENET1K_V1 / V2 weights, "num_params"), same layers
-    assert sum(kernel_table.info(k).params.values()) == 25_557_032
+    assert sum(table_info.info(k).params.values()) == 25_557_032
     m = memory.footprint(k, "A100", optimizer="adamw")
     assert m["weights_gib"] == pytest.approx(25_557_032 * 4 / 2**30)
     assert m["optimizer_gib"] == pytest.approx(2 * m["weights_gib"]) and m["fits"]
@@ -218,7 +220,7 @@ def test_resnet50_memory_footprint(cache_dir):
 
 
 def test_every_catalogue_gpu_answers_resnet50_and_vit(cache_dir):
-    from neusight_core import devices
+    from neusight_core.data import devices
     gpus = list(devices.list_devices()["name"])
     df = sweep.sweep(["resnet50", "vit_b16"], gpus, [32], modes=["inf", "train"], dtype=["fp32", "bf16"],
                      predictors=["roofline"], quick=True, progress=False)

@@ -1,6 +1,6 @@
 """Kernel latency predictors: NeuSight and the paper's three baselines, one interface.
 
-The registry (``predictors/registry.yaml``, ``neusight_core/registry.py``) says which exist and makes them
+The registry (``predictors/registry.yaml``, ``neusight_core/predictors/registry.py``) says which exist and makes them
 (``registry.create``); ``base.KernelPredictor`` is the interface each implements; ``training`` trains, saves and
 loads them. NeuSight names: ``neusight`` (ours: the authors' recipe trained also on the training GPUs'
 transformer-shaped kernels), ``neusight-paper`` (the authors' recipe) and ``neusight-logo`` (our earlier
@@ -17,7 +17,7 @@ from neusight_core.predictors.training import (WEIGHTS, auto_quick, choose_quick
                                                folder, full_training_estimate, full_weights_damage, get, is_trained,
                                                load, quick_note, train_parallel, training_cost, training_lock,
                                                trains_long, worker_environment)
-from neusight_core.registry import UnknownPredictorError, create, names
+from neusight_core.predictors.registry import UnknownPredictorError, create, names
 
 __all__ = ["KernelPredictor", "PredictorInputError", "PredictorLoadError", "UnknownPredictorError", "WEIGHTS",
            "auto_quick", "choose_quick", "create", "describe", "describe_line", "folder", "full_training_estimate",

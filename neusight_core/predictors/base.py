@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from neusight_core import datafile
+from neusight_core.data import datafile
 import neusight_core.predictors.common as common
-from neusight_core import schema
-from neusight_core.schema import OpClass
+from neusight_core.question import schema
+from neusight_core.question.schema import OpClass
 
 VERSION = 3          # bump when a change of code makes saved weights stale (2: the authors' form trains unclamped;
                      # 3: fused Adam/AdamW, the same update with other float rounding)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices, schema
-from neusight_core.schema import OpClass, Precision
+from neusight_core.data import devices
+from neusight_core.question import schema
+from neusight_core.question.schema import OpClass, Precision
 
 # classes that run on the GEMM units and so take the GEMM (tensor-core) peak at tf32 / fp16 / bf16: the GEMMs,
 # CONV (cuDNN's implicit GEMM) and fused attention (its two GEMMs, QK^T and PV, dominate)

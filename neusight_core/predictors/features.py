@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import schema
+from neusight_core.question import schema
 import neusight_core.predictors.common as common
 
 U_MIN = 1e-6

@@ -13,10 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices, schema
+from neusight_core.data import devices
+from neusight_core.question import schema
 import neusight_core.predictors.common as common
 from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, split_validation
-from neusight_core.schema import OpClass
+from neusight_core.question.schema import OpClass
 
 FEATURES = ("B", "M", "N", "K")
 # Habitat's conv2d MLP takes the layer's parameters (batch, channels, kernel, image size, stride, padding)
@@ -38,7 +39,7 @@ def _conv_backward_scale(kernels: pd.DataFrame) -> np.ndarray:
     """A convolution row's FLOPs over those of the forward conv with the same parameters: the release
     measures forward convolutions only, so a dgrad / wgrad row is predicted as the forward conv scaled by
     its FLOPs (1 for fwd and wgrad; (in / out)^2 for dgrad). A stated stand-in, not Habitat's own."""
-    from neusight_core.dataset import conv_gemm
+    from neusight_core.data.dataset import conv_gemm
     g = conv_gemm(kernels["B"], kernels["conv_cin"], kernels["conv_cout"], kernels["conv_k"], kernels["conv_in"],
                   kernels["conv_stride"], kernels["conv_pad"], kernels["conv_groups"].fillna(1),
                   np.full(len(kernels), "fwd", dtype=object))

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices, schema
+from neusight_core.data import devices
+from neusight_core.question import schema
 import neusight_core.predictors.common as common
 from neusight_core.predictors.base import KernelPredictor, Timer
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import schema
+from neusight_core.question import schema
 import neusight_core.predictors.common as common
 
 #: t0 (us), eta, beta (bytes / SM / cycle) as ``fit`` gives them on aiconfigurator-core 0.12.0's training GPUs:
@@ -109,7 +109,8 @@ def params() -> dict:
     cached with the traces (``trace_cache``), or ``DEFAULT_LAW`` without the database."""
     global _PARAMS
     if _PARAMS is None:
-        from neusight_core import measured_kernels, trace_cache
+        from neusight_core.data import measured_kernels
+        from neusight_core.tracing import trace_cache
         if measured_kernels.unavailable():
             _PARAMS = dict(DEFAULT_LAW)
         else:

@@ -65,13 +65,14 @@ import pandas as pd
 import neusight_core.predictors.common as common
 import neusight_core.predictors.members as members
 import neusight_core.predictors.memory_law as memory_law
-from neusight_core import devices, schema
+from neusight_core.data import devices
+from neusight_core.question import schema
 from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, split_validation
 from neusight_core.predictors.features import (CONV_TILE, FEATURE_NAMES, U_MIN, features,
                                                utilisation)
 from neusight_core.predictors.tensor_core import TensorCoreNets, attention_backward
 from neusight_core.predictors.tiles import TileLookup
-from neusight_core.schema import OpClass
+from neusight_core.question.schema import OpClass
 
 _REQUIRED = object()
 
@@ -156,7 +157,7 @@ class NeuSightPredictor(KernelPredictor):
             k = k[k["device"] != drop]
         if self.config.get("extra_training") != "seen_test":
             return k
-        from neusight_core import dataset
+        from neusight_core.data import dataset
         extra = dataset.seen_test_kernels(float(self.config.get("extra_holdout", 0.0)))
         extra = extra[extra["op_class"].isin(common.MODEL_CLASSES)]
         if getattr(train, "quick_rows", None):

@@ -46,10 +46,10 @@ import numpy as np
 import pandas as pd
 
 import neusight_core.predictors.common as common
-from neusight_core import schema
+from neusight_core.question import schema
 from neusight_core.predictors.features import features, utilisation
 from neusight_core.predictors.base import NumpyMLP, Timer, split_validation
-from neusight_core.schema import OpClass, Precision
+from neusight_core.question.schema import OpClass, Precision
 
 NETWORKS = ("GEMM", "ATTN_prefill", "ATTN_decode")
 #: precisions whose GEMM / attention rows the networks answer (2-byte tensor-core precisions)
@@ -407,7 +407,7 @@ ATTN_FRAMEWORKS = ("vllm",)
 
 def gemm_rows(gpus) -> pd.DataFrame:
     """Measured BF16 GEMMs of ``gpus`` (``measured_kernels`` names or "training" / "held_out"), one file per GPU."""
-    from neusight_core import measured_kernels as mk
+    from neusight_core.data import measured_kernels as mk
     parts = []
     for s in mk.system_names(gpus, False):
         df = mk.load_gemm(s, frameworks=GEMM_FRAMEWORKS)
@@ -418,7 +418,7 @@ def gemm_rows(gpus) -> pd.DataFrame:
 
 
 def attention_rows(gpus, kinds=("prefill", "decode")) -> pd.DataFrame:
-    from neusight_core import measured_kernels as mk
+    from neusight_core.data import measured_kernels as mk
     return mk.load_attention(gpus, kinds=kinds, frameworks=ATTN_FRAMEWORKS)
 
 
@@ -445,7 +445,7 @@ def range_note(device) -> str:
     """"" when ``device``'s ``RANGE_FIGURES`` lie within those of the networks' training GPUs
     (``measured_kernels.split``), else one sentence naming the figures outside: its GEMM and attention times are then
     an extrapolation beyond every GPU the networks saw."""
-    from neusight_core import devices, measured_kernels
+    from neusight_core.data import devices, measured_kernels
     dev = devices.get_device(device)
     train = [devices.get_device(n) for n in measured_kernels.split()["training"]]
     out = []

@@ -22,8 +22,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices, schema
-from neusight_core.schema import OpClass
+from neusight_core.data import devices
+from neusight_core.question import schema
+from neusight_core.question.schema import OpClass
 
 LOOKUP_FEATURES = ("num_sm", "fp32_gflops", "mem_bw_gbs", "l2_mb", "mem_gb")
 #: the GPU features that can change a kernel's speed: ``memory=False`` looks tiles up on these alone

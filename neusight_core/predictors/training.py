@@ -19,11 +19,11 @@ import warnings
 from pathlib import Path
 
 from neusight_core import paths
-from neusight_core.datafile import CacheWarning
+from neusight_core.data.datafile import CacheWarning
 from neusight_core.predictors.base import STATE_FILE, KernelPredictor, PredictorLoadError, config_hash, read_state
-from neusight_core.registry import create
-from neusight_core.registry import names as registry_names
-from neusight_core.schema import OpClass
+from neusight_core.predictors.registry import create
+from neusight_core.predictors.registry import names as registry_names
+from neusight_core.question.schema import OpClass
 
 
 def folder(name: str, quick: bool = False, seed: int = 0, config: dict | None = None,
@@ -39,7 +39,7 @@ def is_trained(name: str, quick: bool = False, seed: int = 0, config: dict | Non
                rows: int | None = None) -> bool:
     """Saved weights exist for this recipe, seed, config and training data (``get`` would load them).
     The checksum alone decides, without loading the training records."""
-    from neusight_core import dataset
+    from neusight_core.data import dataset
     p = create(name, seed, config)
     subset = dict(quick=True, quick_rows=int(rows)) if rows else dict(quick=quick)
     meta_file = folder(name, quick, seed, config, rows) / "meta.json"
@@ -335,7 +335,7 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
     ``rows``: train on a fixed random subset of that many records per op class (the ablation's CPU
     budget), with the recipe's own epochs, or with the quick epochs when ``quick``; ``quick`` alone uses
     the quick subset (4,000 records per class) and the quick epochs."""
-    from neusight_core import dataset
+    from neusight_core.data import dataset
     p = create(name, seed, config)
     subset = dict(quick=True, quick_rows=int(rows)) if rows else dict(quick=quick)
     f = folder(name, quick, seed, config, rows)
@@ -372,7 +372,7 @@ def _tensor_core_missing(p: KernelPredictor) -> str | None:
     """Why ``p``'s BF16 tensor-core networks cannot be trained here, or None (none in its recipe, or the data is there)."""
     if getattr(p, "tc", None) is None:
         return None
-    from neusight_core import measured_kernels
+    from neusight_core.data import measured_kernels
     return measured_kernels.unavailable()
 
 

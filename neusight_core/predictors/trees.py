@@ -169,7 +169,7 @@ class TreeBaseline(KernelPredictor):
         return {"tree": "shape", "rows_of": "neusight"}
 
     def _shape_tree(self) -> ShapeTree:
-        from neusight_core import registry
+        from neusight_core.predictors import registry
         if self.config["tree"] not in self.TREES:
             raise ValueError(f"{self.name}: tree must be one of {', '.join(self.TREES)}, got {self.config['tree']!r}")
         # the rows of a recipe's tensor-core networks, or those of an explicit ``tensor_core`` config

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core.studies.live import MODEL_SECTIONS, NOT_POSSIBLE
-from neusight_core.schema import Precision
+from neusight_core.question.schema import Precision
 
 def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "neusight",
                          quick: bool = False) -> pd.DataFrame:
@@ -17,8 +17,9 @@ def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "ne
     predicted, seed 0), ``pred_ms``, ``ape`` and ``err`` (signed, %). The run's notebook predicted with seed 0 only."""
     from pathlib import Path
 
-    from neusight_core import latency, predictors
-    from neusight_core.scenario import is_image
+    from neusight_core.cost import latency
+    from neusight_core import predictors
+    from neusight_core.question.scenario import is_image
     from neusight_core.studies import errors
     rows = []
     preds = {s: predictors.get(predictor, quick=quick, seed=s) for s in seeds}

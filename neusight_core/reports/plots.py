@@ -18,7 +18,7 @@ import pandas as pd
 import seaborn as sns
 
 from neusight_core.studies import bf16_checks, evaluation as ev, live_kernels, live_modern, recipe_eval
-from neusight_core import registry
+from neusight_core.predictors import registry
 
 # Colours fixed per predictor so the authors' and our figures read the same way in every notebook:
 # NeuSight blue as the authors predicted it, red for our re-implementation (never a baseline's colour).

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from neusight_core.datafile import jsonable
+from neusight_core.data.datafile import jsonable
 from neusight_core.paths import out_dir
 
 

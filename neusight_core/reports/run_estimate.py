@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from neusight_core import registry
+from neusight_core.predictors import registry
 
 #: documented wall times (docs/evaluators.md "Run times", the 2-core machine): quick run; full run from scratch; full run with
 #: every weight trained

@@ -43,7 +43,7 @@ def gpu_info() -> dict:
 
 def environment() -> dict:
     pkgs = sorted((d.metadata["Name"], d.version) for d in metadata.distributions() if d.metadata["Name"])
-    from neusight_core import release
+    from neusight_core.data import release
     rel = release.status()
     try:
         rel["checksums"] = release.verify_installed().line()

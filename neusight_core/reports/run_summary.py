@@ -51,7 +51,7 @@ def _counts(c: dict) -> str:
 
 def _ranking_text(r: dict, key: str) -> str:
     mape = r.get("mape") or {}
-    from neusight_core import registry
+    from neusight_core.predictors import registry
     # the ranking compares the release's predictors: the paper's names, NeuSight for the recipe being judged
     vals = ", ".join(f"{'NeuSight' if k in (key, 'neusight') else registry.label(k)} "
                      + ("n/a" if v is None else f"{v:.1f}") for k, v in mape.items())

@@ -396,7 +396,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TQDM_DISABLE", "1")
         # What the run's record imports (yaml, pandas, ...), imported while a signal is only remembered: a signal
         # raised inside an import leaves a half-initialised module that the record could then not import (0.5 s).
-        from neusight_core import predictors, registry, release  # noqa: F401
+        from neusight_core import predictors  # noqa: F401
+        from neusight_core.predictors import registry
+        from neusight_core.data import release
         from neusight_core.reports import run_estimate
 
         t_start = time.time()

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core.studies import recipe_eval as R
-from neusight_core import registry
+from neusight_core.predictors import registry
 
 #: The pooled groups of the by-group table (``reproduce.pooled_mape``), in order.
 GROUPS = ("NVIDIA inference", "NVIDIA training", "unseen NVIDIA GPUs", "fusion", "distributed", "AMD")

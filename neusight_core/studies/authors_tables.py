@@ -14,7 +14,9 @@ import pandas as pd
 
 from neusight_core.studies import evaluation as ev
 from neusight_core.studies import paper_tables as pt
-from neusight_core import devices, paths, schema
+from neusight_core.data import devices
+from neusight_core import paths
+from neusight_core.question import schema
 
 _NUM = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*%?\s*$")
 _PRED_ERR = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*\(\s*(-?\d+(?:\.\d+)?)%\)\s*$")
@@ -33,7 +35,7 @@ def _num(cell: str, where: str) -> float:
 def _csv_rows(path: Path) -> list[list[str]]:
     import csv
     if not path.is_file():
-        raise ev.EvaluationError(f"authors' table {path} does not exist (run `python -m neusight_core.release`)")
+        raise ev.EvaluationError(f"authors' table {path} does not exist (run `python -m neusight_core.data.release`)")
     with open(path, newline="") as f:
         return [r for r in csv.reader(f)]
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import configs, devices, latency, schema
-from neusight_core.request import parse
-from neusight_core.schema import OpClass, Precision
+from neusight_core.data import configs, devices
+from neusight_core.cost import latency
+from neusight_core.question import schema
+from neusight_core.question.request import parse
+from neusight_core.question.schema import OpClass, Precision
 from neusight_core.studies.whatif import H100, catalogue_gpus
 
 def bf16_validation(tensor_core: bool = True, log=None) -> pd.DataFrame:
@@ -20,7 +22,7 @@ def bf16_validation(tensor_core: bool = True, log=None) -> pd.DataFrame:
     ``held-out-evaluated`` record (``external_eval.held_out_record``), never typed in. ``tensor_core``: the
     predictor has the BF16 networks (``neusight``); without them every family is an extrapolation."""
     import neusight_core.predictors.memory_law as memory_law
-    from neusight_core import measured_kernels
+    from neusight_core.data import measured_kernels
     from neusight_core.studies import external_eval
     rec = external_eval.held_out_record(log) or {}
     h = rec.get("neusight_held_out_mape_mean_over_seeds") or {}
@@ -81,7 +83,7 @@ def floors_table(model: str = "llama2_7b", gpu=H100, dtype: str = Precision.BF16
                  quick: bool = False) -> pd.DataFrame:
     """One request (batch 1) of ``model``: prefill of ``seq`` tokens and one decode step on a ``seq - 1`` KV cache,
     predicted on one GPU, beside its ``floors`` and the predicted time per kernel family (GEMM = LINEAR + BMM)."""
-    from neusight_core import engine
+    from neusight_core.cost import engine
     from neusight_core.predictors import common
     pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     steps = (("prefill", seq, 0), ("decode", 1, seq - 1))
@@ -137,7 +139,7 @@ def execution_table(gpus=None, quick: bool = False, predictor="neusight", seeds=
     the memory verdict; a configuration that does not fit says so in ``fit`` (its time is the time it would take).
     Quick: Llama-2-7B at 512 tokens on three GPUs. Every row is an extrapolation (BF16 end to end is validated on the
     H100 only, docs/tier2.md)."""
-    from neusight_core import engine
+    from neusight_core.cost import engine
     every = catalogue_gpus()
     gpus = list(gpus or ([g for g in every if g == H100 or "A100-SXM4-40" in g or g.endswith("L4")] if quick
                          else every))

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from neusight_core import schema
+from neusight_core.question import schema
 from neusight_core.studies import evaluation as ev
 from neusight_core.studies import paper_tables as pt
 

@@ -64,8 +64,10 @@ import pandas as pd
 
 from neusight_core import paths
 from neusight_core.studies import errors
-from neusight_core import devices, registry, schema
-from neusight_core.schema import OpClass
+from neusight_core.data import devices
+from neusight_core.predictors import registry
+from neusight_core.question import schema
+from neusight_core.question.schema import OpClass
 
 RELEASE_PREDICTORS = ("neusight", "roofline", "habitat", "li")
 # Release folder name of each predictor (Li et al. ships as "micro").
@@ -217,7 +219,7 @@ def build_index(labels_dir: str | Path | None = None, predictions_dir: str | Pat
     preds = Path(predictions_dir) if predictions_dir else paths.predictions_dir()
     graphs = Path(opgraph_dir) if opgraph_dir else paths.opgraph_dir()
     if not labels.is_dir():
-        raise EvaluationError(f"label folder {labels} does not exist (run `python -m neusight_core.release`)")
+        raise EvaluationError(f"label folder {labels} does not exist (run `python -m neusight_core.data.release`)")
     files = sorted(labels.glob("*/*.json"))
     if not files:
         raise EvaluationError(f"no label files <GPU>/<config>.json under {labels}")

@@ -29,10 +29,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import measured_kernels as mk
+from neusight_core.data import measured_kernels as mk
 from neusight_core.studies import errors, targets as targets_file
 from neusight_core.predictors import tensor_core as tc
-from neusight_core.schema import OpClass, Precision
+from neusight_core.question.schema import OpClass, Precision
 
 COMPARED = ("neusight", "neusight FP32-extrapolated", "roofline", "shape-only tree", "structural tree")
 BASELINE = "structural tree"     # the reference regression the tile/wave networks have to beat on each held-out GPU

@@ -11,8 +11,9 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices, latency
-from neusight_core.schema import OpClass, Precision
+from neusight_core.data import devices
+from neusight_core.cost import latency
+from neusight_core.question.schema import OpClass, Precision
 from neusight_core.studies.whatif import H100
 
 SPARSE_FP16_H100 = 1979000.0    # the release's _TP device and the datasheet's "with sparsity" figure

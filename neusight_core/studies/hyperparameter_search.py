@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from neusight_core import dataset
+from neusight_core.data import dataset
 from neusight_core.studies import errors
-from neusight_core.dataset import TrainingData
+from neusight_core.data.dataset import TrainingData
 
 
 def _subset(train: TrainingData, mask: np.ndarray) -> TrainingData:

@@ -10,11 +10,13 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import dataset, paths
+from neusight_core.data import dataset
+from neusight_core import paths
 from neusight_core.studies import errors
-from neusight_core import registry, schema
+from neusight_core.predictors import registry
+from neusight_core.question import schema
 from neusight_core import predictors as P
-from neusight_core.schema import OpClass
+from neusight_core.question.schema import OpClass
 
 PRED_LABEL = {n: e.label for n, e in registry.entries().items()}
 ORDER = registry.reported()   # row order of the paper's per-op table: baselines, then NeuSight

@@ -26,7 +26,7 @@ from neusight_core.studies.live_harness import (FASTEST, RUNS, WARMUP, DetectedD
                                         identify, local_properties, measure, no_gpu_reason, section_budget,
                                         set_precision, software_versions)
 from neusight_core.studies.live_kernels import conv_kernel_sweep, kernel_sweep, measure_kernels, skipped_measurements
-from neusight_core.schema import Precision
+from neusight_core.question.schema import Precision
 
 
 # ---------------------------------------------------------------- whole models on the GPU
@@ -35,7 +35,7 @@ def load_model_config(model):
     if not isinstance(model, str):
         return model
     try:
-        from neusight_core import trace
+        from neusight_core.tracing import trace
         return trace.load_config(model)
     except ImportError:
         from transformers import AutoConfig
@@ -56,7 +56,7 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
     import copy
     import torch
     from transformers import AutoModelForCausalLM, AutoModel, AutoModelForImageClassification
-    from neusight_core import configs
+    from neusight_core.data import configs
     cfg = copy.deepcopy(load_model_config(model))
     # an image model (ResNet, ViT) takes a batch of square images of side ``seq``, as the tracer does
     image = configs.is_image_model(cfg)
@@ -166,7 +166,8 @@ def predict_kernels(kernels: pd.DataFrame, device_name: str, predictor: str = "n
                     quick: bool = False) -> tuple[np.ndarray | None, str | None]:
     """Per-row predicted ms, or (None, reason) when the predictors/catalogue are not available."""
     try:
-        from neusight_core import devices, predictors
+        from neusight_core.data import devices
+        from neusight_core import predictors
         dev = devices.get_device(device_name)
         return np.asarray(predictors.get(predictor, quick=quick).predict(kernels, dev), float), None
     except Exception as e:  # noqa: BLE001 - reported, never replaced by a number
@@ -181,8 +182,8 @@ def predict_case(case: "LiveCase", device_name: str, **kw) -> tuple[dict | None,
     setting (eager attention, the kernel sum: ``scenario.PAPER``, what these sections measure) but for the
     gradients, which ``model_callable``'s step sets to None after each step (``grads`` fresh; pipeline parallelism
     accumulates its micro-batches', the authors' pp labels too), unless ``kw`` says otherwise."""
-    from neusight_core import latency
-    from neusight_core.scenario import PAPER
+    from neusight_core.cost import latency
+    from neusight_core.question.scenario import PAPER
     grads = "accumulate" if kw.get("parallel") == "pp" else "fresh"
     try:
         r = latency.predict_model(case.model, device_name, case.batch, mode=case.mode, **case.size,
@@ -230,7 +231,7 @@ class LiveCase:
     @property
     def tracer_size(self) -> int:
         """The size as the tracer and ``measure_model`` take it (``scenario.tracer_size``)."""
-        from neusight_core.scenario import tracer_size
+        from neusight_core.question.scenario import tracer_size
         return tracer_size(vars(self))
 
 
@@ -308,7 +309,8 @@ def label_gap(measured_ms, label_ms, threshold_pct: float | None = None) -> dict
 
 
 def write_json(output_dir, name: str, body: dict) -> Path:
-    from neusight_core import datafile, paths
+    from neusight_core.data import datafile
+    from neusight_core import paths
     p = paths.out_dir(output_dir) / f"{name}.json"
     p.write_text(json.dumps(datafile.jsonable(body), indent=2, allow_nan=False))
     return p

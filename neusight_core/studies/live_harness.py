@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-from neusight_core.schema import Precision
+from neusight_core.question.schema import Precision
 
 RUNS = 25
 FASTEST = 5
@@ -44,7 +44,7 @@ class DetectedDevice:
 def identify(props: GpuProperties) -> DetectedDevice:
     """Map faked or real device properties to the catalogue (``devices.device_from_properties``);
     unknown -> an entry derived from the properties (``devices.derive_from_properties``) + a warning."""
-    from neusight_core import devices
+    from neusight_core.data import devices
     gb = props.total_memory_bytes / 2**30
     dev = devices.device_from_properties(props.name, props.total_memory_bytes, props.sm_count)
     if dev is not None:

@@ -10,9 +10,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from neusight_core.step import Step
+from neusight_core.question.step import Step
 from neusight_core.studies.live_harness import HarnessConfig, Measurement, TimeBudget, harness_dtype, is_oom, measure
-from neusight_core.schema import OpClass, Precision
+from neusight_core.question.schema import OpClass, Precision
 
 def kernel_sweep(quick: bool = False) -> pd.DataFrame:
     """Kernel shapes (transformer-derived) in the kernel-table convention of docs/interfaces.md.
@@ -86,7 +86,7 @@ def _conv_callable(row, mk) -> Callable[[], object]:
     no bias. cuDNN picks its algorithms by its heuristics (``cudnn.benchmark`` off, torch's default)."""
     import torch
     import torch.nn.functional as F
-    from neusight_core import dataset
+    from neusight_core.data import dataset
     n, cin, cout, k = (int(row[c]) for c in ("B", "conv_cin", "conv_cout", "conv_k"))
     size, stride, pad, groups = (int(row[c]) for c in ("conv_in", "conv_stride", "conv_pad", "conv_groups"))
     x, w = mk(n, cin, size, size), mk(cout, cin // groups, k, k)
@@ -247,7 +247,7 @@ def conv_kernel_sweep(quick: bool = False) -> pd.DataFrame:
     of the tracer, ``count`` = how often each occurs in the step), in the kernel-table convention. The release
     measures forward 3 x 3 stride-1 convolutions only: the strided, 1 x 1 and 7 x 7 ones and every backward row
     are the convolution extrapolations that a GPU can check. Quick: batch 2, one row of each kind."""
-    from neusight_core import trace_cache
+    from neusight_core.tracing import trace_cache
     model, batch, size = CONV_SWEEP
     t = trace_cache.trace(Step(model=model, batch=2 if quick else batch, seq=size, mode="train"))
     conv = t[t["op_class"] == OpClass.CONV]

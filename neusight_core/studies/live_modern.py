@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Callable
 
 from neusight_core.studies import live, live_harness, live_kernels
-from neusight_core.scenario import PAPER
-from neusight_core.schema import Precision
+from neusight_core.question.scenario import PAPER
+from neusight_core.question.schema import Precision
 
 # current open models of ours (model_configs), small to large: the small ones host-bound in eager PyTorch at batch 1
 MODERN_MODELS = ("llama3_2_1b", "qwen2_5_1_5b", "llama2_7b", "llama3_8b")
@@ -81,7 +81,7 @@ def host_calibration(device: str = "cuda", n: int = 5000) -> dict:
     ``host.calibrate``'s per-kernel costs of a tiny Hugging Face model's eager steps (``hf_*``): decode on CPU
     tensors (``hf_per_kernel_cpu_us``, and ``hf_launch_us`` with the CUDA launch added), and decode and training
     on the GPU (``hf_gpu_decode_us``, ``hf_gpu_train_us``), and the GPU's own cost per eager launch (``eager_gap_us``)."""
-    from neusight_core import host
+    from neusight_core.cost import host
     out = {"cpu_dispatch_us": host.launch_times("cpu", n)[0], "n": n}
     if device == "cuda":
         h, t = host.launch_times("cuda", n)
@@ -122,7 +122,7 @@ def step_callable(m, cfg, case: ModernCase, device: str) -> tuple[Callable[[], o
     """The zero-argument step of ``case`` and the tensors it reads that must outlive it (the KV cache that
     a captured graph reads)."""
     import torch
-    from neusight_core.meta_model import cache_tensors
+    from neusight_core.tracing.meta_device_model import cache_tensors
     vocab = int(cfg.vocab_size)
     set_attention(m, case.attention)
     if case.phase == "train":
@@ -376,7 +376,8 @@ def predict_steps(steps, device: str = "H100", predictors=("neusight", "roofline
     ``measured_ms`` (the variant's measured column), ``predicted_ms``, ``error_pct`` and the prediction's host
     time and verdict (``grads``: ``request_of``'s)."""
     import pandas as pd
-    from neusight_core import engine, request
+    from neusight_core.cost import engine
+    from neusight_core.question import request
     ok = steps[steps["status"] == "OK"].reset_index(drop=True)
     frames = []
     for variant, (col, execution) in VARIANTS.items():

@@ -18,7 +18,8 @@ import pandas as pd
 
 import neusight_core.predictors.common as common
 import neusight_core.predictors.memory_law as memory_law
-from neusight_core import kernel_floor, measured_kernels
+from neusight_core.cost import kernel_floor
+from neusight_core.data import measured_kernels
 
 LAW_COMPARISON = ("law, GPU left out", "law", "FP32 networks", "roofline")
 

@@ -22,8 +22,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core import measured_kernels as mk, parallel_experts, schema
-from neusight_core.schema import OpClass, Precision
+from neusight_core.data import measured_kernels as mk
+from neusight_core.plans import parallel_experts
+from neusight_core.question import schema
+from neusight_core.question.schema import OpClass, Precision
 from neusight_core.studies import errors
 
 FILE = "moe_perf.parquet"

@@ -26,10 +26,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from neusight_core import fusion, parallel, paths, trace
-from neusight_core import schema
-from neusight_core.schema import OpClass
-from neusight_core.kernel_table import info as table_info
+from neusight_core.plans import fusion, parallel
+from neusight_core import paths
+from neusight_core.tracing import trace
+from neusight_core.question import schema
+from neusight_core.question.schema import OpClass
+from neusight_core.tracing.table_info import info as table_info
 
 GRAPH_CLASSES = ["GEMM", OpClass.BMM, OpClass.LINEAR, OpClass.VEC, OpClass.SOFTMAX, OpClass.LAYERNORM, OpClass.MEM, OpClass.COMM]
 _LAYER = re.compile(r"(?:^|_)(?:h|layer|layers|block)_(\d+)(?:_|$)")
@@ -298,7 +300,7 @@ def kernel_table(config: str, num_layers: int | None = None) -> pd.DataFrame:
     the kernel list and not a byte convention. MEM kernels (their embedding, dropout, getitem, contiguous
     nodes) carry the bytes of every shape listed: their ``Prediction/predictor.py`` times MEM as those
     bytes over the memory bandwidth. Fused and multi-GPU graphs are refused (OpGraphError)."""
-    from neusight_core import dataset
+    from neusight_core.data import dataset
 
     d = parse_name(config)
     if d["fusion"] or d["plan"]:

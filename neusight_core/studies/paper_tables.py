@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices, paths, schema
+from neusight_core.data import devices
+from neusight_core import paths
+from neusight_core.question import schema
 from neusight_core.studies.evaluation import (FIGURE_PREDICTORS, KEY, MODEL_DISPLAY, MODEL_SEQ,
                                       PREDICTOR_DISPLAY, EvaluationError, LabelFileError, read_csv_columns, safe_ape)
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from neusight_core.scenario import PAPER
-from neusight_core import latency
+from neusight_core.question.scenario import PAPER
+from neusight_core.cost import latency
 from neusight_core.studies import errors
 
 PUBLISHED_FILE = Path(__file__).with_name("published.yaml")

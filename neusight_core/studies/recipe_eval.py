@@ -35,7 +35,8 @@ import pandas as pd
 
 from neusight_core.studies import evaluation as ev
 from neusight_core.studies import paper_tables as pt
-from neusight_core import devices, registry
+from neusight_core.data import devices
+from neusight_core.predictors import registry
 from neusight_core.studies import errors, targets
 from neusight_core import predictors as P
 

@@ -27,8 +27,9 @@ def _authors_table(config: str) -> pd.DataFrame:
 
 
 def _no_mask_table(config: str) -> pd.DataFrame:
-    from neusight_core import tables, trace
-    from neusight_core.step import Step
+    from neusight_core.cost import tables
+    from neusight_core.tracing import trace
+    from neusight_core.question.step import Step
     from neusight_core.studies import opgraph
     d = opgraph.parse_name(config)
     if d["fusion"] or d["plan"]:
@@ -45,7 +46,8 @@ def predict_tables(configs: pd.DataFrame, trained: dict, table_of, progress: boo
     table from ``table_of(config name)``: ``engine.predict`` of the configurations with that table instead of the
     trace; e2e = the phases' sum of per-launch time x ``count`` (single GPU). Prediction only: the same trained
     networks. A table that cannot be built gives its reason in ``error``."""
-    from neusight_core import engine, request
+    from neusight_core.cost import engine
+    from neusight_core.question import request
     from neusight_core.studies import reproduce
     cfg = configs.reset_index(drop=True)
     requests = [dict(model=r.model, device=r.gpu, batch=int(r.batch), seq=int(r.seq), mode=r.mode,
@@ -111,7 +113,7 @@ PREDICTION_ONLY = ("tile_lookup",) + PREDICTION_ONLY_KEYS
 def _plan(plan: str) -> dict:
     import yaml
 
-    from neusight_core.registry import RECIPES_DIR
+    from neusight_core.predictors.registry import RECIPES_DIR
     return yaml.safe_load((RECIPES_DIR / f"{plan}.yaml").read_text())
 
 
@@ -120,7 +122,7 @@ def ablation_plan(epochs: int | None = None, plan: str = "ablation") -> list[tup
     A step that switches no value (both recipes agree on its keys) is kept with a note in its name.
     ``epochs`` (CPU budget) overrides the training length of every row that keeps the base's optimiser.
     ``plan``: ``ablation`` (the authors' recipe -> ours) or ``ablation-logo`` (-> our earlier recipe)."""
-    from neusight_core.registry import hparams
+    from neusight_core.predictors.registry import hparams
     plan = _plan(plan)
     base, target = hparams(plan["base"]), hparams(plan["target"])
     budget = {} if epochs is None else {"epochs": int(epochs)}
@@ -242,7 +244,7 @@ def uncut_paper_folder(seed: int = 0, epochs: int = 100):
     """Where the uncut (``epochs``-epoch) run of the authors' recipe lives: the recipe's own folder when it
     trains that many epochs on every class, else the folder of the ``{"epochs": epochs}`` variant
     (``benchmarks/paper_epoch_cut.py`` makes it)."""
-    from neusight_core.registry import hparams
+    from neusight_core.predictors.registry import hparams
     e = hparams("neusight-paper")["epochs"]
     uncut = all(v == epochs for v in e.values()) if isinstance(e, dict) else e == epochs
     return P.folder("neusight-paper", False, seed, None if uncut else {"epochs": epochs})
@@ -262,7 +264,7 @@ def shape_holdout_check(candidates, seeds=(0,), holdout: float = 0.3, quick: boo
 
     One row per (candidate, seed, device, op class): ``rows``, ``mape``, ``wmape`` (APE weighted by the
     measured time: the large kernels that dominate a model), ``bias_w`` (time-weighted signed error, %)."""
-    from neusight_core import dataset
+    from neusight_core.data import dataset
     held = dataset.seen_test_kernels(holdout, part="held_out")
     if drop_gpu:
         held = held[held["device"] == drop_gpu].reset_index(drop=True)

@@ -26,17 +26,17 @@ import pandas as pd
 
 from neusight_core.studies import evaluation as ev
 from neusight_core.studies import paper_tables as pt
-from neusight_core import engine, latency, tables
-from neusight_core import schema
+from neusight_core.cost import engine, latency, tables
+from neusight_core.question import schema
 from neusight_core.studies.errors import ape
-from neusight_core.schema import OpClass
+from neusight_core.question.schema import OpClass
 
 
 
 def option_kwargs(option: str) -> dict:
     """Arguments of ``latency.predict_model`` for a label option (none, fusion, dp4, tp4, pp4_1), in the paper's
     setting (``scenario.PAPER``: eager attention, the kernel sum)."""
-    from neusight_core.scenario import PAPER
+    from neusight_core.question.scenario import PAPER
     if option in (None, "", "none") or (isinstance(option, float) and np.isnan(option)):
         return dict(PAPER)
     if option == "fusion":
@@ -97,7 +97,7 @@ def sweep_configs(index: pd.DataFrame, predictors=ev.RELEASE_PREDICTORS, quick: 
 
 
 def _sweep(index, predictors, seeds, quick, progress):
-    from neusight_core import sweep
+    from neusight_core.cost import sweep
     n = len(index)
     rows, bad = [], [""] * n
     for i, r in enumerate(index.itertuples(index=False)):
@@ -302,7 +302,7 @@ def small_kernel_report(model: str, device: str, batch: int, seq: int, mode: str
     """Where an element-wise-heavy miss comes from: our NeuSight's predicted time of the VEC/MEM kernels of
     one configuration, split by whether the kernel's bandwidth roofline time is below ``threshold_us``,
     next to that roofline time. Columns: op_class, size, launches, predicted_ms, roofline_ms."""
-    from neusight_core import devices
+    from neusight_core.data import devices
     dev = devices.get_device(device)
     k = latency.predict_model(model, dev, batch, seq, mode, quick=quick, **option_kwargs(option))["kernels"]
     k = k[k["op_class"].isin([OpClass.VEC, OpClass.MEM])].copy()
@@ -318,7 +318,7 @@ def small_kernel_report(model: str, device: str, batch: int, seq: int, mode: str
 def training_floor(op_class: str = OpClass.VEC, max_elems: int = 2**16) -> pd.DataFrame:
     """Median measured latency of the smallest kernels of a class in the training data, per training GPU:
     the fixed per-kernel cost the predictors learn (device, kernels, median_us)."""
-    from neusight_core import dataset
+    from neusight_core.data import dataset
     k = dataset.training_data().of_class(op_class)
     small = k[(k["B"] * k["H"]) <= max_elems]
     return (small.groupby("device")["latency_ms"].agg(kernels="size", median_us="median")

@@ -22,10 +22,13 @@ import time
 import numpy as np
 import pandas as pd
 
-from neusight_core import devices, kernel_table, latency, memory, schema, tables
-from neusight_core.step import Step
-from neusight_core.request import parse
-from neusight_core.schema import Precision
+from neusight_core.data import devices
+from neusight_core.tracing import table_info
+from neusight_core.cost import latency, memory, tables
+from neusight_core.question import schema
+from neusight_core.question.step import Step
+from neusight_core.question.request import parse
+from neusight_core.question.schema import Precision
 
 #: the GPU of the paper's own what-if figures (Figure 10, the floors table)
 H100 = "NVIDIA_H100_80GB_HBM3"
@@ -123,7 +126,7 @@ def run(gpus=None, dtypes=(Precision.BF16, Precision.FP32), quick: bool = False,
     A grid of scenarios through the engine (no second pipeline): the engine's memory columns choose the
     plan (one call per TP size, for the cells still without one; a footprint does not depend on the GPU), one
     more call predicts the chosen plans; this module adds tokens, price and the validation label."""
-    from neusight_core import engine
+    from neusight_core.cost import engine
     gpu_price_per_hour, max_gpus = check_parameters(gpu_price_per_hour, max_gpus)
     gpus = list(gpus or catalogue_gpus())
     pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
@@ -200,7 +203,7 @@ def _row(sc, dt, dev, n, m, e2e_ms, fit, quick, price=None, tensor_core: bool = 
 def memory_validation(quick: bool = False) -> pd.DataFrame:
     """Traced activation peak vs PyTorch's measured peak on small real CPU models (as tests/test_memory.py)."""
     import transformers
-    from neusight_core import trace
+    from neusight_core.tracing import trace
     cfgs = {"GPT-2 small": transformers.GPT2Config(resid_pdrop=0, embd_pdrop=0, attn_pdrop=0,
                                                    architectures=["GPT2LMHeadModel"]),
             "BERT-base": transformers.BertConfig(hidden_dropout_prob=0, attention_probs_dropout_prob=0,
@@ -218,7 +221,7 @@ def memory_validation(quick: bool = False) -> pd.DataFrame:
         for b, s, mode in cases:
             meas = memory.measure_cpu_peak(cfg, b, s, mode, model=model)["peak_bytes"]
             traced = trace.trace_model(cfg, b, s, mode, authors_heads=False)
-            predicted = kernel_table.info(traced).memory["activation_peak_bytes"]
+            predicted = table_info.info(traced).memory["activation_peak_bytes"]
             rows.append({"model": name, "batch": b, "seq": s, "mode": mode, "measured_mb": meas / 1e6,
                          "predicted_mb": predicted / 1e6, "error_pct": (predicted - meas) / meas * 100})
         del model

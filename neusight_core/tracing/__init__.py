@@ -1,0 +1,1 @@
+"""Tracing: a model step into its kernel table (the tracer, its caches, and tables derived by shape)."""
