@@ -1,6 +1,7 @@
 """Three layers, shown by the folders, each importing only from the layers below it.
 
-- the forecaster core: ``neusight_core/*.py`` and ``neusight_core/predictors/``;
+- the forecaster core: ``neusight_core/*.py`` and its folders by role (``CORE_FOLDERS``: the question, tracing,
+  plans, cost, data, predictors);
 - the studies, one question each: ``neusight_core/studies/``;
 - the reports (tables, figures, verdicts, the run): ``neusight_core/reports/``.
 
@@ -15,6 +16,8 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "neusight_core"
 ORDER = ("core", "studies", "reports")       # a layer may import its own and those before it
+#: the core's folders, by role (each says its purpose in its __init__)
+CORE_FOLDERS = ("question", "tracing", "plans", "cost", "data", "predictors")
 
 
 def _modules() -> dict[str, Path]:
@@ -51,7 +54,7 @@ def _imports(path: Path, pkg: Path = PKG) -> set[str]:
 
 def test_every_folder_is_a_layer():
     folders = {f.parent.relative_to(PKG).as_posix() for f in PKG.rglob("*.py")}
-    assert folders == {".", "predictors", "studies", "reports"}, f"a new folder needs a place in the layers: {folders}"
+    assert folders == {".", *CORE_FOLDERS, "studies", "reports"}, f"a new folder needs a place in the layers: {folders}"
 
 
 @pytest.mark.parametrize("name", sorted(_modules()))
@@ -123,11 +126,18 @@ def test_no_module_uses_another_modules_private_names(name):
 def test_the_private_name_scan_sees_imports_and_attributes(tmp_path):
     pkg = tmp_path / "neusight_core"
     (pkg / "studies").mkdir(parents=True)
-    (pkg / "table_families.py").write_text("_FAMILIES = {}\nFAMILIES = {}\n")
+    (pkg / "tracing").mkdir()
+    (pkg / "tracing" / "families.py").write_text("_FAMILIES = {}\nFAMILIES = {}\n")
     (pkg / "studies" / "x.py").write_text(
-        "from neusight_core import derive\nfrom neusight_core.derive import _FAMILIES, FAMILIES\n"
-        "def f():\n    return table_families._FAMILIES, table_families.FAMILIES, table_families.__name__\n")
-    assert _private_uses(pkg / "studies" / "x.py", pkg) == ["table_families._FAMILIES",
-                                                            "from neusight_core.tracing.table_families import _FAMILIES"]
-    (pkg / "table_families.py").write_text("_FAMILIES = {}\ndef g():\n    return _FAMILIES\n")      # its own: fine
-    assert _private_uses(pkg / "table_families.py", pkg) == []
+        "from neusight_core.tracing import families\nfrom neusight_core.tracing.families import _FAMILIES, FAMILIES\n"
+        "def f():\n    return families._FAMILIES, families.FAMILIES, families.__name__\n")
+    assert _private_uses(pkg / "studies" / "x.py", pkg) == ["families._FAMILIES",
+                                                            "from neusight_core.tracing.families import _FAMILIES"]
+    (pkg / "tracing" / "families.py").write_text("_FAMILIES = {}\ndef g():\n    return _FAMILIES\n")   # its own: fine
+    assert _private_uses(pkg / "tracing" / "families.py", pkg) == []
+
+
+@pytest.mark.parametrize("folder", CORE_FOLDERS + ("studies", "reports"))
+def test_every_folder_says_its_purpose(folder):
+    doc = ast.get_docstring(ast.parse((PKG / folder / "__init__.py").read_text())) or ""
+    assert len(doc.split()) >= 5, f"{folder}/__init__.py: say what the folder is for (its docstring), got {doc!r}"

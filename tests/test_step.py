@@ -98,10 +98,10 @@ def test_a_new_option_is_one_field(tmp_path):
     columns, predict_model's keywords, scenario_of, the Step and the kernel table's cache key all know it."""
     pkg = tmp_path / "neusight_core"
     shutil.copytree(paths.REPO_ROOT / "neusight_core", pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    src = (pkg / "step.py").read_text()
+    src = (pkg / "question" / "step.py").read_text()
     anchor = "\n    def __post_init__(self):"
     assert src.count(anchor) == 1
-    (pkg / "step.py").write_text(src.replace(anchor, textwrap.indent(textwrap.dedent(TOY), "    ").rstrip() + "\n"
+    (pkg / "question" / "step.py").write_text(src.replace(anchor, textwrap.indent(textwrap.dedent(TOY), "    ").rstrip() + "\n"
                                              + anchor, 1))
     code = textwrap.dedent('''
         import inspect, json, neusight_core
