@@ -152,9 +152,10 @@ class CsvTarget:
 
     A regular file (or a new name in a writable folder) is written aside (``.NAME.PID.tmp``) and renamed over it
     when the sweep is done, so an interrupted sweep leaves the old file as it was. Interrupted (Ctrl-C, SIGTERM:
-    ``write_csv``), the parts already written are kept as ``partial_path``, never as a hidden .tmp. A
-    symlink is followed (the link stays, its target gets the rows). Anything else that is not a folder
-    (``/dev/null``, a pipe) is written through as it is, never replaced."""
+    ``write_csv``), the parts already written are kept as ``partial_path``, never as a hidden .tmp. Any other end
+    (an error, a full disk, a failing close) removes the .tmp. A symlink is followed (the link stays, its
+    target gets the rows). Anything else that is not a folder (``/dev/null``, a pipe) is written through as it
+    is, never replaced. As a context manager, leaving it before ``commit`` or ``keep_partial`` abandons it."""
 
     def __init__(self, name: str):
         if not name.strip():
@@ -164,6 +165,7 @@ class CsvTarget:
         if target.is_dir():
             raise ValueError(f"--out {name}: is a folder (give a file name)")
         self.through = target.exists() and not target.is_file()
+        self._finished = False
         if self.through:
             if not os.access(target, os.W_OK):
                 raise ValueError(f"--out {name}: not writable")
@@ -181,6 +183,12 @@ class CsvTarget:
             self.abandon()
             raise ValueError(f"--out {name}: not writable (permission denied)")
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.abandon()
+
     def open(self):
         return self._file if self.tmp is not None else open(self.final, "w", newline="")
 
@@ -188,25 +196,37 @@ class CsvTarget:
         if self.tmp is not None:
             self._file.close()
             self.tmp.replace(self.final)
+        self._finished = True
 
     def abandon(self) -> None:
+        """Nothing kept: the .tmp removed, whatever closing the file says. (A full disk fails the close as it failed
+        the write, and a close that raised before the delete left the .tmp for good.)"""
+        if self._finished:
+            return
+        self._finished = True
         if self.tmp is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):
+                self._file.close()
             self.tmp.unlink(missing_ok=True)
 
     def keep_partial(self, size: int) -> Path | None:
-        """The first ``size`` bytes written (whole parts) renamed to ``partial_path``; None (and no file) if none."""
+        """The first ``size`` bytes written (whole parts) renamed to ``partial_path``; None (and no file) if none.
+        The .tmp is gone in any case."""
+        self._finished = True
         if self.tmp is None:
             return None
-        self._file.close()
-        if size <= 0 or not self.tmp.exists():       # (not there: interrupted after ``commit`` renamed it)
+        try:
+            with contextlib.suppress(OSError):  # the parts counted in ``size`` were flushed; a failing close loses none
+                self._file.close()
+            if size <= 0 or not self.tmp.exists():       # (not there: interrupted after ``commit`` renamed it)
+                return None
+            with open(self.tmp, "r+b") as fh:       # drop a part cut in the middle: only whole rows stay
+                fh.truncate(size)
+            dest = partial_path(self.final)
+            self.tmp.replace(dest)
+            return dest
+        finally:
             self.tmp.unlink(missing_ok=True)
-            return None
-        with open(self.tmp, "r+b") as fh:       # drop a part cut in the middle: only whole rows stay
-            fh.truncate(size)
-        dest = partial_path(self.final)
-        self.tmp.replace(dest)
-        return dest
 
 
 def partial_path(final: Path) -> Path:
@@ -236,26 +256,43 @@ def _sigterm_raises():
         signal.signal(signal.SIGTERM, old)
 
 
+@contextlib.contextmanager
+def _writing(target: CsvTarget):
+    """An OSError of the writing itself (a full disk: ENOSPC at a write, flush or close) as one line that names the
+    file and the reason; the bare ``[Errno 28] No space left on device`` said neither which file nor what became of
+    it. A reader gone from a pipe (BrokenPipeError) stays as it is: the CLI ends quietly on it."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        left = f"{target.path} left as it was" if target.tmp is not None else "its rows are incomplete"
+        raise OSError(f"--out {target.path}: cannot write the rows ({e.strerror or e}); {left}") from e
+
+
 def write_csv(target: CsvTarget, pieces, run_part, progress: bool = True) -> dict:
     """Write ``run_part(piece)`` (a frame with an ``error`` column and an ``engine.RunInfo``) for every
     piece into ``target``, part by part (memory holds one part). Returns ``rows``, ``bad`` (rows with an error),
     ``tables_s``, ``total_s``. Interrupted by Ctrl-C or SIGTERM: the whole parts written are kept as
     ``partial_path`` (a part cut in the middle is dropped), one line on stderr says so, and the interruption goes
-    on (KeyboardInterrupt: the CLI exits 130; SIGTERM: exits 143). Any other error leaves nothing behind."""
+    on (KeyboardInterrupt: the CLI exits 130; SIGTERM: exits 143). Any other error leaves nothing behind (no .tmp);
+    one of the writing (a full disk) is raised as an OSError whose one line names the file and why."""
     pieces = list(pieces)
     done = {"rows": 0, "bad": 0, "tables_s": 0.0, "total_s": 0.0}
     parts = size = 0
     try:
         with _sigterm_raises():
-            f = target.open()
+            with _writing(target):
+                f = target.open()
             try:
                 for i, part in enumerate(pieces):
                     if len(pieces) > 1 and progress:
                         print(f"part {i + 1}/{len(pieces)}: {len(part)} configurations", file=sys.stderr, flush=True)
                     df = run_part(part)
-                    df.to_csv(f, index=False, header=(i == 0))
-                    f.flush()
-                    size = f.tell() if target.tmp is not None else size
+                    with _writing(target):
+                        df.to_csv(f, index=False, header=(i == 0))
+                        f.flush()
+                        size = f.tell() if target.tmp is not None else size
                     parts += 1
                     done["rows"] += len(df)
                     done["bad"] += int((df["error"] != "").sum())
@@ -264,8 +301,10 @@ def write_csv(target: CsvTarget, pieces, run_part, progress: bool = True) -> dic
                     done["total_s"] += run.total_s
             finally:
                 if target.tmp is None:
-                    f.close()
-            target.commit()
+                    with _writing(target):
+                        f.close()
+            with _writing(target):
+                target.commit()
     except (KeyboardInterrupt, _Terminated) as e:
         why = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else "SIGTERM"
         kept = target.keep_partial(size)

@@ -1,0 +1,92 @@
+"""``sweep --out`` against a full disk: the hidden .tmp never outlives a sweep, and the one line says which file
+and why (``sweep.CsvTarget`` / ``sweep.write_csv``)."""
+from __future__ import annotations
+
+import builtins
+import errno
+import os
+
+import pandas as pd
+import pytest
+
+from neusight_core import engine, sweep
+from neusight_core.__main__ import main as cli
+
+BASE = ["sweep", "--model", "bert_large", "--device", "H100", "--batch", "1,2", "--seq", "64",
+        "--predictor", "roofline", "--quick", "--no-progress"]
+ENOSPC = os.strerror(errno.ENOSPC)      # "No space left on device"
+
+
+def _part(i, n=3):
+    df = pd.DataFrame({"model": [f"m{i}"] * n, "e2e_ms": [float(i)] * n, "error": [""] * n})
+    df.attrs[engine.RUN_KEY] = engine.RunInfo(tables_s=0.5, total_s=1.0)
+    return df
+
+
+class _FullDisk:
+    """The hidden .tmp on a disk that fills: ``fail`` ("write" or "close") raises ENOSPC, as a real full disk does
+    at a write, a flush and then again at the close (which is what left the .tmp behind)."""
+
+    def __init__(self, real, fail):
+        self.real, self.fail = real, fail
+
+    def write(self, s):
+        if self.fail == "write" and self.real.tell() > 0:       # the first part fits, the second does not
+            raise OSError(errno.ENOSPC, ENOSPC)
+        return self.real.write(s)
+
+    def flush(self):
+        return self.real.flush()
+
+    def tell(self):
+        return self.real.tell()
+
+    def close(self):
+        self.real.close()
+        raise OSError(errno.ENOSPC, ENOSPC)
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    def use(fail):
+        monkeypatch.setattr(sweep, "open", lambda *a, **k: _FullDisk(builtins.open(*a, **k), fail), raising=False)
+    return use
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch, release_root):
+    monkeypatch.setenv("NEUSIGHT_TRACE_CACHE", str(tmp_path / "trace_cache"))
+    return tmp_path / "trace_cache"
+
+
+# ----------------------------------------------------------------------------- a full disk
+@pytest.mark.parametrize("fail", ["write", "close"])
+def test_a_full_disk_leaves_no_tmp_and_says_which_file_and_why(tmp_path, full_disk, fail):
+    out = tmp_path / "s.csv"
+    out.write_text("an earlier sweep\n")
+    full_disk(fail)
+    with pytest.raises(OSError) as e:
+        sweep.write_csv(sweep.CsvTarget(str(out)), range(3), _part, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.csv"]       # no .tmp, no partial
+    assert str(out) in str(e.value) and ENOSPC in str(e.value) and "\n" not in str(e.value)
+    assert out.read_text() == "an earlier sweep\n"
+
+
+def test_the_cli_on_a_full_disk_ends_with_one_line_and_the_next_sweep_runs(cache_dir, tmp_path, capsys, full_disk,
+                                                                          monkeypatch):
+    out = tmp_path / "s.csv"
+    full_disk("close")
+    assert cli(BASE + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and str(out) in err[0] and ENOSPC in err[0], err
+    assert [p.name for p in tmp_path.iterdir() if p.name != "trace_cache"] == []
+    monkeypatch.undo()
+    monkeypatch.setenv("NEUSIGHT_TRACE_CACHE", str(cache_dir))
+    assert cli(BASE + ["--out", str(out)]) == 0 and len(pd.read_csv(out)) == 2
+
+
+def test_a_sweep_that_fails_before_writing_leaves_no_tmp(cache_dir, tmp_path, capsys):
+    out = tmp_path / "s.csv"
+    assert cli(BASE + ["--chunk", "0", "--out", str(out)]) == 2
+    assert "chunk size must be >= 1" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir() if p.name != "trace_cache"] == []
