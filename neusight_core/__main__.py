@@ -353,7 +353,8 @@ def _sweep(a) -> int:
     with sweep.CsvTarget(a.out) as target:
         quick = _choose_quick(a, names, seeds)
         pieces = list(sweep.chunks(configs, a.chunk))
-        # written part by part; Ctrl-C / SIGTERM keep the finished parts as NAME.partial.csv (sweep.write_csv)
+        # written part by part; Ctrl-C / SIGTERM keep the finished parts as NAME.partial.csv, or the next free
+        # NAME.partial-N.csv (sweep.write_csv)
         done = sweep.write_csv(target, pieces, lambda part: sweep.run(part, names, seeds, quick=quick,
                                progress=not a.no_progress), progress=not a.no_progress)
     rows, bad, tables_s, total_s = done["rows"], done["bad"], done["tables_s"], done["total_s"]

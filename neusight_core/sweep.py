@@ -152,7 +152,8 @@ class CsvTarget:
 
     A regular file (or a new name in a writable folder) is written aside (``.NAME.PID.tmp``) and renamed over it
     when the sweep is done, so an interrupted sweep leaves the old file as it was. Interrupted (Ctrl-C, SIGTERM:
-    ``write_csv``), the parts already written are kept as ``partial_path``, never as a hidden .tmp. Any other end
+    ``write_csv``), the parts already written are kept as ``partial_path``, never as a hidden .tmp; an earlier
+    sweep's partial file is never replaced (the next free name, ``NAME.partial-2.csv``, ...). Any other end
     (an error, a full disk, a failing close) removes the .tmp. A symlink is followed (the link stays, its
     target gets the rows). Anything else that is not a folder (``/dev/null``, a pipe) is written through as it
     is, never replaced. As a context manager, leaving it before ``commit`` or ``keep_partial`` abandons it."""
@@ -210,8 +211,8 @@ class CsvTarget:
             self.tmp.unlink(missing_ok=True)
 
     def keep_partial(self, size: int) -> Path | None:
-        """The first ``size`` bytes written (whole parts) renamed to ``partial_path``; None (and no file) if none.
-        The .tmp is gone in any case."""
+        """The first ``size`` bytes written (whole parts) renamed to ``partial_path`` (the next free name when an
+        earlier sweep's partial file is there); None (and no file) if none. The .tmp is gone in any case."""
         self._finished = True
         if self.tmp is None:
             return None
@@ -222,17 +223,34 @@ class CsvTarget:
                 return None
             with open(self.tmp, "r+b") as fh:       # drop a part cut in the middle: only whole rows stay
                 fh.truncate(size)
-            dest = partial_path(self.final)
-            self.tmp.replace(dest)
+            dest = _free_partial(self.final)
+            try:
+                self.tmp.replace(dest)
+            except OSError:
+                dest.unlink(missing_ok=True)
+                raise
             return dest
         finally:
             self.tmp.unlink(missing_ok=True)
 
 
-def partial_path(final: Path) -> Path:
-    """Where an interrupted sweep keeps its rows: ``NAME.partial.csv`` beside ``NAME.csv`` (the name says it)."""
+def partial_path(final: Path, n: int = 1) -> Path:
+    """Where an interrupted sweep keeps its rows: ``NAME.partial.csv`` beside ``NAME.csv`` (the name says it);
+    ``n`` > 1: ``NAME.partial-n.csv``, the name of the n-th when the earlier ones' files are still there."""
     final = Path(final)
-    return final.with_name(f"{final.stem}.partial{final.suffix or '.csv'}")
+    return final.with_name(f"{final.stem}.partial{'' if n == 1 else f'-{n}'}{final.suffix or '.csv'}")
+
+
+def _free_partial(final: Path) -> Path:
+    """The first ``partial_path(final, n)`` not there, made empty with O_EXCL (taken from no one, even a sweep on
+    another name with the same partial name): the rows of an earlier interrupted sweep are never replaced."""
+    for n in itertools.count(1):
+        dest = partial_path(final, n)
+        try:
+            os.close(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            return dest
+        except FileExistsError:
+            continue
 
 
 class _Terminated(SystemExit):
@@ -274,7 +292,8 @@ def write_csv(target: CsvTarget, pieces, run_part, progress: bool = True) -> dic
     """Write ``run_part(piece)`` (a frame with an ``error`` column and an ``engine.RunInfo``) for every
     piece into ``target``, part by part (memory holds one part). Returns ``rows``, ``bad`` (rows with an error),
     ``tables_s``, ``total_s``. Interrupted by Ctrl-C or SIGTERM: the whole parts written are kept as
-    ``partial_path`` (a part cut in the middle is dropped), one line on stderr says so, and the interruption goes
+    ``partial_path`` (a part cut in the middle is dropped; an earlier sweep's partial file is kept and the rows go
+    to the next free name, ``NAME.partial-2.csv``, ...), one line on stderr says so, and the interruption goes
     on (KeyboardInterrupt: the CLI exits 130; SIGTERM: exits 143). Any other error leaves nothing behind (no .tmp);
     one of the writing (a full disk) is raised as an OSError whose one line names the file and why."""
     pieces = list(pieces)
@@ -308,7 +327,9 @@ def write_csv(target: CsvTarget, pieces, run_part, progress: bool = True) -> dic
     except (KeyboardInterrupt, _Terminated) as e:
         why = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else "SIGTERM"
         kept = target.keep_partial(size)
-        where = (f"{done['rows']} rows kept in {kept} (PARTIAL; {target.path} left as it was)" if kept else
+        first = partial_path(target.final)
+        earlier = f"; {first} of an earlier sweep left as it was" if kept is not None and kept != first else ""
+        where = (f"{done['rows']} rows kept in {kept} (PARTIAL; {target.path} left as it was{earlier})" if kept else
                  f"{done['rows']} rows written to {target.path} (PARTIAL)" if target.tmp is None and done["rows"] else
                  f"nothing kept ({target.path} left as it was)")
         print(f"sweep interrupted ({why}) after {parts} of {len(pieces)} part(s): {where}", file=sys.stderr, flush=True)

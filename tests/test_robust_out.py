@@ -1,5 +1,6 @@
-"""``sweep --out`` against a full disk: the hidden .tmp never outlives a sweep, and the one line says which file
-and why (``sweep.CsvTarget`` / ``sweep.write_csv``)."""
+"""``sweep --out`` against a full disk and a second interrupted sweep: the hidden .tmp never outlives a sweep, the
+one line says which file and why, and an earlier sweep's partial rows are never replaced (``sweep.CsvTarget`` /
+``sweep.write_csv``)."""
 from __future__ import annotations
 
 import builtins
@@ -21,6 +22,14 @@ def _part(i, n=3):
     df = pd.DataFrame({"model": [f"m{i}"] * n, "e2e_ms": [float(i)] * n, "error": [""] * n})
     df.attrs[engine.RUN_KEY] = engine.RunInfo(tables_s=0.5, total_s=1.0)
     return df
+
+
+def _interrupted_at(k):
+    def run(i):
+        if i == k:
+            raise KeyboardInterrupt
+        return _part(i)
+    return run
 
 
 class _FullDisk:
@@ -90,3 +99,24 @@ def test_a_sweep_that_fails_before_writing_leaves_no_tmp(cache_dir, tmp_path, ca
     assert cli(BASE + ["--chunk", "0", "--out", str(out)]) == 2
     assert "chunk size must be >= 1" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir() if p.name != "trace_cache"] == []
+
+
+# ----------------------------------------------------------------------------- a second interrupted sweep
+def test_a_second_interrupted_sweep_keeps_the_first_ones_partial_rows(tmp_path, capsys):
+    out = tmp_path / "s.csv"
+    with pytest.raises(KeyboardInterrupt):
+        sweep.write_csv(sweep.CsvTarget(str(out)), range(4), _interrupted_at(1), progress=False)
+    first = tmp_path / "s.partial.csv"
+    assert list(pd.read_csv(first)["model"]) == ["m0"] * 3
+    capsys.readouterr()
+    with pytest.raises(KeyboardInterrupt):
+        sweep.write_csv(sweep.CsvTarget(str(out)), range(4), _interrupted_at(2), progress=False)
+    second = tmp_path / "s.partial-2.csv"
+    assert list(pd.read_csv(first)["model"]) == ["m0"] * 3                  # the first one's rows as they were
+    assert list(pd.read_csv(second)["model"]) == ["m0"] * 3 + ["m1"] * 3
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert len(err) == 1 and f"6 rows kept in {second}" in err[0] and f"{first} of an earlier sweep" in err[0], err
+    with pytest.raises(KeyboardInterrupt):
+        sweep.write_csv(sweep.CsvTarget(str(out)), range(4), _interrupted_at(1), progress=False)
+    assert (tmp_path / "s.partial-3.csv").is_file() and len(pd.read_csv(second)) == 6
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.partial-2.csv", "s.partial-3.csv", "s.partial.csv"]
