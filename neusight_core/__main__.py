@@ -348,8 +348,8 @@ def _sweep(a) -> int:
     lists = {name: None if getattr(a, name) is None else _list_of(name, getattr(a, name)) for name in step.INPUTS}
     configs = sweep.grid(*(lists.pop(name) for name in ("model", "device", "batch", "seq", "mode")), **lists)
     seeds = _seeds(a.seed)
-    # refused here, before anything is computed; `with`: a sweep that stops before writing (a bad --chunk, Ctrl-C
-    # in training) leaves no .tmp
+    # refused here, before anything is computed (and while another sweep writes the same file); `with`: a sweep
+    # that stops before writing (a bad --chunk, Ctrl-C in training) leaves neither its .tmp nor its lock
     with sweep.CsvTarget(a.out) as target:
         quick = _choose_quick(a, names, seeds)
         pieces = list(sweep.chunks(configs, a.chunk))

@@ -154,9 +154,12 @@ class CsvTarget:
     when the sweep is done, so an interrupted sweep leaves the old file as it was. Interrupted (Ctrl-C, SIGTERM:
     ``write_csv``), the parts already written are kept as ``partial_path``, never as a hidden .tmp; an earlier
     sweep's partial file is never replaced (the next free name, ``NAME.partial-2.csv``, ...). Any other end
-    (an error, a full disk, a failing close) removes the .tmp. A symlink is followed (the link stays, its
+    (an error, a full disk, a failing close) removes the .tmp. While it is written the file is locked
+    (``.NAME.lock`` beside it, flock): a second sweep on the same file, under any name, is refused here; the lock
+    of a sweep that died (even by SIGKILL) is free and taken over. A symlink is followed (the link stays, its
     target gets the rows). Anything else that is not a folder (``/dev/null``, a pipe) is written through as it
-    is, never replaced. As a context manager, leaving it before ``commit`` or ``keep_partial`` abandons it."""
+    is, never replaced (and not locked). As a context manager, leaving it before ``commit`` or ``keep_partial``
+    abandons it."""
 
     def __init__(self, name: str):
         if not name.strip():
@@ -166,7 +169,7 @@ class CsvTarget:
         if target.is_dir():
             raise ValueError(f"--out {name}: is a folder (give a file name)")
         self.through = target.exists() and not target.is_file()
-        self._finished = False
+        self.lock, self._lock_fd, self._finished = None, None, False
         if self.through:
             if not os.access(target, os.W_OK):
                 raise ValueError(f"--out {name}: not writable")
@@ -176,9 +179,12 @@ class CsvTarget:
         if not folder.is_dir():
             raise ValueError(f"--out {name}: folder {folder} does not exist")
         self.final, self.tmp = target, folder / f".{target.name}.{os.getpid()}.tmp"
+        self.lock = folder / f".{target.name}.lock"     # the resolved name: every link to the file meets it
+        self._lock_fd = _lock(self.lock, name)
         try:        # the real test of a place (access() says yes to root everywhere): make the file now
             self._file = open(self.tmp, "w", newline="")
         except OSError as e:
+            self._release()
             raise ValueError(f"--out {name}: not writable ({e.strerror or e})") from None
         if target.exists() and not os.access(target, os.W_OK):
             self.abandon()
@@ -198,17 +204,21 @@ class CsvTarget:
             self._file.close()
             self.tmp.replace(self.final)
         self._finished = True
+        self._release()
 
     def abandon(self) -> None:
-        """Nothing kept: the .tmp removed, whatever closing the file says. (A full disk fails the close as it failed
-        the write, and a close that raised before the delete left the .tmp for good.)"""
+        """Nothing kept: the .tmp removed and the lock given back, whatever closing the file says. (A full disk fails
+        the close as it failed the write, and a close that raised before the delete left the .tmp for good.)"""
         if self._finished:
             return
         self._finished = True
-        if self.tmp is not None:
-            with contextlib.suppress(OSError):
-                self._file.close()
-            self.tmp.unlink(missing_ok=True)
+        try:
+            if self.tmp is not None:
+                with contextlib.suppress(OSError):
+                    self._file.close()
+                self.tmp.unlink(missing_ok=True)
+        finally:
+            self._release()
 
     def keep_partial(self, size: int) -> Path | None:
         """The first ``size`` bytes written (whole parts) renamed to ``partial_path`` (the next free name when an
@@ -232,6 +242,53 @@ class CsvTarget:
             return dest
         finally:
             self.tmp.unlink(missing_ok=True)
+            self._release()
+
+    def _release(self) -> None:
+        if self._lock_fd is not None:
+            # removed before it is unlocked: a sweep that opened it meanwhile finds it gone and makes its own
+            with contextlib.suppress(OSError):
+                self.lock.unlink()
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _lock(lock: Path, name: str) -> int | None:
+    """Lock ``lock`` for this sweep (exclusive flock, this PID written in it for the message of a second sweep);
+    its descriptor, or None where the file system has no locks. A kernel lock, not a PID check: it ends with its
+    process however that dies, so a lock file left by a killed sweep is simply locked again, and no PID reused
+    by another process can keep it. Raises ValueError (one line) when another sweep holds it."""
+    import fcntl         # here: the POSIX-only module stays out of ``import neusight_core.sweep``
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise ValueError(f"--out {name}: not writable ({e.strerror or e})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = ""
+            with contextlib.suppress(OSError):
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            pid = f" (PID {holder})" if holder.isdigit() else ""
+            raise ValueError(f"--out {name}: another sweep{pid} is writing it (lock {lock}); "
+                             "wait for it or choose another --out") from None
+        except OSError:            # no locks on this file system (ENOLCK, EOPNOTSUPP): written unlocked, as before
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                lock.unlink()
+            return None
+        try:                # the holder before us may have removed it between our open and our lock: lock the new one
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            with contextlib.suppress(OSError):      # only for a second sweep's message: a full disk may refuse it
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
+        os.close(fd)
 
 
 def partial_path(final: Path, n: int = 1) -> Path:
@@ -294,8 +351,8 @@ def write_csv(target: CsvTarget, pieces, run_part, progress: bool = True) -> dic
     ``tables_s``, ``total_s``. Interrupted by Ctrl-C or SIGTERM: the whole parts written are kept as
     ``partial_path`` (a part cut in the middle is dropped; an earlier sweep's partial file is kept and the rows go
     to the next free name, ``NAME.partial-2.csv``, ...), one line on stderr says so, and the interruption goes
-    on (KeyboardInterrupt: the CLI exits 130; SIGTERM: exits 143). Any other error leaves nothing behind (no .tmp);
-    one of the writing (a full disk) is raised as an OSError whose one line names the file and why."""
+    on (KeyboardInterrupt: the CLI exits 130; SIGTERM: exits 143). Any other error leaves nothing behind (no .tmp,
+    no lock); one of the writing (a full disk) is raised as an OSError whose one line names the file and why."""
     pieces = list(pieces)
     done = {"rows": 0, "bad": 0, "tables_s": 0.0, "total_s": 0.0}
     parts = size = 0

@@ -1,16 +1,20 @@
-"""``sweep --out`` against a full disk and a second interrupted sweep: the hidden .tmp never outlives a sweep, the
-one line says which file and why, and an earlier sweep's partial rows are never replaced (``sweep.CsvTarget`` /
-``sweep.write_csv``)."""
+"""``sweep --out`` against a full disk, a second interrupted sweep and a second sweep on the same file: the hidden
+.tmp and the lock never outlive a sweep, an earlier sweep's partial rows are never replaced, and two sweeps never
+write one file (``sweep.CsvTarget`` / ``sweep.write_csv``)."""
 from __future__ import annotations
 
 import builtins
 import errno
 import os
+import signal
+import subprocess
+import sys
+import textwrap
 
 import pandas as pd
 import pytest
 
-from neusight_core import engine, sweep
+from neusight_core import engine, paths, sweep
 from neusight_core.__main__ import main as cli
 
 BASE = ["sweep", "--model", "bert_large", "--device", "H100", "--batch", "1,2", "--seq", "64",
@@ -76,7 +80,7 @@ def test_a_full_disk_leaves_no_tmp_and_says_which_file_and_why(tmp_path, full_di
     full_disk(fail)
     with pytest.raises(OSError) as e:
         sweep.write_csv(sweep.CsvTarget(str(out)), range(3), _part, progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.csv"]       # no .tmp, no partial
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.csv"]       # no .tmp, no lock, no partial
     assert str(out) in str(e.value) and ENOSPC in str(e.value) and "\n" not in str(e.value)
     assert out.read_text() == "an earlier sweep\n"
 
@@ -120,3 +124,48 @@ def test_a_second_interrupted_sweep_keeps_the_first_ones_partial_rows(tmp_path, 
         sweep.write_csv(sweep.CsvTarget(str(out)), range(4), _interrupted_at(1), progress=False)
     assert (tmp_path / "s.partial-3.csv").is_file() and len(pd.read_csv(second)) == 6
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.partial-2.csv", "s.partial-3.csv", "s.partial.csv"]
+
+
+# ----------------------------------------------------------------------------- two sweeps on one file
+def test_a_second_sweep_on_the_same_out_is_refused_before_computing(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "s.csv"
+    first = sweep.CsvTarget(str(out))                                       # a sweep under way
+    monkeypatch.setattr(sweep, "run", lambda *a, **k: pytest.fail("computed before refusing --out"))
+    assert cli(BASE + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "another sweep" in err[0] and f"PID {os.getpid()}" in err[0] and str(out) in err[0]
+    link = tmp_path / "link.csv"                                            # the same file by another name
+    link.symlink_to(out)
+    with pytest.raises(ValueError, match="another sweep"):
+        sweep.CsvTarget(str(link))
+    assert sweep.write_csv(first, range(2), _part, progress=False)["rows"] == 6
+    assert len(pd.read_csv(out)) == 6
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "s.csv"]     # the lock is gone with it
+    sweep.write_csv(sweep.CsvTarget(str(out)), range(1), _part, progress=False)     # and the file is free again
+    assert len(pd.read_csv(out)) == 3
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from neusight_core import sweep
+    target = sweep.CsvTarget(sys.argv[1])
+    print("ready", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_a_sweep_in_another_process_is_seen_and_its_lock_taken_over_once_it_is_killed(tmp_path):
+    out = tmp_path / "s.csv"
+    env = {**os.environ, "PYTHONPATH": str(paths.REPO_ROOT)}
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        with pytest.raises(ValueError, match=f"another sweep \\(PID {child.pid}\\) is writing it"):
+            sweep.CsvTarget(str(out))
+        child.send_signal(signal.SIGKILL)                                   # dies with its lock and .tmp left
+        child.wait(timeout=30)
+    finally:
+        child.kill()
+    assert any(p.name.endswith(".lock") for p in tmp_path.iterdir())
+    assert sweep.write_csv(sweep.CsvTarget(str(out)), range(1), _part, progress=False)["rows"] == 3
+    assert not any(p.name.endswith(".lock") for p in tmp_path.iterdir())
