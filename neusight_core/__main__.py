@@ -351,12 +351,15 @@ def _sweep(a) -> int:
     lists = {name: None if getattr(a, name) is None else _list_of(name, getattr(a, name)) for name in step.INPUTS}
     configs = sweep.grid(*(lists.pop(name) for name in ("model", "device", "batch", "seq", "mode")), **lists)
     seeds = _seeds(a.seed)
-    target = sweep.CsvTarget(a.out)     # refused here, before anything is computed
-    quick = _choose_quick(a, names, seeds)
-    pieces = list(sweep.chunks(configs, a.chunk))
-    # written part by part; Ctrl-C / SIGTERM keep the finished parts as NAME.partial.csv (sweep.write_csv)
-    done = sweep.write_csv(target, pieces, lambda part: sweep.run(part, names, seeds, quick=quick,
-                           progress=not a.no_progress), progress=not a.no_progress)
+    # refused here, before anything is computed (and while another sweep writes the same file); `with`: a sweep
+    # that stops before writing (a bad --chunk, Ctrl-C in training) leaves neither its .tmp nor its lock
+    with sweep.CsvTarget(a.out) as target:
+        quick = _choose_quick(a, names, seeds)
+        pieces = list(sweep.chunks(configs, a.chunk))
+        # written part by part; Ctrl-C / SIGTERM keep the finished parts as NAME.partial.csv, or the next free
+        # NAME.partial-N.csv (sweep.write_csv)
+        done = sweep.write_csv(target, pieces, lambda part: sweep.run(part, names, seeds, quick=quick,
+                               progress=not a.no_progress), progress=not a.no_progress)
     rows, bad, tables_s, total_s = done["rows"], done["bad"], done["tables_s"], done["total_s"]
     from neusight_core.data import devices
     for dev_name, dt in dict.fromkeys(zip(configs["device"], configs["dtype"])):

@@ -382,3 +382,17 @@ def test_a_run_called_in_process_gives_the_callers_signal_handlers_back(tmp_path
     if r.returncode == 0:                    # Linux: the child ignores neither signal
         ignored = int(r.stdout.split()[1], 16)
         assert not ignored & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGTERM - 1)), r.stdout
+
+
+@pytest.mark.parametrize("length", [240, 300])   # the tarball's name (+24) too long / the folder's own too long
+def test_an_out_name_too_long_is_a_usage_error_and_leaves_no_lock(tmp_path, capsys, length):
+    out = tmp_path / ("r" * length)
+    for check in (["--check-args"], []):        # run_all.sh's check before set-up, then the run itself
+        assert runner.main([*check, "--quick", "--out", str(out), "--notebooks-dir", str(FIXTURES)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: --out {out}") and "File name too long" in err[0], err
+    assert list(tmp_path.iterdir()) == []       # no run folder, no .run.lock
+    # claim alone (a name that passed the checks): refused, and what it made is gone again
+    with pytest.raises(runner.UsageError, match="File name too long"):
+        runner.claim(out, default=False)
+    assert list(tmp_path.iterdir()) == []

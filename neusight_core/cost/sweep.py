@@ -153,9 +153,14 @@ class CsvTarget:
 
     A regular file (or a new name in a writable folder) is written aside (``.NAME.PID.tmp``) and renamed over it
     when the sweep is done, so an interrupted sweep leaves the old file as it was. Interrupted (Ctrl-C, SIGTERM:
-    ``write_csv``), the parts already written are kept as ``partial_path``, never as a hidden .tmp. A
-    symlink is followed (the link stays, its target gets the rows). Anything else that is not a folder
-    (``/dev/null``, a pipe) is written through as it is, never replaced."""
+    ``write_csv``), the parts already written are kept as ``partial_path``, never as a hidden .tmp; an earlier
+    sweep's partial file is never replaced (the next free name, ``NAME.partial-2.csv``, ...). Any other end
+    (an error, a full disk, a failing close) removes the .tmp. While it is written the file is locked
+    (``.NAME.lock`` beside it, flock): a second sweep on the same file, under any name, is refused here; the lock
+    of a sweep that died (even by SIGKILL) is free and taken over. A symlink is followed (the link stays, its
+    target gets the rows). Anything else that is not a folder (``/dev/null``, a pipe) is written through as it
+    is, never replaced (and not locked). As a context manager, leaving it before ``commit`` or ``keep_partial``
+    abandons it."""
 
     def __init__(self, name: str):
         if not name.strip():
@@ -165,6 +170,7 @@ class CsvTarget:
         if target.is_dir():
             raise ValueError(f"--out {name}: is a folder (give a file name)")
         self.through = target.exists() and not target.is_file()
+        self.lock, self._lock_fd, self._finished = None, None, False
         if self.through:
             if not os.access(target, os.W_OK):
                 raise ValueError(f"--out {name}: not writable")
@@ -174,13 +180,22 @@ class CsvTarget:
         if not folder.is_dir():
             raise ValueError(f"--out {name}: folder {folder} does not exist")
         self.final, self.tmp = target, folder / f".{target.name}.{os.getpid()}.tmp"
+        self.lock = folder / f".{target.name}.lock"     # the resolved name: every link to the file meets it
+        self._lock_fd = _lock(self.lock, name)
         try:        # the real test of a place (access() says yes to root everywhere): make the file now
             self._file = open(self.tmp, "w", newline="")
         except OSError as e:
+            self._release()
             raise ValueError(f"--out {name}: not writable ({e.strerror or e})") from None
         if target.exists() and not os.access(target, os.W_OK):
             self.abandon()
             raise ValueError(f"--out {name}: not writable (permission denied)")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.abandon()
 
     def open(self):
         return self._file if self.tmp is not None else open(self.final, "w", newline="")
@@ -189,31 +204,111 @@ class CsvTarget:
         if self.tmp is not None:
             self._file.close()
             self.tmp.replace(self.final)
+        self._finished = True
+        self._release()
 
     def abandon(self) -> None:
-        if self.tmp is not None:
-            self._file.close()
-            self.tmp.unlink(missing_ok=True)
+        """Nothing kept: the .tmp removed and the lock given back, whatever closing the file says. (A full disk fails
+        the close as it failed the write, and a close that raised before the delete left the .tmp for good.)"""
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            if self.tmp is not None:
+                with contextlib.suppress(OSError):
+                    self._file.close()
+                self.tmp.unlink(missing_ok=True)
+        finally:
+            self._release()
 
     def keep_partial(self, size: int) -> Path | None:
-        """The first ``size`` bytes written (whole parts) renamed to ``partial_path``; None (and no file) if none."""
+        """The first ``size`` bytes written (whole parts) renamed to ``partial_path`` (the next free name when an
+        earlier sweep's partial file is there); None (and no file) if none. The .tmp is gone in any case."""
+        self._finished = True
         if self.tmp is None:
             return None
-        self._file.close()
-        if size <= 0 or not self.tmp.exists():       # (not there: interrupted after ``commit`` renamed it)
+        try:
+            with contextlib.suppress(OSError):  # the parts counted in ``size`` were flushed; a failing close loses none
+                self._file.close()
+            if size <= 0 or not self.tmp.exists():       # (not there: interrupted after ``commit`` renamed it)
+                return None
+            with open(self.tmp, "r+b") as fh:       # drop a part cut in the middle: only whole rows stay
+                fh.truncate(size)
+            dest = _free_partial(self.final)
+            try:
+                self.tmp.replace(dest)
+            except OSError:
+                dest.unlink(missing_ok=True)
+                raise
+            return dest
+        finally:
             self.tmp.unlink(missing_ok=True)
+            self._release()
+
+    def _release(self) -> None:
+        if self._lock_fd is not None:
+            # removed before it is unlocked: a sweep that opened it meanwhile finds it gone and makes its own
+            with contextlib.suppress(OSError):
+                self.lock.unlink()
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _lock(lock: Path, name: str) -> int | None:
+    """Lock ``lock`` for this sweep (exclusive flock, this PID written in it for the message of a second sweep);
+    its descriptor, or None where the file system has no locks. A kernel lock, not a PID check: it ends with its
+    process however that dies, so a lock file left by a killed sweep is simply locked again, and no PID reused
+    by another process can keep it. Raises ValueError (one line) when another sweep holds it."""
+    import fcntl         # here: the POSIX-only module stays out of ``import neusight_core.sweep``
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise ValueError(f"--out {name}: not writable ({e.strerror or e})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = ""
+            with contextlib.suppress(OSError):
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            pid = f" (PID {holder})" if holder.isdigit() else ""
+            raise ValueError(f"--out {name}: another sweep{pid} is writing it (lock {lock}); "
+                             "wait for it or choose another --out") from None
+        except OSError:            # no locks on this file system (ENOLCK, EOPNOTSUPP): written unlocked, as before
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                lock.unlink()
             return None
-        with open(self.tmp, "r+b") as fh:       # drop a part cut in the middle: only whole rows stay
-            fh.truncate(size)
-        dest = partial_path(self.final)
-        self.tmp.replace(dest)
-        return dest
+        try:                # the holder before us may have removed it between our open and our lock: lock the new one
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            with contextlib.suppress(OSError):      # only for a second sweep's message: a full disk may refuse it
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
+        os.close(fd)
 
 
-def partial_path(final: Path) -> Path:
-    """Where an interrupted sweep keeps its rows: ``NAME.partial.csv`` beside ``NAME.csv`` (the name says it)."""
+def partial_path(final: Path, n: int = 1) -> Path:
+    """Where an interrupted sweep keeps its rows: ``NAME.partial.csv`` beside ``NAME.csv`` (the name says it);
+    ``n`` > 1: ``NAME.partial-n.csv``, the name of the n-th when the earlier ones' files are still there."""
     final = Path(final)
-    return final.with_name(f"{final.stem}.partial{final.suffix or '.csv'}")
+    return final.with_name(f"{final.stem}.partial{'' if n == 1 else f'-{n}'}{final.suffix or '.csv'}")
+
+
+def _free_partial(final: Path) -> Path:
+    """The first ``partial_path(final, n)`` not there, made empty with O_EXCL (taken from no one, even a sweep on
+    another name with the same partial name): the rows of an earlier interrupted sweep are never replaced."""
+    for n in itertools.count(1):
+        dest = partial_path(final, n)
+        try:
+            os.close(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            return dest
+        except FileExistsError:
+            continue
 
 
 class _Terminated(SystemExit):
@@ -237,26 +332,44 @@ def _sigterm_raises():
         signal.signal(signal.SIGTERM, old)
 
 
+@contextlib.contextmanager
+def _writing(target: CsvTarget):
+    """An OSError of the writing itself (a full disk: ENOSPC at a write, flush or close) as one line that names the
+    file and the reason; the bare ``[Errno 28] No space left on device`` said neither which file nor what became of
+    it. A reader gone from a pipe (BrokenPipeError) stays as it is: the CLI ends quietly on it."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        left = f"{target.path} left as it was" if target.tmp is not None else "its rows are incomplete"
+        raise OSError(f"--out {target.path}: cannot write the rows ({e.strerror or e}); {left}") from e
+
+
 def write_csv(target: CsvTarget, pieces, run_part, progress: bool = True) -> dict:
     """Write ``run_part(piece)`` (a frame with an ``error`` column and an ``engine.RunInfo``) for every
     piece into ``target``, part by part (memory holds one part). Returns ``rows``, ``bad`` (rows with an error),
     ``tables_s``, ``total_s``. Interrupted by Ctrl-C or SIGTERM: the whole parts written are kept as
-    ``partial_path`` (a part cut in the middle is dropped), one line on stderr says so, and the interruption goes
-    on (KeyboardInterrupt: the CLI exits 130; SIGTERM: exits 143). Any other error leaves nothing behind."""
+    ``partial_path`` (a part cut in the middle is dropped; an earlier sweep's partial file is kept and the rows go
+    to the next free name, ``NAME.partial-2.csv``, ...), one line on stderr says so, and the interruption goes
+    on (KeyboardInterrupt: the CLI exits 130; SIGTERM: exits 143). Any other error leaves nothing behind (no .tmp,
+    no lock); one of the writing (a full disk) is raised as an OSError whose one line names the file and why."""
     pieces = list(pieces)
     done = {"rows": 0, "bad": 0, "tables_s": 0.0, "total_s": 0.0}
     parts = size = 0
     try:
         with _sigterm_raises():
-            f = target.open()
+            with _writing(target):
+                f = target.open()
             try:
                 for i, part in enumerate(pieces):
                     if len(pieces) > 1 and progress:
                         print(f"part {i + 1}/{len(pieces)}: {len(part)} configurations", file=sys.stderr, flush=True)
                     df = run_part(part)
-                    df.to_csv(f, index=False, header=(i == 0))
-                    f.flush()
-                    size = f.tell() if target.tmp is not None else size
+                    with _writing(target):
+                        df.to_csv(f, index=False, header=(i == 0))
+                        f.flush()
+                        size = f.tell() if target.tmp is not None else size
                     parts += 1
                     done["rows"] += len(df)
                     done["bad"] += int((df["error"] != "").sum())
@@ -265,12 +378,16 @@ def write_csv(target: CsvTarget, pieces, run_part, progress: bool = True) -> dic
                     done["total_s"] += run.total_s
             finally:
                 if target.tmp is None:
-                    f.close()
-            target.commit()
+                    with _writing(target):
+                        f.close()
+            with _writing(target):
+                target.commit()
     except (KeyboardInterrupt, _Terminated) as e:
         why = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else "SIGTERM"
         kept = target.keep_partial(size)
-        where = (f"{done['rows']} rows kept in {kept} (PARTIAL; {target.path} left as it was)" if kept else
+        first = partial_path(target.final)
+        earlier = f"; {first} of an earlier sweep left as it was" if kept is not None and kept != first else ""
+        where = (f"{done['rows']} rows kept in {kept} (PARTIAL; {target.path} left as it was{earlier})" if kept else
                  f"{done['rows']} rows written to {target.path} (PARTIAL)" if target.tmp is None and done["rows"] else
                  f"nothing kept ({target.path} left as it was)")
         print(f"sweep interrupted ({why}) after {parts} of {len(pieces)} part(s): {where}", file=sys.stderr, flush=True)

@@ -15,7 +15,8 @@ SUMMARY.md opens with a verdict block built from the ``verdicts`` key of each no
 metrics.json (``run_summary``; contract in docs/interfaces.md, producer ``claims.verdict_block``).
 
 Usage errors (unknown option, ``--only`` naming no notebook, an ``--out`` that is a file, is not
-writable, or already holds files) end with one line and exit code 2 before anything runs; run_all.sh
+writable, already holds files, or whose name or tarball's name is too long for the file system) end with
+one line and exit code 2 before anything runs, leaving no ``.run.lock``; run_all.sh
 checks them before set-up too (``--check-args``). A run never mixes with an earlier one: a non-empty
 ``--out`` is refused. SIGINT / SIGTERM stop the run: SUMMARY.md then says INTERRUPTED and lists what
 finished, no tarball is made, and the exit code is 130 / 143.
@@ -23,6 +24,8 @@ finished, no tarball is made, and the exit code is 130 / 143.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
 import os
 import re
@@ -217,17 +220,21 @@ def check_args(argv: list[str] | None = None):
     if a.out is not None and not a.out.strip():
         raise UsageError("--out: empty folder name (give a folder, or leave --out out for results/<timestamp>)")
     if a.out:
-        run_dir = Path(a.out).expanduser().resolve()
-        if run_dir.exists() and not run_dir.is_dir():
-            raise UsageError(f"--out {a.out}: exists and is not a folder")
-        if run_dir.is_dir() and any(run_dir.iterdir()):
-            raise UsageError(f"--out {a.out}: already holds files (an earlier run?); a run never mixes with "
-                             "another: remove the folder or choose a new one")
-        if _writable_parent(run_dir) is None:
-            raise UsageError(f"--out {a.out}: cannot create or write there (permission denied or not a folder)")
-        tar_parent = run_dir.parent
-        if tar_parent.exists() and not os.access(tar_parent, os.W_OK):
-            raise UsageError(f"--out {a.out}: the tarball goes to {tar_parent}, which is not writable")
+        try:    # a name too long for the file system (ENAMETOOLONG) fails the first look at it: a usage error too
+            run_dir = Path(a.out).expanduser().resolve()
+            if run_dir.exists() and not run_dir.is_dir():
+                raise UsageError(f"--out {a.out}: exists and is not a folder")
+            if run_dir.is_dir() and any(run_dir.iterdir()):
+                raise UsageError(f"--out {a.out}: already holds files (an earlier run?); a run never mixes with "
+                                 "another: remove the folder or choose a new one")
+            if _writable_parent(run_dir) is None:
+                raise UsageError(f"--out {a.out}: cannot create or write there (permission denied or not a folder)")
+            tar_parent = run_dir.parent
+            if tar_parent.exists() and not os.access(tar_parent, os.W_OK):
+                raise UsageError(f"--out {a.out}: the tarball goes to {tar_parent}, which is not writable")
+            tarball_path(run_dir).exists()      # its name is 24 characters longer: it may be the one too long
+        except OSError as e:
+            raise UsageError(_cannot_use(a.out, e)) from None
     else:
         run_dir = paths.REPO_ROOT / "results" / time.strftime("%Y%m%d-%H%M%S")
         while run_dir.exists():  # two runs started in the same second
@@ -258,10 +265,19 @@ def open_lab(results: str) -> int:
 
 
 
+def _cannot_use(out, e: OSError) -> str:
+    """The one line of an OSError met while looking at or making the run folder, its lock or its tarball's name."""
+    if e.errno == errno.ENAMETOOLONG:
+        return (f"--out {out}: {e.strerror} for this file system ({e.filename}); choose a shorter name "
+                "(the tarball's is the folder's + 24 characters)")
+    return f"--out {out}: cannot create it ({e.strerror or e}; a read-only place?)"
+
+
 def claim(run_dir: Path, default: bool) -> Path:
     """Make ``run_dir`` this run's own: a lock file created exclusively, so that two runs started together
     on one folder never both run (the second stops with a usage error). A default folder is created
-    exclusively too (two runs in the same second get different folders). Raises UsageError."""
+    exclusively too (two runs in the same second get different folders). Raises UsageError; then neither
+    the lock nor a folder made here is left."""
     if default:
         while True:
             try:
@@ -269,28 +285,51 @@ def claim(run_dir: Path, default: bool) -> Path:
                 break
             except FileExistsError:
                 run_dir = run_dir.with_name(run_dir.name + "b")
+    made = default
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            run_dir.mkdir(parents=True)
+            made = True
+        except FileExistsError:
+            pass
         fd = os.open(run_dir / LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         raise UsageError(f"--out {run_dir}: another run is using this folder ({LOCK_FILE}); choose another") from None
-    except OSError as e:
-        raise UsageError(f"--out {run_dir}: cannot create it ({e.strerror or e}; a read-only place?)") from None
-    tar = tarball_path(run_dir)
-    if tar.exists():
-        # the folder is new but an earlier run of the same name left its tarball beside it: never overwritten
-        (run_dir / LOCK_FILE).unlink(missing_ok=True)
-        os.close(fd)
-        raise UsageError(f"--out {run_dir}: {tar} of an earlier run of that name is there and would be "
-                         "overwritten; move it or choose another --out")
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{os.getpid()}\n")
-    others = [p.name for p in run_dir.iterdir() if p.name != LOCK_FILE]
-    if others:   # an earlier run's files arrived between the check and the claim
-        (run_dir / LOCK_FILE).unlink(missing_ok=True)
-        raise UsageError(f"--out {run_dir}: already holds files (an earlier run?); a run never mixes with "
-                         "another: remove the folder or choose a new one")
+    except OSError as e:        # no lock was made; the folder goes if it was
+        if made:
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        raise UsageError(_cannot_use(run_dir, e)) from None
+    try:
+        tar = tarball_path(run_dir)
+        if tar.exists():   # (too long a name raises here: the folder's name fits, the tarball's does not)
+            # the folder is new but an earlier run of the same name left its tarball beside it: never overwritten
+            raise UsageError(f"--out {run_dir}: {tar} of an earlier run of that name is there and would be "
+                             "overwritten; move it or choose another --out")
+        with os.fdopen(fd, "w") as f:
+            fd = None
+            f.write(f"{os.getpid()}\n")
+        others = [p.name for p in run_dir.iterdir() if p.name != LOCK_FILE]
+        if others:   # an earlier run's files arrived between the check and the claim
+            raise UsageError(f"--out {run_dir}: already holds files (an earlier run?); a run never mixes with "
+                             "another: remove the folder or choose a new one")
+    except (UsageError, OSError) as e:
+        _unmake(run_dir, made, fd)
+        if isinstance(e, UsageError):
+            raise
+        raise UsageError(_cannot_use(run_dir, e)) from None
     return run_dir
+
+
+def _unmake(run_dir: Path, made: bool, fd: int | None) -> None:
+    """A claim refused after its lock was made: the lock (and its open descriptor) gone, and the folder too when this
+    claim made it (empty)."""
+    if fd is not None:
+        os.close(fd)
+    (run_dir / LOCK_FILE).unlink(missing_ok=True)
+    if made:
+        with contextlib.suppress(OSError):
+            run_dir.rmdir()
 
 
 class _Interrupted(BaseException):
