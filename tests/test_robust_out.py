@@ -14,7 +14,8 @@ import textwrap
 import pandas as pd
 import pytest
 
-from neusight_core import engine, paths, sweep
+from neusight_core.cost import engine, sweep
+from neusight_core import paths
 from neusight_core.__main__ import main as cli
 
 BASE = ["sweep", "--model", "bert_large", "--device", "H100", "--batch", "1,2", "--seq", "64",
@@ -147,7 +148,7 @@ def test_a_second_sweep_on_the_same_out_is_refused_before_computing(tmp_path, ca
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from neusight_core import sweep
+    from neusight_core.cost import sweep
     target = sweep.CsvTarget(sys.argv[1])
     print("ready", flush=True)
     time.sleep(60)

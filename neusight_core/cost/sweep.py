@@ -259,7 +259,7 @@ def _lock(lock: Path, name: str) -> int | None:
     its descriptor, or None where the file system has no locks. A kernel lock, not a PID check: it ends with its
     process however that dies, so a lock file left by a killed sweep is simply locked again, and no PID reused
     by another process can keep it. Raises ValueError (one line) when another sweep holds it."""
-    import fcntl         # here: the POSIX-only module stays out of ``import neusight_core.sweep``
+    import fcntl         # here: the POSIX-only module stays out of ``import neusight_core.cost.sweep``
     while True:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
