@@ -12,7 +12,7 @@ ROOT="$(cd "$(dirname "$0")" && pwd)"
 # standard library, so any python3 does it; --help is answered the same way.
 SYSPY="$(command -v python3.11 || command -v python3 || true)"
 if [ -n "$SYSPY" ]; then
-  (cd "$ROOT" && PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$SYSPY" -m neusight_core.reports.runner --check-args "$@") \
+  (cd "$ROOT" && PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$SYSPY" -m neusight_core.run.runner --check-args "$@") \
     || exit $?
   for a in "$@"; do
     if [ "$a" = "--help" ] || [ "$a" = "-h" ]; then exit 0; fi
@@ -24,6 +24,6 @@ cd "$ROOT"
 # says "KeyboardInterrupt caught in kernel"; neither says anything about the run, so both are
 # dropped from the console (everything else on stderr passes through). The filter ignores
 # SIGINT/SIGTERM so that the runner's own last lines still get through after Ctrl-C.
-exec "$NEUSIGHT_PY" -m neusight_core.reports.runner "$@" \
+exec "$NEUSIGHT_PY" -m neusight_core.run.runner "$@" \
   2> >(trap '' INT TERM; grep --line-buffered -v -e "Kernel is running over TCP without encryption" \
                                               -e "KeyboardInterrupt caught in kernel" >&2)

@@ -14,7 +14,7 @@ import pytest
 from neusight_core import __main__ as cli
 from neusight_core.data import devices
 from neusight_core import paths
-from neusight_core.reports import executed_notebook, run_summary, runner
+from neusight_core.run import executed_notebook, run_summary, runner
 
 FIXTURES = paths.REPO_ROOT / "tests" / "fixtures" / "notebooks"
 SLOW_FIXTURES = paths.REPO_ROOT / "tests" / "fixtures" / "slow_notebooks"
@@ -150,7 +150,7 @@ def test_lab_as_root_opens_with_allow_root(uid, monkeypatch, tmp_path, capsys):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_run_says_so_and_rerun_never_mixes(sig, tmp_path):
     out = tmp_path / "run"
-    cmd = [PY, "-m", "neusight_core.reports.runner", "--quick", "--out", str(out), "--notebooks-dir", str(SLOW_FIXTURES)]
+    cmd = [PY, "-m", "neusight_core.run.runner", "--quick", "--out", str(out), "--notebooks-dir", str(SLOW_FIXTURES)]
     proc = subprocess.Popen(cmd, cwd=paths.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for _ in range(1200):  # wait until the slow notebook is running (its output folder exists)
         if (out / "02_slow").is_dir():

@@ -215,7 +215,7 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
 def test_runner_puts_the_external_line_in_the_verdict_block(tmp_path):
     import json
 
-    from neusight_core.reports import runner
+    from neusight_core.run import runner
     d = tmp_path / "07_external_validation"
     d.mkdir()
     line = "BF16 on unseen Blackwell GPUs, measured by others: GEMM 20.2 %, attention 32.0 %"

@@ -3,7 +3,8 @@
 - the forecaster core: ``neusight_core/*.py`` and its folders by role (``CORE_FOLDERS``: the question, tracing,
   plans, cost, data, predictors);
 - the studies, one question each: ``neusight_core/studies/``;
-- the reports (tables, figures, verdicts, the run): ``neusight_core/reports/``.
+- the reports (tables, figures, verdicts): ``neusight_core/reports/``;
+- the run (the notebooks executed by ./run_all.sh, SUMMARY.md, the record and the tarball): ``neusight_core/run/``.
 
 A module's layer is its folder, so a new module is placed by where it is written. The imports of each module,
 function-level ones included, are read from its source; docs/architecture.md draws the same map."""
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "neusight_core"
-ORDER = ("core", "studies", "reports")       # a layer may import its own and those before it
+ORDER = ("core", "studies", "reports", "run")       # a layer may import its own and those before it
 #: the core's folders, by role (each says its purpose in its __init__)
 CORE_FOLDERS = ("question", "tracing", "plans", "cost", "data", "predictors")
 
@@ -27,7 +28,7 @@ def _modules() -> dict[str, Path]:
 
 def _layer(name: str) -> str:
     top = name.split(".")[0]
-    return top if top in ("studies", "reports") else "core"
+    return top if top in ORDER[1:] else "core"
 
 
 def _imports(path: Path, pkg: Path = PKG) -> set[str]:
@@ -54,7 +55,7 @@ def _imports(path: Path, pkg: Path = PKG) -> set[str]:
 
 def test_every_folder_is_a_layer():
     folders = {f.parent.relative_to(PKG).as_posix() for f in PKG.rglob("*.py")}
-    assert folders == {".", *CORE_FOLDERS, "studies", "reports"}, f"a new folder needs a place in the layers: {folders}"
+    assert folders == {".", *CORE_FOLDERS, *ORDER[1:]}, f"a new folder needs a place in the layers: {folders}"
 
 
 @pytest.mark.parametrize("name", sorted(_modules()))
@@ -137,7 +138,7 @@ def test_the_private_name_scan_sees_imports_and_attributes(tmp_path):
     assert _private_uses(pkg / "tracing" / "families.py", pkg) == []
 
 
-@pytest.mark.parametrize("folder", CORE_FOLDERS + ("studies", "reports"))
+@pytest.mark.parametrize("folder", CORE_FOLDERS + ORDER[1:])
 def test_every_folder_says_its_purpose(folder):
     doc = ast.get_docstring(ast.parse((PKG / folder / "__init__.py").read_text())) or ""
     assert len(doc.split()) >= 5, f"{folder}/__init__.py: say what the folder is for (its docstring), got {doc!r}"

@@ -12,7 +12,7 @@ import pytest
 from neusight_core.data import configs
 from neusight_core import paths
 from neusight_core.studies import whatif
-from neusight_core.reports import executed_notebook, runner
+from neusight_core.run import executed_notebook, runner
 from neusight_core.__main__ import _devices, main as cli
 
 

@@ -10,7 +10,7 @@ import tarfile
 import pytest
 
 from neusight_core import paths
-from neusight_core.reports import runner
+from neusight_core.run import runner
 
 FIXTURES = paths.REPO_ROOT / "tests" / "fixtures" / "notebooks"
 
@@ -42,7 +42,7 @@ def test_run_all_continues_past_failure(tmp_path):
 def test_only_selects_and_unknown_is_an_error(tmp_path):
     assert [p.stem for p in runner.discover(FIXTURES, ["03"])] == ["03_skips"]
     assert [p.stem for p in runner.discover(FIXTURES, ["ok"])] == ["01_ok"]
-    proc = subprocess.run([str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.reports.runner",
+    proc = subprocess.run([str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.run.runner",
                            "--only", "nope", "--notebooks-dir", str(FIXTURES), "--out", str(tmp_path / "x")],
                           capture_output=True, text=True, cwd=paths.REPO_ROOT)
     assert proc.returncode != 0 and "unknown notebook(s) nope" in proc.stderr
@@ -75,7 +75,7 @@ def small_disk(tmp_path):
 
 def _run(out, env_extra, *more):
     env = dict(os.environ, **env_extra)
-    return subprocess.run([str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.reports.runner", "--quick",
+    return subprocess.run([str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.run.runner", "--quick",
                            "--out", str(out), "--notebooks-dir", str(DISK_FIXTURES), *more],
                           capture_output=True, text=True, timeout=600, cwd=paths.REPO_ROOT, env=env)
 
@@ -146,7 +146,7 @@ def test_a_second_run_started_on_the_same_folder_stops_at_once(tmp_path):
     import signal
     import time
     out = tmp_path / "run"
-    cmd = [str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.reports.runner", "--quick", "--out", str(out),
+    cmd = [str(paths.REPO_ROOT / ".venv/bin/python"), "-m", "neusight_core.run.runner", "--quick", "--out", str(out),
            "--notebooks-dir", str(paths.REPO_ROOT / "tests" / "fixtures" / "slow_notebooks")]
     first = subprocess.Popen(cmd, cwd=paths.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -198,7 +198,7 @@ def test_a_signal_right_after_the_claim_leaves_no_lock(tmp_path):
     import signal
     out = tmp_path / "run"
     code = ("import os, signal, sys\n"
-            "from neusight_core.reports import runner\n"
+            "from neusight_core.run import runner\n"
             "def reserve(run_dir):\n"
             "    os.kill(os.getpid(), signal.SIGTERM)\n"
             "runner.reserve_space = reserve\n"
@@ -215,7 +215,7 @@ def test_stop_all_kills_the_kernels_the_run_started(tmp_path):
     holding its console, and a notebook waiting on one ends at once."""
     import asyncio
 
-    from neusight_core.reports import notebook_kernel
+    from neusight_core.run import notebook_kernel
     km = notebook_kernel.manager_class(tmp_path / "k.log")(kernel_name="python3")
     asyncio.run(km.start_kernel())
     process = km.provisioner.process
@@ -231,7 +231,7 @@ def test_stop_all_kills_the_kernels_the_run_started(tmp_path):
 
 _LOST_IN_A_CALLBACK = """
 import asyncio, os, signal, sys, time
-from neusight_core.reports import runner
+from neusight_core.run import runner
 runner.KERNEL_GRACE_S, runner.REDELIVER_S = 0.3, 0.3
 signals = runner._Signals()
 async def step():
@@ -268,7 +268,7 @@ def test_a_signal_lost_inside_an_asyncio_callback_still_stops_the_run():
 _UNRETRIEVED = """
 import asyncio, gc, subprocess, sys
 from nbclient.exceptions import DeadKernelError
-from neusight_core.reports import notebook_kernel
+from neusight_core.run import notebook_kernel
 if sys.argv[1] == "kill":
     notebook_kernel._STARTED.append(subprocess.Popen(["sleep", "60"], start_new_session=True))
     assert notebook_kernel.stop_all() == 1

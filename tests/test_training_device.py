@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from neusight_core.reports import run_estimate, run_summary
+from neusight_core.run import run_estimate, run_summary
 from neusight_core import predictors as P
 from neusight_core.predictors import nets
 

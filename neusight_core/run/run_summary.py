@@ -132,7 +132,7 @@ def weights_lines(quick: bool, recipes=None, seeds=(0, 1, 2)) -> list[str]:
     """One line per NeuSight recipe: where and how long its weights of this mode trained (on the GPU
     when there is one), from their meta.json; weights not there are not listed."""
     from neusight_core import predictors as P
-    from neusight_core.reports.run_estimate import FULL_RECIPES
+    from neusight_core.run.run_estimate import FULL_RECIPES
     out = []
     for name in recipes or FULL_RECIPES:
         where, secs = {}, []

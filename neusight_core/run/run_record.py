@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 from neusight_core import paths
-from neusight_core.reports.run_summary import NotebookResult, write_atomic, write_summary
+from neusight_core.run.run_summary import NotebookResult, write_atomic, write_summary
 
 #: bookkeeping files of a run that are never tarred: the runner's lock and the space it set aside (runner.py)
 LOCK_FILE = ".run.lock"

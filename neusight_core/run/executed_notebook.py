@@ -6,7 +6,7 @@ import errno
 import re
 from pathlib import Path
 
-from neusight_core.reports.run_summary import write_atomic
+from neusight_core.run.run_summary import write_atomic
 
 
 def export_html(ipynb: Path) -> str | None:

@@ -1,6 +1,6 @@
 """Runs the artifact: every notebook in order with papermill, then SUMMARY.md, env capture, tarball.
 
-``./run_all.sh`` is a thin wrapper (set-up, then ``python -m neusight_core.reports.runner``).
+``./run_all.sh`` is a thin wrapper (set-up, then ``python -m neusight_core.run.runner``).
 Layout of one run, ``results/<timestamp>/``:
   <NN_name>.ipynb, <NN_name>.html     executed notebook (kept when it fails: it is the evidence)
   <NN_name>/                          the notebook's own outputs: tables/, figures/, metrics.json
@@ -37,10 +37,10 @@ import traceback
 from pathlib import Path
 
 from neusight_core import paths  # stdlib only: run_all.sh checks the arguments with any python3 before set-up
-from neusight_core.reports import notebook_kernel
-from neusight_core.reports.executed_notebook import disk_full_cause, disk_full_reason, export_html, is_disk_full, strip_progress
-from neusight_core.reports.run_record import LOCK_FILE, RESERVE_FILE, environment, make_tarball, tarball_path, write_record
-from neusight_core.reports.run_summary import NotebookResult, format_params, verdict_block, write_atomic
+from neusight_core.run import notebook_kernel
+from neusight_core.run.executed_notebook import disk_full_cause, disk_full_reason, export_html, is_disk_full, strip_progress
+from neusight_core.run.run_record import LOCK_FILE, RESERVE_FILE, environment, make_tarball, tarball_path, write_record
+from neusight_core.run.run_summary import NotebookResult, format_params, verdict_block, write_atomic
 
 __all__ = ["NotebookResult", "claim", "discover", "main", "run_notebook", "verdict_block", "write_atomic",
            "write_record"]   # the record's names are run_record's / run_summary's, named here for the run
@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         from neusight_core import predictors  # noqa: F401
         from neusight_core.predictors import registry
         from neusight_core.data import release
-        from neusight_core.reports import run_estimate
+        from neusight_core.run import run_estimate
 
         t_start = time.time()
         results: list[NotebookResult] = []
