@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from neusight_core.data import measured_kernels as mk  # noqa: E402
 from neusight_core.cost import network
-from neusight_core.studies import metrics  # noqa: E402
+from neusight_core.studies import error_metric  # noqa: E402
 
 SIZES = {"all": (0, np.inf), "<= 64 KB": (0, 65536), "64 KB - 8 MB": (65536, 8e6), "> 8 MB": (8e6, np.inf)}
 
@@ -39,7 +39,7 @@ def table(rows: pd.DataFrame, fit: dict, how: str) -> list[dict]:
         m = (b > lo) & (b <= hi)
         r = {"gpu": rows["device"].iloc[0], "how": how, "messages": label, "rows": int(m.sum())}
         for name, p in (("bandwidth", predict(rows, None)), ("nccl", predict(rows, fit))):
-            r[f"{name}_mape"] = round(metrics.mape(y[m], p[m]), 1)
+            r[f"{name}_mape"] = round(error_metric.mape(y[m], p[m]), 1)
             r[f"{name}_bias"] = round(float(np.mean(p[m] / y[m] - 1) * 100), 1)
         out.append(r)
     return out

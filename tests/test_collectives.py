@@ -9,7 +9,7 @@ import pytest
 from neusight_core.cost import engine, network
 from neusight_core.data import measured_kernels as mk
 from neusight_core.question import request, scenario
-from neusight_core.studies import metrics
+from neusight_core.studies import error_metric
 
 NO_PACKAGE = "aiconfigurator-core is not installed"
 
@@ -73,16 +73,16 @@ def test_the_latency_is_what_small_all_reduces_take(allreduce):
         bw = _ms(test, "bandwidth")
         with_latency = bw + (fit["base"] + fit["per_gpu"] * (n - 1)) / 1e3
         small, large = test["bytes"].to_numpy() <= 65536, test["bytes"].to_numpy() > 8e6
-        assert metrics.mape(y[small], bw[small]) > 95
-        assert metrics.mape(y[small], with_latency[small]) < 35, dev
-        assert metrics.mape(y[large], with_latency[large]) <= metrics.mape(y[large], bw[large]), dev
+        assert error_metric.mape(y[small], bw[small]) > 95
+        assert error_metric.mape(y[small], with_latency[small]) < 35, dev
+        assert error_metric.mape(y[large], with_latency[large]) <= error_metric.mape(y[large], bw[large]), dev
 
 
 def test_held_out_gpus_are_closer_with_the_latency():
     pytest.importorskip("aiconfigurator_core", reason=NO_PACKAGE)
     held = mk.load_allreduce("held_out")
     y = held["latency_ms"].to_numpy()
-    assert metrics.mape(y, _ms(held, "nccl")) < 30 < 70 < metrics.mape(y, _ms(held, "bandwidth"))
+    assert error_metric.mape(y, _ms(held, "nccl")) < 30 < 70 < error_metric.mape(y, _ms(held, "bandwidth"))
 
 
 def test_a_tensor_parallel_decode_step_pays_it_and_the_paper_setting_does_not():

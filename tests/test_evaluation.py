@@ -12,7 +12,7 @@ from neusight_core.studies import authors_tables as at
 from neusight_core.studies import evaluation as ev
 from neusight_core.studies import paper_tables as pt
 from neusight_core import paths
-from neusight_core.studies import metrics
+from neusight_core.studies import error_metric
 
 
 @pytest.fixture(scope="module")
@@ -54,9 +54,9 @@ def test_index_agrees_with_authors_summary_csv(index, release_root):
 
 
 def test_ape_and_mape():
-    assert metrics.ape([100.0], [90.0])[0] == pytest.approx(10.0)
-    assert metrics.ape([50.0], [75.0])[0] == pytest.approx(50.0)
-    assert metrics.mape([100.0, 200.0, np.nan], [110.0, 100.0, 5.0]) == pytest.approx(30.0)
+    assert error_metric.ape([100.0], [90.0])[0] == pytest.approx(10.0)
+    assert error_metric.ape([50.0], [75.0])[0] == pytest.approx(50.0)
+    assert error_metric.mape([100.0, 200.0, np.nan], [110.0, 100.0, 5.0]) == pytest.approx(30.0)
     a = ev.safe_ape([100.0, 0.0, np.nan, 10.0], [80.0, 1.0, 1.0, np.nan])
     assert a[0] == pytest.approx(20.0) and np.isnan(a[1:]).all()
 

@@ -20,7 +20,7 @@ def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "ne
     from neusight_core.cost import latency
     from neusight_core import predictors
     from neusight_core.question.scenario import is_image
-    from neusight_core.studies import metrics
+    from neusight_core.studies import error_metric
     rows = []
     preds = {s: predictors.get(predictor, quick=quick, seed=s) for s in seeds}
     for table, default_dtype in (("live_paper", Precision.FP32), ("live_llama", Precision.BF16), ("live_vision", Precision.FP32)):
@@ -43,7 +43,7 @@ def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "ne
                              "recorded_pred_ms": float(r.get("predicted_e2e_ms", np.nan)), "pred_ms": out["e2e_ms"]})
     out = pd.DataFrame(rows)
     if len(out):
-        out["ape"] = metrics.ape(out["measured_ms"], out["pred_ms"])
+        out["ape"] = error_metric.ape(out["measured_ms"], out["pred_ms"])
         out["err"] = (out["pred_ms"] / out["measured_ms"] - 1) * 100
     return out
 
@@ -112,7 +112,7 @@ def outcome(r: dict) -> tuple[str, str]:
 
 def tier2_verdicts(r: dict, status: str, reason: str, quick: bool = False) -> dict:
     """The ``verdicts`` key of notebook 05's metrics.json (Tier 2, contract in docs/interfaces.md)."""
-    from neusight_core.studies import metrics
+    from neusight_core.studies import error_metric
     rows = [x for sec in MODEL_SECTIONS for x in r.get(sec, pd.DataFrame()).to_dict(orient="records")]
     measured = [x for x in rows if x.get("measured_ms") is not None and pd.notna(x.get("measured_ms"))]
     predicted = [x for x in rows if x.get("predicted")]
@@ -125,7 +125,7 @@ def tier2_verdicts(r: dict, status: str, reason: str, quick: bool = False) -> di
         # the paper's scenarios apart from the extensions (Llama-2, vision, ...): one MAPE would mix what the
         # paper validated with what it never measured
         def mape(xs):
-            a = [metrics.ape(x["measured_ms"], x["predicted"]["e2e_ms"]) for x in xs if x.get("predicted")]
+            a = [error_metric.ape(x["measured_ms"], x["predicted"]["e2e_ms"]) for x in xs if x.get("predicted")]
             return (f"{np.mean(a):.1f} % over {len(a)}" if a else "none"), len(a)
         core = mape([x for x in measured if not x.get("extension")])[0]
         ext, n_ext = mape([x for x in measured if x.get("extension")])

@@ -63,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import paths
-from neusight_core.studies import metrics
+from neusight_core.studies import error_metric
 from neusight_core.data import devices
 from neusight_core.predictors import registry
 from neusight_core.question import schema
@@ -209,7 +209,7 @@ def _per_op(gpu: str, stem: str, model: str, n_layer: int, labels: Path, preds: 
 
 def safe_ape(label, pred) -> np.ndarray:
     """APE in %; NaN where the label is missing or 0 (no relative error exists) or pred missing."""
-    return np.atleast_1d(metrics.ape(label, pred, nonpositive="nan"))
+    return np.atleast_1d(error_metric.ape(label, pred, nonpositive="nan"))
 
 
 def build_index(labels_dir: str | Path | None = None, predictions_dir: str | Path | None = None,

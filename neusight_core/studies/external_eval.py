@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core.data import measured_kernels as mk
-from neusight_core.studies import metrics, targets as targets_file
+from neusight_core.studies import error_metric, targets as targets_file
 from neusight_core.predictors import tensor_core as tc
 from neusight_core.question.schema import OpClass, Precision
 
@@ -178,7 +178,7 @@ def predict_all(df: pd.DataFrame, seed: int = 0, quick: bool = False, neusight=N
         t = secs.get(name)
         out.append(base.assign(predictor=name, seed=seed, pred_ms=pred, train_seconds=np.nan if t is None else float(t)))
     long = pd.concat(out, ignore_index=True)
-    long["ape"] = metrics.ape(long["latency_ms"], long["pred_ms"])
+    long["ape"] = error_metric.ape(long["latency_ms"], long["pred_ms"])
     long["err"] = (long["pred_ms"] / long["latency_ms"] - 1) * 100
     return long
 
@@ -241,7 +241,7 @@ def framework_agreement(df: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (dev, fw), g in d.groupby(["device", "framework"], sort=True):
         m = g.join(ref, on=key, how="inner")
-        ape = metrics.ape(m["scored_ms"], m["latency_ms"])
+        ape = error_metric.ape(m["scored_ms"], m["latency_ms"])
         out.append({"device": dev, "role": g["role"].iloc[0], "framework": fw, "version": g["version"].iloc[0],
                     "kernel_source": ", ".join(sorted(set(g["kernel_source"]))), "scored": bool(g["scored"].iloc[0]),
                     "shapes_shared": int(len(m)), "mape_vs_scored": float(np.mean(ape)),

@@ -18,7 +18,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from neusight_core.data import dataset
-from neusight_core.studies import metrics
+from neusight_core.studies import error_metric
 from neusight_core.data.dataset import TrainingData
 
 
@@ -38,7 +38,7 @@ def logo_scores(make_predictor, train: TrainingData, classes, folds=None) -> pd.
         val = k[k["device"] == held].reset_index(drop=True)
         # the held-out GPU is predicted as an unseen GPU: its tiles come from the lookup
         pred = p.predict(val.drop(columns=["tile_m", "tile_k", "tile"]), held)
-        ape = metrics.ape(val["latency_ms"], pred)
+        ape = error_metric.ape(val["latency_ms"], pred)
         y = val["latency_ms"].to_numpy(float)
         for cls, idx in pd.Series(np.arange(len(val))).groupby(val["op_class"].to_numpy()):
             i = idx.to_numpy()

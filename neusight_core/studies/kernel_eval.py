@@ -12,7 +12,7 @@ import pandas as pd
 
 from neusight_core.data import dataset
 from neusight_core import paths
-from neusight_core.studies import metrics
+from neusight_core.studies import error_metric
 from neusight_core.predictors import registry
 from neusight_core.question import schema
 from neusight_core import predictors as P
@@ -63,7 +63,7 @@ def predict_all(preds: dict, test: pd.DataFrame | None = None) -> pd.DataFrame:
                                    "predicted_ms": pred,
                                    "in_training": test["seen"].to_numpy() & trains_on_test(p)}))
     out = pd.concat(parts, ignore_index=True)
-    out["ape"] = metrics.ape(out["measured_ms"], out["predicted_ms"])
+    out["ape"] = error_metric.ape(out["measured_ms"], out["predicted_ms"])
     out.loc[out["in_training"], "ape"] = np.nan
     return out
 
@@ -319,7 +319,7 @@ def conv_logo(names=CONV_PREDICTORS, seeds=(0, 1, 2), quick: bool = False, folds
                 secs = p.info.get("train_seconds", time.perf_counter() - t0)
                 pred = p.predict(val.drop(columns=["tile_m", "tile_k", "tile"]), held)
                 y = val["latency_ms"].to_numpy(float)
-                ape = metrics.ape(y, pred)
+                ape = error_metric.ape(y, pred)
                 rows.append({"predictor": name, "seed": int(seed), "held_out": held, "rows": len(val),
                              "mape": float(ape.mean()), "wmape": float((ape * y).sum() / y.sum()),
                              "bias": float(np.mean(pred / y - 1) * 100), "train_s": float(secs)})

@@ -301,9 +301,9 @@ def author_label(device_name: str, scenario_name: str) -> float | None:
 def label_gap(measured_ms, label_ms, threshold_pct: float | None = None) -> dict:
     """Our measurement vs the authors' label for the same GPU/config; further apart than ``threshold_pct`` (default
     ``targets.yaml`` live.label_gap_pct, 15 %) = the software stack differs."""
-    from neusight_core.studies import metrics, targets
+    from neusight_core.studies import error_metric, targets
     threshold_pct = targets.section("live")["label_gap_pct"] if threshold_pct is None else threshold_pct
-    gap = float(metrics.ape(label_ms, measured_ms)) if (measured_ms is not None and label_ms) else None
+    gap = float(error_metric.ape(label_ms, measured_ms)) if (measured_ms is not None and label_ms) else None
     return {"author_label_ms": label_ms, "label_gap_pct": gap,
             "flag_stack_differs": None if gap is None else bool(gap > threshold_pct)}
 
@@ -338,7 +338,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     Without a GPU every measured field is null with ``skipped_reason``; predictions are made for
     ``target_gpu`` and labelled prediction-only. Writes live_*.json, fusion_*.json, parallel_*.json.
     """
-    from neusight_core.studies import metrics
+    from neusight_core.studies import error_metric
     budget = TimeBudget(time_budget_s)
     skip = no_gpu_reason()
     props = local_properties()
@@ -365,7 +365,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     k["pred_ms"] = pred if pred is not None else None
     k["pred_reason"] = why
     if pred is not None:
-        k["ape"] = [metrics.ape(m, p) if m is not None and not pd.isna(m) else None for m, p in zip(k["measured_ms"], pred)]
+        k["ape"] = [error_metric.ape(m, p) if m is not None and not pd.isna(m) else None for m, p in zip(k["measured_ms"], pred)]
     write_json(output_dir, "live_kernels", {**head, "rows": k.to_dict(orient="records")})
 
     def _models(scen, name, prec=precision, section=None):

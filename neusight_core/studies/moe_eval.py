@@ -26,7 +26,7 @@ from neusight_core.data import measured_kernels as mk
 from neusight_core.plans import parallel_experts
 from neusight_core.question import schema
 from neusight_core.question.schema import OpClass, Precision
-from neusight_core.studies import metrics
+from neusight_core.studies import error_metric
 
 FILE = "moe_perf.parquet"
 COLUMNS = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
@@ -134,7 +134,7 @@ def predict(layers: pd.DataFrame, seeds=(0,), quick: bool = False, before: bool 
     for name, seed, ms in parts:
         d = layers.assign(predictor=name, seed=seed, pred_ms=ms)
         d["err"] = (d.pred_ms - d.latency_ms) / d.latency_ms * 100
-        d["ape"] = metrics.ape(d.latency_ms, d.pred_ms)
+        d["ape"] = error_metric.ape(d.latency_ms, d.pred_ms)
         out.append(d)
     return pd.concat(out, ignore_index=True)
 

@@ -17,7 +17,7 @@ import yaml
 
 from neusight_core.question.scenario import PAPER
 from neusight_core.cost import latency
-from neusight_core.studies import metrics
+from neusight_core.studies import error_metric
 
 PUBLISHED_FILE = Path(__file__).with_name("published.yaml")
 LABEL = "third-party measurement"
@@ -52,7 +52,7 @@ def compare(predictor="neusight", quick: bool = False, table: pd.DataFrame | Non
             pred.append(float("nan")), err.append(msg), note.append("")
     t["predictor"] = predictor if isinstance(predictor, str) else predictor.name
     t["predicted_ms"] = pred
-    t["ape"] = metrics.ape(t["latency_ms"], t["predicted_ms"])
+    t["ape"] = error_metric.ape(t["latency_ms"], t["predicted_ms"])
     t["error"], t["extrapolation"], t["label"] = err, note, LABEL
     return t
 

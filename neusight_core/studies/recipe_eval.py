@@ -37,7 +37,7 @@ from neusight_core.studies import evaluation as ev
 from neusight_core.studies import paper_tables as pt
 from neusight_core.data import devices
 from neusight_core.predictors import registry
-from neusight_core.studies import metrics, targets
+from neusight_core.studies import error_metric, targets
 from neusight_core import predictors as P
 
 RECIPES = registry.reported("recipe")        # the NeuSight recipes of the Tier 1 tables, in table order
@@ -135,7 +135,7 @@ def tidy(configs: pd.DataFrame, out: pd.DataFrame) -> pd.DataFrame:
     out = out.drop(columns=[c for c in ("model", "mode", "batch", "seq") if c in out]).join(cfg, on=["gpu", "config"])
     out = out.rename(columns={"e2e_ms": "pred_ms", "label_e2e_ms": "label_ms"})
     out["pred_ms"] = out["pred_ms"].where(out["error"] == "")
-    out["ape"] = metrics.ape(out["label_ms"], out["pred_ms"])
+    out["ape"] = error_metric.ape(out["label_ms"], out["pred_ms"])
     return out
 
 
@@ -221,7 +221,7 @@ def versus_table(summary: pd.DataFrame, ours: str = "neusight", theirs: str = "n
 def authors_pairs_mape(index: pd.DataFrame, groups: dict | None = None) -> dict:
     """The authors' shipped NeuSight predictions on the same groups ({group: MAPE})."""
     groups = group_masks(index) if groups is None else groups
-    ape = index["ape_neusight"] if "ape_neusight" in index else metrics.ape(index["label_e2e_ms"], index["pred_neusight_ms"])
+    ape = index["ape_neusight"] if "ape_neusight" in index else error_metric.ape(index["label_e2e_ms"], index["pred_neusight_ms"])
     return {g: float(pd.Series(np.asarray(ape)[m]).dropna().mean()) if m.any() else np.nan for g, m in groups.items()}
 
 

@@ -28,7 +28,7 @@ from neusight_core.studies import evaluation as ev
 from neusight_core.studies import paper_tables as pt
 from neusight_core.cost import engine, latency, tables
 from neusight_core.question import schema
-from neusight_core.studies.metrics import ape
+from neusight_core.studies.error_metric import ape
 from neusight_core.question.schema import OpClass
 
 
