@@ -19,7 +19,10 @@ from neusight_core.plans import parallel_experts
 from neusight_core.question import schema
 from neusight_core.question.schema import Attention, Grads, Mode, Plan
 from neusight_core.question.step import (INPUTS, LINK_LIMITS_GBS, PAPER, REQUIRED, LatencyInputError, Scenario,  # noqa: F401
-                                Step, not_given, options)
+                                Step, not_given, options, plain_defaults)
+
+OPTIONS = options()
+PLAIN_DEFAULTS = plain_defaults()
 
 # ------------------------------------------------------------------------------ the checks
 def device_of(device):
@@ -174,10 +177,13 @@ def check_fields(fields: dict) -> dict:
     """Each given field by its own check (``step.option``'s kind: a positive integer, one of an enum's words, ...),
     in the order the fields are declared; returns them as typed values (enum members, ints, floats)."""
     out = dict(fields)
-    for name, o in options().items():
+    for name, o in OPTIONS.items():
         v = fields.get(name)
-        if not not_given(v) or o.user is REQUIRED:       # a field the question must give is checked when missing
-            out[name] = o.kind.check(o.what or name, v)
+        if not_given(v):
+            if o.user is not REQUIRED:
+                out[name] = None
+                continue
+        out[name] = o.kind.check(o.what or name, v)    # a field the question must give is checked when missing
     return out
 
 
@@ -246,12 +252,11 @@ def scenario(model, device, batch, seq=None, mode=None, **given) -> Scenario:
     unknown = sorted(set(given) - set(INPUTS))
     if unknown:
         raise LatencyInputError(f"unknown option(s) {', '.join(unknown)}; the options are {', '.join(INPUTS)}")
-    f = {name: None for name in INPUTS}
+    f = dict.fromkeys(INPUTS)
     f.update(given, model=model, device=device, batch=batch, seq=seq, mode=mode)
-    f = {name: None if not_given(v) else v for name, v in f.items()}
-    for name, o in options().items():          # the user's plain defaults (the rules come below)
-        if f[name] is None and o.user is not None and isinstance(o.user, (str, int, float)):
-            f[name] = o.user
+    for name, default in PLAIN_DEFAULTS.items():          # the user's plain defaults (the rules come below)
+        if not_given(f[name]):
+            f[name] = default
     try:
         image = is_image(model)
     except Exception:  # noqa: BLE001 - an unknown or broken config is reported below, after the sizes

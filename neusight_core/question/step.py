@@ -18,6 +18,7 @@ No torch, no pandas (numpy only): the CLI's parser reads this module.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -309,9 +310,21 @@ class Scenario(Sized):
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
+@functools.lru_cache(maxsize=None)
+def _options(cls) -> tuple:
+    return tuple((f.name, f.metadata[OPTION_KEY]) for f in dataclasses.fields(cls) if OPTION_KEY in f.metadata)
+
+
 def options(cls=Scenario) -> dict:
-    """{field name: :class:`Option`} of the declared fields, in their order."""
-    return {f.name: f.metadata[OPTION_KEY] for f in dataclasses.fields(cls) if OPTION_KEY in f.metadata}
+    """{field name: :class:`Option`} of the declared fields, in their order (read once per class: a sweep builds
+    thousands of requests)."""
+    return dict(_options(cls))
+
+
+def plain_defaults(cls=Scenario) -> dict:
+    """{field name: the user's default} of the fields whose default is a plain value (None included)."""
+    return {name: o.user for name, o in _options(cls)
+            if o.user is not REQUIRED and not isinstance(o.user, Rule)}
 
 
 #: the request's fields in declaration order: the sweep's and the engine's input columns
@@ -341,7 +354,7 @@ class _StepMethods(Sized):
         get = r.get if isinstance(r, dict) else lambda k, d=None: getattr(r, k, d)
         plan = get("parallel")
         fresh = get("mode") == Mode.TRAIN and get("grads") == Grads.FRESH
-        fields = {f.name: get(f.name) for f in dataclasses.fields(cls)}        # any field as the request has it
+        fields = {name: get(name) for name in _field_names(cls)}        # any field as the request has it
         fields.update(model=str(get("model")), batch=int(get("batch")), mode=Mode(get("mode")),
                       fusion=bool(get("fusion")), parallel=None if plan is None else Plan(plan),
                       gpus=int(get("gpus")) if plan else NEUTRAL["gpus"],
@@ -357,6 +370,11 @@ class _StepMethods(Sized):
 #: The table's value of a field whose user default is a rule, where the request does not change the table: one GPU
 #: without a plan, the tracer's eager attention, gradients accumulated into (the traced step; a fresh one drops rows)
 NEUTRAL = {"gpus": 1, "attention": Attention.EAGER, "grads": Grads.ACCUMULATE}
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls) -> tuple:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _step_field(f: dataclasses.Field):
