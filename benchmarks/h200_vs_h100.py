@@ -22,7 +22,7 @@ def ratios(predictor: str = "neusight", seeds=(0, 1, 2), quick: bool = False):
     import pandas as pd
 
     from neusight_core.cost import engine
-    from neusight_core.question import request
+    from neusight_core.cost import request
     from neusight_core import predictors as P
     runs = {g: pd.read_csv(ROOT / "docs" / "tier2" / f"2026-11-26-{g.split('_')[-1].lower() if g == H200 else 'h100'}"
                            / "live_paper.csv") for g in (H100, H200)}

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from neusight_core.cost import engine  # noqa: E402
-from neusight_core.question import request
+from neusight_core.cost import request
 from neusight_core.question.schema import OpClass  # noqa: E402
 from neusight_core.studies import live_modern  # noqa: E402
 from kernel_ratio_h200_h100 import kind  # noqa: E402 - this folder: the one sorting of kernel names by kind

@@ -162,7 +162,7 @@ def _train(a) -> int:
 def _predict(a) -> int:
     from neusight_core.cost import latency
     from neusight_core import predictors as _pred
-    from neusight_core.question import scenario
+    from neusight_core.cost import scenario
     # bad input first, before any training: --seq for text, --image-size for image models
     sc = scenario.scenario(**{name: getattr(a, name) for name in step.INPUTS})
     quick = _choose_quick(a, [a.predictor], [a.seed])

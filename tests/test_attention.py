@@ -11,8 +11,9 @@ from neusight_core.question.step import Step
 from neusight_core.data import configs
 from neusight_core.cost import engine, host
 from neusight_core.tracing import table_info, trace
-from neusight_core.question import request, schema
-from neusight_core.question.scenario import LatencyInputError, PAPER, scenario
+from neusight_core.question import schema
+from neusight_core.cost import request
+from neusight_core.cost.scenario import LatencyInputError, PAPER, scenario
 
 
 @pytest.fixture(scope="module")

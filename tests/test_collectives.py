@@ -8,7 +8,7 @@ import pytest
 
 from neusight_core.cost import engine, network
 from neusight_core.data import measured_kernels as mk
-from neusight_core.question import request, scenario
+from neusight_core.cost import request, scenario
 from neusight_core.studies import error_metric
 
 NO_PACKAGE = "aiconfigurator-core is not installed"

@@ -5,7 +5,7 @@ import pytest
 from neusight_core.question.step import Step
 from neusight_core.tracing import table_families, family_memory, table_info, trace_cache
 from neusight_core.cost import engine, memory
-from neusight_core.question import request
+from neusight_core.cost import request
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 
 from neusight_core.cost import engine, latency
 from neusight_core import predictors
-from neusight_core.question import request, scenario
+from neusight_core.cost import request, scenario
 
 SCENARIOS = [
     scenario.scenario("gpt2_large", "H100", 2, 128, "inf", **scenario.PAPER),

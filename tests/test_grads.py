@@ -10,9 +10,9 @@ import pytest
 
 from neusight_core.question.step import Step
 from neusight_core.cost import engine
-from neusight_core.question import request
+from neusight_core.cost import request
 from neusight_core.tracing import trace_cache
-from neusight_core.question.scenario import PAPER, LatencyInputError, scenario
+from neusight_core.cost.scenario import PAPER, LatencyInputError, scenario
 from neusight_core.studies import live_modern
 
 BASE = dict(model="llama3_2_1b", device="H100", seq=128, mode="train", dtype="bf16", attention="sdpa",

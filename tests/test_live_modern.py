@@ -7,7 +7,7 @@ from transformers import LlamaConfig
 from neusight_core.question.step import Step
 from neusight_core.cost import engine
 from neusight_core import paths
-from neusight_core.question import request
+from neusight_core.cost import request
 from neusight_core.studies import live_modern as lm
 
 TINY = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,

@@ -184,7 +184,7 @@ def test_expert_parallelism_refuses_what_it_cannot_split_in_one_line(tiny_moe):
     with pytest.raises(parallel.PlanError, match="ep16: the 8 experts do not spread evenly over 16") as e:
         parallel.apply_plan(t, "ep", 16)
     assert "\n" not in str(e.value)
-    from neusight_core.question.scenario import scenario
+    from neusight_core.cost.scenario import scenario
     six = tiny_moe.replace(".json", "_6.json")
     with open(tiny_moe) as f, open(six, "w") as g:
         json.dump({**json.load(f), "num_local_experts": 6}, g)

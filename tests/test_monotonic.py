@@ -12,7 +12,7 @@ import yaml
 
 from neusight_core.data import devices
 from neusight_core.cost import engine
-from neusight_core.question import request
+from neusight_core.cost import request
 
 H100 = "NVIDIA_H100_80GB_HBM3"
 SPEED = ("mem_bw_gbs", "num_sm", "fp32_gflops", "fp32_vec_gflops", "l2_mb", "tf32_tensor_gflops",

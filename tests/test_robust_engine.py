@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from neusight_core.cost import engine
-from neusight_core.question import request
+from neusight_core.cost import request
 
 GOOD = dict(model="gpt2_large", device="H100", batch=2, seq=128)
 

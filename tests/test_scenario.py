@@ -4,9 +4,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from neusight_core.question import scenario
+from neusight_core.cost import scenario
 from neusight_core.cost import sweep
-from neusight_core.question.scenario import LatencyInputError
+from neusight_core.cost.scenario import LatencyInputError
 
 BAD = [
     dict(batch=10**9),                                   # the absurd-memory guard (the sweep lacked it)

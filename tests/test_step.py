@@ -16,7 +16,8 @@ import pytest
 
 from neusight_core.cost import engine, latency, sweep
 from neusight_core import paths
-from neusight_core.question import request, scenario, step
+from neusight_core.question import step
+from neusight_core.cost import request, scenario
 from neusight_core.tracing import trace_cache
 from neusight_core.question.schema import Attention, Comm, Execution, Grads
 from neusight_core.question.step import LatencyInputError, Step
@@ -106,7 +107,8 @@ def test_a_new_option_is_one_field(tmp_path):
     code = textwrap.dedent('''
         import inspect, json, neusight_core
         from neusight_core.cost import latency, sweep
-        from neusight_core.question import request, scenario, step
+        from neusight_core.question import step
+        from neusight_core.cost import request, scenario
         from neusight_core.tracing import trace_cache
         from neusight_core.__main__ import _parser
         assert neusight_core.__file__.startswith(%r), neusight_core.__file__

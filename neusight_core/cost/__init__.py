@@ -1,1 +1,2 @@
-"""Cost: kernel tables to time and memory (the engine, host and network models, latency, sweeps)."""
+"""Cost: a request checked against its model and GPU, then its kernel tables timed and its memory counted (the
+engine, the host and network models, latency, sweeps)."""

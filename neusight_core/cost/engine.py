@@ -1,7 +1,7 @@
 """The prediction engine: scenarios x predictors x seeds -> one tidy frame (docs/interfaces.md, "engine").
 
     from neusight_core.cost import engine
-    from neusight_core.question import request, scenario
+    from neusight_core.cost import request, scenario
     sc = scenario.scenario("gpt2_large", "H100", batch=4, seq=512)
     df = engine.predict([sc, scenario.scenario("bert_large", "L4", batch=8, seq=128)], ["neusight", "roofline"])
     df = engine.predict(request.parse([dict(model="bert_large", device="L4", batch=8, seq=128)]), "roofline")
@@ -39,8 +39,9 @@ import pandas as pd
 
 from neusight_core.tracing import table_families, family_pool, gc_pause
 from neusight_core.cost import host, kernel_floor, memory, network
-from neusight_core.question import scenario, schema
-from neusight_core.question.request import INPUTS, jobs, message, requests
+from neusight_core.question import schema
+from neusight_core.cost import scenario
+from neusight_core.cost.request import INPUTS, jobs, message, requests
 from neusight_core.cost.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
 from neusight_core.question.schema import Execution, Grads, OpClass
 from neusight_core.question.step import Step

@@ -28,7 +28,7 @@ from neusight_core.question import schema
 # the tables' pieces and the request's error, named here too: their callers (whatif, live, the CLI, the tests)
 # read them as latency.*
 from neusight_core.cost.tables import aggregate, loaded_predictor, predict_kernels, trace
-from neusight_core.question.scenario import LatencyInputError, device_of, scenario
+from neusight_core.cost.scenario import LatencyInputError, device_of, scenario
 from neusight_core.question.schema import OpClass, Precision
 
 __all__ = ["LatencyInputError", "aggregate", "conv_by_roofline", "conv_note", "loaded_predictor", "moe_note", "predict_kernels",

@@ -33,7 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from neusight_core.cost import engine
-from neusight_core.question import request
+from neusight_core.cost import request
 # the engine's names for a configuration frame; compact_table / kernel_table: the tables it predicts from
 from neusight_core.cost.engine import RESULTS
 from neusight_core.question.step import INPUTS, SweepInputError

@@ -12,7 +12,7 @@ import pandas as pd
 
 from neusight_core.cost import network
 from neusight_core.tracing import trace_cache
-from neusight_core.question.scenario import LatencyInputError, device_of
+from neusight_core.cost.scenario import LatencyInputError, device_of
 from neusight_core.question.schema import OpClass
 from neusight_core.question.step import Step
 

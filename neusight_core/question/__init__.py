@@ -1,1 +1,2 @@
-"""The question: what is asked (the options declared once, the request built and checked, the vocabulary)."""
+"""The question: what can be asked (the vocabulary as enums, and every option declared once with its help,
+defaults and checks); the request built from it and checked against a model and a GPU is cost/scenario.py."""

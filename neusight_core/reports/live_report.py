@@ -19,7 +19,7 @@ def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "ne
 
     from neusight_core.cost import latency
     from neusight_core import predictors
-    from neusight_core.question.scenario import is_image
+    from neusight_core.cost.scenario import is_image
     from neusight_core.studies import error_metric
     rows = []
     preds = {s: predictors.get(predictor, quick=quick, seed=s) for s in seeds}

@@ -12,7 +12,7 @@ import pandas as pd
 from neusight_core.data import configs, devices
 from neusight_core.cost import latency
 from neusight_core.question import schema
-from neusight_core.question.request import parse
+from neusight_core.cost.request import parse
 from neusight_core.question.schema import OpClass, Precision
 from neusight_core.studies.whatif import H100, catalogue_gpus
 

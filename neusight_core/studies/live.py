@@ -183,7 +183,7 @@ def predict_case(case: "LiveCase", device_name: str, **kw) -> tuple[dict | None,
     gradients, which ``model_callable``'s step sets to None after each step (``grads`` fresh; pipeline parallelism
     accumulates its micro-batches', the authors' pp labels too), unless ``kw`` says otherwise."""
     from neusight_core.cost import latency
-    from neusight_core.question.scenario import PAPER
+    from neusight_core.cost.scenario import PAPER
     grads = "accumulate" if kw.get("parallel") == "pp" else "fresh"
     try:
         r = latency.predict_model(case.model, device_name, case.batch, mode=case.mode, **case.size,
@@ -231,7 +231,7 @@ class LiveCase:
     @property
     def tracer_size(self) -> int:
         """The size as the tracer and ``measure_model`` take it (``scenario.tracer_size``)."""
-        from neusight_core.question.scenario import tracer_size
+        from neusight_core.cost.scenario import tracer_size
         return tracer_size(vars(self))
 
 

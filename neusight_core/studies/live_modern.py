@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from neusight_core.studies import live, live_harness, live_kernels
-from neusight_core.question.scenario import PAPER
+from neusight_core.cost.scenario import PAPER
 from neusight_core.question.schema import Precision
 
 # current open models of ours (model_configs), small to large: the small ones host-bound in eager PyTorch at batch 1
@@ -377,7 +377,7 @@ def predict_steps(steps, device: str = "H100", predictors=("neusight", "roofline
     time and verdict (``grads``: ``request_of``'s)."""
     import pandas as pd
     from neusight_core.cost import engine
-    from neusight_core.question import request
+    from neusight_core.cost import request
     ok = steps[steps["status"] == "OK"].reset_index(drop=True)
     frames = []
     for variant, (col, execution) in VARIANTS.items():

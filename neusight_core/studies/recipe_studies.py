@@ -47,7 +47,7 @@ def predict_tables(configs: pd.DataFrame, trained: dict, table_of, progress: boo
     trace; e2e = the phases' sum of per-launch time x ``count`` (single GPU). Prediction only: the same trained
     networks. A table that cannot be built gives its reason in ``error``."""
     from neusight_core.cost import engine
-    from neusight_core.question import request
+    from neusight_core.cost import request
     from neusight_core.studies import reproduce
     cfg = configs.reset_index(drop=True)
     requests = [dict(model=r.model, device=r.gpu, batch=int(r.batch), seq=int(r.seq), mode=r.mode,

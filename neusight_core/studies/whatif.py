@@ -27,7 +27,7 @@ from neusight_core.tracing import table_info
 from neusight_core.cost import latency, memory, tables
 from neusight_core.question import schema
 from neusight_core.question.step import Step
-from neusight_core.question.request import parse
+from neusight_core.cost.request import parse
 from neusight_core.question.schema import Precision
 
 #: the GPU of the paper's own what-if figures (Figure 10, the floors table)

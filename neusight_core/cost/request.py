@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from neusight_core.question.scenario import scenario as make_scenario
+from neusight_core.cost.scenario import scenario as make_scenario
 from neusight_core.question.step import (INPUTS, MAX_SIZE, LatencyInputError, Scenario, SweepInputError,  # noqa: F401
                                 one_line, options)
 

@@ -21,7 +21,7 @@ from neusight_core.question.schema import Attention, Grads, Mode, Plan
 from neusight_core.question.step import (INPUTS, LINK_LIMITS_GBS, PAPER, REQUIRED, LatencyInputError, Scenario,  # noqa: F401
                                 Step, not_given, options, plain_defaults)
 
-OPTIONS = options()
+FIELDS = options()
 PLAIN_DEFAULTS = plain_defaults()
 
 # ------------------------------------------------------------------------------ the checks
@@ -177,7 +177,7 @@ def check_fields(fields: dict) -> dict:
     """Each given field by its own check (``step.option``'s kind: a positive integer, one of an enum's words, ...),
     in the order the fields are declared; returns them as typed values (enum members, ints, floats)."""
     out = dict(fields)
-    for name, o in OPTIONS.items():
+    for name, o in FIELDS.items():
         v = fields.get(name)
         if not_given(v):
             if o.user is not REQUIRED:
