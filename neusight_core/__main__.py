@@ -26,7 +26,7 @@ from pathlib import Path
 from neusight_core import __version__
 from neusight_core.predictors import registry
 from neusight_core.question import schema, step
-from neusight_core.question.schema import Precision
+from neusight_core.question.schema import Execution, Precision
 
 # the registry (no torch, no pandas): the parser stays fast. A bad NEUSIGHT_PREDICTORS file is said in one line
 # by ``main`` (here it would be a traceback at import)
@@ -193,7 +193,7 @@ def _predict(a) -> int:
             print(f"NOTE: {r[note]}")
     print(f"  weights     {_pred.describe_line(r['weights'])}")
     print(f"  end-to-end  {r['e2e_ms']:12.3f} ms")
-    if r["execution"] == "eager":
+    if r["execution"] == Execution.EAGER:
         verdict = (f"host-bound: the host's {r['launches']} launches take {r['host_ms']:.3f} ms, the kernels "
                    f"{r['kernel_ms']:.3f} ms ({r['host_ms'] / max(r['kernel_ms'], 1e-12):.1f}x)" if r["host_bound"]
                    else f"GPU-bound: kernels {r['kernel_ms']:.3f} ms, the host's {r['launches']} launches "

@@ -43,7 +43,7 @@ from neusight_core.question import schema
 from neusight_core.cost import scenario
 from neusight_core.cost.request import INPUTS, jobs, message, requests
 from neusight_core.cost.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
-from neusight_core.question.schema import Execution, Grads, OpClass
+from neusight_core.question.schema import Execution, Grads, OpClass, Plan
 from neusight_core.question.step import Step
 
 PHASE_COLUMNS = ["e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"]
@@ -410,7 +410,7 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
             per = _comm_per_launch(ctx, i, np.maximum(per_launch[kid[a:b], cfg_dev[i]], ctx.row_floor[a:b] * ctx.half[i]))
             comm[i] = per
             agg = aggregate(sub.assign(pred_ms=per * sub["count"].to_numpy(float)),
-                            r["micro_batches"] if r["parallel"] == "pp" else 1)
+                            r["micro_batches"] if r["parallel"] == Plan.PP else 1)
         except Exception as e:  # noqa: BLE001
             if ctx.raise_errors:
                 raise

@@ -26,6 +26,8 @@ import time
 
 import numpy as np
 
+from neusight_core.question.schema import Attention, Execution, Mode
+
 #: The CUDA launch's cost beyond the CPU dispatcher's, per kernel: ``x.add_(1)`` on a one-element tensor
 #: launched 5,000 times back to back on the lent H100's host (16-core Intel Xeon, torch 2.11, 2026-11-26) took
 #: 7.87 and 11.55 us per launch in two runs, the same op on a CPU tensor 4.02 and 6.34 us: 3.85 and 5.21 us more.
@@ -83,7 +85,7 @@ def step_ms(kernel_ms, launches, execution, per_launch_us: float | None = None, 
     h = launch_us() if per_launch_us is None else float(per_launch_us)
     g = eager_gap_us() if gap_us is None else float(gap_us)
     t = np.asarray(kernel_ms, dtype=float)
-    eager = np.asarray(execution) == "eager"
+    eager = np.asarray(execution) == Execution.EAGER
     n = np.asarray(launches, dtype=float)
     host = np.where(eager, n * h / 1e3, 0.0)
     gpu = np.where(eager, t + n * g / 1e3, t)
@@ -108,14 +110,15 @@ def tiny_step_us(device: str = "cpu", repeats: int = 30, layers: int = 4) -> dic
     from transformers import AutoModelForCausalLM
     from neusight_core.tracing import trace
     cfg = _tiny_llama(layers)
-    counts = {"decode": int(trace.trace_model(cfg, 1, 1, "inf", past=8, attention="sdpa")["count"].sum()),
+    counts = {"decode": int(trace.trace_model(cfg, 1, 1, Mode.INF, past=8, attention=Attention.SDPA)["count"].sum()),
               # the timed step starts from no gradients (zero_grad(set_to_none=True)): no accumulation kernels
-              "train": int(trace.trace_model(cfg, 1, 8, "train", attention="sdpa", accumulate_grads=False)["count"].sum())}
+              "train": int(trace.trace_model(cfg, 1, 8, Mode.TRAIN, attention=Attention.SDPA,
+                                             accumulate_grads=False)["count"].sum())}
     cuda = device == "cuda"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        m = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").to(device)
+        m = AutoModelForCausalLM.from_config(cfg, attn_implementation=Attention.SDPA).to(device)
         ids = torch.randint(0, 128, (1, 8), device=device)
         one = torch.randint(0, 128, (1, 1), device=device)
         with torch.no_grad():

@@ -29,7 +29,7 @@ from neusight_core.question import schema
 # read them as latency.*
 from neusight_core.cost.tables import aggregate, loaded_predictor, predict_kernels, trace
 from neusight_core.cost.scenario import LatencyInputError, device_of, scenario
-from neusight_core.question.schema import OpClass, Precision
+from neusight_core.question.schema import OpClass, Plan, Precision
 
 __all__ = ["LatencyInputError", "aggregate", "conv_by_roofline", "conv_note", "loaded_predictor", "moe_note", "predict_kernels",
            "predict_model", "predict_scenario", "trace"]
@@ -99,7 +99,7 @@ def predict_scenario(sc, predictor="neusight", quick: bool | None = None,
                            master_weights=master_weights, keep_kernels=True, raise_errors=True)
     run = engine.run_info(frame)
     kernels = run.kernels[0]
-    out = aggregate(kernels, sc.micro_batches if sc.parallel == "pp" else 1)
+    out = aggregate(kernels, sc.micro_batches if sc.parallel == Plan.PP else 1)
     row = frame.iloc[0]
     out.update(kernel_ms=out["e2e_ms"], e2e_ms=float(row["e2e_ms"]), host_ms=float(row["host_ms"]),
                host_bound=bool(row["host_bound"]), launches=int(row["kernels"]), attention=sc.attention,

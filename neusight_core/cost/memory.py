@@ -56,7 +56,7 @@ import pandas as pd
 
 from neusight_core.tracing import table_info
 from neusight_core.question import schema
-from neusight_core.question.schema import OpClass, Precision
+from neusight_core.question.schema import Attention, Mode, OpClass, Plan, Precision
 
 GIB = float(2**30)
 OPTIMIZERS = {"adamw": 8.0, "adam": 8.0, "sgd": 4.0, "none": 0.0}   # FP32 state bytes per parameter
@@ -109,7 +109,7 @@ def param_counts(kernels: pd.DataFrame) -> list[float]:
         from neusight_core.plans import parallel
         kvw = parallel.kv_ways(a.config, n)
         return [sum(v * _tp_share(k, n, kvw) for k, v in params.items())]
-    if plan == "pp" and n > 1:
+    if plan == Plan.PP and n > 1:
         per = [0.0] * n
         L = a.num_layers or 1
         for k, v in params.items():
@@ -185,13 +185,13 @@ def activation_bytes(kernels: pd.DataFrame) -> tuple[list[float], list[str]]:
     if k is None:
         notes.append("activations of the unfused trace (fusion keeps intermediates out of memory: an upper bound)"
                      if a.fused else "activations of the unsplit trace")
-        return [mem["activation_peak_bytes"]] * (n if plan == "pp" else 1), notes
+        return [mem["activation_peak_bytes"]] * (n if plan == Plan.PP else 1), notes
     kv = mem.get("kv_bufs", ())
     if plan in schema.TENSOR_PLANS and n > 1:
         from neusight_core.plans import parallel
         peak, _ = _timeline(tl, _scale(k), None, None, None, kv, 1.0 / parallel.kv_ways(a.config, n))
         return [peak], notes
-    if plan == "pp" and n > 1:
+    if plan == Plan.PP and n > 1:
         m = a.micro_batches or 1
         st = k["stage"].fillna(0).astype(int).to_numpy()
         fw = np.flatnonzero(k["phase"].to_numpy() == "fw")
@@ -224,7 +224,7 @@ def footprint_parts(kernels: pd.DataFrame) -> dict:
     if plan in schema.TENSOR_PLANS and n > 1:            # split by KV heads, one KV head per GPU at least
         from neusight_core.plans import parallel
         kv /= parallel.kv_ways(a.config, n)
-    elif plan == "pp" and n > 1:
+    elif plan == Plan.PP and n > 1:
         kv /= n
     return dict(params=param_counts(kernels), acts=acts, kv=kv, dtype=a.dtype, mode=a.mode,
                 notes=notes, plan=plan, n=n)
@@ -237,7 +237,7 @@ def footprint_of(params: list[float], acts: list[float], kv: float, dtype: str, 
     if optimizer not in OPTIMIZERS:
         raise MemoryInputError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     e = schema.element_bytes(dtype)
-    train = mode == "train"
+    train = mode == Mode.TRAIN
     opt_per_param = OPTIMIZERS[optimizer] + (4.0 if master_weights and e == 2 else 0.0)
     per = []
     for p, act in zip(params if len(params) > 1 else params * len(acts), acts):
@@ -255,7 +255,7 @@ def footprint_of(params: list[float], acts: list[float], kv: float, dtype: str, 
     out["master_weights"] = bool(master_weights and e == 2 and train)
     out["per_gpu"] = plan is not None and n > 1
     out["gpus"] = n
-    if plan == "pp" and n > 1:
+    if plan == Plan.PP and n > 1:
         out["stage"] = worst
         out["stage_total_gib"] = [x["total"] / GIB for x in per]
     if device is not None:
@@ -306,7 +306,7 @@ def _native_stderr_silenced():
         os.close(devnull)
 
 
-def measure_cpu_peak(config, batch: int, seq: int, mode: str = "train", seed: int = 0, model=None) -> dict:
+def measure_cpu_peak(config, batch: int, seq: int, mode: str = Mode.TRAIN, seed: int = 0, model=None) -> dict:
     """Run one step of a small REAL model on this CPU and return PyTorch's own account of its memory.
 
     The model is built from ``config`` (a ``transformers`` config with ``architectures``; pass
@@ -323,7 +323,7 @@ def measure_cpu_peak(config, batch: int, seq: int, mode: str = "train", seed: in
 
     if model is None:
         model = build_cpu_model(config, seed)
-    train = mode == "train"
+    train = mode == Mode.TRAIN
     model.train(train)
     torch.manual_seed(seed)
     ids = torch.randint(0, config.vocab_size, (batch, seq))
@@ -359,7 +359,7 @@ def build_cpu_model(config, seed: int = 0):
 
     torch.manual_seed(seed)
     cls = getattr(transformers, config.architectures[0])
-    return cls._from_config(config, attn_implementation="eager", dtype=torch.float32).float()
+    return cls._from_config(config, attn_implementation=Attention.EAGER, dtype=torch.float32).float()
 
 
 def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: int, past: int = 0,
@@ -369,9 +369,9 @@ def min_memory_gb(dims: dict, batch: int, seq: int, mode: str, parallel, gpus: i
     Training needs far more (gradients, optimizer-free activations); the full footprint is not modelled here."""
     L, h = dims.get("number of layers", 1), dims.get("hidden size", 1)
     weights = L * (4 * h * h + 2 * h * dims.get("intermediate size", 4 * h)) + dims.get("vocabulary size", 0) * h
-    shard = gpus if parallel in schema.TENSOR_PLANS + ("pp",) else 1
-    b = batch / gpus if parallel in ("dp", "pp") else batch
+    shard = gpus if parallel in schema.TENSOR_PLANS + (Plan.PP,) else 1
+    b = batch / gpus if parallel in (Plan.DP, Plan.PP) else batch
     # image models (dims["image channels"]): seq is the image side and the input is b x channels x side^2
     act = b * seq * seq * dims["image channels"] if "image channels" in dims else b * seq * h
     kv = 2 * L * b * past * h / (gpus if parallel in schema.TENSOR_PLANS else 1)
-    return schema.element_bytes(dtype) * (weights / shard * (2 if mode == "train" else 1) + act + kv) / 1e9
+    return schema.element_bytes(dtype) * (weights / shard * (2 if mode == Mode.TRAIN else 1) + act + kv) / 1e9

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from neusight_core.question.schema import COMMS, OpClass
+from neusight_core.question.schema import COMMS, Comm, OpClass
 
 #: The authors' derating of the NVLink peak (SPEC 3.3).
 DEFAULT_EFFICIENCY = 0.72
@@ -63,7 +63,7 @@ def latency_us(comm: str, gpus: int) -> float:
     """The fixed cost of one all-reduce on ``gpus`` GPUs under ``comm`` (``schema.COMMS``), us."""
     if comm not in COMMS:
         raise NetworkError(f"comm must be one of {', '.join(COMMS)}, got {comm!r}")
-    if comm == "bandwidth" or int(gpus) < 2:
+    if comm == Comm.BANDWIDTH or int(gpus) < 2:
         return 0.0
     return float(fixed_us(int(gpus)))
 

@@ -169,7 +169,7 @@ def check_image_request(name, past, parallel) -> None:
     splits transformer blocks the Megatron way; data parallelism is modelled)."""
     if past:
         raise LatencyInputError(f"a KV cache (--past) is for text decoders: {name} is an image model")
-    if parallel in schema.TENSOR_PLANS + ("pp",):
+    if parallel in schema.TENSOR_PLANS + (Plan.PP,):
         raise LatencyInputError(f"{parallel} is not modelled for image models ({name}); data parallelism (dp) is")
 
 

@@ -38,6 +38,7 @@ from neusight_core.cost import request
 from neusight_core.cost.engine import RESULTS
 from neusight_core.question.step import INPUTS, SweepInputError
 from neusight_core.question.step import options as options_of
+from neusight_core.question.schema import Mode
 
 #: the memory columns a sweep keeps: whether the configuration fits (False / None when unknown) and why
 MEMORY_VERDICT = ["memory_fits", "memory_verdict"]
@@ -121,7 +122,7 @@ def chunks(configs: pd.DataFrame, size: int = 5000):
         yield ordered.iloc[a:a + size]
 
 
-def sweep(models, devices, batches, seqs=None, modes=("inf",), predictors=("neusight",), seeds=(0,),
+def sweep(models, devices, batches, seqs=None, modes=(Mode.INF,), predictors=("neusight",), seeds=(0,),
           quick: bool | None = None, progress: bool = True, use_derivation: bool = True, **options) -> pd.DataFrame:
     """Predict the product of models x devices x batches x seqs (image models: ``image_sizes=``, default
     224) x modes (x options); see ``run``."""

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from neusight_core import paths
+from neusight_core.question.schema import Attention
 
 OUR_CONFIGS_DIR = Path(__file__).resolve().parent / "model_configs"
 
@@ -70,7 +71,7 @@ def default_attention(config) -> str:
     mt = (config.get("model_type") if isinstance(config, dict)
           else config_content(config).get("model_type") if isinstance(config, (str, Path))
           else getattr(config, "model_type", None))
-    return "eager" if mt in no_sdpa_model_types() else "sdpa"
+    return Attention.EAGER if mt in no_sdpa_model_types() else Attention.SDPA
 
 
 class TraceError(ValueError):

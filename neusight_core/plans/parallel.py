@@ -36,7 +36,7 @@ from neusight_core.tracing import trace
 from neusight_core.tracing import table_info
 from neusight_core.plans import parallel_experts
 from neusight_core.question import schema
-from neusight_core.question.schema import OpClass
+from neusight_core.question.schema import Mode, OpClass, Plan
 
 
 #: the element-wise, row-wise and memory kernels: split with the tensor they read, not as a GEMM
@@ -128,7 +128,7 @@ def _dp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
     if a.batch % n:
         raise PlanError(f"dp{n}: global batch {a.batch} is not divisible by {n}")
     k = _retrace(kernels, a.batch // n).reset_index(drop=True)
-    if a.mode != "train":
+    if a.mode != Mode.TRAIN:
         return k  # inference: each GPU serves its share of the batch, nothing to synchronise
     params = table_info.info(k).params
     groups: dict[str, int] = {}
@@ -151,7 +151,7 @@ def _dp(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------ TP
-def tp_split(kernels: pd.DataFrame, n: int, experts: str = "tp") -> pd.DataFrame:
+def tp_split(kernels: pd.DataFrame, n: int, experts: str = Plan.TP) -> pd.DataFrame:
     """The Megatron split (module doc) of one of ``n`` GPUs; a mixture-of-experts layer's experts split ``experts``
     (``tp``: by their intermediate dim; ``ep``: by expert; ``parallel_experts``)."""
     k = kernels.copy().reset_index(drop=True)
@@ -398,7 +398,7 @@ def apply_plan(kernels: pd.DataFrame, plan: str, n: int, micro_batches: int = 1)
         raise PlanError(f"micro_batches must be a positive integer, got {micro_batches!r}")
     if table_info.info_or_none(kernels) is None:
         raise PlanError("apply_plan needs a kernel table from trace.trace_model (it carries no TableInfo)")
-    if plan == "dp":
+    if plan == Plan.DP:
         out = _dp(kernels, int(n))
     elif plan in schema.TENSOR_PLANS:
         out = tp_split(kernels, int(n), experts=plan)

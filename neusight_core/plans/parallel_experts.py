@@ -28,7 +28,7 @@ import math
 import re
 
 from neusight_core.question import schema
-from neusight_core.question.schema import OpClass
+from neusight_core.question.schema import OpClass, Plan
 
 #: config keys of the number of routed experts and of the experts each token reaches, across the families
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -95,14 +95,14 @@ def split(recs: list[dict], config: dict, hidden: int, n: int, how: str) -> tupl
         raise ExpertSplitError(f"{how}{n}: the model's experts run as batched GEMMs of every expert over every token "
                                "(its Hugging Face implementation), whose split over GPUs is not modelled")
     if not mods:
-        if how == "ep":
+        if how == Plan.EP:
             raise ExpertSplitError(f"{how}{n}: the model has no mixture-of-experts layer whose experts run as grouped "
                                    "GEMMs, nothing to spread over GPUs; use tp")
         return set(), []
     G = experts_of(config)
     if G is None:
         raise ExpertSplitError(f"{how}{n}: the config names no expert count ({', '.join(EXPERT_KEYS)})")
-    if how == "ep" and G % n:
+    if how == Plan.EP and G % n:
         raise ExpertSplitError(f"{how}{n}: the {G} experts do not spread evenly over {n} GPUs")
 
     def family(m: str) -> str | None:
@@ -115,7 +115,7 @@ def split(recs: list[dict], config: dict, hidden: int, n: int, how: str) -> tupl
     fw = [r for r in recs if r["phase"] == "fw" and r["sub_op"] == schema.GROUPED_GEMM and r["module"] in mods]
     S = int(fw[0]["M"])                                     # routed rows: the stacked forward GEMMs' M
     inter = {int(r["K"]) for r in fw if int(r["N"]) == hidden} | {int(r["N"]) for r in fw if int(r["K"]) == hidden}
-    if how == "tp":
+    if how == Plan.TP:
         if not inter or hidden in inter:
             raise ExpertSplitError(f"{how}{n}: cannot tell the experts' intermediate dim from the hidden size "
                                    f"{hidden}; expert parallelism (ep) splits them by expert")
@@ -135,10 +135,10 @@ def split(recs: list[dict], config: dict, hidden: int, n: int, how: str) -> tupl
         elif r["phase"] == "acc":                          # an expert weight's gradient: 1/n of it on each GPU
             r["B"] = float(math.ceil(r["B"] / n))
             _scale(r, n)
-        elif how == "tp" and int(_num(r["H"])) in inter:    # on the intermediate dim (activation, gate x up)
+        elif how == Plan.TP and int(_num(r["H"])) in inter:    # on the intermediate dim (activation, gate x up)
             r["H"] = float(math.ceil(r["H"] / n))
             _scale(r, n)
-        elif how == "ep" and (_num(r["B"]) == S or (_num(r["B"]) == 1 and _num(r["H"]) == S)):   # on the routed rows
+        elif how == Plan.EP and (_num(r["B"]) == S or (_num(r["B"]) == 1 and _num(r["H"]) == S)):   # on the routed rows
             if _num(r["B"]) == S:
                 r["B"] = float(math.ceil(S / n))
             else:
@@ -157,7 +157,7 @@ def _grouped(r: dict, S: int, G: int, hidden: int, inter: set, n: int, how: str)
     M, N, K = int(r["M"]), int(r["N"]), int(r["K"])
     stacked = int(r["B"]) == 1 and M == S
     k, nn = (N, K) if stacked else (M, K)
-    if how == "tp":
+    if how == Plan.TP:
         if nn in inter and k == hidden:
             nn //= n
         elif k in inter and nn == hidden:
@@ -165,4 +165,4 @@ def _grouped(r: dict, S: int, G: int, hidden: int, inter: set, n: int, how: str)
         else:
             raise ExpertSplitError(f"{how}{n}: a grouped GEMM {M} x {N} x {K} of the experts matches neither their "
                                    f"hidden size {hidden} nor their intermediate dim")
-    r.update(per_gpu(S, G, k, nn, n if how == "ep" else 1, wgrad=not stacked))
+    r.update(per_gpu(S, G, k, nn, n if how == Plan.EP else 1, wgrad=not stacked))

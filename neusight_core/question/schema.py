@@ -4,7 +4,8 @@ attributes, and the column groups of a kernel table.
 No torch and no pandas here (numpy only), so that the CLI's parser, the sweep and the evaluation side can import it
 for free. A new op class or precision is added here and nowhere else; a module that needs a subset asks a member's
 attribute (``OpClass.is_gemm``, ``Precision.is_half``) or takes one of the derived tuples below, never a list of
-names of its own (tests/test_vocabulary.py fails on an op-class or precision literal outside this module).
+names of its own (tests/test_vocabulary.py fails on an op-class or precision literal outside this module,
+and on an option's word, ``Mode`` to ``Comm`` below, where the literal means the option).
 The members are ``str`` (``StrEnum``): a kernel table's ``op_class`` and ``precision`` cells are plain strings and
 compare equal to them, hash like them, print and format as them (``repr`` too, so messages read as before).
 The kernel table's columns are documented in docs/interfaces.md ("Kernel table").

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core.studies.live import MODEL_SECTIONS, NOT_POSSIBLE
-from neusight_core.question.schema import Precision
+from neusight_core.question.schema import Attention, Execution, Precision
 
 def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "neusight",
                          quick: bool = False) -> pd.DataFrame:
@@ -37,7 +37,7 @@ def recorded_predictions(folder, gpu: str, seeds=(0, 1, 2), predictor: str = "ne
             for s, p in preds.items():
                 out = latency.predict_model(str(r["model"]), gpu, int(r["batch"]), mode=str(r["mode"]), **size,
                                             predictor=p, dtype=dtype, **({"past": past} if past else {}),
-                                            attention="eager", execution="graph")
+                                            attention=Attention.EAGER, execution=Execution.GRAPH)
                 rows.append({"table": table, "name": r["name"], "precision": dtype, "seed": s,
                              "measured_ms": float(r["measured_ms"]),
                              "recorded_pred_ms": float(r.get("predicted_e2e_ms", np.nan)), "pred_ms": out["e2e_ms"]})

@@ -13,7 +13,7 @@ from neusight_core.data import configs, devices
 from neusight_core.cost import latency
 from neusight_core.question import schema
 from neusight_core.cost.request import parse
-from neusight_core.question.schema import OpClass, Precision
+from neusight_core.question.schema import Attention, Execution, Mode, OpClass, Plan, Precision
 from neusight_core.studies.whatif import H100, catalogue_gpus
 
 def bf16_validation(tensor_core: bool = True, log=None) -> pd.DataFrame:
@@ -87,8 +87,9 @@ def floors_table(model: str = "llama2_7b", gpu=H100, dtype: str = Precision.BF16
     from neusight_core.predictors import common
     pred = latency.loaded_predictor(predictor, quick) if isinstance(predictor, str) else predictor
     steps = (("prefill", seq, 0), ("decode", 1, seq - 1))
-    got = engine.predict(parse([dict(model=model, batch=1, seq=s, mode="inf", past=past, dtype=dtype, device=gpu,
-                                             attention="eager", execution="graph") for _, s, past in steps]), [pred],
+    got = engine.predict(parse([dict(model=model, batch=1, seq=s, mode=Mode.INF, past=past, dtype=dtype, device=gpu,
+                                             attention=Attention.EAGER, execution=Execution.GRAPH)
+                                        for _, s, past in steps]), [pred],
                          keep_kernels=True, raise_errors=True)
     rows = []
     run = engine.run_info(got)
@@ -126,8 +127,9 @@ def floors_sentence(t: pd.DataFrame) -> str:
 #: The three ways a Llama-2 step can run today, as (label, attention, execution): the paper's eager
 #: attention counted as its kernel sum, fused attention as a graph (serving engines), and fused attention in eager
 #: PyTorch (what a Hugging Face script runs, host launches included).
-EXECUTION_VARIANTS = (("eager attention, graph", "eager", "graph"), ("sdpa, graph", "sdpa", "graph"),
-                      ("sdpa, eager PyTorch", "sdpa", "eager"))
+EXECUTION_VARIANTS = (("eager attention, graph", Attention.EAGER, Execution.GRAPH),
+                      ("sdpa, graph", Attention.SDPA, Execution.GRAPH),
+                      ("sdpa, eager PyTorch", Attention.SDPA, Execution.EAGER))
 
 
 def execution_table(gpus=None, quick: bool = False, predictor="neusight", seeds=(0,)) -> pd.DataFrame:
@@ -151,7 +153,7 @@ def execution_table(gpus=None, quick: bool = False, predictor="neusight", seeds=
             for work, s, past in (("prefill", seq, 0), ("decode", 1, seq)):
                 for label, att, ex in EXECUTION_VARIANTS:
                     reqs.append(dict(model=model, device=g, batch=1, seq=s, past=past, dtype=Precision.BF16, attention=att,
-                                     execution=ex, **({"parallel": "tp", "gpus": tp} if tp else {})))
+                                     execution=ex, **({"parallel": Plan.TP, "gpus": tp} if tp else {})))
                     meta.append({"model": model, "plan": f"tp{tp}" if tp else "1 GPU", "workload": work,
                                  "tokens": s, "variant": label})
     df = engine.predict(parse(reqs), predictor, seeds=seeds, quick=quick)

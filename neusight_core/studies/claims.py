@@ -40,6 +40,7 @@ import pandas as pd
 import yaml
 
 from neusight_core.question import schema
+from neusight_core.question.schema import Mode
 from neusight_core.studies import evaluation as ev
 from neusight_core.studies import paper_tables as pt
 
@@ -148,12 +149,12 @@ def _cells(source: str, index: pd.DataFrame, predictor: str, fp16: pd.DataFrame 
     if source == "fusion":
         c = pt.fusion_cells(index, predictor)
         if not c.empty:
-            c["mode"] = "inf"
+            c["mode"] = Mode.INF
         return c
     if source == "distributed":
         c = pt.distributed_cells(index, predictor)
         if not c.empty:
-            c["mode"] = "train"
+            c["mode"] = Mode.TRAIN
         return c
     if source == "index":
         pt.check_columns(index, ["label_e2e_ms", f"pred_{predictor}_ms"])

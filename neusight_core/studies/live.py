@@ -26,7 +26,7 @@ from neusight_core.studies.live_harness import (FASTEST, RUNS, WARMUP, DetectedD
                                         identify, local_properties, measure, no_gpu_reason, section_budget,
                                         set_precision, software_versions)
 from neusight_core.studies.live_kernels import conv_kernel_sweep, kernel_sweep, measure_kernels, skipped_measurements
-from neusight_core.question.schema import Precision
+from neusight_core.question.schema import MODES, Attention, Grads, Mode, Plan, Precision
 
 
 # ---------------------------------------------------------------- whole models on the GPU
@@ -69,7 +69,7 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
             if hasattr(cfg, key):
                 setattr(cfg, key, int(num_layers))
     cfg.use_cache = bool(past)
-    cfg._attn_implementation = "eager"
+    cfg._attn_implementation = Attention.EAGER
     # Built on the device in its dtype: a 13B model initialised on the host in FP32 took minutes and 52 GB
     # of host memory before it reached the GPU, and a BF16 model cast there after an FP32 build needs 1.5x
     # its memory on the GPU. The weights are random either way (the latency does not depend on them).
@@ -90,7 +90,7 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
         inputs = {"input_ids": ids}
     run = torch.compile(m) if compile else m
     if past:
-        if mode != "inf":
+        if mode != Mode.INF:
             raise ValueError("a decode step (past > 0) is inference only")
         m.eval()
         with torch.no_grad():
@@ -105,7 +105,7 @@ def model_callable(model, batch: int, seq: int, mode: str, device: str = "cuda",
             cache.crop(-int(seq))
             return out
         return decode
-    if mode == "inf":
+    if mode == Mode.INF:
         m.eval()
 
         def call():
@@ -184,7 +184,7 @@ def predict_case(case: "LiveCase", device_name: str, **kw) -> tuple[dict | None,
     accumulates its micro-batches', the authors' pp labels too), unless ``kw`` says otherwise."""
     from neusight_core.cost import latency
     from neusight_core.cost.scenario import PAPER
-    grads = "accumulate" if kw.get("parallel") == "pp" else "fresh"
+    grads = Grads.ACCUMULATE if kw.get("parallel") == Plan.PP else Grads.FRESH
     try:
         r = latency.predict_model(case.model, device_name, case.batch, mode=case.mode, **case.size,
                                   **{**PAPER, "grads": grads, **kw})
@@ -246,19 +246,19 @@ def paper_scenarios(models=None, batches=None, quick: bool = False) -> list[Live
     for m in models:
         seq = SEQ.get(m, 2048)
         for b in batches:
-            for mode in ("inf", "train"):
+            for mode in MODES:
                 out.append(LiveCase(f"{m}-{mode}-{seq}-{b}", m, b, seq, mode))
     return out
 
 
 def llama_scenarios(quick: bool = False) -> list[LiveCase]:
-    s = [LiveCase("llama2_7b-prefill-2048", "llama2_7b", 1, 2048, "inf", extension=True),
-         LiveCase("llama2_13b-prefill-2048", "llama2_13b", 1, 2048, "inf", extension=True),
-         LiveCase("llama2_70b-prefill-2048", "llama2_70b", 1, 2048, "inf", extension=True,
+    s = [LiveCase("llama2_7b-prefill-2048", "llama2_7b", 1, 2048, Mode.INF, extension=True),
+         LiveCase("llama2_13b-prefill-2048", "llama2_13b", 1, 2048, Mode.INF, extension=True),
+         LiveCase("llama2_70b-prefill-2048", "llama2_70b", 1, 2048, Mode.INF, extension=True,
                   note="measured with fewer layers; full model = measured x 80 / measured layers "
                        "(transformer blocks are identical; embedding/head counted once, a small error)")]
     # one decode step after a 2048-token prompt: 1 new token attending to 2048 cached ones
-    s += [LiveCase(f"{m}-decode-after-2048", m, 1, 1, "inf", extension=True, past=2048,
+    s += [LiveCase(f"{m}-decode-after-2048", m, 1, 1, Mode.INF, extension=True, past=2048,
                    note="one decode step on a KV cache of 2048 tokens (measured with the cache filled by a prefill, "
                         "cropped back after each step)")
           for m in ("llama2_7b", "llama2_13b", "llama2_70b")]
@@ -270,17 +270,17 @@ def vision_scenarios(quick: bool = False) -> list[LiveCase]:
     off): models the paper did not measure, so extensions."""
     note = "image model"
     s = [LiveCase(f"{m}-{mode}-224px-{b}", m, b, None, mode, extension=True, note=note, image_size=224)
-         for m, mode, b in (("resnet50", "inf", 32), ("resnet50", "inf", 128), ("resnet50", "train", 64),
-                            ("vit_b16", "inf", 32), ("vit_b16", "train", 32))]
+         for m, mode, b in (("resnet50", Mode.INF, 32), ("resnet50", Mode.INF, 128), ("resnet50", Mode.TRAIN, 64),
+                            ("vit_b16", Mode.INF, 32), ("vit_b16", Mode.TRAIN, 32))]
     return s[:1] if quick else s
 
 
 def parallel_scenarios() -> list[LiveCase]:
-    return [LiveCase("gpt2_large-train-dp8-a100", "gpt2_large", 8, 1024, "train", "dp", 8, "NVIDIA_A100-SXM4-40GB", True),
-            LiveCase("llama2_13b-inf-tp4-a100", "llama2_13b", 1, 2048, "inf", "tp", 4, "NVIDIA_A100-SXM4-40GB", True),
-            LiveCase("gpt2_large-train-1024-4-dp4", "gpt2_large", 4, 1024, "train", "dp", 4, "NVIDIA_A100-SXM4-40GB"),
-            LiveCase("gpt2_large-train-1024-4-tp4", "gpt2_large", 4, 1024, "train", "tp", 4, "NVIDIA_A100-SXM4-40GB"),
-            LiveCase("gpt2_large-train-1024-4-pp4_1", "gpt2_large", 4, 1024, "train", "pp", 4, "NVIDIA_A100-SXM4-40GB")]
+    return [LiveCase("gpt2_large-train-dp8-a100", "gpt2_large", 8, 1024, Mode.TRAIN, Plan.DP, 8, "NVIDIA_A100-SXM4-40GB", True),
+            LiveCase("llama2_13b-inf-tp4-a100", "llama2_13b", 1, 2048, Mode.INF, Plan.TP, 4, "NVIDIA_A100-SXM4-40GB", True),
+            LiveCase("gpt2_large-train-1024-4-dp4", "gpt2_large", 4, 1024, Mode.TRAIN, Plan.DP, 4, "NVIDIA_A100-SXM4-40GB"),
+            LiveCase("gpt2_large-train-1024-4-tp4", "gpt2_large", 4, 1024, Mode.TRAIN, Plan.TP, 4, "NVIDIA_A100-SXM4-40GB"),
+            LiveCase("gpt2_large-train-1024-4-pp4_1", "gpt2_large", 4, 1024, Mode.TRAIN, Plan.PP, 4, "NVIDIA_A100-SXM4-40GB")]
 
 
 def multi_gpu_skip_reason(needed: int) -> str | None:
@@ -406,7 +406,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     fus = []
     fbudget = section_budget(budget, "fusion")
     for s in paper_scenarios(models, batches, quick):
-        if s.mode != "inf":
+        if s.mode != Mode.INF:
             continue
         pe, w1 = predict_case(s, dev_arg, fusion=False, quick=quick)
         pf, w2 = predict_case(s, dev_arg, fusion=True, quick=quick)

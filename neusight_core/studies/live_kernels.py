@@ -12,7 +12,7 @@ import pandas as pd
 
 from neusight_core.question.step import Step
 from neusight_core.studies.live_harness import HarnessConfig, Measurement, TimeBudget, harness_dtype, is_oom, measure
-from neusight_core.question.schema import OpClass, Precision
+from neusight_core.question.schema import Mode, OpClass, Precision
 
 def kernel_sweep(quick: bool = False) -> pd.DataFrame:
     """Kernel shapes (transformer-derived) in the kernel-table convention of docs/interfaces.md.
@@ -249,7 +249,7 @@ def conv_kernel_sweep(quick: bool = False) -> pd.DataFrame:
     are the convolution extrapolations that a GPU can check. Quick: batch 2, one row of each kind."""
     from neusight_core.tracing import trace_cache
     model, batch, size = CONV_SWEEP
-    t = trace_cache.trace(Step(model=model, batch=2 if quick else batch, seq=size, mode="train"))
+    t = trace_cache.trace(Step(model=model, batch=2 if quick else batch, seq=size, mode=Mode.TRAIN))
     conv = t[t["op_class"] == OpClass.CONV]
     keys = ["sub_op", "B", "conv_cin", "conv_cout", "conv_k", "conv_in", "conv_stride", "conv_pad", "conv_groups"]
     rows = (conv.groupby(keys, sort=False, dropna=False)

@@ -31,12 +31,12 @@ from typing import Callable
 
 from neusight_core.studies import live, live_harness, live_kernels
 from neusight_core.cost.scenario import PAPER
-from neusight_core.question.schema import Precision
+from neusight_core.question.schema import Attention, Execution, Grads, Mode, Precision
 
 # current open models of ours (model_configs), small to large: the small ones host-bound in eager PyTorch at batch 1
 MODERN_MODELS = ("llama3_2_1b", "qwen2_5_1_5b", "llama2_7b", "llama3_8b")
 STEP_PHASES = ("prefill", "decode", "train")
-MEASURED_ATTENTIONS = ("sdpa", "eager")
+MEASURED_ATTENTIONS = (Attention.SDPA, Attention.EAGER)
 STEP_KEY = ["model", "phase", "batch", "seq", "attention"]       # what names one measured step
 STEP_COLUMNS = ("model", "phase", "batch", "seq", "attention", "status", "reason", "events_ms", "wall_ms", "host_ms",
            "graph_ms", "graph_status", "kernel_ms", "kernels", "attention_kernels", "peak_gib")
@@ -63,13 +63,13 @@ def modern_cases(models=MODERN_MODELS, quick: bool = False) -> list[ModernCase]:
         if quick:
             out += [ModernCase(m, "prefill", 1, 64, a) for a in MEASURED_ATTENTIONS]
             out += [ModernCase(m, "decode", 1, 64, a) for a in MEASURED_ATTENTIONS]
-            out += [ModernCase(m, "train", 1, 64, "sdpa")]
+            out += [ModernCase(m, "train", 1, 64, Attention.SDPA)]
             continue
-        out += [ModernCase(m, "prefill", 1, 2048, "sdpa"), ModernCase(m, "prefill", 8, 512, "sdpa"),
-                ModernCase(m, "decode", 1, 2048, "sdpa"), ModernCase(m, "decode", 32, 1024, "sdpa"),
-                ModernCase(m, "train", 1, 1024, "sdpa"),
-                ModernCase(m, "prefill", 1, 2048, "eager"), ModernCase(m, "decode", 1, 2048, "eager"),
-                ModernCase(m, "train", 1, 1024, "eager")]
+        out += [ModernCase(m, "prefill", 1, 2048, Attention.SDPA), ModernCase(m, "prefill", 8, 512, Attention.SDPA),
+                ModernCase(m, "decode", 1, 2048, Attention.SDPA), ModernCase(m, "decode", 32, 1024, Attention.SDPA),
+                ModernCase(m, "train", 1, 1024, Attention.SDPA),
+                ModernCase(m, "prefill", 1, 2048, Attention.EAGER), ModernCase(m, "decode", 1, 2048, Attention.EAGER),
+                ModernCase(m, "train", 1, 1024, Attention.EAGER)]
     return out
 
 
@@ -104,7 +104,7 @@ def build(model: str, device: str, dtype, num_layers: int | None = None):
     if num_layers is not None:
         cfg.num_hidden_layers = int(num_layers)
     with torch.device(device):
-        m = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
+        m = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=Attention.SDPA)
     return m.to(device=device, dtype=dtype), cfg
 
 
@@ -352,10 +352,10 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
 #: What each measured time is compared with: the kernel sum with the steps executed as a graph, the eager wall
 #: time with eager execution (host.py), and "before": what the tool answered before it modelled today's steps (eager attention
 #: whatever the step ran, the kernel sum, no host) against the eager wall time.
-VARIANTS = {"graph": ("kernel_ms", "graph"), "eager": ("wall_ms", "eager"), "before": ("wall_ms", "before")}
+VARIANTS = {"graph": ("kernel_ms", Execution.GRAPH), "eager": ("wall_ms", Execution.EAGER), "before": ("wall_ms", "before")}
 
 
-def request_of(row, device: str, execution: str, grads: str = "fresh") -> dict:
+def request_of(row, device: str, execution: str, grads: str = Grads.FRESH) -> dict:
     """The engine request of a measured step (``modern_steps.csv`` row): prefill = inference of ``seq`` tokens,
     decode = one token on a KV cache of ``seq``, train = forward + backward of ``seq`` tokens from no gradients
     (``step_callable`` sets them to None after each step: ``grads`` fresh; ``accumulate`` for the answer before
@@ -363,7 +363,7 @@ def request_of(row, device: str, execution: str, grads: str = "fresh") -> dict:
     setting)."""
     phase, s = row["phase"], int(row["seq"])
     req = dict(model=row["model"], device=device, batch=int(row["batch"]), dtype=Precision.BF16,
-               mode="train" if phase == "train" else "inf", seq=1 if phase == "decode" else s,
+               mode=Mode.TRAIN if phase == "train" else Mode.INF, seq=1 if phase == "decode" else s,
                past=s if phase == "decode" else 0)
     if execution == "before":
         return dict(req, **PAPER)
@@ -371,7 +371,7 @@ def request_of(row, device: str, execution: str, grads: str = "fresh") -> dict:
 
 
 def predict_steps(steps, device: str = "H100", predictors=("neusight", "roofline"), seeds=(0,),
-                  quick: bool = False, grads: str = "fresh"):
+                  quick: bool = False, grads: str = Grads.FRESH):
     """Every measured OK step x ``VARIANTS`` x predictor x seed through ``engine.predict``: one row each with
     ``measured_ms`` (the variant's measured column), ``predicted_ms``, ``error_pct`` and the prediction's host
     time and verdict (``grads``: ``request_of``'s)."""

@@ -30,7 +30,7 @@ from neusight_core.plans import fusion, parallel
 from neusight_core import paths
 from neusight_core.tracing import trace
 from neusight_core.question import schema
-from neusight_core.question.schema import OpClass
+from neusight_core.question.schema import Mode, OpClass
 from neusight_core.tracing.table_info import info as table_info
 
 GRAPH_CLASSES = ["GEMM", OpClass.BMM, OpClass.LINEAR, OpClass.VEC, OpClass.SOFTMAX, OpClass.LAYERNORM, OpClass.MEM, OpClass.COMM]
@@ -216,7 +216,7 @@ def compare(config: str, cache: dict | None = None) -> pd.DataFrame:
     t = a.merge(b, on=["scope", "op_class"], suffixes=("_ours", "_theirs"))
     for c in ("kernels", "flops", "bytes"):
         t[f"{c}_rel"] = _rel(t[f"{c}_ours"], t[f"{c}_theirs"])
-    if d["mode"] == "inf":
+    if d["mode"] == Mode.INF:
         t = t[t.scope == "forward"]
     if d["fusion"]:  # fused graphs are a different kernel set: keep them apart in summaries
         t = t.assign(scope="forward-fused")

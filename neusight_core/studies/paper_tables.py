@@ -16,6 +16,7 @@ import pandas as pd
 from neusight_core.data import devices
 from neusight_core import paths
 from neusight_core.question import schema
+from neusight_core.question.schema import Mode
 from neusight_core.studies.evaluation import (FIGURE_PREDICTORS, KEY, MODEL_DISPLAY, MODEL_SEQ,
                                       PREDICTOR_DISPLAY, EvaluationError, LabelFileError, read_csv_columns, safe_ape)
 
@@ -29,18 +30,18 @@ class FigureSpec:
     headings: tuple  # ((model, (batch, ...)), ...)
 
 
-FIG7 = FigureSpec("nvidia_inf", "inf",
+FIG7 = FigureSpec("nvidia_inf", Mode.INF,
                   ("NVIDIA_H100_80GB_HBM3", "NVIDIA_L4", "NVIDIA_A100-PCIE-40GB", "Tesla_V100-PCIE-32GB",
                    "Tesla_P100-PCIE-16GB", "Tesla_T4", "Tesla_P4"),
                   (("bert_large", (8, 16)), ("gpt2_large", (4, 8)), ("gpt3_xl", (2, 8)), ("opt_13", (2, 8)),
                    ("gpt3_27", (2, 8)), ("switchxl4", (1, 2))))
-FIG8 = FigureSpec("nvidia_train", "train",
+FIG8 = FigureSpec("nvidia_train", Mode.TRAIN,
                   ("NVIDIA_H100_80GB_HBM3", "NVIDIA_L4", "NVIDIA_A100_80GB_PCIe", "Tesla_V100-PCIE-32GB"),
                   (("bert_large", (2, 8)), ("gpt2_large", (1, 4)), ("gpt3_xl", (1, 2)), ("opt_13", (1, 2)),
                    ("gpt3_27", (1, 2)), ("switchxl4", (1, 2))))
 _AMD = ("AMD_Instinct_MI100", "AMD_Instinct_MI210", "AMD_Instinct_MI250")
-FIG9_INF = FigureSpec("amd_inf", "inf", _AMD, FIG7.headings[:5])
-FIG9_TRAIN = FigureSpec("amd_train", "train", _AMD, FIG8.headings[:5])
+FIG9_INF = FigureSpec("amd_inf", Mode.INF, _AMD, FIG7.headings[:5])
+FIG9_TRAIN = FigureSpec("amd_train", Mode.TRAIN, _AMD, FIG8.headings[:5])
 FIGURES = {f.name: f for f in (FIG7, FIG8, FIG9_INF, FIG9_TRAIN)}
 
 
@@ -180,7 +181,7 @@ def fusion_cells(index: pd.DataFrame, predictor: str = "neusight") -> pd.DataFra
         for model, disp, b in FUSION_ROWS:
             for fused in (False, True):
                 hit = index[(index["gpu"] == gpu) & (index["model"] == model) & (index["batch"] == b)
-                            & (index["mode"] == "inf") & (index["option"] == ("fusion" if fused else "none"))
+                            & (index["mode"] == Mode.INF) & (index["option"] == ("fusion" if fused else "none"))
                             & (index["seq"] == MODEL_SEQ[model])]
                 if hit.empty:
                     continue
@@ -224,7 +225,7 @@ def distributed_cells(index: pd.DataFrame, predictor: str = "neusight") -> pd.Da
         for model, disp, b in DIST_ROWS:
             for opt, par in DIST_OPTIONS:
                 hit = index[(index["gpu"] == gpu) & (index["model"] == model) & (index["batch"] == b)
-                            & (index["mode"] == "train") & (index["option"] == opt)]
+                            & (index["mode"] == Mode.TRAIN) & (index["option"] == opt)]
                 if hit.empty:
                     continue
                 r = hit.iloc[0]

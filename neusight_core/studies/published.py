@@ -18,6 +18,7 @@ import yaml
 from neusight_core.cost.scenario import PAPER
 from neusight_core.cost import latency
 from neusight_core.studies import error_metric
+from neusight_core.question.schema import Mode
 
 PUBLISHED_FILE = Path(__file__).with_name("published.yaml")
 LABEL = "third-party measurement"
@@ -64,7 +65,7 @@ def panels(t: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         on = str(g["measured_on"].iloc[0]) if "measured_on" in g else ""
         board = on.split(",")[-1].split("(")[0].strip() if on else ""
         return f"measured on {board}, predicted as {gpu}" if board and "SXM2" in board and "SXM2" not in gpu else gpu
-    return [(f"ResNet-50 {prec.upper()} {'inference' if mode == 'inf' else 'training'}, {where(gpu, g)}", g)
+    return [(f"ResNet-50 {prec.upper()} {'inference' if mode == Mode.INF else 'training'}, {where(gpu, g)}", g)
             for (gpu, mode, prec), g in t.groupby(["gpu", "mode", "precision"], sort=True)]
 
 

@@ -39,6 +39,7 @@ from neusight_core.data import devices
 from neusight_core.predictors import registry
 from neusight_core.studies import error_metric, targets
 from neusight_core import predictors as P
+from neusight_core.question.schema import Mode
 
 RECIPES = registry.reported("recipe")        # the NeuSight recipes of the Tier 1 tables, in table order
 BASELINES = registry.reported("baseline")
@@ -65,8 +66,8 @@ def group_masks(index: pd.DataFrame, per_gpu: bool = True) -> dict:
     out = {"inference (Fig. 7)": f7, "training (Fig. 8)": f8, "unseen GPUs (Figs. 7+8)": (f7 | f8) & ood,
            "inference, 1 GPU, no Switch": f7 & no_switch, "training, 1 GPU, no Switch": f8 & no_switch}
     if per_gpu:
-        for name, fig in (("inf", f7), ("train", f8)):
-            for gpu in pt.FIGURES["nvidia_inf" if name == "inf" else "nvidia_train"].gpus:
+        for name, fig in ((Mode.INF, f7), (Mode.TRAIN, f8)):
+            for gpu in pt.FIGURES["nvidia_inf" if name == Mode.INF else "nvidia_train"].gpus:
                 m = fig & (index["gpu"] == gpu).to_numpy()
                 if m.any():
                     out[f"{devices.short_name(gpu)} {name}"] = m

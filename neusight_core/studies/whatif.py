@@ -28,7 +28,7 @@ from neusight_core.cost import latency, memory, tables
 from neusight_core.question import schema
 from neusight_core.question.step import Step
 from neusight_core.cost.request import parse
-from neusight_core.question.schema import Precision
+from neusight_core.question.schema import Attention, Execution, Mode, Plan, Precision
 
 #: the GPU of the paper's own what-if figures (Figure 10, the floors table)
 H100 = "NVIDIA_H100_80GB_HBM3"
@@ -58,10 +58,10 @@ def scenarios(quick: bool = False) -> list[dict]:
     out = []
     for m in llamas:
         for b in batches:
-            out.append(dict(model=m, workload="prefill", mode="inf", batch=b, seq=seq, past=0))
-            out.append(dict(model=m, workload="decode", mode="inf", batch=b, seq=1, past=seq - 1))
+            out.append(dict(model=m, workload="prefill", mode=Mode.INF, batch=b, seq=seq, past=0))
+            out.append(dict(model=m, workload="decode", mode=Mode.INF, batch=b, seq=1, past=seq - 1))
     for b in ((1,) if quick else (1, 4)):
-        out.append(dict(model="gpt3_27", workload="training", mode="train", batch=b, seq=seq, past=0))
+        out.append(dict(model="gpt3_27", workload="training", mode=Mode.TRAIN, batch=b, seq=seq, past=0))
     return out
 
 
@@ -138,7 +138,7 @@ def run(gpus=None, dtypes=(Precision.BF16, Precision.FP32), quick: bool = False,
 
     def request(sc, dt, n, g):
         return dict(model=sc["model"], batch=sc["batch"], seq=sc["seq"], mode=sc["mode"], past=sc["past"], dtype=dt,
-                    device=g, parallel="tp" if n > 1 else None, gpus=n, attention="eager", execution="graph")
+                    device=g, parallel=Plan.TP if n > 1 else None, gpus=n, attention=Attention.EAGER, execution=Execution.GRAPH)
 
     # the plan: per cell, the memory of each TP size asked once (on the first GPU still looking), smallest first
     mem = {}                                    # (cell, n) -> engine row (memory columns) or None (no such plan)
@@ -217,7 +217,8 @@ def memory_validation(quick: bool = False) -> pd.DataFrame:
             continue   # the slowest to profile here; tests/test_memory.py covers it
         model = memory.build_cpu_model(cfg)
         # GPT-2 small and BERT-base take seconds per profiled step here: two cases; the small Llama more
-        cases = [(1, 32, "train"), (2, 32, "inf")] + ([(4, 64, "train"), (4, 64, "inf")] if "Llama" in name and not quick else [])
+        cases = [(1, 32, Mode.TRAIN), (2, 32, Mode.INF)] + ([(4, 64, Mode.TRAIN), (4, 64, Mode.INF)]
+                                                            if "Llama" in name and not quick else [])
         for b, s, mode in cases:
             meas = memory.measure_cpu_peak(cfg, b, s, mode, model=model)["peak_bytes"]
             traced = trace.trace_model(cfg, b, s, mode, authors_heads=False)
@@ -240,7 +241,7 @@ def label_fit_check(optimizer: str = "none") -> pd.DataFrame:
                       for f in (labels / g).glob("*-train-*[0-9].json") if not f.stem.startswith("switchxl4")})
     rows = []
     for model, seq, batch in configs:
-        m = memory.footprint(tables.trace(Step(model=model, batch=int(batch), seq=int(seq), mode="train")), optimizer=optimizer)
+        m = memory.footprint(tables.trace(Step(model=model, batch=int(batch), seq=int(seq), mode=Mode.TRAIN)), optimizer=optimizer)
         for g in gpus:
             cap = devices.get_device(g).mem_gb
             rows.append({"model": model, "seq": int(seq), "batch": int(batch), "gpu": g, "predicted_gib": m["total_gib"],

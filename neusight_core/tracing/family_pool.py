@@ -24,6 +24,7 @@ import pandas as pd
 
 from neusight_core.data import configs
 from neusight_core.tracing import table_families, trace_cache
+from neusight_core.question.schema import Mode
 
 MIN_FAMILIES = 4     # below this, a pool saves less than a second
 
@@ -92,7 +93,7 @@ def _cost(spec: dict) -> int:
     """Rough order of a family's cost, to start the longest first: Switch Transformers' families trace
     an encoder and a decoder at four seq samples and two check points (5 to 8 s here), the others 0.2-1.1 s."""
     content = configs.config_content(spec["model"])
-    return (2 if configs.expert_tokens_fn(content) else 1) * (2 if spec["mode"] == "train" else 1) \
+    return (2 if configs.expert_tokens_fn(content) else 1) * (2 if spec["mode"] == Mode.TRAIN else 1) \
         * (1 if spec.get("batch_one") else 2)
 
 

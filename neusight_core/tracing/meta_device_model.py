@@ -7,7 +7,7 @@ import torch
 
 from neusight_core.data import configs
 from neusight_core.data.configs import TraceError
-from neusight_core.question.schema import Precision
+from neusight_core.question.schema import Attention, Mode, Precision
 
 # Precision of a trace (``trace_model(..., dtype=)``) -> storage dtype of the model's tensors.
 # tf32 = FP32 tensors, GEMMs on TF32 tensor cores; fp32 = the paper's setting (TF32 off).
@@ -17,7 +17,7 @@ TORCH_DTYPES = {p.value: getattr(torch, p.torch_dtype) for p in Precision}
 # The release's BERT config names BertLMHeadModel, but the authors' op graphs (and so the measured
 # labels) show a sequence classifier in inference (`bert_pooler_dense`, `classifier` with 2 labels)
 # and the pre-training heads in training (`cls_predictions_decoder`, `cls_seq_relationship`).
-AUTHORS_HEADS = {"BertLMHeadModel": {"inf": "BertForSequenceClassification", "train": "BertForPreTraining"}}
+AUTHORS_HEADS = {"BertLMHeadModel": {Mode.INF: "BertForSequenceClassification", Mode.TRAIN: "BertForPreTraining"}}
 
 
 def _model_class(cfg, mode: str | None = None):
@@ -148,7 +148,7 @@ def filled_cache(cfg, batch: int, past: int, dtype=torch.float32, model=None):
     return cache
 
 
-def build_model(cfg, mode: str | None = None, dtype: str = Precision.FP32, attention: str = "eager"):
+def build_model(cfg, mode: str | None = None, dtype: str = Precision.FP32, attention: str = Attention.EAGER):
     """The model of ``cfg`` on the meta device: FP32 (or ``dtype``), eager (or ``attention``) attention, no KV
     cache."""
     cls = _model_class(cfg, mode)
@@ -162,7 +162,7 @@ def build_model(cfg, mode: str | None = None, dtype: str = Precision.FP32, atten
         try:
             model = cls._from_config(cfg, attn_implementation=attention, dtype=tdt)
         except ValueError as e:
-            if attention == "eager":
+            if attention == Attention.EAGER:
                 raise
             raise TraceError(f"{cfg.model_type} has no fused attention ({attention}) in transformers: use "
                              f"--attention eager ({str(e).splitlines()[0][:120]})") from None

@@ -58,6 +58,7 @@ import pandas as pd
 from neusight_core.data import configs
 from neusight_core.tracing import family_memory, table_info, trace_cache
 from neusight_core.question import schema
+from neusight_core.question.schema import Mode
 from neusight_core.tracing.interpolation import aux_weights, exact_inverse, lagrange_weights, seq_basis
 from neusight_core.question.step import Step
 
@@ -137,7 +138,7 @@ def _is_num(s: pd.Series) -> bool:
 class Family:
     """Derivation of one model / mode / trace-options family (see module doc)."""
 
-    def __init__(self, model, mode: str = "inf", batch_one: bool = False, seq_bucket: int | None = None,
+    def __init__(self, model, mode: str = Mode.INF, batch_one: bool = False, seq_bucket: int | None = None,
                  seq_fixed: int | None = None, **trace_kw):
         t0 = time.perf_counter()
         self.model, self.mode, self.trace_kw = model, mode, dict(trace_kw)
@@ -447,7 +448,7 @@ def family_key(model, mode, batch_one, seq_bucket=None, seq_fixed=None, **trace_
                                  **trace_kw})
 
 
-def family(model, mode: str = "inf", batch_one: bool = False, seq_bucket: int | None = None,
+def family(model, mode: str = Mode.INF, batch_one: bool = False, seq_bucket: int | None = None,
            seq_fixed: int | None = None, **trace_kw) -> Family:
     """The (per-process memoised) family of a model config and trace options (batch 1 or batch >= 2;
     all sequence lengths, one bucket [lo, 2 lo) of them, or one sequence length)."""
@@ -458,7 +459,7 @@ def family(model, mode: str = "inf", batch_one: bool = False, seq_bucket: int | 
     return FAMILIES[key]
 
 
-def family_for(model, batch: int, seq: int, mode: str = "inf", allow_bucket: bool = True,
+def family_for(model, batch: int, seq: int, mode: str = Mode.INF, allow_bucket: bool = True,
                allow_fixed: bool = False, **trace_kw) -> Family | None:
     """The derivable family that covers (batch, seq), or None (trace for real).
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from neusight_core.question.schema import Precision
+from neusight_core.question.schema import Attention, Mode, Precision
 
 #: the ``attrs`` key the record rides under (the one place a kernel table's metadata lives)
 ATTRS_KEY = "table"
@@ -38,10 +38,10 @@ class TableInfo:
     model: str                          # the config's name (or model type)
     batch: int
     seq: int                            # tokens per sample; the image side in pixels for vision models
-    mode: str = "inf"                   # "inf" or "train"
+    mode: str = Mode.INF                # "inf" or "train"
     past: int = 0                       # cached tokens of a decode step
     dtype: str = Precision.FP32         # the precision the step runs in
-    attention: str = "eager"            # "eager" or "sdpa"
+    attention: str = Attention.EAGER    # "eager" or "sdpa"
     image_size: int = 0                 # the image side of a vision model (0: a text model)
     model_class: str = ""               # the transformers class traced
     hidden: int = 0

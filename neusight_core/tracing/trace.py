@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from neusight_core.question.schema import KERNEL_COLUMNS, OpClass, Precision
+from neusight_core.question.schema import Attention, KERNEL_COLUMNS, Mode, OpClass, Precision
 
 # Extra columns after KERNEL_COLUMNS: `reads` / `writes` = tuples of (buffer key, bytes) per kernel, the
 # data dependencies fusion.fuse needs (a key names one tensor buffer within one trace), and
@@ -311,9 +311,9 @@ def reusing_models(memo: dict | None):
         _MODELS = outer
 
 
-def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
+def trace_model(config_or_name, batch: int, seq: int, mode: str = Mode.INF,
                 accumulate_grads: bool = True, authors_heads: bool = True, past: int = 0,
-                dtype: str = Precision.FP32, attention: str = "eager") -> pd.DataFrame:
+                dtype: str = Precision.FP32, attention: str = Attention.EAGER) -> pd.DataFrame:
     """Kernel table of one forward pass (``inf``) or forward + loss + backward (``train``).
 
     ``accumulate_grads``: in training, parameters already hold a gradient (as in the authors'
@@ -360,11 +360,11 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     for nm, v in (("batch", batch), ("seq", seq)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
             raise TraceError(f"{nm} must be a positive integer, got {v!r}")
-    if mode not in ("inf", "train"):
+    if mode not in schema.MODES:
         raise TraceError(f"mode must be 'inf' or 'train', got {mode!r}")
     if isinstance(past, bool) or not isinstance(past, (int, np.integer)) or past < 0:
         raise TraceError(f"past must be a non-negative integer, got {past!r}")
-    if past and mode != "inf":
+    if past and mode != Mode.INF:
         raise TraceError("a KV cache (past > 0) is for inference only")
     if dtype not in schema.PRECISIONS:
         raise TraceError(f"dtype must be one of {', '.join(schema.PRECISIONS)}, got {dtype!r}")
@@ -383,7 +383,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     maxpos = max_positions(cfg)
     if maxpos is not None and seq + past > maxpos:
         raise TraceError(f"seq {seq + past} exceeds the model's {maxpos} positions ({cfg.model_type})")
-    train = mode == "train"
+    train = mode == Mode.TRAIN
     head = mode if authors_heads else None
     key = None if _MODELS is None else (cfg.name_or_path, json.dumps(cfg.to_dict(), sort_keys=True, default=str),
                                          head, dtype, attention)
@@ -410,7 +410,7 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = "inf",
     handles = _install_module_hooks(model, rec.module_stack)
     fused = (fused_attention.FusedAttention(rec, type(model).__name__.endswith("ForCausalLM") or bool(getattr(cfg, "is_decoder", 0))
                              or cfg.model_type in ("gpt2", "opt", "llama", "qwen2"))
-             if attention == "sdpa" else contextlib.nullcontext())
+             if attention == Attention.SDPA else contextlib.nullcontext())
     try:
         with torch.autograd.set_grad_enabled(train), fused, gc_pause.paused(collect_young=True):
             if train:

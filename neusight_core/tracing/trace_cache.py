@@ -92,8 +92,8 @@ def _trace_signature() -> inspect.Signature:
     a = fn.args
 
     def value(d):
-        # a literal, or a member of the vocabulary (``Precision.FP32``): its text, as a request spells it
-        if isinstance(d, ast.Attribute) and isinstance(d.value, ast.Name) and d.value.id in ("OpClass", "Precision"):
+        # a literal, or a member of the vocabulary (``Precision.FP32``, ``Mode.INF``): its text, as a request spells it
+        if isinstance(d, ast.Attribute) and isinstance(d.value, ast.Name):      # an enum of schema (its name)
             from neusight_core.question import schema
             return getattr(schema, d.value.id)[d.attr].value
         return ast.literal_eval(d)
