@@ -89,6 +89,16 @@ def test_the_trace_cache_key_is_read_from_the_step():
     assert got == {"fusion": False, "parallel": "tp", "gpus": 2, "micro_batches": 1}
 
 
+def test_a_kernel_table_says_which_step_it_is_built_for():
+    from neusight_core.cost import tables
+    from neusight_core.tracing import table_info
+    for kw in (dict(), dict(parallel="tp", gpus=2), dict(fusion=True, dtype="bf16", attention="sdpa")):
+        st = scenario.scenario("gpt2_large", "H100", 2, 64, **kw).step
+        assert table_info.info(tables.kernel_table(st)).step == st
+    image = scenario.scenario("resnet50", "A100", 2, image_size=64).step
+    assert table_info.info(tables.kernel_table(image)).step == image
+
+
 TOY = '''
     toy: int = option(Count(), table=True, user=3, help="a toy option of the test", many="toy values")
 '''

@@ -59,6 +59,18 @@ class TableInfo:
     gpus: int = 1
     micro_batches: int = 1
 
+    @property
+    def step(self):
+        """The ``question.step.Step`` this table was built for, read from the record (its model by the config's
+        name). The traced step's gradients accumulate: a step with fresh gradients is this table without its ``acc``
+        rows (``cost.engine``)."""
+        from neusight_core.question.step import Step
+        image = self.image_size > 0
+        return Step(model=self.model, batch=self.batch, seq=None if image else self.seq,
+                    image_size=self.image_size if image else None, mode=self.mode, fusion=self.fused,
+                    parallel=self.plan, gpus=self.gpus, micro_batches=self.micro_batches, past=self.past,
+                    dtype=self.dtype, attention=self.attention)
+
     def replace(self, **changes) -> "TableInfo":
         """A new record with ``changes`` (the record itself never changes)."""
         return dataclasses.replace(self, **changes)
