@@ -136,7 +136,7 @@ def test_unknown_gpu_gets_a_derived_entry_that_predicts(release_root):
     assert dev.fp32_gflops == pytest.approx(v100.fp32_gflops * 77 / 80)
     assert "estimated" in dev.source and "V100" in dev.source
     k = live_kernels.kernel_sweep(quick=True)
-    pred, why = live.predict_kernels(k, dev, predictor="roofline", quick=True)
+    pred, why = live.predict_live_kernels(k, dev, predictor="roofline", quick=True)
     assert why is None and (pred > 0).all()
 
 
@@ -304,7 +304,7 @@ def test_live_model_predictions_count_no_optimizer_state(monkeypatch, tmp_path):
     optimizer state (the first H100 run compared a peak without it to a prediction with AdamW's 8 B per weight)."""
     seen = []
     monkeypatch.setattr(live, "predict_case", lambda *a, **k: seen.append(k) or (None, live.NOT_POSSIBLE + "fake"))
-    monkeypatch.setattr(live, "predict_kernels", lambda *a, **k: (None, "fake"))
+    monkeypatch.setattr(live, "predict_live_kernels", lambda *a, **k: (None, "fake"))
     live.run_live(tmp_path, quick=True, time_budget_s=1)
     model_calls = [k for k in seen if "dtype" in k]
     assert model_calls and all(k["optimizer"] == "none" for k in model_calls)

@@ -81,7 +81,7 @@ def peak_gflops(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
     return peak
 
 
-def element_bytes(kernels: pd.DataFrame) -> np.ndarray:
+def row_element_bytes(kernels: pd.DataFrame) -> np.ndarray:
     """Bytes per element of each row: 2 for fp16/bf16 rows (``precision`` column), else 4 (FP32)."""
     if "precision" not in kernels.columns:
         return np.full(len(kernels), 4.0)
@@ -161,7 +161,7 @@ def geometry(kernels: pd.DataFrame, dev: dict, tile_m, tile_k, tile) -> dict:
         v_tiles = np.where(rows, np.maximum(np.round(E / H), 1.0), np.ceil(E / t_vec))
         tiles = np.where(gemm, g_tiles, v_tiles)
         g_tile_flops = 2.0 * tile_m * N * tile_k
-        g_tile_bytes = element_bytes(kernels) * (tile_m * N + N * tile_k + tile_m * tile_k)
+        g_tile_bytes = row_element_bytes(kernels) * (tile_m * N + N * tile_k + tile_m * tile_k)
         v_tile_flops = flops / E * t_vec
         v_tile_bytes = byts / E * t_vec
     tile_flops = np.where(gemm, g_tile_flops, v_tile_flops)

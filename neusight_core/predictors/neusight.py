@@ -106,7 +106,7 @@ def split_k_wgrad(df: pd.DataFrame, dev: dict, geo: dict, tile_m, tile_k) -> dic
     tile_m, tile_k = np.asarray(tile_m, float), np.asarray(tile_k, float)
     s = np.where(wg, np.maximum(1.0, np.minimum(np.floor(dev["num_sm"] / tiles), np.ceil(N / tile_k))), 1.0)
     n_part = N / s
-    eb = common.element_bytes(df)
+    eb = common.row_element_bytes(df)
     tile_flops = np.where(wg, geo["tile_flops"] / s, geo["tile_flops"])      # keeps ``_winograd``'s factor
     tile_bytes = np.where(wg, eb * (tile_m * n_part + n_part * tile_k + tile_m * tile_k), geo["tile_bytes"])
     tiles = tiles * s

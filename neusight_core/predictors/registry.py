@@ -94,7 +94,7 @@ def names() -> tuple:
     return tuple(entries())
 
 
-def get(name: str) -> Entry:
+def entry(name: str) -> Entry:
     e = entries().get(name)
     if e is None:
         raise KeyError(f"unknown predictor {name!r}; choose one of {', '.join(names())}")
@@ -108,7 +108,7 @@ def label(name: str) -> str:
 
 
 def seeded(name: str) -> bool:
-    return get(name).seeded
+    return entry(name).seeded
 
 
 def reported(kind: str | None = None) -> tuple:
@@ -126,11 +126,11 @@ def colours() -> dict:
 
 def load_class(name: str):
     """The KernelPredictor class that runs ``name`` (imports its module)."""
-    mod, _, cls = get(name).cls.partition(":")
+    mod, _, cls = entry(name).cls.partition(":")
     try:
         return getattr(importlib.import_module(mod), cls)
     except (ImportError, AttributeError) as e:
-        raise RegistryError(f"predictor {name!r}: cannot load {get(name).cls} ({e})") from None
+        raise RegistryError(f"predictor {name!r}: cannot load {entry(name).cls} ({e})") from None
 
 
 RECIPES_DIR = Path(__file__).parent / "recipes"

@@ -85,7 +85,7 @@ def _backward_as_forward(kernels: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarra
     k.loc[bw, "sub_op"] = "prefill"
     k.loc[bw, "flops"] = k.loc[bw, "flops"] / ATTN_BACKWARD_FACTOR
     # the forward's traffic, as the tracer counts it: Q, K, V read; O and the FP32 softmax statistics written
-    e = common.element_bytes(k)[bw]
+    e = common.row_element_bytes(k)[bw]
     b, sq, skv, h, hkv, d = (k.loc[bw, c].to_numpy(float) for c in ("B",) + schema.ATTN_COLUMNS)
     k.loc[bw, "bytes_read"] = e * b * sq * h * d + 2 * e * b * skv * hkv * d
     k.loc[bw, "bytes_written"] = e * b * sq * h * d + 4.0 * b * h * sq
@@ -155,7 +155,7 @@ def gemm_geometry(kernels: pd.DataFrame, dev: dict, tiles, splits=(1,), min_slic
     bw_sm = dev["mem_bw_gbs"] * 1e9 / dev["num_sm"]
     B = np.maximum(kernels["B"].fillna(1).to_numpy(float), 1.0)
     M, N, K = (np.maximum(kernels[c].fillna(1).to_numpy(float), 1.0) for c in ("M", "N", "K"))
-    e = common.element_bytes(kernels)
+    e = common.row_element_bytes(kernels)
     best, best_t = None, None
     for tm, tk in tiles:
         for s in splits:
@@ -229,7 +229,7 @@ def attention_geometry(kernels: pd.DataFrame, dev: dict, block_q: int = 128, til
                                        np.ceil(keys / min_kv_slice))) if kv_split else np.ones(len(b))
     tiles = np.where(decode, pairs * split, b * h * np.ceil(sq / block_q))
     tiles = np.maximum(tiles, 1.0)
-    e = common.element_bytes(kernels)
+    e = common.row_element_bytes(kernels)
     tile_bytes = np.where(decode, byts / tiles, e * 2 * q * d + e * 2 * keys * d)
     tile_flops = np.maximum(flops / tiles, 1.0)
     waves = np.ceil(tiles / (dev["num_sm"] * tiles_per_sm))

@@ -24,7 +24,7 @@ from neusight_core.predictors import registry
 # NeuSight blue as the authors predicted it, red for our re-implementation (never a baseline's colour).
 # Every registered predictor's colour (predictors/registry.yaml: ours red, the authors' recipe purple), plus the
 # authors' shipped predictions ("NeuSight" in the paper's figures) blue and the measurements dark grey.
-PALETTE = {**registry.colours(), "NeuSight": "#4c72b0", "authors": "#4c72b0", "ours": registry.get("neusight").colour,
+PALETTE = {**registry.colours(), "NeuSight": "#4c72b0", "authors": "#4c72b0", "ours": registry.entry("neusight").colour,
            "Measured": "#333333"}
 # For series without a fixed colour: none of them close to a fixed one.
 _EXTRA = ["#937860", "#da8bc3", "#ccb974", "#64b5cd", "#2f4b7c", "#a05195"]

@@ -162,7 +162,7 @@ last_peak_memory_gib: float | None = None   # peak CUDA memory of the last measu
 
 
 # ---------------------------------------------------------------- predictions (degrade cleanly)
-def predict_kernels(kernels: pd.DataFrame, device_name: str, predictor: str = "neusight",
+def predict_live_kernels(kernels: pd.DataFrame, device_name: str, predictor: str = "neusight",
                     quick: bool = False) -> tuple[np.ndarray | None, str | None]:
     """Per-row predicted ms, or (None, reason) when the predictors/catalogue are not available."""
     try:
@@ -361,7 +361,7 @@ def run_live(output_dir, quick: bool = False, models=None, batches=None, time_bu
     # kernels
     k = pd.concat([kernel_sweep(quick), conv_kernel_sweep(quick)], ignore_index=True)
     k = skipped_measurements(k, skip) if skip else measure_kernels(k, timer, cfg, section_budget(budget, "kernels"))
-    pred, why = predict_kernels(k, dev_arg, quick=quick)
+    pred, why = predict_live_kernels(k, dev_arg, quick=quick)
     k["pred_ms"] = pred if pred is not None else None
     k["pred_reason"] = why
     if pred is not None:
