@@ -10,6 +10,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from neusight_core.cost.scenario import FIELDS as scenario_fields
 from neusight_core.cost.scenario import scenario as make_scenario
 from neusight_core.question.step import (INPUTS, MAX_SIZE, LatencyInputError, Scenario, SweepInputError,  # noqa: F401
                                 one_line, options)
@@ -19,7 +20,7 @@ def scenario_of(r: dict) -> Scenario:
     """One request (a configuration row or a dict of ``INPUTS`` fields; NaN = not given, integers from floats)
     -> its :class:`Scenario`: each cell read by its field's kind (``step.option``; a cell that is no value of its
     field raises ``SweepInputError``), then checked by ``scenario.scenario`` (its one-line error)."""
-    f = {name: o.kind.cell(name, r.get(name)) for name, o in options().items()}
+    f = {name: None if (v := r.get(name)) is None else o.kind.cell(name, v) for name, o in scenario_fields.items()}
     if f["batch"] is None:
         raise SweepInputError(f"batch must be an integer from 1 to {MAX_SIZE:,}, got {r.get('batch')!r}")
     return make_scenario(**f)

@@ -174,15 +174,13 @@ def check_image_request(name, past, parallel) -> None:
 
 
 def check_fields(fields: dict) -> dict:
-    """Each given field by its own check (``step.option``'s kind: a positive integer, one of an enum's words, ...),
+    """Each given field (None: not given) by its own check (``step.option``'s kind: a positive integer, one of an enum's words, ...),
     in the order the fields are declared; returns them as typed values (enum members, ints, floats)."""
     out = dict(fields)
     for name, o in FIELDS.items():
         v = fields.get(name)
-        if not_given(v):
-            if o.user is not REQUIRED:
-                out[name] = None
-                continue
+        if v is None and o.user is not REQUIRED:        # not given (``scenario`` made NaN and NA None)
+            continue
         out[name] = o.kind.check(o.what or name, v)    # a field the question must give is checked when missing
     return out
 
@@ -254,8 +252,9 @@ def scenario(model, device, batch, seq=None, mode=None, **given) -> Scenario:
         raise LatencyInputError(f"unknown option(s) {', '.join(unknown)}; the options are {', '.join(INPUTS)}")
     f = dict.fromkeys(INPUTS)
     f.update(given, model=model, device=device, batch=batch, seq=seq, mode=mode)
+    f = {name: None if not_given(v) else v for name, v in f.items()}
     for name, default in PLAIN_DEFAULTS.items():          # the user's plain defaults (the rules come below)
-        if not_given(f[name]):
+        if f[name] is None:
             f[name] = default
     try:
         image = is_image(model)

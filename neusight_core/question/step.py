@@ -60,7 +60,11 @@ LINK_LIMITS_GBS = (0.001, 100_000.0)
 
 def not_given(v) -> bool:
     """A missing value: None, NaN (a configuration frame's empty cell) or pandas' NA."""
-    return v is None or (isinstance(v, float) and math.isnan(v)) or type(v).__name__ == "NAType"
+    if v is None:
+        return True
+    if isinstance(v, (str, int)):          # the common case, asked thousands of times in a sweep: answered first
+        return False
+    return (isinstance(v, float) and math.isnan(v)) or type(v).__name__ == "NAType"
 
 
 # ------------------------------------------------------------------------------ kinds of value
@@ -119,11 +123,13 @@ class Choice(Kind):
     def __init__(self, enum):
         self.enum = enum
         self.choices = schema.words(enum)
+        self.members = {m.value: m for m in enum}      # a look-up, not enum(v): a sweep checks thousands of values
 
     def check(self, what, v):
-        if not isinstance(v, str) or v not in self.choices:
+        m = self.members.get(v) if isinstance(v, str) else None
+        if m is None:
             raise LatencyInputError(f"{what} must be one of {', '.join(self.choices)}, got {v!r}")
-        return self.enum(v)
+        return m
 
     def cell(self, name, v):
         # an empty cell, or "none" for an option whose default is none (a sweep's single-GPU rows), is not given
