@@ -127,6 +127,7 @@ def measure_blocks(shapes: dict, tokens, device: str, calls: int, name: str, qui
     import transformers
 
     from neusight_core import predictors
+    from neusight_core.question.step import Step
     from neusight_core.tracing import trace
     from neusight_core.studies import live_harness, moe_eval
     timer, cfg = harness(device, calls)
@@ -142,8 +143,7 @@ def measure_blocks(shapes: dict, tokens, device: str, calls: int, name: str, qui
             with torch.device(device):                   # initialised where it runs (Mixtral's 2.8 GB of experts)
                 block = transformers.AutoModelForCausalLM.from_config(conf, dtype=torch.bfloat16).model.layers[0].mlp
             for t in tokens:
-                kern = moe_eval.block_rows(trace.trace_model(str(path), int(t), 1, "inf", dtype="bf16",
-                                                             attention="sdpa"), router=True)
+                kern = moe_eval.block_rows(trace.trace_model(Step(model=str(path), batch=int(t), seq=1, mode="inf", dtype="bf16", attention="sdpa")), router=True)
                 x = torch.randn(1, int(t), int(h), dtype=torch.bfloat16, device=device)
                 fn = (lambda x=x: block(x))
                 status = ""

@@ -24,6 +24,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from neusight_core.question.step import Step
 from neusight_core.plans import parallel  # noqa: E402
 from neusight_core import predictors
 from neusight_core.question import schema
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
         cfg = Path(d) / "moe_layer.json"
         cfg.write_text(json.dumps(moe_eval.one_layer_config(a.hidden, a.inter, a.experts, a.top)))
         for T in sorted(g.num_tokens.unique()):
-            t = trace.trace_model(str(cfg), int(T), 1, "inf", dtype=Precision.BF16, attention="sdpa")
+            t = trace.trace_model(Step(model=str(cfg), batch=int(T), seq=1, mode="inf", dtype=Precision.BF16, attention="sdpa"))
             for (tp, ep), m in g[g.num_tokens == T].groupby(["moe_tp_size", "moe_ep_size"]):
                 n = int(tp * ep)
                 k = moe_eval.block_rows(parallel.apply_plan(t, "ep" if ep > 1 else "tp", n) if n > 1 else t)

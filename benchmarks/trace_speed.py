@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from neusight_core.question.step import Step
 from neusight_core.tracing import shape_memo, trace  # noqa: E402
 
 WORKLOADS = [("gpt3_27", 1, 2048, "train"), ("llama2_70b", 1, 4096, "inf")]
@@ -36,12 +37,12 @@ def main(argv=None) -> int:
     rows = []
     for name, b, s, mode in WORKLOADS:
         t0 = time.perf_counter()
-        k = trace.trace_model(name, b, s, mode)
+        k = trace.trace_model(Step(model=name, batch=b, seq=s, mode=mode))
         cold = time.perf_counter() - t0
         warm = []
         for _ in range(a.repeat):
             t0 = time.perf_counter()
-            trace.trace_model(name, b, s, mode)
+            trace.trace_model(Step(model=name, batch=b, seq=s, mode=mode))
             warm.append(time.perf_counter() - t0)
         rows.append({"workload": f"{name} {mode} b{b} s{s}", "kernels": len(k), "cold_s": cold,
                      "warm_min_s": min(warm), "warm_median_s": statistics.median(warm),

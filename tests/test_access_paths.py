@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from neusight_core.question.step import Step
 from neusight_core.tracing import aten_ops, trace
 from neusight_core.data import configs
 from neusight_core.predictors import memory_law
@@ -51,8 +52,8 @@ def test_sweep_kinds_are_labelled_as_the_tracer_labels_them():
 def test_half_tables_carry_paths_and_fp32_tables_do_not():
     cfg = configs.load_config("llama3_2_1b")
     cfg.num_hidden_layers = 1
-    half = trace.trace_model(cfg, 1, 64, "inf", attention="sdpa", dtype="bf16")
-    fp32 = trace.trace_model(cfg, 1, 64, "inf", attention="sdpa")
+    half = trace.trace_model(Step(model=cfg, batch=1, seq=64, mode="inf", attention="sdpa", dtype="bf16"))
+    fp32 = trace.trace_model(Step(model=cfg, batch=1, seq=64, mode="inf", attention="sdpa"))
     assert "access" not in fp32.columns
     counts = half["access"].value_counts()
     # per layer: two RMSNorms (FP32 upcast, broadcast FP32 rsqrt product, broadcast weight product), rotary

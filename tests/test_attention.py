@@ -21,9 +21,9 @@ def traces():
     """llama2_7b (32 layers, 32 heads) in BF16, both attentions: prefill, decode, training."""
     out = {}
     for att in schema.ATTENTIONS:
-        out[att, "prefill"] = trace.trace_model("llama2_7b", 2, 256, "inf", dtype="bf16", attention=att)
-        out[att, "decode"] = trace.trace_model("llama2_7b", 2, 1, "inf", past=256, dtype="bf16", attention=att)
-        out[att, "train"] = trace.trace_model("llama2_7b", 1, 128, "train", dtype="bf16", attention=att)
+        out[att, "prefill"] = trace.trace_model(Step(model="llama2_7b", batch=2, seq=256, mode="inf", dtype="bf16", attention=att))
+        out[att, "decode"] = trace.trace_model(Step(model="llama2_7b", batch=2, seq=1, mode="inf", past=256, dtype="bf16", attention=att))
+        out[att, "train"] = trace.trace_model(Step(model="llama2_7b", batch=1, seq=128, mode="train", dtype="bf16", attention=att))
     return out
 
 
@@ -60,7 +60,7 @@ def test_sdpa_geometry_and_flops(traces):
 
 
 def test_sdpa_gqa_heads_and_less_memory(traces):
-    k = trace.trace_model("llama3_8b", 1, 64, "inf", dtype="bf16", attention="sdpa")
+    k = trace.trace_model(Step(model="llama3_8b", batch=1, seq=64, mode="inf", dtype="bf16", attention="sdpa"))
     a = k[k["op_class"] == "ATTN"].iloc[0]
     assert (a["heads"], a["kv_heads"]) == (32, 8)
     # the eager trace holds S x S scores (and in training keeps them for backward): sdpa's activations are smaller
@@ -85,7 +85,7 @@ def test_masked_attention_rows(tmp_path):
     f = tmp_path / "mistral_small.json"
     f.write_text(json.dumps(cfg))
     for past, kv in ((40, 41), (200, 64)):
-        k = trace.trace_model(str(f), 3, 1, "inf", past=past, dtype="bf16", attention="sdpa")
+        k = trace.trace_model(Step(model=str(f), batch=3, seq=1, mode="inf", past=past, dtype="bf16", attention="sdpa"))
         a = k[k["op_class"] == "ATTN"]
         assert len(a) == 2 and set(a["sub_op"]) == {"decode"}, past
         assert (a[["B", "seq_q", "seq_kv", "heads", "kv_heads", "head_dim"]].to_numpy() == [3, 1, kv, 8, 2, 32]).all()
@@ -93,7 +93,7 @@ def test_masked_attention_rows(tmp_path):
     # a prompt past the window, and one after cached tokens, keep their multi-token rows; under their mask the kernel
     # (not FlashAttention) computes every (query, key) pair, which a causal count would halve
     for b, seq, past in ((1, 100, 0), (3, 10, 40)):
-        k = trace.trace_model(str(f), b, seq, "inf", past=past, dtype="bf16", attention="sdpa")
+        k = trace.trace_model(Step(model=str(f), batch=b, seq=seq, mode="inf", past=past, dtype="bf16", attention="sdpa"))
         a = k[k["op_class"] == "ATTN"]
         assert set(a["sub_op"]) == {"prefill"}
         assert a["flops"].tolist() == [4.0 * b * 8 * 32 * seq * (seq + past)] * 2
@@ -106,7 +106,7 @@ def test_kv_cache_is_what_the_model_caches(tmp_path):
     def kv_bytes(cfg, past):
         f = tmp_path / f"{cfg['model_type']}.json"
         f.write_text(json.dumps(cfg))
-        k = trace.trace_model(str(f), 2, 1, "inf", past=past, dtype="bf16", attention="sdpa")
+        k = trace.trace_model(Step(model=str(f), batch=2, seq=1, mode="inf", past=past, dtype="bf16", attention="sdpa"))
         return table_info.info(k).memory["kv_cache_bytes"]
 
     mistral = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 256,
@@ -123,7 +123,7 @@ def test_kv_cache_is_what_the_model_caches(tmp_path):
                 "max_position_embeddings": 1024}
     assert kv_bytes(deepseek, 100) == 2 * 2 * 100 * (32 + 16) * 2   # batch x layers x tokens x latent x bytes
     # its complex rotary embedding: views (view_as_complex / _real, the conjugate bit) and one memory-bound polar
-    k = trace.trace_model(str(tmp_path / "deepseek_v2.json"), 1, 16, "train", dtype="bf16", attention="sdpa")
+    k = trace.trace_model(Step(model=str(tmp_path / "deepseek_v2.json"), batch=1, seq=16, mode="train", dtype="bf16", attention="sdpa"))
     assert not (k["op_class"] == "UNCLASSIFIED").any()
     assert k["aten_op"].str.contains("polar").any()
 
@@ -144,10 +144,10 @@ def test_a_decode_step_of_a_recurrent_model_is_refused_in_one_line(tmp_path):
         f.write_text(json.dumps({"model_type": mt, **cfg}))
         att = configs.default_attention(str(f))          # mamba2: eager, its class has no sdpa
         with pytest.warns(UserWarning, match="kept as UNCLASSIFIED"):     # their 1-D convolutions, named
-            assert len(trace.trace_model(str(f), 1, 32, "inf", dtype="bf16", attention=att)) > 0
+            assert len(trace.trace_model(Step(model=str(f), batch=1, seq=32, mode="inf", dtype="bf16", attention=att))) > 0
         with pytest.raises(configs.TraceError, match=f"a decode step of '{mt}' is not modelled: its cache holds "
                                                      "recurrent state") as e:
-            trace.trace_model(str(f), 1, 1, "inf", past=16, dtype="bf16", attention=att)
+            trace.trace_model(Step(model=str(f), batch=1, seq=1, mode="inf", past=16, dtype="bf16", attention=att))
         assert "\n" not in str(e.value)
 
 
@@ -383,7 +383,7 @@ def test_half_rows_become_their_byte_equivalent_fp32_kernel():
 
 def test_attention_backward_is_predicted_as_its_forward_times_the_flop_ratio():
     from neusight_core.cost import tables
-    t = trace.trace_model("llama2_7b", 1, 128, "train", dtype="bf16", attention="sdpa")
+    t = trace.trace_model(Step(model="llama2_7b", batch=1, seq=128, mode="train", dtype="bf16", attention="sdpa"))
     a = t[(t["op_class"] == "ATTN") & (t["layer"] == 0)].reset_index(drop=True)
     p = tables.predict_kernels(a, "H100", "neusight", quick=True)
     fw, bw = (p.loc[p["sub_op"] == s, "pred_ms"].iloc[0] for s in ("prefill", "backward"))
@@ -413,7 +413,7 @@ def test_sdpa_tables_are_derived_exactly(model, mode, seq, past):
     from neusight_core.tracing import table_families
     fam = table_families.family_for(model, 4, seq, mode, past=past, dtype="bf16", attention="sdpa", allow_fixed=True)
     assert fam is not None and fam.ok, getattr(fam, "reason", None)
-    real = trace.trace_model(model, 4, seq, mode, past=past, dtype="bf16", attention="sdpa")
+    real = trace.trace_model(Step(model=model, batch=4, seq=seq, mode=mode, past=past, dtype="bf16", attention="sdpa"))
     assert (real["op_class"] == "ATTN").any()
     assert table_families.compare(fam.table(4, seq), real) == ""
 
@@ -424,7 +424,7 @@ def test_traced_scope_is_what_the_tracer_emits_and_all_the_scoped_network_trains
     from neusight_core.predictors import tensor_core as tc
     for (att, phase), k in traces.items():
         assert tc.traced_scope(k).all(), (att, phase)
-    gqa = trace.trace_model("llama3_2_1b", 1, 1, "inf", past=64, dtype="bf16", attention="sdpa")
+    gqa = trace.trace_model(Step(model="llama3_2_1b", batch=1, seq=1, mode="inf", past=64, dtype="bf16", attention="sdpa"))
     assert tc.traced_scope(gqa).all()
     rows = pd.DataFrame({"op_class": "ATTN", "sub_op": "decode", "precision": "bf16", "device": ["g"] * 6,
                          "B": 1.0, "seq_q": 1.0, "seq_kv": 512.0, "heads": 8.0, "kv_heads": 8.0,

@@ -24,20 +24,20 @@ def test_fp32_predictions_do_not_depend_on_the_precision_column(name):
 
 
 def test_gemm_peak_follows_precision_and_device():
-    k = trace.trace_model("gpt2_large", 1, 64, "inf", dtype="bf16")
+    k = trace.trace_model(Step(model="gpt2_large", batch=1, seq=64, mode="inf", dtype="bf16"))
     gemm = k["op_class"].isin(["BMM", "LINEAR"]).to_numpy()
     for dev, expect in (("H100", 989400.0), ("A100-40GB", 312000.0), ("V100", 14029.0), ("L4", 121000.0)):
         peak = common.peak_gflops(k, common.device_arrays(k, dev))
         assert np.all(peak[gemm & (k["precision"] == "bf16").to_numpy()] == expect), dev
         assert np.all(peak[~gemm] == devices.get_device(dev).fp32_vec_gflops)
-    t = trace.trace_model("gpt2_large", 1, 64, "inf", dtype="tf32")
+    t = trace.trace_model(Step(model="gpt2_large", batch=1, seq=64, mode="inf", dtype="tf32"))
     assert set(t.loc[t.op_class.isin(["BMM", "LINEAR"]), "precision"]) == {"tf32"}
     assert set(t.loc[~t.op_class.isin(["BMM", "LINEAR"]), "precision"]) == {"fp32"}
 
 
 def test_bf16_halves_gemm_bytes():
-    k32 = trace.trace_model("gpt2_large", 1, 64, "inf")
-    k16 = trace.trace_model("gpt2_large", 1, 64, "inf", dtype="bf16")
+    k32 = trace.trace_model(Step(model="gpt2_large", batch=1, seq=64, mode="inf"))
+    k16 = trace.trace_model(Step(model="gpt2_large", batch=1, seq=64, mode="inf", dtype="bf16"))
     g32 = k32[k32.op_class == "LINEAR"]
     g16 = k16[k16.op_class == "LINEAR"]
     assert len(g32) == len(g16)
@@ -53,7 +53,7 @@ def test_bf16_works_for_every_catalogue_model_and_gpu():
     # every model on every GPU with the roofline (cheap); NeuSight on every GPU for one model and on
     # two GPUs for every model (its tile lookup costs ~0.2 s per call)
     for i, model in enumerate(names):
-        k = trace.trace_model(model, 1, 32, "inf", dtype="bf16")
+        k = trace.trace_model(Step(model=model, batch=1, seq=32, mode="inf", dtype="bf16"))
         assert (k["precision"] == "bf16").any(), model
         for dev in devs:
             for p in (roof, ns) if (i == 0 or dev in ("NVIDIA_H100_80GB_HBM3", "NVIDIA_B200")) else (roof,):
@@ -70,7 +70,7 @@ def test_bad_dtype_is_one_line_error(capsys):
     with pytest.raises(latency.LatencyInputError, match="dtype must be one of"):
         latency.predict_model("gpt2_large", "H100", 1, 64, "inf", dtype="int8")
     with pytest.raises(trace.TraceError, match="dtype must be one of"):
-        trace.trace_model("gpt2_large", 1, 64, "inf", dtype="fp8")
+        trace.trace_model(Step(model="gpt2_large", batch=1, seq=64, mode="inf", dtype="fp8"))
     with pytest.raises(SystemExit):
         main(["predict", "--model", "gpt2_large", "--device", "H100", "--batch", "1", "--seq", "8", "--dtype", "int8"])
     assert "invalid choice" in capsys.readouterr().err
@@ -215,8 +215,8 @@ def test_a_half_precision_embedding_reads_the_rows_it_gathers():
     cfg.num_hidden_layers = 1
     hidden, vocab = cfg.hidden_size, cfg.vocab_size
     for seq, past in ((1, 64), (32, 0)):
-        half = trace.trace_model(cfg, 2, seq, "inf", past=past, attention="sdpa", dtype="bf16")
+        half = trace.trace_model(Step(model=cfg, batch=2, seq=seq, mode="inf", past=past, attention="sdpa", dtype="bf16"))
         e = half[half["aten_op"] == "aten.embedding.default"].iloc[0]
         assert e["bytes_read"] == 2 * seq * hidden * 2 + 2 * seq * 8          # rows gathered + int64 ids
-    fp32 = trace.trace_model(cfg, 2, 1, "inf", past=64, attention="sdpa")
+    fp32 = trace.trace_model(Step(model=cfg, batch=2, seq=1, mode="inf", past=64, attention="sdpa"))
     assert fp32.loc[fp32["aten_op"] == "aten.embedding.default", "bytes_read"].iloc[0] == vocab * hidden * 4 + 2 * 8

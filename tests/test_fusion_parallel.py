@@ -5,6 +5,7 @@ from collections import Counter
 
 import pytest
 
+from neusight_core.question.step import Step
 from neusight_core.plans import fusion, parallel
 from neusight_core.tracing import table_info, trace
 
@@ -20,12 +21,12 @@ GEMM = ["LINEAR", "BMM"]
 
 @pytest.fixture(scope="module")
 def inf():
-    return trace.trace_model(TINY, B, S, "inf")
+    return trace.trace_model(Step(model=TINY, batch=B, seq=S, mode="inf"))
 
 
 @pytest.fixture(scope="module")
 def train():
-    return trace.trace_model(TINY, B, S, "train")
+    return trace.trace_model(Step(model=TINY, batch=B, seq=S, mode="train"))
 
 
 def gemm_flops(df, phases=("fw", "bw")):
@@ -69,7 +70,7 @@ def test_dp_splits_batch_and_allreduces_every_gradient(n, train):
     # each all-reduce comes after the last gradient kernel of its module
     last_bw = p.index[p.phase.isin(["bw", "acc"])].max()
     assert comm.index.min() < last_bw
-    inf_dp = parallel.apply_plan(trace.trace_model(TINY, B, S, "inf"), "dp", n)
+    inf_dp = parallel.apply_plan(trace.trace_model(Step(model=TINY, batch=B, seq=S, mode="inf")), "dp", n)
     assert not (inf_dp.op_class == "COMM").any()
 
 
@@ -131,7 +132,7 @@ def test_plans_keep_a_fused_table_fused(inf):
     f = fusion.fuse(inf)
     p = parallel.apply_plan(f, "dp", 2)
     assert table_info.info(p).fused and (p.sub_op == "fused").any()
-    assert len(p) == len(fusion.fuse(trace.trace_model(TINY, B // 2, S, "inf")))
+    assert len(p) == len(fusion.fuse(trace.trace_model(Step(model=TINY, batch=B // 2, seq=S, mode="inf"))))
 
 
 def _llama70b(layers=2, **over):
@@ -149,7 +150,7 @@ def test_tp_beyond_kv_heads_replicates_kv_heads(mode):
     # Megatron/vLLM replicate KV heads instead: every GPU keeps one KV head (128 features) at TP 8 and TP 64,
     # while Q is split 64 ways (128 features = 1 of 64 heads).
     from neusight_core.cost import memory
-    k = trace.trace_model(_llama70b(), 1, 16, mode, past=8 if mode == "inf" else 0)
+    k = trace.trace_model(Step(model=_llama70b(), batch=1, seq=16, mode=mode, past=8 if mode == "inf" else 0))
     t8, t64 = parallel.apply_plan(k, "tp", 8), parallel.apply_plan(k, "tp", 64)
 
     def gemms(t, leaf):
@@ -187,7 +188,7 @@ def test_tp_beyond_kv_heads_replicates_kv_heads(mode):
 def test_tp_kv_heads_that_split_unevenly_is_one_line_error():
     from neusight_core.cost import latency
     # 40 query heads (head dim 32), 8 KV heads: 5 GPUs split the query heads but neither split nor replicate KV
-    k = trace.trace_model(_llama70b(hidden_size=1280, intermediate_size=2048, num_attention_heads=40), 1, 8, "inf")
+    k = trace.trace_model(Step(model=_llama70b(hidden_size=1280, intermediate_size=2048, num_attention_heads=40), batch=1, seq=8, mode="inf"))
     with pytest.raises(parallel.PlanError, match="the 8 key/value heads can neither be split evenly over 5 GPUs"):
         parallel.apply_plan(k, "tp", 5)
     # TP that does not divide the query heads stays the request's error (before any tracing)

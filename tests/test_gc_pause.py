@@ -7,6 +7,7 @@ import weakref
 
 import pytest
 
+from neusight_core.question.step import Step
 from neusight_core.tracing import gc_pause, trace
 
 from tests.test_trace import TINY_GPT2
@@ -93,7 +94,7 @@ def test_a_finished_trace_keeps_no_recorder_alive_while_its_model_lives(collecto
     models: dict = {}
     with trace.reusing_models(models):
         for s in (8, 16):
-            assert len(trace.trace_model(dict(TINY_GPT2), 2, s, "train")) > 0
+            assert len(trace.trace_model(Step(model=dict(TINY_GPT2), batch=2, seq=s, mode="train"))) > 0
     assert len(models) == 1 and len(made) == 2          # one model, alive here, traced twice
     gc.collect()
     assert [r() for r in made] == [None, None]
@@ -105,9 +106,9 @@ def test_a_trace_is_the_same_with_the_collector_running_throughout(monkeypatch):
 
     from neusight_core.tracing import table_info
     monkeypatch.setenv("NEUSIGHT_TRACE_CACHE_OFF", "1")
-    paused = trace.trace_model(dict(TINY_GPT2), 2, 8, "train")
+    paused = trace.trace_model(Step(model=dict(TINY_GPT2), batch=2, seq=8, mode="train"))
     monkeypatch.setattr(gc_pause, "paused", lambda **kw: __import__("contextlib").nullcontext())
-    running = trace.trace_model(dict(TINY_GPT2), 2, 8, "train")
+    running = trace.trace_model(Step(model=dict(TINY_GPT2), batch=2, seq=8, mode="train"))
     pd.testing.assert_frame_equal(paused, running, check_exact=True)
     assert table_info.info(paused).memory["events"] == table_info.info(running).memory["events"]
     assert table_info.info(paused).memory["activation_peak_bytes"] == table_info.info(running).memory[

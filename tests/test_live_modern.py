@@ -127,7 +127,7 @@ def test_memory_kernels_are_the_tracers_kv_cache_appends():
     from neusight_core.tracing import trace
     from neusight_core.studies import live_kernels
     b, past = 2, 40
-    t = trace.trace_model(TINY, b, 1, "inf", past=past, dtype="bf16", attention="sdpa")
+    t = trace.trace_model(Step(model=TINY, batch=b, seq=1, mode="inf", past=past, dtype="bf16", attention="sdpa"))
     cat = t[(t["aten_op"] == "aten.cat.default") & (t["B"] > past)]        # the KV appends (not rotary halves)
     assert len(cat) == 2 * TINY.num_hidden_layers                        # keys and values, every layer
     d = TINY.hidden_size // TINY.num_attention_heads

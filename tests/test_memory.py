@@ -57,7 +57,7 @@ def cpu_models():
 def test_activation_peak_matches_pytorch_measured_peak_on_cpu(cpu_models, name, batch, seq, mode):
     cfg = SMALL[name]()
     measured = memory.measure_cpu_peak(cfg, batch, seq, mode, model=cpu_models(name))["peak_bytes"]
-    traced = trace.trace_model(cfg, batch, seq, mode, authors_heads=False)
+    traced = trace.trace_model(Step(model=cfg, batch=batch, seq=seq, mode=mode), authors_heads=False)
     predicted = table_info.info(traced).memory["activation_peak_bytes"]
     assert measured > 1e6
     assert abs(predicted - measured) <= TOL * measured, (name, batch, seq, mode, predicted, measured)
@@ -65,8 +65,8 @@ def test_activation_peak_matches_pytorch_measured_peak_on_cpu(cpu_models, name, 
 
 def test_activation_peak_grows_with_batch():
     cfg = _llama_2_layers()
-    a1 = table_info.info(trace.trace_model(cfg, 1, 64, "train", authors_heads=False)).memory["activation_peak_bytes"]
-    a4 = table_info.info(trace.trace_model(cfg, 4, 64, "train", authors_heads=False)).memory["activation_peak_bytes"]
+    a1 = table_info.info(trace.trace_model(Step(model=cfg, batch=1, seq=64, mode="train"), authors_heads=False)).memory["activation_peak_bytes"]
+    a4 = table_info.info(trace.trace_model(Step(model=cfg, batch=4, seq=64, mode="train"), authors_heads=False)).memory["activation_peak_bytes"]
     assert 1.5 * a1 < a4 < 4 * a1   # batch-independent temporaries (embedding and LM-head gradients) damp it
 
 
@@ -100,8 +100,8 @@ def test_llama2_70b_tp8_reports_per_gpu_memory():
 
 
 def test_optimizer_and_dtype_accounting():
-    k32 = trace.trace_model(_llama_2_layers(), 1, 16, "train", authors_heads=False)
-    kb = trace.trace_model(_llama_2_layers(), 1, 16, "train", authors_heads=False, dtype="bf16")
+    k32 = trace.trace_model(Step(model=_llama_2_layers(), batch=1, seq=16, mode="train"), authors_heads=False)
+    kb = trace.trace_model(Step(model=_llama_2_layers(), batch=1, seq=16, mode="train", dtype="bf16"), authors_heads=False)
     n = sum(table_info.info(k32).params.values())
     f32 = memory.footprint(k32)
     fb = memory.footprint(kb)
@@ -117,7 +117,7 @@ def test_optimizer_and_dtype_accounting():
 
 def test_kv_cache_of_a_decode_step():
     cfg = _llama_2_layers()
-    k = trace.trace_model(cfg, 2, 1, "inf", authors_heads=False, past=100, dtype="bf16")
+    k = trace.trace_model(Step(model=cfg, batch=2, seq=1, mode="inf", past=100, dtype="bf16"), authors_heads=False)
     kv = table_info.info(k).memory["kv_cache_bytes"]
     assert kv == 2 * 2 * 4 * 100 * 64 * 2 * 2     # layers x (K, V) x kv heads x past x head dim x batch x 2 B
     assert memory.footprint(k)["kv_cache_gib"] * 2**30 == kv

@@ -4,6 +4,7 @@ import dataclasses
 import pytest
 import torch
 
+from neusight_core.question.step import Step
 from neusight_core.tracing import table_info, shape_memo, trace
 
 aten = torch.ops.aten
@@ -17,9 +18,9 @@ aten = torch.ops.aten
 ])
 def test_tables_equal_with_and_without_memo(monkeypatch, model, batch, seq, mode, kw):
     monkeypatch.setattr(shape_memo, "ENABLED", False)
-    plain = trace.trace_model(model, batch, seq, mode, **kw)
+    plain = trace.trace_model(Step(model=model, batch=batch, seq=seq, mode=mode, **kw))
     monkeypatch.setattr(shape_memo, "ENABLED", True)
-    memo = trace.trace_model(model, batch, seq, mode, **kw)
+    memo = trace.trace_model(Step(model=model, batch=batch, seq=seq, mode=mode, **kw))
     assert plain.equals(memo)
     assert list(plain["reads"]) == list(memo["reads"]) and list(plain["writes"]) == list(memo["writes"])
     a, b = table_info.info(plain), table_info.info(memo)
@@ -34,7 +35,7 @@ def test_memo_skips_repeated_ops(monkeypatch):
         seen.append(self)
         return orig(self, func, args, kwargs)
     monkeypatch.setattr(shape_memo.MetaMemo, "run", spy)
-    table = trace.trace_model("gpt2_large", 2, 32, "inf")
+    table = trace.trace_model(Step(model="gpt2_large", batch=2, seq=32, mode="inf"))
     assert seen[-1].hits >= 0.9 * len(table)      # 36 identical layers: most kernels' ops come from the memo
 
 

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from neusight_core.question.step import Step
 from neusight_core.tracing import table_families, trace
 from neusight_core.cost import latency
 from neusight_core.plans import parallel
@@ -34,7 +35,7 @@ def _grouped(t):
 
 
 def test_the_experts_run_as_grouped_gemms_of_balanced_routing(tiny_moe):
-    t = trace.trace_model(tiny_moe, 2, 10, "inf", dtype=Precision.BF16, attention="sdpa")
+    t = trace.trace_model(Step(model=tiny_moe, batch=2, seq=10, mode="inf", dtype=Precision.BF16, attention="sdpa"))
     assert (t["op_class"] == OpClass.UNCLASSIFIED).sum() == 0        # histc, floor_divide and the GEMMs classified
     g = _grouped(t)
     assert len(g) == 2 and set(g["op_class"]) == {OpClass.BMM}
@@ -69,7 +70,7 @@ def test_other_moe_families_trace_with_every_op_classified(tmp_path, family):
     p = tmp_path / f"{family}.json"
     p.write_text(json.dumps(cfg))
     for mode, seq, past in (("inf", 16, 0), ("train", 16, 0), ("inf", 1, 24)):     # prefill, training, decode
-        t = trace.trace_model(str(p), 2, seq, mode, past=past, dtype=Precision.BF16, attention="sdpa")
+        t = trace.trace_model(Step(model=str(p), batch=2, seq=seq, mode=mode, past=past, dtype=Precision.BF16, attention="sdpa"))
         assert (t["op_class"] == OpClass.UNCLASSIFIED).sum() == 0, t[t["op_class"] == OpClass.UNCLASSIFIED].aten_op.unique()
         assert len(_grouped(t)) >= (2 if mode == "inf" else 6)
 
@@ -84,7 +85,7 @@ def test_llama4_dense_experts_are_traced_and_their_split_refused(tmp_path):
            "interleave_moe_layer_step": 1, "vocab_size": 1000, "max_position_embeddings": 4096}
     p = tmp_path / "llama4.json"
     p.write_text(json.dumps(cfg))
-    t = trace.trace_model(str(p), 2, 16, "inf", dtype=Precision.BF16, attention="sdpa")
+    t = trace.trace_model(Step(model=str(p), batch=2, seq=16, mode="inf", dtype=Precision.BF16, attention="sdpa"))
     assert (t["op_class"] == OpClass.UNCLASSIFIED).sum() == 0    # its fourth layer's attention scaling takes a log1p
     assert t["aten_op"].str.contains("log1p").any()
     experts = t[(t["op_class"] == OpClass.BMM) & t["module"].str.endswith(".experts")]
@@ -96,14 +97,14 @@ def test_llama4_dense_experts_are_traced_and_their_split_refused(tmp_path):
 
 
 def test_a_decode_step_reads_only_the_experts_its_token_reaches(tiny_moe):
-    t = trace.trace_model(tiny_moe, 1, 1, "inf", dtype=Precision.BF16, attention="sdpa", past=16)
+    t = trace.trace_model(Step(model=tiny_moe, batch=1, seq=1, mode="inf", dtype=Precision.BF16, attention="sdpa", past=16))
     up = _grouped(t).iloc[0]
     assert (up.B, up.M) == (1, TOP)                                    # 2 of the 8 experts, one token each
     assert up.bytes_read == 2 * TOP * H + 2 * TOP * H * 2 * I + 4 * E    # a quarter of the weights
 
 
 def test_training_adds_the_input_and_weight_gradients_of_each_grouped_gemm(tiny_moe):
-    t = trace.trace_model(tiny_moe, 2, 10, "train", dtype=Precision.BF16, attention="sdpa")
+    t = trace.trace_model(Step(model=tiny_moe, batch=2, seq=10, mode="train", dtype=Precision.BF16, attention="sdpa"))
     g = _grouped(t)
     fw, bw = g[g["phase"] == "fw"], g[g["phase"] == "bw"]
     assert len(fw) == 2 and len(bw) == 4
@@ -130,7 +131,7 @@ def _comm(t, phase):
 def test_tensor_parallelism_slices_every_expert(tiny_moe):
     """tp: gate and up column-parallel, down row-parallel inside every expert; the activation between them on half the
     intermediate dim; the token gathers whole; one all-reduce of the layer's output (forward) and input gradient."""
-    t = trace.trace_model(tiny_moe, 2, 10, "train", dtype=Precision.BF16, attention="sdpa")
+    t = trace.trace_model(Step(model=tiny_moe, batch=2, seq=10, mode="train", dtype=Precision.BF16, attention="sdpa"))
     k = parallel.apply_plan(t, "tp", 2)
     g, S = _grouped(k), 2 * 10 * TOP
     up, down = g[g["phase"] == "fw"].iloc[0], g[g["phase"] == "fw"].iloc[1]
@@ -148,7 +149,7 @@ def test_tensor_parallelism_slices_every_expert(tiny_moe):
 def test_expert_parallelism_spreads_the_experts(tiny_moe):
     """ep: each of 2 GPUs holds 4 whole experts and runs the half of the routed rows that reach them; a decode step's
     2 routed rows put one expert's weights on each GPU."""
-    t = trace.trace_model(tiny_moe, 2, 10, "train", dtype=Precision.BF16, attention="sdpa")
+    t = trace.trace_model(Step(model=tiny_moe, batch=2, seq=10, mode="train", dtype=Precision.BF16, attention="sdpa"))
     k = parallel.apply_plan(t, "ep", 2)
     g, S = _grouped(k), 2 * 10 * TOP
     up = g[g["phase"] == "fw"].iloc[0]
@@ -160,7 +161,7 @@ def test_expert_parallelism_spreads_the_experts(tiny_moe):
     assert k[k["aten_op"].str.contains("silu.default")]["B"].tolist() == [S / 2]
     for ph in ("fw", "bw"):
         assert len(_comm(k, ph)) == 1
-    d = parallel.apply_plan(trace.trace_model(tiny_moe, 1, 1, "inf", dtype=Precision.BF16, attention="sdpa", past=16),
+    d = parallel.apply_plan(trace.trace_model(Step(model=tiny_moe, batch=1, seq=1, mode="inf", dtype=Precision.BF16, attention="sdpa", past=16)),
                             "ep", 2)
     up = _grouped(d).iloc[0]
     assert (up.M, up.bytes_read) == (1, 2 * H + 2 * H * 2 * I + 4 * (E // 2))
@@ -169,18 +170,17 @@ def test_expert_parallelism_spreads_the_experts(tiny_moe):
 def test_expert_weights_are_split_in_memory(tiny_moe):
     from neusight_core.cost import memory
 
-    t = trace.trace_model(tiny_moe, 2, 10, "inf", dtype=Precision.BF16, attention="sdpa")
+    t = trace.trace_model(Step(model=tiny_moe, batch=2, seq=10, mode="inf", dtype=Precision.BF16, attention="sdpa"))
     experts = 3 * E * H * I                                          # gate, up and down of every expert
     one = memory.param_counts(t)[0]
     for plan in ("tp", "ep"):
         two = memory.param_counts(parallel.apply_plan(t, plan, 2))[0]
-        dense = memory.param_counts(parallel.apply_plan(trace.trace_model(tiny_moe, 2, 10, "inf", dtype=Precision.BF16,
-                                                                          attention="sdpa"), plan, 2))[0]
+        dense = memory.param_counts(parallel.apply_plan(trace.trace_model(Step(model=tiny_moe, batch=2, seq=10, mode="inf", dtype=Precision.BF16, attention="sdpa")), plan, 2))[0]
         assert two == dense and one - two >= experts / 2
 
 
 def test_expert_parallelism_refuses_what_it_cannot_split_in_one_line(tiny_moe):
-    t = trace.trace_model(tiny_moe, 2, 16, "inf", dtype=Precision.BF16, attention="sdpa")
+    t = trace.trace_model(Step(model=tiny_moe, batch=2, seq=16, mode="inf", dtype=Precision.BF16, attention="sdpa"))
     with pytest.raises(parallel.PlanError, match="ep16: the 8 experts do not spread evenly over 16") as e:
         parallel.apply_plan(t, "ep", 16)
     assert "\n" not in str(e.value)
@@ -226,7 +226,7 @@ def test_the_validation_rows_are_the_traced_rows(tiny_moe):
     import pandas as pd
     from neusight_core.studies import moe_eval
 
-    t = trace.trace_model(tiny_moe, 2, 10, "inf", dtype=Precision.BF16, attention="sdpa")
+    t = trace.trace_model(Step(model=tiny_moe, batch=2, seq=10, mode="inf", dtype=Precision.BF16, attention="sdpa"))
     cols = ["op_class", "sub_op", "B", "M", "N", "K", "flops", "bytes_read", "bytes_written"]
     for plan, tp, ep in ((None, 1, 1), ("tp", 2, 1), ("ep", 1, 2), ("ep", 1, 4)):
         traced = _grouped(parallel.apply_plan(t, plan, tp * ep) if plan else t)

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+from neusight_core.question.step import Step
 from neusight_core.data import dataset, devices
 from neusight_core import paths
 from neusight_core.studies import recipe_eval as R, recipe_studies as S
@@ -543,12 +544,12 @@ def test_attention_mask_ops_are_the_adds_on_the_scores():
     """GPT-2 adds its causal mask to every layer's scores (one add per layer, the softmax's shape); BERT at
     full length adds none; the row without them times the same table minus exactly those adds."""
     from neusight_core.tracing import trace
-    k = trace.trace_model("gpt2_large", 2, 64, "inf")
+    k = trace.trace_model(Step(model="gpt2_large", batch=2, seq=64, mode="inf"))
     sel = trace.attention_mask_ops(k)
     masks, soft = k[sel], k[(k.op_class == "SOFTMAX") & (k.phase == "fw")]
     assert masks["count"].sum() == soft["count"].sum() == trace.num_layers(trace.load_config("gpt2_large"))
     assert (masks.sub_op == "add").all() and set(zip(masks.B, masks.H)) == set(zip(soft.B, soft.H))
-    assert not trace.attention_mask_ops(trace.trace_model("bert_large", 2, 64, "inf")).any()
+    assert not trace.attention_mask_ops(trace.trace_model(Step(model="bert_large", batch=2, seq=64, mode="inf"))).any()
     k2 = S.GRAPH_TABLES["no_mask"]("gpt2_large-inf-64-2")
     assert len(k2) == len(k) - int(sel.sum())
 

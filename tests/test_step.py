@@ -106,7 +106,7 @@ TOY = '''
 
 def test_a_new_option_is_one_field(tmp_path):
     """Declare one field in a copy of the package and nothing else: the CLI's predict and sweep, INPUTS, the sweep's
-    columns, predict_model's keywords, scenario_of, the Step and the kernel table's cache key all know it."""
+    columns, predict_model's keywords, scenario_of, the Step and the trace cache's key all know it."""
     pkg = tmp_path / "neusight_core"
     shutil.copytree(paths.REPO_ROOT / "neusight_core", pkg, ignore=shutil.ignore_patterns("__pycache__"))
     src = (pkg / "question" / "step.py").read_text()
@@ -131,7 +131,7 @@ def test_a_new_option_is_one_field(tmp_path):
             inputs="toy" in step.INPUTS, step=sc.step.toy, default=plain.toy,
             columns=list(grid.columns), toys=grid["toy"].tolist(),
             keyword="toy" in inspect.signature(latency.predict_model).parameters,
-            key=trace_cache.table_fields(sc.step.replace(parallel="tp", gpus=2)).get("toy"),
+            key=trace_cache.trace_kwargs(sc.step).get("toy"),
             predict=["--toy"] in flags["predict"], sweep=["--toy"] in flags["sweep"])))
     ''' % str(tmp_path))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,

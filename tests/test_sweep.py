@@ -55,7 +55,7 @@ def test_derived_tables_equal_real_traces_kernel_by_kernel(cache_dir, model):
     for b, s, mode in (SWITCH_POINTS if model == "switchxl4" else POINTS):
         if mode == "train" and model in INF_ONLY:
             continue
-        real = trace.trace_model(model, b, s, mode)
+        real = trace.trace_model(Step(model=model, batch=b, seq=s, mode=mode))
         fam = table_families.family_for(model, b, s, mode, past=0)
         got = fam.table(b, s) if fam is not None else trace_cache.trace(Step(model=model, batch=b, seq=s, mode=mode, past=0))
         assert table_families.compare(got, real) == "", (model, b, s, mode)
@@ -106,7 +106,7 @@ def test_fallback_per_bucket_and_per_seq_families(cache_dir, monkeypatch):
     fam = table_families.family_for("switchxl4", 6, 130, "inf", past=0, allow_bucket=True, allow_fixed=True)
     assert fam is not None and fam.seq_fixed == 130 and fam.seq_bucket is None
     assert table_families.family_for("switchxl4", 6, 130, "inf", past=0, allow_bucket=True) is None   # without it
-    assert table_families.compare(fam.table(6, 130), trace.trace_model("switchxl4", 6, 130, "inf")) == ""
+    assert table_families.compare(fam.table(6, 130), trace.trace_model(Step(model="switchxl4", batch=6, seq=130, mode="inf"))) == ""
 
 
 def test_a_failing_check_falls_back_to_a_real_trace(cache_dir, monkeypatch):
@@ -126,7 +126,7 @@ def test_cache_hit_miss_and_version_change(cache_dir, monkeypatch):
     assert trace_cache.STATS["hit"] == 1
     pd.testing.assert_frame_equal(a, b)
     assert table_info.info(b).batch == 2 and table_info.info(b).model == "bert_large"
-    assert table_families.compare(b, trace.trace_model("bert_large", 2, 48, "inf")) == ""
+    assert table_families.compare(b, trace.trace_model(Step(model="bert_large", batch=2, seq=48, mode="inf"))) == ""
     trace_cache.trace(Step(model="bert_large", batch=2, seq=64, mode="inf"))                    # another argument: a miss
     assert trace_cache.STATS["miss"] == 2
     newer = dict(trace_cache.versions(), transformers="99.0")
@@ -159,7 +159,7 @@ def test_corrupt_entry_is_ignored_with_one_warning_and_rebuilt(cache_dir):
     msgs = [str(x.message) for x in w if issubclass(x.category, trace_cache.TraceCacheWarning)]
     assert len(msgs) == 1 and "damaged" in msgs[0] and "\n" not in msgs[0]
     assert trace_cache.STATS["corrupt"] == 1 and trace_cache.STATS["store"] == 1
-    assert table_families.compare(k, trace.trace_model("opt", 1, 40, "inf")) == ""
+    assert table_families.compare(k, trace.trace_model(Step(model="opt", batch=1, seq=40, mode="inf"))) == ""
     trace_cache.STATS.clear()
     trace_cache.trace(Step(model="opt", batch=1, seq=40, mode="inf"))
     assert trace_cache.STATS["hit"] == 1                            # rebuilt entry is good

@@ -5,6 +5,7 @@ import stat
 import pandas as pd
 import pytest
 
+from neusight_core.question.step import Step
 from neusight_core.tracing import table_families, trace
 from neusight_core.cost import sweep
 from neusight_core.__main__ import main as cli
@@ -99,7 +100,7 @@ def test_short_sequences_share_one_family_per_seq_and_equal_real_traces(cache_di
     monkeypatch.setattr(table_families, "FAMILIES", {})
     fam = table_families.family_for("gpt2_large", 5, 7, "inf", past=0, allow_fixed=True)
     assert fam is not None and fam.ok and fam.seq_fixed == 7
-    assert table_families.compare(fam.table(5, 7), trace.trace_model("gpt2_large", 5, 7, "inf")) == ""
+    assert table_families.compare(fam.table(5, 7), trace.trace_model(Step(model="gpt2_large", batch=5, seq=7, mode="inf"))) == ""
     assert table_families.family_for("gpt2_large", 5, 7, "inf", past=0) is None     # without allow_fixed: a real trace
     # in a sweep, batches 2..5 at seq 7 are derived, not traced one by one
     df = sweep.sweep(["gpt2_large"], ["H100"], [2, 3, 4, 5], [7], predictors=["roofline"], quick=True, progress=False)

@@ -6,6 +6,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
+from neusight_core.question.step import Step
 from neusight_core.tracing import aten_ops, table_info, trace
 from neusight_core.question import schema
 
@@ -56,14 +57,14 @@ def flops(c: Counter) -> float:
 
 @pytest.fixture(scope="module")
 def gpt2():
-    return trace.trace_model(TINY_GPT2, B, S, "inf"), trace.trace_model(TINY_GPT2, B, S, "train")
+    return trace.trace_model(Step(model=TINY_GPT2, batch=B, seq=S, mode="inf")), trace.trace_model(Step(model=TINY_GPT2, batch=B, seq=S, mode="train"))
 
 
 @pytest.fixture(scope="module")
 def bert():
     # the config's own head (BertLMHeadModel); the authors' heads are tested below
-    return (trace.trace_model(TINY_BERT, B, S, "inf", authors_heads=False),
-            trace.trace_model(TINY_BERT, B, S, "train", authors_heads=False))
+    return (trace.trace_model(Step(model=TINY_BERT, batch=B, seq=S, mode="inf"), authors_heads=False),
+            trace.trace_model(Step(model=TINY_BERT, batch=B, seq=S, mode="train"), authors_heads=False))
 
 
 GPT2_LAYER = [(D, 3 * D), (D, D), (D, 4 * D), (4 * D, D)]  # c_attn, attn c_proj, c_fc, mlp c_proj
@@ -138,7 +139,7 @@ def test_training_phases_and_accumulation(gpt2):
     n_params = 2 + 2 * 12 + 2  # wte, wpe; per layer 12 tensors; ln_f weight+bias
     assert len(acc) == n_params
     assert (acc.op_class == "VEC").all() and (acc.sub_op == "add").all()
-    no_acc = trace.trace_model(TINY_GPT2, B, S, "train", accumulate_grads=False)
+    no_acc = trace.trace_model(Step(model=TINY_GPT2, batch=B, seq=S, mode="train", grads="fresh"))
     assert "acc" not in set(no_acc.phase)
 
 
@@ -164,7 +165,7 @@ def test_unclassified_ops_are_kept_and_counted(monkeypatch):
     # an op the tables do not know (here: tanh, removed from them) is kept, counted and reported
     monkeypatch.delitem(aten_ops.UNARY, "tanh")
     with pytest.warns(UserWarning, match="UNCLASSIFIED"):
-        df = trace.trace_model(TINY_GPT2, B, S, "inf")
+        df = trace.trace_model(Step(model=TINY_GPT2, batch=B, seq=S, mode="inf"))
     un = df[df.op_class == "UNCLASSIFIED"]
     assert len(un) == 2 and set(un.aten_op) == {"aten.tanh.default"}     # one per layer (GELU-tanh)
     assert table_info.info(df).unclassified == {"aten.tanh.default": 2}
@@ -172,7 +173,7 @@ def test_unclassified_ops_are_kept_and_counted(monkeypatch):
 
 
 def test_llama_config_traces(tmp_path):
-    df = trace.trace_model("llama2_7b", 1, 16, "inf")
+    df = trace.trace_model(Step(model="llama2_7b", batch=1, seq=16, mode="inf"))
     lin = df[df.op_class == "LINEAR"]
     # 32 layers x (q, k, v, o, gate, up, down) + lm_head
     assert len(lin) == 32 * 7 + 1
@@ -180,16 +181,16 @@ def test_llama_config_traces(tmp_path):
 
 
 @pytest.mark.parametrize("bad, match", [
-    (dict(config_or_name={"model_type": "no_such_model"}, batch=1, seq=8), "unsupported model type"),
-    (dict(config_or_name=TINY_GPT2, batch=0, seq=8), "batch must be a positive integer"),
-    (dict(config_or_name=TINY_GPT2, batch=1, seq=-3), "seq must be a positive integer"),
-    (dict(config_or_name=TINY_GPT2, batch=1, seq=64), "exceeds"),
-    (dict(config_or_name="no_such_name", batch=1, seq=8), "unknown model config"),
-    (dict(config_or_name=TINY_GPT2, batch=1, seq=8, mode="bwd"), "mode must be"),
+    (dict(model={"model_type": "no_such_model"}, batch=1, seq=8), "unsupported model type"),
+    (dict(model=TINY_GPT2, batch=0, seq=8), "batch must be a positive integer"),
+    (dict(model=TINY_GPT2, batch=1, seq=-3), "seq must be a positive integer"),
+    (dict(model=TINY_GPT2, batch=1, seq=64), "exceeds"),
+    (dict(model="no_such_name", batch=1, seq=8), "unknown model config"),
+    (dict(model=TINY_GPT2, batch=1, seq=8, mode="bwd"), "mode must be"),
 ])
 def test_bad_input_gives_one_line_error(bad, match):
     with pytest.raises(trace.TraceError, match=match) as e:
-        trace.trace_model(**bad)
+        trace.trace_model(Step(**bad))
     assert "\n" not in str(e.value)
 
 
@@ -200,15 +201,15 @@ def test_switch_routing_stand_in_fills_experts_up_to_capacity():
            "expert_capacity": 3, "encoder_sparse_step": 2, "decoder_sparse_step": 2,
            "num_sparse_encoder_layers": 1, "num_sparse_decoder_layers": 1, "vocab_size": 50}
     for mode in ("inf", "train"):
-        df = trace.trace_model(cfg, 2, 16, mode)
+        df = trace.trace_model(Step(model=cfg, batch=2, seq=16, mode=mode))
         wi = df[(df.phase == "fw") & df.module.str.contains(r"experts\.expert_\d\.wi$")]
         # 16 tokens / 4 experts = 4 per sequence, capped at capacity 3 -> 3 x batch 2 = 6 rows
         assert len(wi) == 2 * 4 and set(wi.M) == {6} and set(wi.K) == {64}
 
 
 def test_bert_uses_the_authors_heads_by_default():
-    inf = trace.trace_model(TINY_BERT, B, S, "inf")
-    train = trace.trace_model(TINY_BERT, B, S, "train")
+    inf = trace.trace_model(Step(model=TINY_BERT, batch=B, seq=S, mode="inf"))
+    train = trace.trace_model(Step(model=TINY_BERT, batch=B, seq=S, mode="train"))
     assert table_info.info(inf).model_class == "BertForSequenceClassification"
     assert table_info.info(train).model_class == "BertForPreTraining"
     lin = gemms(inf, "fw", "LINEAR")
@@ -233,7 +234,7 @@ def test_trace_speed(benchmark, name, b, s, mode):
     import time
 
     t0 = time.perf_counter()
-    k = benchmark.pedantic(trace.trace_model, args=(name, b, s, mode), rounds=1, iterations=1)
+    k = benchmark.pedantic(trace.trace_model, args=(Step(model=name, batch=b, seq=s, mode=mode),), rounds=1, iterations=1)
     assert time.perf_counter() - t0 < 10
     assert table_info.info(k).unclassified == {}
     assert len(k) > 1000
@@ -244,13 +245,13 @@ def test_decode_step_on_a_kv_cache(tmp_path):
     import json
     cfg = tmp_path / "tiny_gpt2.json"
     cfg.write_text(json.dumps(dict(TINY_GPT2, n_positions=64)))
-    k = trace.trace_model(str(cfg), B, 1, "inf", past=31)
+    k = trace.trace_model(Step(model=str(cfg), batch=B, seq=1, mode="inf", past=31))
     assert gemms(k, "fw", "BMM") == Counter({(B * NH, 1, HD, 32): 2, (B * NH, 1, 32, HD): 2})
     assert set(k.loc[k.op_class == "LINEAR", "M"]) == {B}       # one token per sequence
     with pytest.raises(trace.TraceError, match="inference only"):
-        trace.trace_model(str(cfg), B, 1, "train", past=3)
+        trace.trace_model(Step(model=str(cfg), batch=B, seq=1, mode="train", past=3))
     with pytest.raises(trace.TraceError, match="positions"):
-        trace.trace_model(str(cfg), B, 8, "inf", past=60)
+        trace.trace_model(Step(model=str(cfg), batch=B, seq=8, mode="inf", past=60))
 
 
 @pytest.mark.parametrize("mode, grads", [("train", False), ("train", True), ("inf", True)])
@@ -261,11 +262,11 @@ def test_a_reused_model_traces_as_a_new_one(mode, grads, monkeypatch):
     real_build = trace.build_model
     monkeypatch.setattr(trace, "build_model", lambda *a, **k: built.append(1) or real_build(*a, **k))
     points = [(2, 8), (4, 16), (2, 8)]
-    fresh = [trace.trace_model(TINY_GPT2, b, s, mode, accumulate_grads=grads) for b, s in points]
+    fresh = [trace.trace_model(Step(model=TINY_GPT2, batch=b, seq=s, mode=mode, grads="accumulate" if grads else "fresh")) for b, s in points]
     assert len(built) == 3
     built.clear()
     with trace.reusing_models({}):
-        reused = [trace.trace_model(TINY_GPT2, b, s, mode, accumulate_grads=grads) for b, s in points]
+        reused = [trace.trace_model(Step(model=TINY_GPT2, batch=b, seq=s, mode=mode, grads="accumulate" if grads else "fresh")) for b, s in points]
     assert len(built) == 1
     for a, b in zip(fresh, reused):
         cols = [c for c in a.columns if c not in ("reads", "writes")]   # buffer keys are storage addresses

@@ -68,7 +68,7 @@ def test_conv_is_one_op_class_in_the_schema():
 
 
 def test_a_small_resnet_has_the_conv_rows_of_its_config():
-    k = trace.trace_model(dict(TINY_RESNET), B, SIZE, "train")
+    k = trace.trace_model(Step(model=dict(TINY_RESNET), batch=B, seq=SIZE, mode="train"))
     convs = _resnet_convs(TINY_RESNET, SIZE)
     assert len(convs) == 9
     conv = k[k.op_class == "CONV"]
@@ -89,8 +89,8 @@ def test_a_small_resnet_has_the_conv_rows_of_its_config():
 
 
 def test_batch_norm_pooling_and_activations_of_a_resnet():
-    inf = trace.trace_model(dict(TINY_RESNET), B, SIZE, "inf")
-    tr = trace.trace_model(dict(TINY_RESNET), B, SIZE, "train")
+    inf = trace.trace_model(Step(model=dict(TINY_RESNET), batch=B, seq=SIZE, mode="inf"))
+    tr = trace.trace_model(Step(model=dict(TINY_RESNET), batch=B, seq=SIZE, mode="train"))
     assert not table_info.info(inf).unclassified and not table_info.info(tr).unclassified
     n_bn = 9                                    # one batch norm after every conv
     for k, per in ((inf, 2), (tr, 6)):          # inference: scale + shift; training: as layer norm (SPEC 3.1)
@@ -109,7 +109,7 @@ def test_batch_norm_pooling_and_activations_of_a_resnet():
 
 
 def test_vit_rows_patch_conv_attention_and_mlp():
-    k = trace.trace_model(dict(TINY_VIT), B, SIZE, "train")
+    k = trace.trace_model(Step(model=dict(TINY_VIT), batch=B, seq=SIZE, mode="train"))
     tokens = (SIZE // 8) ** 2 + 1                        # 16 patches + [CLS]
     conv = k[k.op_class == "CONV"]
     assert list(conv.sub_op) == ["fwd", "wgrad"]        # no gradient of the pixels
@@ -129,7 +129,7 @@ def test_vit_rows_patch_conv_attention_and_mlp():
     assert len(lin) == 2 * 6 and set(lin.M) == {B * tokens}
     assert k[k.op_class != "CONV"][list(schema.CONV_COLUMNS)].isna().all().all()
     # a ViT is built for the image side asked: 48 x 48 -> 36 patches + [CLS]
-    k48 = trace.trace_model(dict(TINY_VIT), B, 48, "inf")
+    k48 = trace.trace_model(Step(model=dict(TINY_VIT), batch=B, seq=48, mode="inf"))
     assert set(k48[(k48.op_class == "BMM")].M) == {(48 // 8) ** 2 + 1}
     assert table_info.info(k48).image_size == 48 and table_info.info(k).image_size == SIZE
 
@@ -140,24 +140,24 @@ def test_image_models_are_traced_not_derived(release_root):
 
 
 def test_text_traces_have_no_conv_rows_and_empty_conv_columns(release_root):
-    k = trace.trace_model("gpt2_large", 1, 8, "inf")
+    k = trace.trace_model(Step(model="gpt2_large", batch=1, seq=8, mode="inf"))
     assert "CONV" not in set(k.op_class) and k[list(schema.CONV_COLUMNS)].isna().all().all()
     assert table_info.info(k).image_size == 0
 
 
 def test_bf16_and_tf32_conv_rows():
-    bf = trace.trace_model(dict(TINY_RESNET), B, SIZE, "inf", dtype="bf16")
-    fp = trace.trace_model(dict(TINY_RESNET), B, SIZE, "inf")
+    bf = trace.trace_model(Step(model=dict(TINY_RESNET), batch=B, seq=SIZE, mode="inf", dtype="bf16"))
+    fp = trace.trace_model(Step(model=dict(TINY_RESNET), batch=B, seq=SIZE, mode="inf"))
     c_bf, c_fp = bf[bf.op_class == "CONV"], fp[fp.op_class == "CONV"]
     assert set(c_bf.precision) == {"bf16"}
     assert np.allclose(c_bf.bytes_read.to_numpy() * 2, c_fp.bytes_read.to_numpy())
-    tf = trace.trace_model(dict(TINY_RESNET), B, SIZE, "inf", dtype="tf32")
+    tf = trace.trace_model(Step(model=dict(TINY_RESNET), batch=B, seq=SIZE, mode="inf", dtype="tf32"))
     assert set(tf[tf.op_class == "CONV"].precision) == {"tf32"}
 
 
 def test_image_models_refuse_a_kv_cache():
     with pytest.raises(trace.TraceError, match="KV cache"):
-        trace.trace_model(dict(TINY_RESNET), B, SIZE, "inf", past=4)
+        trace.trace_model(Step(model=dict(TINY_RESNET), batch=B, seq=SIZE, mode="inf", past=4))
 
 
 def test_another_vision_type_is_refused_in_one_line(tmp_path, capsys):
@@ -170,7 +170,7 @@ def test_another_vision_type_is_refused_in_one_line(tmp_path, capsys):
         assert cli(["predict", "--model", str(f), "--device", "A100", "--batch", "2", "--quick", *size]) == 2
         assert "'dinov2' takes images" in _one_error_line(capsys)
     with pytest.raises(trace.TraceError, match="the image models traced here are resnet, vit"):
-        trace.trace_model(str(f), 2, 64, "inf")
+        trace.trace_model(Step(model=str(f), batch=2, seq=64, mode="inf"))
 
 
 def _one_error_line(capsys):

@@ -26,7 +26,8 @@ import time
 
 import numpy as np
 
-from neusight_core.question.schema import Attention, Execution, Mode
+from neusight_core.question.step import Step
+from neusight_core.question.schema import Attention, Execution, Grads, Mode
 
 #: The CUDA launch's cost beyond the CPU dispatcher's, per kernel: ``x.add_(1)`` on a one-element tensor
 #: launched 5,000 times back to back on the lent H100's host (16-core Intel Xeon, torch 2.11, 2026-11-26) took
@@ -110,10 +111,9 @@ def tiny_step_us(device: str = "cpu", repeats: int = 30, layers: int = 4) -> dic
     from transformers import AutoModelForCausalLM
     from neusight_core.tracing import trace
     cfg = _tiny_llama(layers)
-    counts = {"decode": int(trace.trace_model(cfg, 1, 1, Mode.INF, past=8, attention=Attention.SDPA)["count"].sum()),
+    counts = {"decode": int(trace.trace_model(Step(model=cfg, batch=1, seq=1, mode=Mode.INF, past=8, attention=Attention.SDPA))["count"].sum()),
               # the timed step starts from no gradients (zero_grad(set_to_none=True)): no accumulation kernels
-              "train": int(trace.trace_model(cfg, 1, 8, Mode.TRAIN, attention=Attention.SDPA,
-                                             accumulate_grads=False)["count"].sum())}
+              "train": int(trace.trace_model(Step(model=cfg, batch=1, seq=8, mode=Mode.TRAIN, attention=Attention.SDPA, grads=Grads.FRESH))["count"].sum())}
     cuda = device == "cuda"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -32,6 +32,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from neusight_core.question.step import Step
 from neusight_core.tracing import trace
 from neusight_core.tracing import table_info
 from neusight_core.plans import parallel_experts
@@ -100,7 +101,7 @@ def _retrace(kernels: pd.DataFrame, batch: int) -> pd.DataFrame:
     a = table_info.info(kernels)
     if batch == a.batch:
         return kernels.copy()
-    k = trace.trace_model(a.config, batch, a.seq, a.mode, dtype=a.dtype, attention=a.attention)
+    k = trace.trace_model(Step(model=a.config, batch=batch, seq=a.seq, mode=a.mode, dtype=a.dtype, attention=a.attention))
     if a.fused:  # a fused table stays fused at the new batch
         from neusight_core.plans import fusion
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from neusight_core.question.step import Step
 from neusight_core.plans import fusion, parallel
 from neusight_core import paths
 from neusight_core.tracing import trace
@@ -159,7 +160,7 @@ def ours(config: str, cache: dict | None = None) -> pd.DataFrame:
     if cache is not None and key in cache:
         k = cache[key]
     else:
-        k = trace.trace_model(d["model"], d["batch"], d["seq"], d["mode"])
+        k = trace.trace_model(Step(model=d["model"], batch=d["batch"], seq=d["seq"], mode=d["mode"]))
         if cache is not None:
             cache[key] = k
     if d["fusion"]:

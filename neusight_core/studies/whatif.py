@@ -221,7 +221,7 @@ def memory_validation(quick: bool = False) -> pd.DataFrame:
                                                             if "Llama" in name and not quick else [])
         for b, s, mode in cases:
             meas = memory.measure_cpu_peak(cfg, b, s, mode, model=model)["peak_bytes"]
-            traced = trace.trace_model(cfg, b, s, mode, authors_heads=False)
+            traced = trace.trace_model(Step(model=cfg, batch=b, seq=s, mode=mode), authors_heads=False)
             predicted = table_info.info(traced).memory["activation_peak_bytes"]
             rows.append({"model": name, "batch": b, "seq": s, "mode": mode, "measured_mb": meas / 1e6,
                          "predicted_mb": predicted / 1e6, "error_pct": (predicted - meas) / meas * 100})

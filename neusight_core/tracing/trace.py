@@ -33,7 +33,8 @@ import pandas as pd
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from neusight_core.question.schema import Attention, KERNEL_COLUMNS, Mode, OpClass, Precision
+from neusight_core.question.schema import Attention, Grads, KERNEL_COLUMNS, Mode, OpClass, Precision
+from neusight_core.question.step import Step
 
 # Extra columns after KERNEL_COLUMNS: `reads` / `writes` = tuples of (buffer key, bytes) per kernel, the
 # data dependencies fusion.fuse needs (a key names one tensor buffer within one trace), and
@@ -311,15 +312,16 @@ def reusing_models(memo: dict | None):
         _MODELS = outer
 
 
-def trace_model(config_or_name, batch: int, seq: int, mode: str = Mode.INF,
-                accumulate_grads: bool = True, authors_heads: bool = True, past: int = 0,
-                dtype: str = Precision.FP32, attention: str = Attention.EAGER) -> pd.DataFrame:
-    """Kernel table of one forward pass (``inf``) or forward + loss + backward (``train``).
+def trace_model(step: Step, authors_heads: bool = True) -> pd.DataFrame:
+    """Kernel table of one step (a ``question.step.Step``): one forward pass (``inf``) or forward + loss + backward
+    (``train``) of ``step.model`` (a config name, a path, a config object or dict) at ``step.batch`` and
+    ``step.size`` (the sequence length, or an image model's side), with its ``past``, ``dtype`` and ``attention``;
+    fusion and a parallel plan are applied to the table afterwards (``plans/``).
 
-    ``accumulate_grads``: in training, parameters already hold a gradient (as in the authors'
-    measured loop, whose labels carry an accumulation latency), so autograd adds each new
-    gradient into it: one ``acc`` kernel per parameter. False = gradients start as None
-    (``zero_grad(set_to_none=True)``), and no accumulation kernels appear.
+    ``step.grads``: ``accumulate`` (the default) = in training, parameters already hold a gradient (as in the
+    authors' measured loop, whose labels carry an accumulation latency), so autograd adds each new gradient into it:
+    one ``acc`` kernel per parameter; ``fresh`` = gradients start as None (``zero_grad(set_to_none=True)``), and no
+    accumulation kernels appear.
 
     ``authors_heads``: use the task heads the authors traced (see ``AUTHORS_HEADS``) instead of
     the config's ``architectures``.
@@ -357,6 +359,9 @@ def trace_model(config_or_name, batch: int, seq: int, mode: str = Mode.INF,
     config, the step, the parameters, ``memory``, the ops left ``unclassified`` (aten op -> count), ``skipped``
     (no-kernel ops) and ``trace_s``.
     """
+    config_or_name, batch, seq, mode = step.model, step.batch, step.size, step.mode
+    past, dtype, attention = step.past, step.dtype, step.attention
+    accumulate_grads = step.grads != Grads.FRESH
     for nm, v in (("batch", batch), ("seq", seq)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
             raise TraceError(f"{nm} must be a positive integer, got {v!r}")

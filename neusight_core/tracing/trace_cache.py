@@ -1,8 +1,8 @@
 """On-disk cache of kernel tables (docs/interfaces.md, "Trace cache").
 
-A traced kernel table depends on the model config's content, the trace arguments (batch, seq,
-mode, past, ... -- every keyword of ``trace.trace_model``, defaults filled in, so a new argument
-such as a dtype becomes part of the key without a change here), the table transforms applied after
+A traced kernel table depends on the model config's content, the step's fields the trace reads (batch, size,
+mode, past, dtype, attention -- every field of the ``question.step.Step`` but those applied after the trace, so a
+new option becomes part of the key without a change here), the table transforms applied after
 tracing (fusion, parallel plan) and the code that produced it (torch and transformers versions, a
 hash of the tracer's source files). All of that goes into one JSON-able *key dict*; its SHA-256
 names the cache file. Invalidation is by key only: change anything and a new entry is written;
@@ -26,7 +26,6 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
-import inspect
 import json
 import os
 import warnings
@@ -37,6 +36,7 @@ import pandas as pd
 
 from neusight_core.data import configs, datafile
 from neusight_core.tracing import table_info
+from neusight_core.question.schema import Grads
 from neusight_core import paths
 
 #: bump when the layout of a cache entry changes (2: data-only .npz instead of a pickle; 3: the table's metadata
@@ -81,55 +81,28 @@ def versions() -> dict:
             "code": h.hexdigest()[:16]}
 
 
-@functools.lru_cache(maxsize=1)
-def _trace_signature() -> inspect.Signature:
-    """``trace.trace_model``'s signature read from the source (importing trace.py imports torch,
-    which a cache hit must not pay for); its defaults must be literals or vocabulary members."""
-    import ast
-
-    src = (Path(__file__).resolve().parent / "trace.py").read_text()
-    fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == "trace_model")
-    a = fn.args
-
-    def value(d):
-        # a literal, or a member of the vocabulary (``Precision.FP32``, ``Mode.INF``): its text, as a request spells it
-        if isinstance(d, ast.Attribute) and isinstance(d.value, ast.Name):      # an enum of schema (its name)
-            from neusight_core.question import schema
-            return getattr(schema, d.value.id)[d.attr].value
-        return ast.literal_eval(d)
-    defaults = [inspect.Parameter.empty] * (len(a.args) - len(a.defaults)) + [value(d) for d in a.defaults]
-    params = [inspect.Parameter(x.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d) for x, d in zip(a.args, defaults)]
-    params += [inspect.Parameter(x.arg, inspect.Parameter.KEYWORD_ONLY,
-                                 default=inspect.Parameter.empty if d is None else value(d))
-               for x, d in zip(a.kwonlyargs, a.kw_defaults)]
-    return inspect.Signature(params)
-
-
-#: fields of a step that are not arguments of the trace nor of the table built from it: the model (hashed by content),
-#: its size (the trace's ``seq``), and fresh gradients (``engine.predict`` drops the traced step's ``acc`` rows, so a
-#: fresh and an accumulating step share their entry)
-NOT_TABLE_ARGUMENTS = ("model", "seq", "image_size", "grads")
+#: fields of a step applied to its traced table afterwards (``plans/``): the key of a planned table, not of the trace
+AFTER_TRACE = ("fusion", "parallel", "gpus", "micro_batches")
+#: fields of a step the trace's key does not take as they are: the model (hashed by content), its size (one ``seq``:
+#: the sequence length or the image side), and its gradients (the cache traces the accumulating step; ``engine``
+#: drops a fresh step's ``acc`` rows, so both share their entry)
+NOT_KEYED = ("model", "seq", "image_size", "grads")
 
 
 def trace_kwargs(step) -> dict:
-    """The arguments of ``trace.trace_model`` for a :class:`step.Step` (all but the config, defaults filled in): the
-    step's fields of the same names, its size as ``seq``. A field the tracer takes is part of the key by its name."""
-    sig = _trace_signature()
-    given = {f.name: getattr(step, f.name) for f in dataclasses.fields(step)
-             if f.name in sig.parameters and f.name not in NOT_TABLE_ARGUMENTS}
-    bound = sig.bind(None, seq=step.size, **given)
-    bound.apply_defaults()
-    out = dict(bound.arguments)
-    out.pop(next(iter(sig.parameters)))              # the config: hashed by content instead
+    """The trace's part of the cache key of a :class:`question.step.Step`: its size as ``seq``, every field the trace
+    reads (batch, mode, past, dtype, attention, and any table field declared since), the accumulating gradients and
+    the authors' heads the cache traces with."""
+    out = {f.name: getattr(step, f.name) for f in dataclasses.fields(step)
+           if f.name not in NOT_KEYED and f.name not in AFTER_TRACE}
+    out.update(seq=step.size, accumulate_grads=True, authors_heads=True)
     return {k: (int(v) if hasattr(v, "__index__") and not isinstance(v, bool) else v) for k, v in out.items()}
 
 
 def table_fields(step) -> dict:
-    """The fields of a step its kernel table is built with after the trace (fusion, the plan, its GPUs and
-    micro-batches, and any field declared since): every field that is not an argument of the trace."""
-    sig = _trace_signature()
-    return {f.name: getattr(step, f.name) for f in dataclasses.fields(step)
-            if f.name not in sig.parameters and f.name not in NOT_TABLE_ARGUMENTS}
+    """The fields of a step its kernel table is built with after the trace: fusion, the plan, its GPUs and
+    micro-batches (``AFTER_TRACE``)."""
+    return {name: getattr(step, name) for name in AFTER_TRACE}
 
 
 def make_key(kind: str, model, **fields) -> dict:
@@ -264,6 +237,6 @@ def trace(step) -> pd.DataFrame:
     def build():
         from neusight_core.tracing import trace as _trace
         with _trace.reusing_models(_SHARED_MODELS):
-            return canonical_buffers(_trace.trace_model(step.model, **args))
+            return canonical_buffers(_trace.trace_model(step.replace(grads=Grads.ACCUMULATE)))
 
     return cached(key, build)
