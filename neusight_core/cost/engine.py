@@ -41,10 +41,10 @@ from neusight_core.tracing import table_families, family_pool, gc_pause
 from neusight_core.cost import host, kernel_floor, memory, network
 from neusight_core.question import schema
 from neusight_core.cost import scenario
-from neusight_core.cost.request import INPUTS, jobs, message, requests
+from neusight_core.cost.request import jobs, message, requests
 from neusight_core.cost.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
 from neusight_core.question.schema import Execution, Grads, OpClass, Plan
-from neusight_core.question.step import Step
+from neusight_core.question.step import INPUTS, Step
 
 PHASE_COLUMNS = ["e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"]
 CLASS_MS = [f"{c}_ms" for c in schema.OP_CLASSES]

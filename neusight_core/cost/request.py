@@ -13,7 +13,7 @@ import pandas as pd
 from neusight_core.cost.scenario import FIELDS as scenario_fields
 from neusight_core.cost.scenario import scenario as make_scenario
 from neusight_core.question.step import (INPUTS, MAX_SIZE, LatencyInputError, Scenario, SweepInputError,  # noqa: F401
-                                one_line, options)
+                                one_line)
 
 
 def scenario_of(r: dict) -> Scenario:

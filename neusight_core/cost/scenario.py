@@ -17,9 +17,10 @@ from neusight_core.data import configs
 from neusight_core.cost import memory
 from neusight_core.plans import parallel_experts
 from neusight_core.question import schema
-from neusight_core.question.schema import Attention, Grads, Mode, Plan
+from neusight_core.question.schema import Attention, Grads, Plan
+# PAPER and Scenario are named here too: the question's callers read them as scenario.*
 from neusight_core.question.step import (INPUTS, LINK_LIMITS_GBS, PAPER, REQUIRED, LatencyInputError, Scenario,  # noqa: F401
-                                Step, not_given, options, plain_defaults)
+                                not_given, options, plain_defaults)
 
 FIELDS = options()
 PLAIN_DEFAULTS = plain_defaults()

@@ -183,7 +183,7 @@ def predict_case(case: "LiveCase", device_name: str, **kw) -> tuple[dict | None,
     gradients, which ``model_callable``'s step sets to None after each step (``grads`` fresh; pipeline parallelism
     accumulates its micro-batches', the authors' pp labels too), unless ``kw`` says otherwise."""
     from neusight_core.cost import latency
-    from neusight_core.cost.scenario import PAPER
+    from neusight_core.question.step import PAPER
     grads = Grads.ACCUMULATE if kw.get("parallel") == Plan.PP else Grads.FRESH
     try:
         r = latency.predict_model(case.model, device_name, case.batch, mode=case.mode, **case.size,

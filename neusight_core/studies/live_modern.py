@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from neusight_core.studies import live, live_harness, live_kernels
-from neusight_core.cost.scenario import PAPER
+from neusight_core.question.step import PAPER
 from neusight_core.question.schema import Attention, Execution, Grads, Mode, Precision
 
 # current open models of ours (model_configs), small to large: the small ones host-bound in eager PyTorch at batch 1

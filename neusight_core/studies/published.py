@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from neusight_core.cost.scenario import PAPER
+from neusight_core.question.step import PAPER
 from neusight_core.cost import latency
 from neusight_core.studies import error_metric
 from neusight_core.question.schema import Mode

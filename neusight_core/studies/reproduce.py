@@ -36,7 +36,7 @@ from neusight_core.question.schema import OpClass
 def option_kwargs(option: str) -> dict:
     """Arguments of ``latency.predict_model`` for a label option (none, fusion, dp4, tp4, pp4_1), in the paper's
     setting (``scenario.PAPER``: eager attention, the kernel sum)."""
-    from neusight_core.cost.scenario import PAPER
+    from neusight_core.question.step import PAPER
     if option in (None, "", "none") or (isinstance(option, float) and np.isnan(option)):
         return dict(PAPER)
     if option == "fusion":
