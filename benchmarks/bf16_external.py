@@ -26,6 +26,7 @@ def main(argv=None):
     import pandas as pd
     import torch
     torch.set_num_threads(1)
+    from neusight_core.data import measured_kernels
     from neusight_core.studies import external_eval as xe
     from neusight_core import paths
     from neusight_core.reports import report
@@ -63,7 +64,7 @@ def main(argv=None):
             cfg["networks"] = list(a.networks)
         nets = tc.TensorCoreNets(cfg, seed=s)
         t0 = time.perf_counter()
-        nets.fit(quick=False)
+        nets.fit(measured_kernels.training_kernels(cfg["networks"]), quick=False)
         times[s] = {"train_seconds": nets.info["train_seconds"], "wall": time.perf_counter() - t0,
                     "networks": nets.info["networks"]}
         p.tc = nets

@@ -27,6 +27,7 @@ LOG = ROOT / "docs" / "search_bf16.jsonl"
 def main(argv=None):
     import torch
     torch.set_num_threads(1)
+    from neusight_core.data import measured_kernels
     from neusight_core.predictors import tensor_core as tc, trees
     ap = argparse.ArgumentParser()
     ap.add_argument("network", choices=tc.NETWORKS)
@@ -44,7 +45,7 @@ def main(argv=None):
     if a.model == "tree":
         from neusight_core import predictors as P
         recipe = P.create("neusight").config["tensor_core"]
-    data = tc.training_kernels([a.network])
+    data = measured_kernels.training_kernels([a.network])
     data = data[tc.network_of(data) == a.network].reset_index(drop=True)
     gpus = sorted(data["device"].unique())
     if a.peak_fold:
@@ -71,7 +72,7 @@ def main(argv=None):
                         "mape_traced_scope": round(float(ape[scope].mean()), 2), "rows_traced_scope": int(scope.sum())}
         rec = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "tag": a.tag,
                "network": a.network, "model": a.model, "config": json.loads(text), "seed": a.seed,
-               "data": "training GPUs' measured BF16 kernels (tensor_core.training_kernels), "
+               "data": "training GPUs' measured BF16 kernels (measured_kernels.training_kernels), "
                        + ("train below the top BF16 peak, score the top-peak GPUs" if a.peak_fold else "leave one GPU out"),
                "score_mape_mean": round(float(np.mean([f["mape"] for f in folds.values()])), 2),
                "score_mape_traced_scope_mean": round(float(np.mean([f["mape_traced_scope"] for f in folds.values()])), 2),

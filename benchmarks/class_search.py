@@ -37,7 +37,7 @@ def run(recipe: str, cls: str, over: dict, epochs: int, seed: int, holdout: floa
         cfg["extra_holdout"] = holdout
     p = one_class(recipe, cls, cfg, seed)
     t0 = time.perf_counter()
-    p.fit(dataset.training_data())
+    p.fit(P.data_for(p, dataset.training_data()))
     secs = time.perf_counter() - t0
     held = dataset.seen_test_kernels(holdout, part="held_out")
     held = held[held["op_class"] == cls].reset_index(drop=True)

@@ -171,12 +171,14 @@ def fit_report() -> int:
     import pandas as pd
     from neusight_core.predictors import memory_law
     k = recorded_kernels()
-    rates = memory_law.fit_paths(k)
+    from neusight_core.predictors.training import memory_law_params
+    law_p = memory_law_params()
+    rates = memory_law.fit_paths(k, law_p)
     print("fitted gamma (output elements / SM / cycle):", {p: round(g, 3) for p, g in rates.items()})
     print("in use (memory_law.PATH_RATE):              ", memory_law.PATH_RATE)
     big = k[k["elements"] >= memory_law.PATH_FIT_MIN_ELEMENTS].reset_index(drop=True)
-    law = memory_law.time_ms(big.assign(access=""), None)
-    paths = memory_law.time_ms(big, None)
+    law = memory_law.time_ms(big.assign(access=""), None, law_p)
+    paths = memory_law.time_ms(big, None, law_p)
     big["law_ape"] = np.abs(law / big["measured_ms"] - 1) * 100
     big["paths_ape"] = np.abs(paths / big["measured_ms"] - 1) * 100
     pd.set_option("display.width", 200)

@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from neusight_core.predictors import common, memory_law  # noqa: E402
+from neusight_core.predictors.training import memory_law_params  # noqa: E402
 from neusight_core.studies import live_modern  # noqa: E402
 
 #: the recorded runs that have memory kernels, and their GPU (live_modern.RECORDED: the runs notebook 05 predicts)
@@ -41,7 +42,7 @@ def compare(run: str, gpu: str) -> pd.DataFrame:
     moved = common.total_bytes(m)
     m = m[moved >= MIN_MB * 1e6].reset_index(drop=True)
     meas = m["measured_ms"].to_numpy(float)
-    law = memory_law.time_ms(m, gpu)
+    law = memory_law.time_ms(m, gpu, memory_law_params())
     roof = common.roofline_ms(m, common.device_arrays(m, gpu))
     return pd.DataFrame({"run": run.name, "kind": m["memory_kind"], "MB": common.total_bytes(m) / 1e6,
                          "measured_us": meas * 1e3, "law_us": law * 1e3, "roofline_us": roof * 1e3,

@@ -32,17 +32,18 @@ def main(argv=None) -> int:
     from threadpoolctl import threadpool_limits
     from neusight_core.predictors import registry
     from neusight_core.predictors import common, trees
+    from neusight_core.data import measured_kernels
     from neusight_core.predictors import tensor_core as tc
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0,1,2")
     a = ap.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
     config = {**tc.DEFAULTS, **(registry.hparams("neusight").get("tensor_core") or {})}
-    held = tc.gemm_rows("held_out").reset_index(drop=True)
+    held = measured_kernels.gemm_rows("held_out").reset_index(drop=True)
     dev_h = common.device_arrays(held)
     x_h, unit_h = trees.spec_inputs(held, dev_h, "GEMM"), common.roofline_ms(held, dev_h)
     y_h = held["latency_ms"].to_numpy(float)
-    kernels = tc.training_kernels(("GEMM",))
+    kernels = measured_kernels.training_kernels(("GEMM",))
     print(f"held out: {held.groupby('device').size().to_dict()} BF16 GEMMs; MAPE % (bias %), mean over seeds {seeds}")
     for name, drop in LEFT_OUT.items():
         keep = [i for i, c in enumerate(COLUMNS) if c not in drop]

@@ -15,6 +15,7 @@ import json
 import time
 
 from class_search import one_class     # benchmarks/ is on the path when this script runs
+from neusight_core import predictors as P
 from neusight_core.data import dataset
 from neusight_core.predictors import nets
 
@@ -27,7 +28,7 @@ def train_once(recipe: str, cls: str, epochs: int, seed: int, flush: bool) -> di
         nets.flush_denormals = contextlib.nullcontext
     try:
         t0 = time.perf_counter()
-        p.fit(train)
+        p.fit(P.data_for(p, train))
         secs = time.perf_counter() - t0
     finally:
         nets.flush_denormals = saved

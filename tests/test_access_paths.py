@@ -12,7 +12,7 @@ import torch
 from neusight_core.question.step import Step
 from neusight_core.tracing import aten_ops, trace
 from neusight_core.data import configs
-from neusight_core.predictors import memory_law
+from neusight_core.predictors import memory_law, training
 from neusight_core.question.schema import OpClass
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,8 @@ def test_a_path_row_is_timed_by_its_elements_on_the_sms():
 def test_path_rates_are_the_fit_on_the_recorded_kernels():
     k = elementwise_paths.recorded_kernels()
     assert set(k["device"]) == {"H100", "H200"}
-    got = memory_law.fit_paths(k)
+    law = training.memory_law_params()
+    got = memory_law.fit_paths(k, law)
     assert set(got) == set(memory_law.PATH_RATE)
     for path, g in got.items():
         assert memory_law.PATH_RATE[path] == pytest.approx(g, abs=5e-4), path
@@ -87,4 +88,4 @@ def test_path_rates_are_the_fit_on_the_recorded_kernels():
     big = k[k["elements"] >= memory_law.PATH_FIT_MIN_ELEMENTS]
     slow = big[big["access"] != ""]
     ape = lambda t: float(np.mean(np.abs(t / slow["measured_ms"].to_numpy() - 1)))  # noqa: E731
-    assert ape(memory_law.time_ms(slow, None)) < 0.15 < ape(memory_law.time_ms(slow.assign(access=""), None))
+    assert ape(memory_law.time_ms(slow, None, law)) < 0.15 < ape(memory_law.time_ms(slow.assign(access=""), None, law))

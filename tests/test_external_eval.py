@@ -28,7 +28,7 @@ def _attn_row(kind, B, seq_q, seq_kv, heads, kv_heads, d, window=0):
 
 # ---------------------------------------------------------------- the split
 def test_training_frame_holds_only_training_gpus(release_root):
-    k = tc.training_kernels()
+    k = mk.training_kernels(tc.NETWORKS)
     assert set(k["device"]) == set(mk.split()["training"])
     assert set(k["role"]) == {"training"}
     assert not set(k["device"]) & set(mk.split()["held_out"])
@@ -41,11 +41,11 @@ def test_training_frame_holds_only_training_gpus(release_root):
 
 def test_fit_records_only_training_gpus(release_root):
     m = tc.TensorCoreNets({"quick_rows_per_gpu": 200, "quick_epochs": 1}, seed=0)
-    info = m.fit(quick=True)
+    info = m.fit(mk.training_kernels(tc.NETWORKS), quick=True)
     for n in tc.NETWORKS:
         assert info["networks"][n]["devices"] == sorted(mk.split()["training"]), n
     with pytest.raises(mk.SealedGPUError):
-        tc.gemm_rows(["b300_sxm"])
+        mk.gemm_rows(["b300_sxm"])
 
 
 # ---------------------------------------------------------------- tiles and waves by hand
@@ -100,7 +100,7 @@ def test_gemm_split_k_by_hand(release_root):
 def small_nets(release_root):
     m = tc.TensorCoreNets({**P.create("neusight").config["tensor_core"], "quick_rows_per_gpu": 300,
                            "quick_epochs": 2}, seed=0)
-    m.fit(quick=True)
+    m.fit(mk.training_kernels(m.config["networks"]), quick=True)
     return m
 
 
@@ -150,7 +150,7 @@ def test_fp32_rows_unchanged_by_tensor_core_networks(neusight_quick):
     a, b = with_tc.predict(k, None), without.predict(k, None)
     np.testing.assert_allclose(a, b, rtol=1e-9)
     # a BF16 GEMM goes through the new network, and predict_extrapolated gives the old answer
-    g = tc.gemm_rows("h100_sxm").iloc[:50]
+    g = mk.gemm_rows("h100_sxm").iloc[:50]
     new, old = with_tc.predict(g, None), with_tc.predict_extrapolated(g, None)
     np.testing.assert_allclose(new, with_tc.tc.predict(g), rtol=1e-12)
     np.testing.assert_allclose(old, without.predict(g, None), rtol=1e-9)
@@ -249,7 +249,7 @@ def test_whatif_label_says_which_bf16_kernels_were_checked(release_root):
 def test_shape_tree_trains_on_training_gpus_and_scales_with_the_peak(small_nets, tmp_path, monkeypatch,
                                                                     fresh_catalogue):
     tree = trees.ShapeTree(small_nets.config, seed=0)
-    info = tree.fit(quick=True)
+    info = tree.fit(mk.training_kernels(tree.config["networks"]), quick=True)
     for n in tc.NETWORKS:
         assert info["networks"][n]["devices"] == sorted(mk.split()["training"]), n
         assert info["networks"][n]["rows"] == 4 * small_nets.config["quick_rows_per_gpu"], n
@@ -260,12 +260,12 @@ def test_shape_tree_trains_on_training_gpus_and_scales_with_the_peak(small_nets,
                  "  fp32_gflops: 134000\n  l2_mb: 50\n  tensor_gflops: {bf16: 1979000}\n  tensor_source: test\n")
     monkeypatch.setenv(devices.ENV_USER_DEVICES, str(f))
     devices.reload()
-    g = tc.gemm_rows("h100_sxm")
+    g = mk.gemm_rows("h100_sxm")
     g = g[g["M"] >= 4096].iloc[:20]
     fast, h100 = tree.predict(g, "Twice H100"), tree.predict(g, H100)
     assert np.isfinite(fast).all() and (fast < 0.75 * h100).all()
     with pytest.raises(ValueError, match="target 'x' is not"):
-        trees.ShapeTree(small_nets.config, tree={"target": "x"}).fit(tc.gemm_rows("h100_sxm").iloc[:50], quick=True)
+        trees.ShapeTree(small_nets.config, tree={"target": "x"}).fit(mk.gemm_rows("h100_sxm").iloc[:50], quick=True)
 
 
 def test_gemm_choice_names_the_tile_and_split(release_root):
@@ -376,7 +376,7 @@ def test_local_gpu_gemms_with_a_fake_timer(neusight_quick, tmp_path):
     from neusight_core.studies import external_eval as xe
     shapes = xe.local_gemm_shapes(n=400, seed=0)
     assert len(shapes) == 400 and set(shapes.columns) >= {"m", "n", "k"}
-    db = tc.gemm_rows(["h100_sxm"])
+    db = mk.gemm_rows(["h100_sxm"])
     assert set(zip(shapes.m, shapes.k, shapes.n)) <= set(zip(db.M, db.N, db.K))     # the database's own shapes
     small = pd.DataFrame({"kernel_source": "x", "gemm_dtype": "bfloat16", "m": [1, 64, 256], "n": [128, 256, 64],
                           "k": [64, 128, 512]})
@@ -450,7 +450,7 @@ def test_gemm_structure_inputs_by_hand(release_root):
 
 
 def test_structural_tree_knows_the_gpu_and_refuses_unknown_inputs(release_root):
-    g = tc.gemm_rows("h100_sxm").iloc[:40]
+    g = mk.gemm_rows("h100_sxm").iloc[:40]
     dev = common.device_arrays(g)
     shape, spec = tc.shape_inputs(g, dev, "GEMM"), trees.spec_inputs(g, dev, "GEMM")
     # the spec inputs are the shape inputs plus ridge, SM count, L2, FLOPs per byte and the 128 x 128 wave count
@@ -486,7 +486,7 @@ def test_an_ensemble_averages_its_members_utilisations(small_nets):
     assert [len(small_nets.nets[n]) for n in tc.NETWORKS] == [3, 1, 1]
     a, b = (small_nets.nets["GEMM"][i].state_dict() for i in (0, 1))
     assert any(not np.array_equal(a[k], b[k]) for k in a)                     # different draws
-    g = tc.gemm_rows("h100_sxm").iloc[:50].reset_index(drop=True)
+    g = mk.gemm_rows("h100_sxm").iloc[:50].reset_index(drop=True)
     dev = common.device_arrays(g)
     X, waves, base = small_nets._inputs(g, dev, "GEMM")
     mu, sd = small_nets.norm["GEMM"]
@@ -494,7 +494,7 @@ def test_an_ensemble_averages_its_members_utilisations(small_nets):
     u_max = float(small_nets.value("u_max", "GEMM"))
     assert np.allclose(small_nets.predict(g), base / (u_max * np.mean(us, axis=0)), rtol=1e-12)
     one = tc.TensorCoreNets({**small_nets.config, "members": 1, "networks": ["GEMM"]}, seed=0)
-    one.fit(quick=True)
+    one.fit(mk.training_kernels(["GEMM"]), quick=True)
     assert np.allclose(one.predict(g), base / (u_max * us[0]), rtol=1e-6)
 
 

@@ -142,3 +142,34 @@ def test_the_private_name_scan_sees_imports_and_attributes(tmp_path):
 def test_every_folder_says_its_purpose(folder):
     doc = ast.get_docstring(ast.parse((PKG / folder / "__init__.py").read_text())) or ""
     assert len(doc.split()) >= 5, f"{folder}/__init__.py: say what the folder is for (its docstring), got {doc!r}"
+
+
+#: the modules that read data files (the release, NVIDIA's measured kernels) or the trace cache
+DATA_READERS = ("data.dataset", "data.measured_kernels", "data.release", "tracing.trace_cache")
+#: names of those modules that read nothing: the convolution's implicit-GEMM formula
+READS_NOTHING = {"data.dataset.conv_gemm"}
+
+
+def _reads_data(path: Path) -> list[str]:
+    """The data readers ``path`` imports (``DATA_READERS``), as ``module`` or ``module.name``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("neusight_core"):
+            mod = node.module.split(".", 1)[1] if "." in node.module else ""
+            for a in node.names:
+                full = f"{mod}.{a.name}".strip(".")
+                if full in DATA_READERS or (mod in DATA_READERS and full not in READS_NOTHING):
+                    out.append(full)
+        elif isinstance(node, ast.Import):
+            out += [a.name.split(".", 1)[1] for a in node.names if a.name.split(".", 1)[-1] in DATA_READERS]
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(n for n in _modules() if n.startswith("predictors.")))
+def test_a_predictor_reads_no_data_file(name):
+    """Training hands a predictor its frames (``training.data_for``, ``training.hand_over``): only the trainer reads."""
+    if name == "predictors.training":
+        assert _reads_data(_modules()[name]), "the trainer is where the data is read: the scan must see it"
+        return
+    found = _reads_data(_modules()[name])
+    assert not found, f"{name} reads data itself ({found}): declare it in data_wanted and let the trainer hand it over"

@@ -7,7 +7,7 @@ import pytest
 from neusight_core.question.step import Step
 from neusight_core.data import measured_kernels
 from neusight_core.cost import tables
-from neusight_core.predictors import memory_law
+from neusight_core.predictors import memory_law, training
 
 NO_DB = measured_kernels.unavailable() is not None
 GPUS = ("NVIDIA_H100_80GB_HBM3", "NVIDIA_H200", "NVIDIA_L40S")
@@ -15,9 +15,9 @@ GPUS = ("NVIDIA_H100_80GB_HBM3", "NVIDIA_H200", "NVIDIA_L40S")
 
 @pytest.fixture
 def fresh(monkeypatch):
-    monkeypatch.setattr(memory_law, "_PARAMS", None)
+    monkeypatch.setattr(training, "_LAW", None)
     yield
-    memory_law._PARAMS = None
+    training._LAW = None
 
 
 def _vec_rows(moved_bytes, device=None) -> pd.DataFrame:
@@ -70,7 +70,7 @@ def test_neusight_uses_it_for_those_rows_and_nothing_else():
     k = tables.trace(Step(model="llama2_7b", batch=1, seq=64, mode="inf", dtype="bf16", attention="sdpa")).reset_index(drop=True)
     rows = memory_law.answers(k)
     got = p.predict(k, "H200")
-    assert np.allclose(got[rows], memory_law.time_ms(k[rows], "H200"), rtol=1e-12)
+    assert np.allclose(got[rows], memory_law.time_ms(k[rows], "H200", training.memory_law_params()), rtol=1e-12)
     before = p.predict_extrapolated(k, "H200")          # the FP32 networks' path, as before the law
     fp32 = (k["precision"] == "fp32").to_numpy() & ~rows
     assert fp32.any() and np.allclose(got[fp32], before[fp32], rtol=1e-12)
@@ -83,7 +83,7 @@ def test_its_numbers_are_the_fit_on_the_training_gpus(fresh):
     assert set(q["device"]) == set(GPUS)                  # no FP8 on the A100: no such kernels; held out unread
     assert set(q["kernel_source"]) == set(measured_kernels.QUANTIZE_SOURCES)
     assert np.allclose(q["bytes_read"], 2 * q["bytes_written"])
-    got = memory_law.params()
+    got = training.memory_law_params()
     assert got == pytest.approx(memory_law.fit(q))
     assert got == pytest.approx(memory_law.DEFAULT_LAW, rel=1e-4)   # the documented default is that fit
     with pytest.raises(measured_kernels.SealedGPUError):
@@ -92,7 +92,7 @@ def test_its_numbers_are_the_fit_on_the_training_gpus(fresh):
 
 def test_without_the_database_the_documented_default(fresh, monkeypatch):
     monkeypatch.setattr(measured_kernels, "unavailable", lambda root=None: "not installed")
-    assert memory_law.params() == memory_law.DEFAULT_LAW
+    assert training.memory_law_params() == memory_law.DEFAULT_LAW
 
 
 @pytest.mark.skipif(NO_DB, reason="aiconfigurator-core is not installed")
@@ -124,4 +124,4 @@ def test_a_table_of_several_gpus_is_answered_as_each_gpu_alone():
     assert np.allclose(got[: len(k)], p.predict(k, "H100"), rtol=1e-12)
     assert np.allclose(got[len(k):], p.predict(k, "H200"), rtol=1e-12)
     law = memory_law.answers(k) & (k["op_class"] == "VEC").to_numpy()
-    assert law.any() and np.allclose(got[: len(k)][law], memory_law.time_ms(k[law], "H100"), rtol=1e-12)
+    assert law.any() and np.allclose(got[: len(k)][law], memory_law.time_ms(k[law], "H100", training.memory_law_params()), rtol=1e-12)

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import yaml
 
-from neusight_core.data import devices
+from neusight_core.data import devices, measured_kernels
 from neusight_core.cost import engine
 from neusight_core.cost import request
 
@@ -77,12 +77,12 @@ def test_notebook_07_predictors_on_a_bf16_gemm_table(twins):
 
     from neusight_core import predictors as P
     from neusight_core.predictors import tensor_core as tc, trees
-    g = tc.gemm_rows(["h100_sxm"]).sample(300, random_state=0).reset_index(drop=True)
+    g = measured_kernels.gemm_rows(["h100_sxm"]).sample(300, random_state=0).reset_index(drop=True)
     nets = P.get("neusight", quick=True).tc
     models = {"neusight": nets.predict, "roofline": lambda k, d: P.get("roofline").predict(k, d)}
     for name, settings in (("shape-only tree", trees.TREE), ("structural tree", trees.SPEC_TREE)):
         t = trees.ShapeTree(nets.config, seed=0, tree=settings)
-        t.fit(quick=True)
+        t.fit(measured_kernels.training_kernels(nets.config["networks"]), quick=True)
         models[name] = t.predict
     for name, predict in models.items():
         base = float(np.sum(predict(g, H100)))
@@ -97,10 +97,10 @@ def test_an_answer_says_when_the_gpu_lies_outside_the_bf16_networks_training_gpu
     the training GPUs' (an extrapolation); the memory alone is no such figure; FP32 answers carry no such note."""
     from neusight_core.cost import latency
     from neusight_core.predictors import tensor_core as tc
-    assert tc.range_note(H100) == "" and tc.range_note("H100_BIGMEM") == ""
-    note = tc.range_note("H100_FASTER")                       # 1.25x everything: only the SM count leaves the range
+    assert latency.range_note(H100) == "" and latency.range_note("H100_BIGMEM") == ""
+    note = latency.range_note("H100_FASTER")                       # 1.25x everything: only the SM count leaves the range
     assert "SMs 165 (training GPUs 108-142)" in note and "per SM" not in note
-    assert "dense BF16 TFLOPS per SM 15.2" in tc.range_note("NVIDIA_B200")
+    assert "dense BF16 TFLOPS per SM 15.2" in latency.range_note("NVIDIA_B200")
     ask = dict(model="llama2_7b", batch=1, seq=1, past=511, mode="inf", quick=True, execution="graph")
     assert latency.predict_model(device="H100_FASTER", dtype="bf16", **ask)["range_note"] == note
     assert latency.predict_model(device="H100_FASTER", **ask)["range_note"] == ""              # fp32

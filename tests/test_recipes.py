@@ -318,12 +318,15 @@ def test_seen_test_kernels_are_training_gpus_and_holdout_splits_by_shape(release
 def test_our_recipe_adds_only_training_gpu_rows(release_root):
     train = dataset.training_data(quick=True)
     ours, paper = P.create("neusight"), P.create("neusight-paper")
-    k_ours, k_paper = ours.training_records(train), paper.training_records(train)
+    k_ours, k_paper = ours.training_records(P.data_for(ours, train)), paper.training_records(train)
+    with pytest.raises(ValueError, match="lacks 'seen_test'"):     # our recipe trains on rows the trainer reads
+        ours.training_records(train)
     assert len(k_paper) == len(train.kernels) and len(k_ours) > len(k_paper)
     assert set(k_ours["device"]) == {d.name for d in devices.training_devices()}
     # the validation variants: held-out shapes stay out, a dropped GPU is gone from both sources
     held = set(dataset.shape_key(dataset.seen_test_kernels(0.3, part="held_out")))
-    v = P.create("neusight", 0, {"extra_holdout": 0.3, "drop_gpu": "Tesla_V100-PCIE-32GB"}).training_records(train)
+    v = P.create("neusight", 0, {"extra_holdout": 0.3, "drop_gpu": "Tesla_V100-PCIE-32GB"})
+    v = v.training_records(P.data_for(v, train))
     extra = v.iloc[len(train.kernels[train.kernels["device"] != "Tesla_V100-PCIE-32GB"]):]
     assert "Tesla_V100-PCIE-32GB" not in set(v["device"]) and len(extra) > 0
     assert not set(dataset.shape_key(extra)) & held

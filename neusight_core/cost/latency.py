@@ -62,7 +62,7 @@ def predict_model(model, device, batch: int, seq: int | None = None, mode: str |
     of its time answered by models trained on measured kernels of that precision, ``KernelPredictor.measured_rows``;
     the rest is an extrapolation), ``law_share`` (the same for the rows a law fitted on measured kernels of that
     precision answers, ``KernelPredictor.law_rows``: an extrapolation too, from one kind of kernel), ``range_note``
-    ("" or, where measured-kernel models answered, the sentence of ``tensor_core.range_note``: this GPU's figures lie
+    ("" or, where measured-kernel models answered, the sentence of ``range_note``: this GPU's figures lie
     outside those of the GPUs they were trained on), ``moe_note`` ("" or the sentence of ``moe_note``: how the
     experts' grouped GEMMs of a mixture-of-experts model are predicted) and ``kernels`` (the table with ``pred_ms``).
     """
@@ -113,10 +113,23 @@ def predict_scenario(sc, predictor="neusight", quick: bool | None = None,
                dtype=sc.dtype, dtype_note=dev.precision_note(sc.dtype), memory=run.memory[0],
                conv_note=conv_note(kernels, predictor, quick), measured_share=measured_share(kernels, pred, sc.dtype),
                law_share=measured_share(kernels, pred, sc.dtype, rows=pred.law_rows))
-    from neusight_core.predictors import tensor_core
-    out["range_note"] = tensor_core.range_note(dev) if any(out["measured_share"].values()) else ""
+    out["range_note"] = range_note(dev) if any(out["measured_share"].values()) else ""
     out["moe_note"] = moe_note(kernels)
     return out
+
+
+def range_note(device) -> str:
+    """"" when ``device``'s figures (``tensor_core.RANGE_FIGURES``) lie within those of the BF16 networks' training GPUs
+    (``measured_kernels.split``), else one sentence naming the figures outside: its GEMM and attention times are then
+    an extrapolation beyond every GPU the networks saw."""
+    from neusight_core.data import devices, measured_kernels
+    from neusight_core.predictors import tensor_core
+    dev = devices.get_device(device)
+    out = tensor_core.outside_range(dev, [devices.get_device(n) for n in measured_kernels.split()["training"]])
+    if not out:
+        return ""
+    return (f"{dev.name} lies outside the GPUs the BF16 networks were trained on: {'; '.join(out)}; its GEMM and "
+            "attention times extrapolate beyond them (notebook 07 scores two GPUs outside them, B200 and GB200)")
 
 
 def moe_note(kernels: pd.DataFrame) -> str:

@@ -384,6 +384,9 @@ class TrainingData:
     checksum: str                # sha256 of the raw files it came from
     devices: tuple               # catalogue names of the training GPUs
     quick_rows: int | None = None  # records per class of the quick subset (None: all records)
+    # what a predictor's ``data_wanted`` asked for, read by the trainer (``training.data_for``); None: not asked
+    measured: pd.DataFrame | None = None   # NVIDIA's measured kernels of the training GPUs (measured_kernels)
+    seen_test: pd.DataFrame | None = None  # the training GPUs' rows of the release's test sets (seen_test_kernels)
 
     def of_class(self, *classes) -> pd.DataFrame:
         return self.kernels[self.kernels["op_class"].isin(classes)]

@@ -497,3 +497,41 @@ def load_attention(gpus="training", kinds=("prefill", "decode"), frameworks=None
                 raw = read_table(f, ATTENTION_COLUMNS, ATTENTION_OPTIONAL)
                 parts.append(validate(attention_kernels(raw, kind, s, fw, ver, kv_dtypes), f, REINSTALL))
     return _finish(parts, "BF16 attention", systems, features)
+
+
+# ---------------------------------------------------------------- the rows the tensor-core networks train on
+#: which of the package's files a GPU's rows come from: GEMM, per GPU the framework with the most BF16
+#: rows (ties: this order): torch's cuBLAS linear in vLLM 0.24 on H100/H200/L40S/B200/GB200, SGLang 0.5.10 on
+#: A100 SXM (its vLLM 0.14 file has 9,240 shapes, SGLang's 35,742); attention: vLLM's FlashAttention
+#: (FA2 on A100 SXM and L40S, FA3 / FA4 on H100 and H200; FlashInfer / TRT-LLM kernels on B200 / GB200)
+GEMM_FRAMEWORKS = ("vllm", "sglang", "trtllm")
+ATTN_FRAMEWORKS = ("vllm",)
+
+
+def gemm_rows(gpus) -> pd.DataFrame:
+    """Measured BF16 GEMMs of ``gpus`` (names of this module or "training" / "held_out"), one file per GPU."""
+    parts = []
+    for s in system_names(gpus, False):
+        df = load_gemm(s, frameworks=GEMM_FRAMEWORKS)
+        counts = df.groupby("framework").size()
+        best = max(GEMM_FRAMEWORKS, key=lambda f: (counts.get(f, 0), -GEMM_FRAMEWORKS.index(f)))
+        parts.append(df[df["framework"] == best])
+    return pd.concat(parts, ignore_index=True)
+
+
+def attention_rows(gpus, kinds=("prefill", "decode")) -> pd.DataFrame:
+    """Measured BF16 fused attention of ``gpus`` from the files ``ATTN_FRAMEWORKS`` names."""
+    return load_attention(gpus, kinds=kinds, frameworks=ATTN_FRAMEWORKS)
+
+
+def training_kernels(networks) -> pd.DataFrame:
+    """The training GPUs' measured BF16 kernels of the tensor-core ``networks`` (``GEMM``, ``ATTN_prefill``,
+    ``ATTN_decode``: ``tensor_core.NETWORKS``), never a held-out or sealed GPU's (``split``): what the trainer hands
+    to those networks' ``fit``."""
+    parts = []
+    if "GEMM" in networks:
+        parts.append(gemm_rows("training"))
+    kinds = [n.split("_")[1] for n in networks if n.startswith("ATTN_")]
+    if kinds:
+        parts.append(attention_rows("training", tuple(kinds)))
+    return pd.concat(parts, ignore_index=True)

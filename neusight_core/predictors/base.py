@@ -109,6 +109,16 @@ def config_hash(name: str, config: dict) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def handed(train, what: str, name: str):
+    """``train``'s frame ``what`` (``measured`` or ``seen_test``: ``KernelPredictor.data_wanted``); ValueError in one
+    line when the caller built ``train`` without it."""
+    frame = getattr(train, what, None)
+    if frame is None:
+        raise ValueError(f"{name}: its training data lacks {what!r}, which its recipe trains on: build it with "
+                         "predictors.data_for(predictor, train)")
+    return frame
+
+
 class KernelPredictor(abc.ABC):
     """One per method. ``predict`` returns ms per launch (not times ``count``), > 0; COMM rows 0.
 
@@ -144,7 +154,15 @@ class KernelPredictor(abc.ABC):
     # ------------------------------------------------------------ to implement
     @abc.abstractmethod
     def fit(self, train, quick: bool = False) -> None:
-        """Learn from ``train`` (``dataset.TrainingData``: ``kernels``, ``checksum``) and set ``fitted``."""
+        """Learn from ``train`` (``dataset.TrainingData``: ``kernels``, ``checksum``, and what ``data_wanted``
+        asked for) and set ``fitted``."""
+
+    def data_wanted(self) -> dict:
+        """What ``fit`` needs beyond the release's training kernels, for the trainer to read and hand over in
+        ``TrainingData`` (``training.data_for``): ``{"measured": networks}`` NVIDIA's measured kernels of the training
+        GPUs for those tensor-core networks, ``{"seen_test": share}`` the training GPUs' rows of the release's kernel
+        test sets with that share of their shapes held out. A predictor reads no data file itself."""
+        return {}
 
     @abc.abstractmethod
     def _predict_model(self, kernels: pd.DataFrame, device, dev: dict) -> np.ndarray:

@@ -59,9 +59,6 @@ PATH_RATE = {"strided": 1.376, "upcast": 1.341, "strided_cat": 0.918}
 #: the kernels ``fit_paths`` reads: at least this many output elements (the per-launch cost is under a tenth)
 PATH_FIT_MIN_ELEMENTS = 4 * 1024 * 1024
 
-_PARAMS: dict | None = None
-
-
 def answers(kernels: pd.DataFrame) -> np.ndarray:
     """The rows the law answers: BF16 / FP16 rows of ``LAW_CLASSES`` (a table without a ``precision`` column is FP32),
     and the rows of a half-precision table on one of ATen's slower paths (``access``), whatever their precision."""
@@ -104,27 +101,10 @@ def fit(kernels: pd.DataFrame, l2_share: float = L2_SHARE, law=law_s) -> dict:
     return {"t0_us": float(res.x[0]), "eta": float(res.x[1]), "beta": float(res.x[2])}
 
 
-def params() -> dict:
-    """The law's numbers: ``fit`` on the training GPUs' measured kernels, read once per package version and
-    cached with the traces (``trace_cache``), or ``DEFAULT_LAW`` without the database."""
-    global _PARAMS
-    if _PARAMS is None:
-        from neusight_core.data import measured_kernels
-        from neusight_core.tracing import trace_cache
-        if measured_kernels.unavailable():
-            _PARAMS = dict(DEFAULT_LAW)
-        else:
-            key = {"kind": "memory-law", "package": measured_kernels.package_version() or "",
-                   "root": str(measured_kernels.data_root()), "l2_share": L2_SHARE}
-            f = trace_cache.cached(key, lambda: pd.DataFrame([fit(measured_kernels.load_quantize("training"))]))
-            _PARAMS = {c: float(f[c].iloc[0]) for c in DEFAULT_LAW}
-    return _PARAMS
-
-
-def time_ms(kernels: pd.DataFrame, device, p: dict | None = None, rates: dict | None = None) -> np.ndarray:
-    """ms per launch of each row by the law (``p``: its numbers, default ``params()``), a row on one of ATen's slower
-    paths at least its output's elements at that path's rate (``rates``, default ``PATH_RATE``)."""
-    p = params() if p is None else p
+def time_ms(kernels: pd.DataFrame, device, p: dict, rates: dict | None = None) -> np.ndarray:
+    """ms per launch of each row by the law (``p``: its numbers, ``fit``'s, which the trainer hands over:
+    ``training.memory_law_params``), a row on one of ATen's slower paths at least its output's elements at that
+    path's rate (``rates``, default ``PATH_RATE``)."""
     bw, sm, l2 = device_rates(kernels, device)
     t = law_s(common.total_bytes(kernels), bw, sm, l2, p["t0_us"] * 1e-6, p["eta"], p["beta"])
     gamma = pd.Series(paths(kernels)).map(PATH_RATE if rates is None else rates).to_numpy(float)
@@ -136,7 +116,7 @@ def time_ms(kernels: pd.DataFrame, device, p: dict | None = None, rates: dict | 
     return t * 1e3
 
 
-def fit_paths(kernels: pd.DataFrame, p: dict | None = None) -> dict:
+def fit_paths(kernels: pd.DataFrame, p: dict) -> dict:
     """gamma of each path in ``kernels`` (columns ``access``, ``bytes_read``, ``bytes_written``, ``precision``,
     ``measured_ms``, ``device``; rows of at least ``PATH_FIT_MIN_ELEMENTS`` output elements): least squares on log
     time of ``time_ms``'s form, the law's own numbers fixed."""

@@ -67,7 +67,7 @@ import neusight_core.predictors.members as members
 import neusight_core.predictors.memory_law as memory_law
 from neusight_core.data import devices
 from neusight_core.question import schema
-from neusight_core.predictors.base import KernelPredictor, NumpyMLP, Timer, split_validation
+from neusight_core.predictors.base import KernelPredictor, NumpyMLP, handed, Timer, split_validation
 from neusight_core.predictors.features import (CONV_TILE, FEATURE_NAMES, U_MIN, features,
                                                utilisation)
 from neusight_core.predictors.tensor_core import TensorCoreNets, attention_backward
@@ -131,6 +131,9 @@ class NeuSightPredictor(KernelPredictor):
         tc_config = self.config.get("tensor_core")
         self.tc = TensorCoreNets(tc_config, seed=self.seed) if tc_config else None
         self.use_tensor_core = True     # False: predict_extrapolated (the FP32 networks on BF16 rows)
+        # () -> the memory law's numbers (``memory_law.fit`` on measured kernels), handed over by the trainer
+        # (``training.memory_law_params``) with the tensor-core networks: a predictor reads no data file itself
+        self.memory_law = None
 
     @property
     def _form(self) -> str:
@@ -157,8 +160,7 @@ class NeuSightPredictor(KernelPredictor):
             k = k[k["device"] != drop]
         if self.config.get("extra_training") != "seen_test":
             return k
-        from neusight_core.data import dataset
-        extra = dataset.seen_test_kernels(float(self.config.get("extra_holdout", 0.0)))
+        extra = handed(train, "seen_test", self.name)
         extra = extra[extra["op_class"].isin(common.MODEL_CLASSES)]
         if getattr(train, "quick_rows", None):
             rng = np.random.default_rng(self.seed)
@@ -169,6 +171,16 @@ class NeuSightPredictor(KernelPredictor):
         if drop:
             extra = extra[extra["device"] != drop]
         return pd.concat([k, extra[[c for c in k.columns if c in extra.columns]]], ignore_index=True)
+
+    def data_wanted(self) -> dict:
+        """The measured kernels of the tensor-core networks (when the recipe has them) and, with
+        ``extra_training: seen_test``, the release's test-set rows of the training GPUs."""
+        want = {}
+        if self.tc is not None:
+            want["measured"] = tuple(self.tc.config["networks"])
+        if self.config.get("extra_training") == "seen_test":
+            want["seen_test"] = float(self.config.get("extra_holdout", 0.0))
+        return want
 
     def classes(self) -> tuple:
         """The op classes this recipe trains a network for (``classes``; default the paper's five). A
@@ -210,7 +222,7 @@ class NeuSightPredictor(KernelPredictor):
                 self.info["classes"][c] = self._finish_class(c, *started[c])
             if self.tc is not None:
                 bar.set_description(f"train {self.name} BF16 tensor-core networks (seed {self.seed})")
-                self.info["tensor_core"] = self.tc.fit(quick=quick)
+                self.info["tensor_core"] = self.tc.fit(handed(train, "measured", self.name), quick=quick)
         self.info["train_seconds"] = t.seconds
         self.fitted = True
 
@@ -460,7 +472,10 @@ class NeuSightPredictor(KernelPredictor):
             out[rows] = self.tc.predict(kernels.iloc[rows], device)
         rows = np.flatnonzero(memory_law.answers(kernels))
         if rows.size:        # BF16 / FP16 element-wise, normalisation, softmax and copy rows: the memory law
-            out[rows] = memory_law.time_ms(kernels.iloc[rows], device)
+            if self.memory_law is None:
+                raise ValueError(f"{self.name}: no memory law was handed over with its tensor-core networks: load "
+                                 "or train it with predictors.get")
+            out[rows] = memory_law.time_ms(kernels.iloc[rows], device, self.memory_law())
         return out
 
     def predict_extrapolated(self, kernels: pd.DataFrame, device) -> np.ndarray:

@@ -304,15 +304,13 @@ class TensorCoreNets:
         return base / (float(self.value("u_max", net)) * np.mean([utilisation(o, waves) for o in outs], axis=0))
 
     # ------------------------------------------------------------ training
-    def fit(self, kernels: pd.DataFrame | None = None, quick: bool = False, bar=None) -> dict:
-        """Train every network of the config on ``kernels`` (default: the training GPUs' measured kernels,
-        ``training_kernels``); ``quick``: ``quick_rows_per_gpu`` rows and ``quick_epochs``."""
+    def fit(self, kernels: pd.DataFrame, quick: bool = False, bar=None) -> dict:
+        """Train every network of the config on ``kernels`` (the training GPUs' measured kernels, which the trainer
+        reads: ``measured_kernels.training_kernels``); ``quick``: ``quick_rows_per_gpu`` rows and ``quick_epochs``."""
         import torch
 
         from neusight_core.predictors.nets import MLP, as_tensors, train_loop
         c = self.config
-        if kernels is None:
-            kernels = training_kernels(c["networks"])
         self.info = {"quick": quick, "networks": {}}
         with Timer() as t:
             for net in c["networks"]:
@@ -397,43 +395,6 @@ def subsample(df: pd.DataFrame, per_gpu: int, seed: int, keys=("device",), offse
     return df.iloc[np.sort(np.concatenate(keep))].reset_index(drop=True)
 
 
-#: which of the package's files a GPU's rows come from: GEMM, per GPU the framework with the most BF16
-#: rows (ties: this order): torch's cuBLAS linear in vLLM 0.24 on H100/H200/L40S/B200/GB200, SGLang 0.5.10 on
-#: A100 SXM (its vLLM 0.14 file has 9,240 shapes, SGLang's 35,742); attention: vLLM's FlashAttention
-#: (FA2 on A100 SXM and L40S, FA3 / FA4 on H100 and H200; FlashInfer / TRT-LLM kernels on B200 / GB200)
-GEMM_FRAMEWORKS = ("vllm", "sglang", "trtllm")
-ATTN_FRAMEWORKS = ("vllm",)
-
-
-def gemm_rows(gpus) -> pd.DataFrame:
-    """Measured BF16 GEMMs of ``gpus`` (``measured_kernels`` names or "training" / "held_out"), one file per GPU."""
-    from neusight_core.data import measured_kernels as mk
-    parts = []
-    for s in mk.system_names(gpus, False):
-        df = mk.load_gemm(s, frameworks=GEMM_FRAMEWORKS)
-        counts = df.groupby("framework").size()
-        best = max(GEMM_FRAMEWORKS, key=lambda f: (counts.get(f, 0), -GEMM_FRAMEWORKS.index(f)))
-        parts.append(df[df["framework"] == best])
-    return pd.concat(parts, ignore_index=True)
-
-
-def attention_rows(gpus, kinds=("prefill", "decode")) -> pd.DataFrame:
-    from neusight_core.data import measured_kernels as mk
-    return mk.load_attention(gpus, kinds=kinds, frameworks=ATTN_FRAMEWORKS)
-
-
-def training_kernels(networks=NETWORKS) -> pd.DataFrame:
-    """The training GPUs' measured BF16 kernels of ``networks`` (``measured_kernels.split``: never a held-out or
-    sealed GPU)."""
-    parts = []
-    if "GEMM" in networks:
-        parts.append(gemm_rows("training"))
-    kinds = [n.split("_")[1] for n in networks if n.startswith("ATTN_")]
-    if kinds:
-        parts.append(attention_rows("training", tuple(kinds)))
-    return pd.concat(parts, ignore_index=True)
-
-
 # ---------------------------------------------------------------- where a GPU lies against the training GPUs
 #: the GPU figures the networks' inputs are made of (per SM where the inputs are per SM)
 RANGE_FIGURES = {"dense BF16 TFLOPS per SM": lambda d: d.gemm_peak_gflops(Precision.BF16) / d.num_sm / 1e3,
@@ -441,20 +402,13 @@ RANGE_FIGURES = {"dense BF16 TFLOPS per SM": lambda d: d.gemm_peak_gflops(Precis
                  "MB of L2": lambda d: float(d.l2_mb)}
 
 
-def range_note(device) -> str:
-    """"" when ``device``'s ``RANGE_FIGURES`` lie within those of the networks' training GPUs
-    (``measured_kernels.split``), else one sentence naming the figures outside: its GEMM and attention times are then
-    an extrapolation beyond every GPU the networks saw."""
-    from neusight_core.data import devices, measured_kernels
-    dev = devices.get_device(device)
-    train = [devices.get_device(n) for n in measured_kernels.split()["training"]]
+def outside_range(dev, training) -> list[str]:
+    """The ``RANGE_FIGURES`` of the device ``dev`` that lie outside those of the devices ``training`` (the networks'
+    training GPUs), each as "<figure> <value> (training GPUs <min>-<max>)"; [] when all lie within."""
     out = []
     for name, f in RANGE_FIGURES.items():
-        v, seen = f(dev), [f(t) for t in train]
+        v, seen = f(dev), [f(t) for t in training]
         if not min(seen) * (1 - 1e-9) <= v <= max(seen) * (1 + 1e-9):
             out.append(f"{name} {v:.3g} (training GPUs {min(seen):.3g}-{max(seen):.3g})")
-    if not out:
-        return ""
-    return (f"{dev.name} lies outside the GPUs the BF16 networks were trained on: {'; '.join(out)}; its GEMM and "
-            "attention times extrapolate beyond them (notebook 07 scores two GPUs outside them, B200 and GB200)")
+    return out
 

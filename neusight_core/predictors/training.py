@@ -361,6 +361,54 @@ def get(name: str, quick: bool = False, seed: int = 0, config: dict | None = Non
     return p
 
 
+# ----------------------------------------------------------------------------- what the trainer hands over
+def data_for(p: KernelPredictor, train):
+    """``train`` (``dataset.TrainingData``) with what ``p.data_wanted()`` asks for read and added: NVIDIA's measured
+    kernels of the training GPUs, the release's test-set rows of the training GPUs. The trainer reads the files so
+    that a predictor reads none."""
+    import dataclasses
+    want, extra = p.data_wanted(), {}
+    if "measured" in want and train.measured is None:
+        from neusight_core.data import measured_kernels
+        extra["measured"] = measured_kernels.training_kernels(want["measured"])
+    if "seen_test" in want and train.seen_test is None:
+        from neusight_core.data import dataset
+        extra["seen_test"] = dataset.seen_test_kernels(want["seen_test"])
+    return dataclasses.replace(train, **extra) if extra else train
+
+
+_LAW: dict | None = None
+
+
+def memory_law_params() -> dict:
+    """The memory law's numbers (``memory_law.fit``) on the training GPUs' measured kernels
+    (``measured_kernels.load_quantize``), read once per package version and kept with the traces (``trace_cache``),
+    or ``memory_law.DEFAULT_LAW`` without the database."""
+    global _LAW
+    if _LAW is None:
+        import pandas as pd
+
+        from neusight_core.data import measured_kernels
+        from neusight_core.predictors import memory_law
+        from neusight_core.tracing import trace_cache
+        if measured_kernels.unavailable():
+            _LAW = dict(memory_law.DEFAULT_LAW)
+        else:
+            key = {"kind": "memory-law", "package": measured_kernels.package_version() or "",
+                   "root": str(measured_kernels.data_root()), "l2_share": memory_law.L2_SHARE}
+            f = trace_cache.cached(key, lambda: pd.DataFrame([memory_law.fit(measured_kernels.load_quantize("training"))]))
+            _LAW = {c: float(f[c].iloc[0]) for c in memory_law.DEFAULT_LAW}
+    return _LAW
+
+
+def hand_over(p: KernelPredictor) -> KernelPredictor:
+    """``p`` with what it uses at prediction time and does not save: the memory law's numbers (read when first
+    needed), for a predictor with tensor-core networks."""
+    if getattr(p, "tc", None) is not None:
+        p.memory_law = memory_law_params
+    return p
+
+
 # ----------------------------------------------------------------------------- BF16 networks without their data
 # The recipe ``neusight`` also trains BF16 tensor-core networks on the measured-kernel database of the optional
 # package aiconfigurator-core (``measured_kernels``). Without it the FP32 networks are trained
@@ -385,7 +433,7 @@ def _fit(p: KernelPredictor, train, quick: bool) -> None:
     """``p.fit``, checked first: without the measured-kernel database the FP32 networks alone (see above)."""
     why = _tensor_core_missing(p)
     if not why:
-        p.fit(train, quick=quick)
+        p.fit(data_for(p, train), quick=quick)
     else:
         _fit_without_tensor_core(p, train, quick, why)
     # what the weights were trained on: ``is_trained`` compares it, so a predictor's ``fit`` need not record it
@@ -396,6 +444,7 @@ def _fit(p: KernelPredictor, train, quick: bool) -> None:
         p.info["trained_on"] = device_label()
     else:
         p.info["trained_on"] = "cpu (numpy)"
+    hand_over(p)
 
 
 def _fit_without_tensor_core(p: KernelPredictor, train, quick: bool, why: str) -> None:
@@ -403,7 +452,7 @@ def _fit_without_tensor_core(p: KernelPredictor, train, quick: bool, why: str) -
           file=sys.stderr, flush=True)
     tc, p.tc = p.tc, None
     try:
-        p.fit(train, quick=quick)
+        p.fit(data_for(p, train), quick=quick)
     finally:
         p.tc = tc
     p.info["tensor_core"] = {"missing": why}
@@ -422,7 +471,8 @@ def _completed(p: KernelPredictor, f: Path, quick: bool) -> KernelPredictor:
         return p
     print(f"note: {f}: training the BF16 tensor-core networks these weights were saved without "
           f"({'seconds' if quick else 'about a minute'})", file=sys.stderr, flush=True)
-    p.info["tensor_core"] = p.tc.fit(quick=quick)
+    from neusight_core.data import measured_kernels
+    p.info["tensor_core"] = p.tc.fit(measured_kernels.training_kernels(p.tc.config["networks"]), quick=quick)
     p.missing_networks = None
     p.save(f)
     return p
@@ -464,4 +514,4 @@ def load(name: str, f: Path) -> KernelPredictor:
     p.set_state(state)
     p.info = meta.get("info", {})
     p.fitted = True
-    return p
+    return hand_over(p)

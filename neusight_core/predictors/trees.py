@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 import neusight_core.predictors.common as common
-from neusight_core.predictors.base import KernelPredictor, Timer
-from neusight_core.predictors.tensor_core import DEFAULTS, network_of, shape_inputs, training_kernels, training_rows
+from neusight_core.predictors.base import KernelPredictor, Timer, handed
+from neusight_core.predictors.tensor_core import DEFAULTS, network_of, shape_inputs, training_rows
 
 
 def spec_inputs(kernels: pd.DataFrame, dev: dict, net: str) -> np.ndarray:
@@ -105,11 +105,11 @@ class ShapeTree:
         self.models: dict = {}
         self.info: dict = {}
 
-    def fit(self, kernels: pd.DataFrame | None = None, quick: bool = False) -> dict:
+    def fit(self, kernels: pd.DataFrame, quick: bool = False) -> dict:
+        """Fit a tree per network on ``kernels`` (the training GPUs' measured kernels,
+        ``measured_kernels.training_kernels``; ``training_rows`` picks the same rows as ``TensorCoreNets``)."""
         from threadpoolctl import threadpool_limits
         c = self.config
-        if kernels is None:
-            kernels = training_kernels(c["networks"])
         self.info = {"quick": quick, "tree": dict(self.tree), "networks": {}}
         # one OpenMP thread: on this 2-core machine shared with other jobs sklearn's default (all cores) spins
         # and took 50 s for what one thread fits in 3 s (same trees either way)
@@ -176,9 +176,12 @@ class TreeBaseline(KernelPredictor):
         tc = self.config.get("tensor_core") or registry.hparams(self.config["rows_of"]).get("tensor_core") or {}
         return ShapeTree(tc, seed=self.seed, tree=self.TREES[self.config["tree"]])
 
+    def data_wanted(self) -> dict:
+        return {"measured": tuple(self._shape_tree().config["networks"])}
+
     def fit(self, train, quick: bool = False) -> None:
         self.tree = self._shape_tree()
-        self.info = self.tree.fit(quick=quick)
+        self.info = self.tree.fit(handed(train, "measured", self.name), quick=quick)
         self.fitted = True
 
     def _predict_model(self, kernels: pd.DataFrame, device, dev: dict) -> np.ndarray:

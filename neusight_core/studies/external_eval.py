@@ -1,7 +1,7 @@
 """External validation (notebook 07): BF16 GEMM and fused-attention predictions against NVIDIA's
 measured kernels (``measured_kernels``), per GPU x predictor x seed.
 
-Rows: per GPU one GEMM file (``tensor_core.gemm_rows``) and vLLM's attention files (``attention_rows``), of
+Rows: per GPU one GEMM file (``measured_kernels.gemm_rows``) and vLLM's attention files (``attention_rows``), of
 the training GPUs (A100 SXM, H100 SXM, H200 SXM, L40S: the networks were trained on them) and of the held-out
 Blackwell GPUs (B200, GB200: never trained, tuned or chosen on). Sealed GPUs are refused by the loader.
 
@@ -43,7 +43,7 @@ def rows(per_gpu: int | None = None, seed: int = 0) -> pd.DataFrame:
     """The evaluation rows of the training and held-out GPUs, column ``kind`` (GEMM / ATTN_prefill /
     ATTN_decode); ``per_gpu``: a random subsample of that many rows per GPU and kind (quick mode)."""
     gpus = list(mk.TRAINING + mk.HELD_OUT)
-    df = pd.concat([tc.gemm_rows(gpus), tc.attention_rows(gpus)], ignore_index=True)
+    df = pd.concat([mk.gemm_rows(gpus), mk.attention_rows(gpus)], ignore_index=True)
     df["kind"] = tc.network_of(df)        # the subsample below draws per kind
     return _annotate(subsample(df, ["device", "kind"], per_gpu, seed))
 
@@ -72,7 +72,7 @@ def local_gemm_shapes(n: int = 200, seed: int = 0, max_bytes: float = 4e9) -> pd
     """``n`` BF16 GEMM shapes of the database (H100 SXM's file: every GPU's file holds the same vLLM shape
     grid), drawn by ``seed``, as raw rows (m, n, k: y[m, n] = x[m, k] W[n, k]^T) without latency; shapes whose
     operands exceed ``max_bytes`` are left out so that a 16-24 GB GPU holds every one."""
-    g = tc.gemm_rows(["h100_sxm"])
+    g = mk.gemm_rows(["h100_sxm"])
     g = g[(g["bytes_read"] + g["bytes_written"]) <= max_bytes]
     rng = np.random.default_rng(seed + 11)
     g = g.iloc[np.sort(rng.choice(len(g), size=min(int(n), len(g)), replace=False))]
@@ -213,12 +213,12 @@ def provenance(df: pd.DataFrame) -> pd.DataFrame:
 
 def framework_gemms(gpus=None) -> pd.DataFrame:
     """Every framework's newest BF16 GEMM file of ``gpus`` (default: the training and held-out GPUs), annotated as
-    ``rows`` is; ``scored`` marks the file ``tensor_core.gemm_rows`` chose, the one the networks train on and the
+    ``rows`` is; ``scored`` marks the file ``measured_kernels.gemm_rows`` chose, the one the networks train on and the
     metrics score. The database measured the same shape grid through each framework's linear layer (cuBLAS)."""
     gpus = list(mk.TRAINING + mk.HELD_OUT) if gpus is None else gpus
-    every = pd.concat([mk.load_gemm(s, frameworks=tc.GEMM_FRAMEWORKS) for s in mk.system_names(gpus, False)],
+    every = pd.concat([mk.load_gemm(s, frameworks=mk.GEMM_FRAMEWORKS) for s in mk.system_names(gpus, False)],
                       ignore_index=True)
-    chosen = tc.gemm_rows(gpus).groupby("device")["framework"].first()
+    chosen = mk.gemm_rows(gpus).groupby("device")["framework"].first()
     every["scored"] = every["framework"].to_numpy() == every["device"].map(chosen).to_numpy()
     return _annotate(every)
 

@@ -29,12 +29,13 @@ def _subset(train: TrainingData, mask: np.ndarray) -> TrainingData:
 
 def logo_scores(make_predictor, train: TrainingData, classes, folds=None) -> pd.DataFrame:
     """Validation MAPE per held-out training GPU and class for one predictor configuration."""
+    from neusight_core import predictors as P
     k = train.kernels[train.kernels["op_class"].isin(classes)].reset_index(drop=True)
     train = TrainingData(k, train.checksum, train.devices)
     rows = []
     for held in folds or train.devices:
         p = make_predictor()
-        p.fit(_subset(train, (k["device"] != held).to_numpy()))
+        p.fit(P.data_for(p, _subset(train, (k["device"] != held).to_numpy())))
         val = k[k["device"] == held].reset_index(drop=True)
         # the held-out GPU is predicted as an unseen GPU: its tiles come from the lookup
         pred = p.predict(val.drop(columns=["tile_m", "tile_k", "tile"]), held)
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
         for seed in a.seeds:
             if a.random:
                 p = P.create(a.base, seed, over)
-                p.fit(sub)
+                p.fit(P.data_for(p, sub))
                 for cls, i in p.info["classes"].items():
                     print(f"{a.base} {t} seed={seed} {cls}: random_val_mape={i['val_mape']:.1f} "
                           f"random_val_wmape={i['val_wmape']:.1f} train_s={p.info['train_seconds']:.0f}", flush=True)

@@ -270,7 +270,7 @@ def _conv_fold(job: tuple):
     if P.is_trained(name, quick, seed, cfg):
         return P.load(name, f)
     p = P.create(name, seed, cfg)
-    p.fit(conv_training_data(quick, drop_gpu=held), quick=quick)
+    p.fit(P.data_for(p, conv_training_data(quick, drop_gpu=held)), quick=quick)
     p.save(f)
     return p
 
@@ -315,7 +315,7 @@ def conv_logo(names=CONV_PREDICTORS, seeds=(0, 1, 2), quick: bool = False, folds
                 else:
                     subset = subset or conv_training_data(quick, drop_gpu=held)
                     p = P.create(name, int(seed))
-                    p.fit(subset, quick=quick)
+                    p.fit(P.data_for(p, subset), quick=quick)
                 secs = p.info.get("train_seconds", time.perf_counter() - t0)
                 pred = p.predict(val.drop(columns=["tile_m", "tile_k", "tile"]), held)
                 y = val["latency_ms"].to_numpy(float)

@@ -18,6 +18,7 @@ import pandas as pd
 
 import neusight_core.predictors.common as common
 import neusight_core.predictors.memory_law as memory_law
+from neusight_core import predictors as P
 from neusight_core.cost import kernel_floor
 from neusight_core.data import measured_kernels
 
@@ -52,7 +53,7 @@ def predict_all(kernels: pd.DataFrame, seeds=(0,), quick: bool = False) -> pd.Da
     for dev, k in kernels.groupby("device", sort=True):
         k = k.reset_index(drop=True)
         moved = common.total_bytes(k)
-        preds = [("law", 0, memory_law.time_ms(k, dev)),
+        preds = [("law", 0, memory_law.time_ms(k, dev, P.memory_law_params())),
                  ("roofline", 0, common.roofline_ms(k, common.device_arrays(k, dev)))]
         if k["role"].iloc[0] == "training":
             preds.append(("law, GPU left out", 0, left_out_ms(train, k, dev)))
