@@ -192,6 +192,12 @@ def _predict(a) -> int:
             print(f"NOTE: {r[note]}")
     print(f"  weights     {_pred.describe_line(r['weights'])}")
     print(f"  end-to-end  {r['e2e_ms']:12.3f} ms")
+    if r["interval_ms"]:
+        lo, hi = r["interval_ms"]
+        print(f"  interval    {lo:12.3f} - {hi:.3f} ms holds {r['coverage']:.0%} of such answers; widest parts: "
+              f"{r['interval_by']} (docs/error_bars.md)")
+    else:
+        print(f"  interval    {r['interval_note']}")
     if r["execution"] == Execution.EAGER:
         verdict = (f"host-bound: the host's {r['launches']} launches take {r['host_ms']:.3f} ms, the kernels "
                    f"{r['kernel_ms']:.3f} ms ({r['host_ms'] / max(r['kernel_ms'], 1e-12):.1f}x)" if r["host_bound"]

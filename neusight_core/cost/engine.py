@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core.tracing import table_families, family_pool, gc_pause
+from neusight_core.cost import error_model as error_models
 from neusight_core.cost import host, kernel_floor, memory, network
 from neusight_core.question import schema
 from neusight_core.cost import scenario
@@ -50,7 +51,11 @@ PHASE_COLUMNS = ["e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_
 CLASS_MS = [f"{c}_ms" for c in schema.OP_CLASSES]
 # kernel_ms: the step's kernel sum (what e2e_ms is with execution graph); host_ms: the host's launch time with
 # execution eager (host.py; 0 for graph); host_bound: the host, not the GPU, sets the step's time
-RESULTS = ["predictor", "seed"] + PHASE_COLUMNS + CLASS_MS + ["kernels", "kernel_ms", "host_ms", "host_bound", "derived", "error"]
+# sigma: the answer's spread (log; error_model.py); lo_ms / hi_ms: its interval at the request's coverage;
+# interval_by: the spread's two largest contributors (NaN / "" where the recipe and seed have no error model yet)
+INTERVAL = ["sigma", "lo_ms", "hi_ms", "interval_by"]
+RESULTS = (["predictor", "seed"] + PHASE_COLUMNS + CLASS_MS + ["kernels", "kernel_ms", "host_ms", "host_bound"] + INTERVAL
+           + ["derived", "error"])
 MEMORY = ["memory_weights_gib", "memory_grads_gib", "memory_optimizer_gib", "memory_activations_gib",
           "memory_kv_cache_gib", "memory_total_gib", "memory_fits", "memory_verdict"]
 RESULT_COLUMNS = INPUTS + RESULTS[:-1] + MEMORY + ["error"]
@@ -64,7 +69,7 @@ MIN_BUCKET = 4       # tables in one seq bucket before a per-bucket family is bu
 def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool | None = None, *, progress: bool = False,
             use_derivation: bool = True, memory_columns: bool = True, optimizer: str = "adamw",
             master_weights: bool = True, efficiency: float = network.DEFAULT_EFFICIENCY,
-            keep_kernels: bool = False, raise_errors: bool = False, table_of=None) -> pd.DataFrame:
+            keep_kernels: bool = False, raise_errors: bool = False, table_of=None, error_model=None) -> pd.DataFrame:
     """Predict every scenario with every predictor (and seed): one row per scenario x predictor x seed, in that
     order (predictor-major: all scenarios of the first predictor and seed, then the next), columns ``RESULT_COLUMNS``.
 
@@ -82,7 +87,8 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool | None 
     failure (table, predictor, memory) instead of recording it (``latency.predict_model``). ``table_of``: a function
     of a request's validated fields returning its kernel table instead of the trace (``recipe_studies``' graph
     variants: the authors' graph, our trace without the mask ops); such tables are never derived. Wall times and counts
-    are in the frame's :class:`RunInfo` (``run_info(frame)``)."""
+    are in the frame's :class:`RunInfo` (``run_info(frame)``). ``error_model``: the ``error_model.ErrorModel`` of every
+    answer's interval (the calibration's); None: each named recipe and seed's saved one (none for predictor objects)."""
     t_start = time.perf_counter()
     if quick is None:
         from neusight_core import predictors as _pred
@@ -107,9 +113,11 @@ def predict(scenarios, predictors=("neusight",), seeds=(0,), quick: bool | None 
     todo = jobs(predictors, seeds)
     pbar = _bar(progress, total=len(todo), desc="predicting")
     for job in todo:
-        per_launch, p_err = _per_launch(job.predictor, job.seed, job.obj, quick, pool.request, pool.req_k, pool.req_d,
-                                        pool.n_kid, pool.dev_names, raise_errors)
-        frame, comm = _aggregate(ctx, given, err, per_launch, p_err, job.predictor, job.seed, tabs.derived, mem)
+        per_launch, p_err, pred = _per_launch(job.predictor, job.seed, job.obj, quick, pool.request, pool.req_k,
+                                              pool.req_d, pool.n_kid, pool.dev_names, raise_errors)
+        em = error_model if error_model is not None or job.obj is not None else error_models.load(job.predictor, job.seed, bool(quick))
+        parts = _parts(em, pred, pool) if em is not None and pred is not None else None
+        frame, comm = _aggregate(ctx, given, err, per_launch, p_err, job.predictor, job.seed, tabs.derived, mem, parts)
         out_frames.append(frame)
         if keep_kernels:
             kept += [_kernels_of(ctx, tabs.full, i, per_launch, comm, frame["error"].iloc[i]) for i in range(n)]
@@ -331,9 +339,11 @@ class _Pool:
 
 
 def _per_launch(p, seed, obj, quick, request, req_k, req_d, n_kid, dev_names, raise_errors=False):
-    """Per-launch times of every distinct kernel x device (NaN where not needed) and one error per device."""
+    """Per-launch times of every distinct kernel x device (NaN where not needed), one error per device, and the
+    predictor (None when it could not be had)."""
     per_launch = np.full((n_kid, len(dev_names)), np.nan)
     p_err = [""] * len(dev_names)
+    pred = None
     try:
         pred = obj if obj is not None else loaded_predictor(p, bool(quick), int(seed))
         if len(request):
@@ -354,7 +364,7 @@ def _per_launch(p, seed, obj, quick, request, req_k, req_d, n_kid, dev_names, ra
                     per_launch[req_k[sel], j] = pred.predict(request[sel], None)
                 except Exception as e2:  # noqa: BLE001
                     p_err[j] = f"{p}: {message(e2)}"
-    return per_launch, p_err
+    return per_launch, p_err, pred
 
 
 def _comm_per_launch(ctx: _Pool, i: int, per: np.ndarray) -> np.ndarray:
@@ -369,7 +379,7 @@ def _comm_per_launch(ctx: _Pool, i: int, per: np.ndarray) -> np.ndarray:
     return np.where(c, net.time_ms(sub), per)
 
 
-def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, mem) -> tuple[pd.DataFrame, dict]:
+def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, mem, parts=None) -> tuple[pd.DataFrame, dict]:
     """One predictor's rows; also the per-launch times (COMM included) of the scenarios aggregated in full."""
     n = len(given)
     rows, kid, starts, tab_of, cfg_dev, norm, ok = (ctx.rows, ctx.kid, ctx.starts, ctx.tab_of, ctx.cfg_dev,
@@ -377,6 +387,9 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
     phase, cls, count = ctx.phase, ctx.cls, ctx.count
     res = {c: np.full(n, np.nan) for c in PHASE_COLUMNS + CLASS_MS}
     kernels = np.full(n, np.nan)
+    # per scenario and part of the error model: its kernels' time and the sum of (count x time)^2 (``_interval``)
+    n_parts = len(parts.names) if parts is not None else 0
+    part_ms, part_sq = np.zeros((n, n_parts)), np.zeros((n, n_parts))
     errors = list(err)
     for i in range(n):
         if ok[i] and p_err[cfg_dev[i]]:
@@ -399,6 +412,10 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
         res["comm_ms"][fast] = res["comm_exposed_ms"][fast] = 0.0
         res["e2e_ms"][fast] = res["fw_ms"][fast] + res["bw_ms"][fast] + res["acc_ms"][fast]
         kernels[fast] = np.bincount(cfg_of_row, weights=count[r], minlength=m)
+        if n_parts:
+            cell = cfg_of_row * n_parts + parts.code[kid[r]]
+            part_ms[fast] = np.bincount(cell, weights=val, minlength=m * n_parts).reshape(m, n_parts)
+            part_sq[fast] = np.bincount(cell, weights=val**2, minlength=m * n_parts).reshape(m, n_parts)
     comm = {}
     for i in np.flatnonzero(good):
         t = tab_of[i]
@@ -421,6 +438,12 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
         for cl in schema.OP_CLASSES:
             res[f"{cl}_ms"][i] = agg["breakdown"].get(cl, 0.0)
         kernels[i] = float(sub["count"].sum())
+        if n_parts:
+            val = per * sub["count"].to_numpy(float)
+            # the parts' shares of the kernel time, applied to the step's time (exposed communication, the schedule)
+            scale = res["e2e_ms"][i] / val.sum() if val.sum() > 0 else 0.0
+            part_ms[i] = np.bincount(parts.code[kid[a:b]], weights=val * scale, minlength=n_parts)
+            part_sq[i] = np.bincount(parts.code[kid[a:b]], weights=(val * scale)**2, minlength=n_parts)
     out = pd.DataFrame({c: [r[c] if r is not None else g.get(c) for r, g in zip(norm, given)] for c in INPUTS})
     for c in ("batch", "seq", "image_size", "gpus", "micro_batches", "past"):
         try:
@@ -442,6 +465,8 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
     out["host_ms"] = np.where(ran, host_ms, np.nan)
     out["host_bound"] = pd.array(np.where(ran, bound, False), dtype="boolean")
     out.loc[~ran, "host_bound"] = pd.NA
+    _interval(out, parts, part_ms, part_sq, res["e2e_ms"], np.where(execution == Execution.EAGER, host_ms, 0.0), norm,
+              cfg_dev)
     out["derived"] = [bool(tab_derived.get(tab_of[i], False)) if tab_of[i] >= 0 else False for i in range(n)]
     for c in MEMORY:
         col = [mem.get((tab_of[i], cfg_dev[i]), {}).get(c) if good[i] else None for i in range(n)]
@@ -453,6 +478,42 @@ def _aggregate(ctx: _Pool, given, err, per_launch, p_err, p, seed, tab_derived, 
         out.loc[i, ["memory_fits", "memory_verdict"]] = scenario.lower_bound_verdict(norm[i])
     out["error"] = errors
     return out[RESULT_COLUMNS], comm
+
+
+class _Parts(NamedTuple):
+    """One job's error model and what answered each distinct kernel (``KernelPredictor.answered_by``)."""
+    model: error_models.ErrorModel
+    names: list               # the parts' names
+    code: np.ndarray          # distinct kernel -> index in ``names``
+    outside: np.ndarray       # device index -> the GPU lies outside the tensor-core networks' training GPUs
+
+
+def _parts(em, pred, pool: _Distinct) -> _Parts:
+    answers = pred.answered_by(pool.request) if len(pool.request) else np.zeros(0, dtype=object)
+    names, codes = np.unique(np.asarray(answers, dtype=str), return_inverse=True)
+    code = np.zeros(pool.n_kid, dtype=int)
+    code[pool.req_k] = codes
+    outside = np.array([error_models.outside_range(d) for d in pool.dev_names], dtype=bool)
+    return _Parts(em, list(names), code, outside)
+
+
+def _interval(out: pd.DataFrame, parts, part_ms, part_sq, kernel_ms, host_ms, norm, cfg_dev) -> None:
+    """The interval columns (``INTERVAL``) of one predictor's rows."""
+    n = len(out)
+    sigma, lo, hi, by = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), [""] * n
+    if parts is not None:
+        e2e = out["e2e_ms"].to_numpy(float)
+        for i in np.flatnonzero(np.isfinite(e2e)):
+            used = np.flatnonzero(part_ms[i] > 0)
+            sp = error_models.spread(parts.model, {parts.names[c]: part_ms[i, c] for c in used},
+                                     {parts.names[c]: part_sq[i, c] for c in used}, kernel_ms[i], host_ms[i],
+                                     bool(parts.outside[cfg_dev[i]]))
+            if not math.isfinite(sp.sigma):
+                continue
+            sigma[i] = sp.sigma
+            lo[i], hi[i] = error_models.interval(e2e[i], sp.sigma, float(norm[i]["coverage"]), parts.model)
+            by[i] = sp.top(2)
+    out["sigma"], out["lo_ms"], out["hi_ms"], out["interval_by"] = sigma, lo, hi, by
 
 
 def _memory(tabs: _Tables, norm, ok, optimizer, master_weights, raise_errors=False) -> dict:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from neusight_core.cost import network
+from neusight_core.cost import error_model, network
 from neusight_core.question import schema
 # the tables' pieces and the request's error, named here too: their callers (whatif, live, the CLI, the tests)
 # read them as latency.*
@@ -115,6 +115,12 @@ def predict_scenario(sc, predictor="neusight", quick: bool | None = None,
                law_share=measured_share(kernels, pred, sc.dtype, rows=pred.law_rows))
     out["range_note"] = range_note(dev) if any(out["measured_share"].values()) else ""
     out["moe_note"] = moe_note(kernels)
+    # the interval (cost/error_model.py): [lo, hi] at the request's coverage and its two largest contributors
+    lo, hi = float(row["lo_ms"]), float(row["hi_ms"])
+    calibrated = np.isfinite(lo) and np.isfinite(hi)
+    out.update(coverage=sc.coverage, interval_ms=[lo, hi] if calibrated else None,
+               interval_by=row["interval_by"] if calibrated else "", sigma=float(row["sigma"]) if calibrated else None,
+               interval_note="" if calibrated else error_model.missing_note(out["predictor"], int(seed), bool(quick)))
     return out
 
 
@@ -122,10 +128,10 @@ def range_note(device) -> str:
     """"" when ``device``'s figures (``tensor_core.RANGE_FIGURES``) lie within those of the BF16 networks' training GPUs
     (``measured_kernels.split``), else one sentence naming the figures outside: its GEMM and attention times are then
     an extrapolation beyond every GPU the networks saw."""
-    from neusight_core.data import devices, measured_kernels
-    from neusight_core.predictors import tensor_core
+    from neusight_core.cost import error_model
+    from neusight_core.data import devices
     dev = devices.get_device(device)
-    out = tensor_core.outside_range(dev, [devices.get_device(n) for n in measured_kernels.split()["training"]])
+    out = error_model.outside_figures(dev.name)
     if not out:
         return ""
     return (f"{dev.name} lies outside the GPUs the BF16 networks were trained on: {'; '.join(out)}; its GEMM and "

@@ -109,6 +109,16 @@ def config_hash(name: str, config: dict) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+#: the names of what answers a kernel row (``KernelPredictor.answered_by``): the error model keys its parts by them
+ANSWER_NETWORK = "network"
+ANSWER_HALF = " at half precision"
+ANSWER_ROOFLINE = "roofline"
+ANSWER_COMM = "communication"
+ANSWER_LAW = "memory law"
+ANSWER_TENSOR_CORE = "BF16 network"
+ANSWER_OUTSIDE = " outside its data"
+
+
 def handed(train, what: str, name: str):
     """``train``'s frame ``what`` (``measured`` or ``seen_test``: ``KernelPredictor.data_wanted``); ValueError in one
     line when the caller built ``train`` without it."""
@@ -188,6 +198,28 @@ class KernelPredictor(abc.ABC):
         other than the measured kind. None here."""
         return np.zeros(len(kernels), bool)
 
+    def modelled_rows(self, kernels: pd.DataFrame) -> np.ndarray:
+        """The rows ``_predict_model`` answers: those of a modelled class with their dims (a malformed row falls back
+        to the roofline)."""
+        cls = kernels["op_class"].to_numpy()
+        gemm_ok = kernels[["B", "M", "N", "K"]].notna().all(axis=1).to_numpy()
+        vec_ok = kernels[["B", "H"]].notna().all(axis=1).to_numpy()
+        return np.isin(cls, common.PREDICTED_CLASSES) & np.where(np.isin(cls, schema.IGEMM_CLASSES), gemm_ok, vec_ok)
+
+    def answered_by(self, kernels: pd.DataFrame) -> np.ndarray:
+        """What answers each row, as the error model (``cost/error_model.py``) names its parts: ``network <CLASS>``
+        (this predictor's model of the class, trained on FP32 kernels), ``network <CLASS> at half precision`` (the same
+        model on a BF16 / FP16 row: an extrapolation), ``roofline`` (no model covers the row), ``communication``
+        (COMM rows: the network model). A predictor with other models names them (``NeuSightPredictor``)."""
+        k = kernels.reset_index(drop=True)
+        cls = k["op_class"].astype(str).to_numpy()
+        half = k["precision"].isin(schema.HALF_PRECISIONS).to_numpy() if "precision" in k else np.zeros(len(k), bool)
+        out = np.where(half, ANSWER_NETWORK + " " + cls.astype(object) + ANSWER_HALF,
+                       ANSWER_NETWORK + " " + cls.astype(object)).astype(object)
+        out[~self.modelled_rows(k)] = ANSWER_ROOFLINE
+        out[cls == OpClass.COMM] = ANSWER_COMM
+        return out
+
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         common.check_kernels(kernels)
         if self.missing_networks and getattr(self, "use_tensor_core", True):
@@ -214,10 +246,7 @@ class KernelPredictor(abc.ABC):
         dev = common.device_arrays(kernels, device)
         cls = kernels["op_class"].to_numpy()
         modelled = np.isin(cls, common.PREDICTED_CLASSES)
-        # a modelled kernel without its dims (a malformed row) falls back to the roofline
-        gemm_ok = kernels[["B", "M", "N", "K"]].notna().all(axis=1).to_numpy()
-        vec_ok = kernels[["B", "H"]].notna().all(axis=1).to_numpy()
-        usable = modelled & np.where(np.isin(cls, schema.IGEMM_CLASSES), gemm_ok, vec_ok)
+        usable = self.modelled_rows(kernels)
         if usable.any():
             sub = kernels[usable]
             out[usable] = self._predict_model(sub, device, {k: v[usable] for k, v in dev.items()})

@@ -67,10 +67,11 @@ import neusight_core.predictors.members as members
 import neusight_core.predictors.memory_law as memory_law
 from neusight_core.data import devices
 from neusight_core.question import schema
-from neusight_core.predictors.base import KernelPredictor, NumpyMLP, handed, Timer, split_validation
+from neusight_core.predictors.base import (ANSWER_LAW, ANSWER_OUTSIDE, ANSWER_ROOFLINE, ANSWER_TENSOR_CORE,
+                                           KernelPredictor, NumpyMLP, Timer, handed, split_validation)
 from neusight_core.predictors.features import (CONV_TILE, FEATURE_NAMES, U_MIN, features,
                                                utilisation)
-from neusight_core.predictors.tensor_core import TensorCoreNets, attention_backward
+from neusight_core.predictors.tensor_core import TensorCoreNets, attention_backward, network_of
 from neusight_core.predictors.tiles import TileLookup
 from neusight_core.question.schema import OpClass
 
@@ -454,6 +455,24 @@ class NeuSightPredictor(KernelPredictor):
             return super().law_rows(kernels)
         k = kernels.reset_index(drop=True)
         return memory_law.answers(k) & ~self.measured_rows(k)
+
+    def answered_by(self, kernels: pd.DataFrame) -> np.ndarray:
+        """As ``KernelPredictor.answered_by``, with this recipe's other models: a class it trained no network for is the
+        roofline's; with the tensor-core networks, ``BF16 network <NET>`` (``tensor_core.NETWORKS``) on the rows they
+        were trained for, ``BF16 network outside its data`` on those they answer through another (attention backwards,
+        grouped GEMMs), ``memory law`` on the half-precision memory-bound rows; 1 x 1 convolutions as ``as_gemm``."""
+        k = self.as_gemm(kernels).reset_index(drop=True)
+        out = super().answered_by(k)
+        cls = k["op_class"].astype(str).to_numpy()
+        out[np.isin(cls, common.PREDICTED_CLASSES) & ~np.isin(cls, list(self.nets))] = ANSWER_ROOFLINE
+        if self.tc is None or not self.use_tensor_core or not self.tc.nets:
+            return out
+        handles, measured = self.tc.handles(k), self.measured_rows(k)
+        nets = network_of(k).astype(object)
+        out[handles & measured] = ANSWER_TENSOR_CORE + " " + nets[handles & measured]
+        out[handles & ~measured] = ANSWER_TENSOR_CORE + ANSWER_OUTSIDE
+        out[memory_law.answers(k)] = ANSWER_LAW
+        return out
 
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         """As ``KernelPredictor.predict``; BF16 / FP16 GEMM (LINEAR, BMM) and fused-attention (ATTN) rows go

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 
 import neusight_core.predictors.common as common
-from neusight_core.predictors.base import KernelPredictor
+from neusight_core.predictors.base import ANSWER_COMM, ANSWER_ROOFLINE, KernelPredictor
+from neusight_core.question.schema import OpClass
 
 
 class RooflinePredictor(KernelPredictor):
@@ -19,3 +20,7 @@ class RooflinePredictor(KernelPredictor):
 
     def _predict_model(self, kernels: pd.DataFrame, device, dev: dict) -> np.ndarray:
         return common.roofline_ms(kernels, dev)
+
+    def answered_by(self, kernels: pd.DataFrame) -> np.ndarray:
+        """Every row by the roofline, COMM rows by the network model."""
+        return np.where(kernels["op_class"].to_numpy() == OpClass.COMM, ANSWER_COMM, ANSWER_ROOFLINE).astype(object)

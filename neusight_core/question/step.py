@@ -188,6 +188,47 @@ class Bandwidth(Kind):
             raise SweepInputError(f"{name} must be a number of GB/s, got {v!r}") from None
 
 
+class Share(Kind):
+    """A fraction within ``limits`` (both included)."""
+
+    def __init__(self, limits: tuple[float, float]):
+        self.limits = limits
+
+    def _number(self, v) -> float:
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            return float("nan")
+        return float("nan") if isinstance(v, bool) else x
+
+    def _ok(self, x: float) -> bool:
+        return math.isfinite(x) and self.limits[0] <= x <= self.limits[1]
+
+    def check(self, what, v):
+        x = self._number(v)
+        if not self._ok(x):
+            raise LatencyInputError(f"{what} must be a number from {self.limits[0]:g} to {self.limits[1]:g}, got {v!r}")
+        return x
+
+    def text(self, s):
+        x = self._number(s)
+        if not self._ok(x):
+            raise ValueError(f"must be a number from {self.limits[0]:g} to {self.limits[1]:g}, got {s!r}")
+        return x
+
+    def cell(self, name, v):
+        if not_given(v):
+            return None
+        x = self._number(v)
+        if not self._ok(x):
+            raise SweepInputError(f"{name} must be a number from {self.limits[0]:g} to {self.limits[1]:g}, got {v!r}")
+        return x
+
+
+#: the coverage an interval may be asked at: below a half it says little, at 1 it would be unbounded
+COVERAGE_LIMITS = (0.5, 0.99)
+
+
 # ------------------------------------------------------------------------------ an option's declaration
 REQUIRED = dataclasses.MISSING      # no default: the question must say it
 
@@ -301,6 +342,11 @@ class Scenario(Sized):
                         help="collectives of --parallel: nccl (the link's bandwidth plus NCCL's measured fixed cost "
                              "per all-reduce, 8-19 us on 2-8 GPUs) or bandwidth (the link alone, the paper's model)",
                         many="nccl or bandwidth, comma-separated for both")
+
+    coverage: float = option(Share(COVERAGE_LIMITS), user=0.8, what="coverage",
+                             help="the interval's coverage, 0.5-0.99: the share of such answers whose measured time "
+                                  "it holds (its error model: docs/error_bars.md)",
+                             many="coverage(s) of the interval, 0.5-0.99, comma-separated")
 
     def __post_init__(self):
         if (self.seq is None) == (self.image_size is None):

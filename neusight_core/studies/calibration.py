@@ -1,0 +1,328 @@
+"""The error model behind each answer's interval: measured, calibrated and checked (notebook 08, docs/error_bars.md).
+
+``fit(recipe, seed)`` measures the parts of ``cost/error_model.py`` and calibrates them, on the training GPUs only:
+
+1. **kernel parts, one GPU left out.** For each of the release's five training GPUs, the recipe trained (quick) without
+   it (``drop_gpu``) predicts that GPU's kernel records (the release's training records and its test-set rows, tiles
+   looked up as for an unseen GPU); the tensor-core networks likewise on NVIDIA's measured BF16 kernels of their four
+   training GPUs; the memory law (``memory_bound_eval.left_out_ms``) on the measured quantiser kernels; the
+   all-reduce's fixed cost (``network.fit_latency``) on the NVLink GPUs' measured all-reduces. Per part (what
+   answered a kernel, ``KernelPredictor.answered_by``) and held-out GPU: the time-weighted mean log residual (the GPU's
+   shared bias) and the spread around it.
+2. **seeds.** The same folds trained with the next seed: how far two seeds answer the calibration steps apart.
+3. **calibration, split by GPU.** Each training GPU's labelled end-to-end steps (the release's labels: single GPU, with
+   and without fusion), predicted by the fold that never saw that GPU, give z = log(measured / predicted) / sigma;
+   their quantiles set the interval at any coverage (split conformal).
+
+Nothing here reads an unseen or held-out GPU. ``check(...)`` then scores the intervals on the check sets, none of which
+fitted or calibrated anything: the release's unseen GPUs (H100, A100-80GB, L4), its multi-GPU labels, NVIDIA's measured
+kernels of the held-out B200 and GB200, and the recorded GPU steps of docs/tier2 (2026-11-28 runs, two or more per
+step).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+
+from neusight_core import predictors as P
+from neusight_core.cost import engine, error_model as em
+from neusight_core.cost.request import parse
+from neusight_core.data import dataset, devices, measured_kernels as mk
+from neusight_core.predictors.base import ANSWER_COMM, ANSWER_LAW, ANSWER_TENSOR_CORE
+from neusight_core.studies import evaluation as ev
+
+#: the release's unseen GPUs (the paper's Figure 8 / Table 5): a check set, never fitted on
+UNSEEN = ("NVIDIA_H100_80GB_HBM3", "NVIDIA_A100_80GB_PCIe", "NVIDIA_L4")
+#: the coverages the check reports
+LEVELS = (0.5, 0.8, 0.95)
+#: kernel records per training GPU and part scored in step 1 (a fixed random subset: minutes, not hours)
+KERNEL_SAMPLE = 4000
+
+
+def training_gpus() -> list[str]:
+    return [d.name for d in devices.training_devices()]
+
+
+def fold(recipe: str, seed: int, gpu: str):
+    """The recipe (quick weights) trained without ``gpu``'s records: trained once, kept with the weights."""
+    return P.get(recipe, quick=True, seed=seed, config={"drop_gpu": gpu})
+
+
+# ------------------------------------------------------------------------------ 1. the kernel parts
+def _sample(df: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
+    return df if len(df) <= n else df.sample(n, random_state=seed)
+
+
+def network_residuals(recipe: str, seed: int) -> pd.DataFrame:
+    """Step 1 for the FP32 networks: one row per scored kernel (``part``, ``gpu``, ``measured_ms``, ``predicted_ms``)."""
+    train = dataset.training_data()
+    seen = dataset.seen_test_kernels(0.0)
+    cols = [c for c in train.kernels.columns if c in seen.columns]
+    rows = pd.concat([train.kernels, seen[cols]], ignore_index=True)
+    out = []
+    for g in training_gpus():
+        p = fold(recipe, seed, g)
+        k = rows[rows["device"] == g]
+        k = pd.concat([_sample(d, KERNEL_SAMPLE, seed) for _, d in k.groupby("op_class")], ignore_index=True)
+        k = k.drop(columns=[c for c in ("tile_m", "tile_k", "tile") if c in k])   # looked up, as for an unseen GPU
+        out.append(pd.DataFrame({"part": p.answered_by(k), "gpu": g, "measured_ms": k["latency_ms"].to_numpy(float),
+                                 "predicted_ms": p.predict(k, g)}))
+    return pd.concat(out, ignore_index=True)
+
+
+def tensor_core_residuals(recipe: str, seed: int) -> pd.DataFrame:
+    """Step 1 for the BF16 tensor-core networks: each trained (quick) without one of their training GPUs."""
+    from neusight_core.predictors import tensor_core as tc
+    config = P.create(recipe, seed).config.get("tensor_core")
+    if not config or mk.unavailable():
+        return pd.DataFrame(columns=["part", "gpu", "measured_ms", "predicted_ms"])
+    nets_of = tuple(config.get("networks", tc.NETWORKS))
+    rows = mk.training_kernels(nets_of)
+    out = []
+    for g in sorted(rows["device"].unique()):
+        nets = tc.TensorCoreNets(config, seed=seed)
+        nets.fit(rows[rows["device"] != g], quick=True)
+        k = rows[rows["device"] == g].reset_index(drop=True)
+        k = pd.concat([_sample(d, KERNEL_SAMPLE, seed) for _, d in k.groupby(tc.network_of(k))], ignore_index=True)
+        pred = nets.predict(k)
+        ok = np.isfinite(pred)
+        out.append(pd.DataFrame({"part": ANSWER_TENSOR_CORE + " " + tc.network_of(k)[ok].astype(object), "gpu": g,
+                                 "measured_ms": k["latency_ms"].to_numpy(float)[ok], "predicted_ms": pred[ok]}))
+    return pd.concat(out, ignore_index=True)
+
+
+def law_residuals() -> pd.DataFrame:
+    """Step 1 for the memory law and the all-reduce's fixed cost (no seeds: fits, not networks)."""
+    from neusight_core.cost import network
+    from neusight_core.studies import memory_bound_eval as mbe
+    out = []
+    if not mk.unavailable():
+        q = mk.load_quantize("training")
+        for g in sorted(q["device"].unique()):
+            k = q[q["device"] == g]
+            out.append(pd.DataFrame({"part": ANSWER_LAW, "gpu": g, "measured_ms": k["latency_ms"].to_numpy(float),
+                                     "predicted_ms": mbe.left_out_ms(q, k, g)}))
+        a = mk.load_allreduce("training")
+        for g in sorted(a["device"].unique()):
+            k = a[a["device"] == g]
+            fit = network.fit_latency(a[a["device"] != g])
+            pred = network.ring_ms(k["bytes"], k["gpus"], k["link_gbs"]) + network.fixed_us(k["gpus"], fit) / 1e3
+            out.append(pd.DataFrame({"part": ANSWER_COMM, "gpu": g, "measured_ms": k["latency_ms"].to_numpy(float),
+                                     "predicted_ms": np.asarray(pred, float)}))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["part", "gpu", "measured_ms", "predicted_ms"])
+
+
+def part_sizes(res: pd.DataFrame) -> pd.DataFrame:
+    """Per part: ``shared`` (RMS over held-out GPUs of their time-weighted mean log residual), ``independent`` (RMS
+    of the time-weighted spread around it), ``largest_bias`` (the largest |mean| of one GPU), GPUs and kernels."""
+    res = res[np.isfinite(res["predicted_ms"]) & (res["predicted_ms"] > 0) & (res["measured_ms"] > 0)]
+    e = np.log(res["measured_ms"].to_numpy(float) / res["predicted_ms"].to_numpy(float))
+    d = res.assign(e=e, w=res["measured_ms"].to_numpy(float))
+    rows = []
+    for part, g in d.groupby("part"):
+        per = []
+        for gpu, x in g.groupby("gpu"):
+            b = float(np.average(x["e"], weights=x["w"]))
+            per.append((gpu, b, math.sqrt(float(np.average((x["e"] - b) ** 2, weights=x["w"]))), len(x)))
+        bias = np.array([p[1] for p in per])
+        rows.append({"part": part, "shared": float(np.sqrt(np.mean(bias**2))),
+                     "independent": float(np.sqrt(np.mean([p[2] ** 2 for p in per]))),
+                     "largest_bias": float(np.max(np.abs(bias))), "gpus": len(per), "kernels": int(sum(p[3] for p in per)),
+                     "bias_per_gpu": {p[0]: round(p[1], 4) for p in per}})
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------ 2-3. seeds and calibration
+def labelled_steps(gpus, options=("none", "fusion")) -> pd.DataFrame:
+    """The release's labelled configurations of ``gpus`` with one of ``options`` (``option_kwargs``' settings)."""
+    idx = ev.build_index()
+    return idx[idx["gpu"].isin(list(gpus)) & idx["option"].isin(list(options))].reset_index(drop=True)
+
+
+def requests_of(idx: pd.DataFrame, coverage: float = 0.8) -> list:
+    from neusight_core.studies.reproduce import option_kwargs
+    return parse([{"model": r.model, "device": r.gpu, "batch": int(r.batch), "seq": int(r.seq), "mode": r.mode,
+                   "coverage": coverage, **option_kwargs(r.option)} for r in idx.itertuples(index=False)])
+
+
+def fold_predictions(recipe: str, seed: int, model: em.ErrorModel, idx: pd.DataFrame) -> pd.DataFrame:
+    """Each training GPU's labelled steps by its fold: ``e2e_ms`` and ``sigma`` beside ``label_e2e_ms``."""
+    parts = []
+    for g, sub in idx.groupby("gpu"):
+        sub = sub.reset_index(drop=True)
+        f = engine.predict(requests_of(sub), [(recipe, fold(recipe, seed, g))], quick=True, memory_columns=False,
+                           error_model=model)
+        parts.append(pd.concat([sub[["gpu", "model", "mode", "batch", "seq", "option", "label_e2e_ms"]],
+                                f[["e2e_ms", "sigma", "error"]]], axis=1))
+    return pd.concat(parts, ignore_index=True)
+
+
+def fit(recipe: str = "neusight", seed: int = 0, quick: bool = True, log=print) -> em.ErrorModel:
+    """Steps 1-3 for ``recipe`` and ``seed``, for its ``quick`` or full weights (the folds are quick either way: a
+    full fold costs a full training); the model is saved beside the weights (``error_model.save``)."""
+    log(f"calibration of {recipe} seed {seed}: kernel parts, one training GPU left out")
+    res = pd.concat([network_residuals(recipe, seed), tensor_core_residuals(recipe, seed), law_residuals()],
+                    ignore_index=True)
+    sizes = part_sizes(res)
+    base = em.ErrorModel(recipe, seed, quick, shared=dict(zip(sizes["part"], sizes["shared"])),
+                         independent=dict(zip(sizes["part"], sizes["independent"])),
+                         shared_outside=dict(zip(sizes["part"], sizes["largest_bias"])))
+    idx = labelled_steps(training_gpus())
+    log(f"  seeds: the calibration steps by the folds of seeds {seed} and {seed + 1}")
+    a = fold_predictions(recipe, seed, base, idx)
+    b = fold_predictions(recipe, seed + 1, base, idx)
+    ok = (a["error"] == "") & (b["error"] == "")
+    seed_sigma = float(np.std(np.log(a.loc[ok, "e2e_ms"] / b.loc[ok, "e2e_ms"])) / math.sqrt(2))
+    model = dataclasses.replace(base, seed_sigma=seed_sigma)
+    log("  calibration: z = log(label / prediction) / sigma on the training GPUs' labelled steps, each by its fold")
+    c = fold_predictions(recipe, seed, model, idx)
+    c = c[(c["error"] == "") & np.isfinite(c["sigma"]) & (c["sigma"] > 0)]
+    z = np.sort(np.log(c["label_e2e_ms"] / c["e2e_ms"]).to_numpy(float) / c["sigma"].to_numpy(float))
+    rows = {"parts": sizes.drop(columns=["shared", "independent", "largest_bias"]).to_dict(orient="records"),
+            "calibration_steps": int(len(z)), "calibration_gpus": sorted(c["gpu"].unique()),
+            "seeds_from": [seed, seed + 1], "seed_steps": int(ok.sum()), "folds": "quick weights, drop_gpu"}
+    model = dataclasses.replace(model, scores=tuple(float(x) for x in z), rows=rows,
+                              notes= "parts from quick folds (one training GPU left out); applied to quick and full "
+                                    "weights alike (full weights err less: their intervals are conservative)")
+    em.save(model)
+    return model
+
+
+# ------------------------------------------------------------------------------ the check sets
+#: the recorded runs of docs/tier2 the check reads: those of 2026-11-28, whose harness restores a contiguous KV cache
+#: (``live_modern.STRIDED_APPENDS``: the earlier ones are compared with each other only)
+def recorded_runs() -> dict:
+    from neusight_core.studies import live_modern
+    return {n: v for n, v in live_modern.RECORDED.items() if n not in live_modern.STRIDED_APPENDS}
+
+
+def _points(name: str, frame: pd.DataFrame, lo, hi) -> pd.DataFrame:
+    """A check set's points: the measured range [lo, hi] (one measurement: lo = hi) beside the answer."""
+    ok = (frame["error"] == "") & np.isfinite(frame["sigma"].to_numpy(float))
+    return pd.DataFrame({"set": name, "measured_lo": np.asarray(lo, float), "measured_hi": np.asarray(hi, float),
+                         "estimate": frame["e2e_ms"].to_numpy(float), "sigma": frame["sigma"].to_numpy(float)})[ok.to_numpy()]
+
+
+def labelled_points(recipe: str, seed: int, quick: bool, model: em.ErrorModel) -> pd.DataFrame:
+    """The release's labels the model never saw: the unseen GPUs' single-GPU steps, and the multi-GPU steps."""
+    idx = ev.build_index()
+    out = []
+    for name, sub in (("unseen GPUs (release labels)", idx[idx["gpu"].isin(UNSEEN) & idx["option"].isin(["none", "fusion"])]),
+                      ("multi-GPU (release labels)", idx[idx["option"].str.match(r"(dp|tp|pp)\d")])):
+        sub = sub.reset_index(drop=True)
+        f = engine.predict(requests_of(sub), recipe, seeds=(seed,), quick=quick, memory_columns=False, error_model=model)
+        out.append(_points(name, f, sub["label_e2e_ms"], sub["label_e2e_ms"]))
+    return pd.concat(out, ignore_index=True)
+
+
+def kernel_points(recipe: str, seed: int, quick: bool, model: em.ErrorModel, sample: int = 2000) -> pd.DataFrame:
+    """NVIDIA's measured BF16 GEMMs and fused attention of the held-out B200 and GB200 (``sample`` per GPU and kind),
+    each kernel an answer of its own: its part's shared and own spread, and the seeds'."""
+    if mk.unavailable():
+        return pd.DataFrame(columns=["set", "measured_lo", "measured_hi", "estimate", "sigma"])
+    from neusight_core.predictors import tensor_core as tc
+    rows = pd.concat([mk.gemm_rows("held_out"), mk.attention_rows("held_out")], ignore_index=True)
+    rows = pd.concat([_sample(d, sample, seed) for _, d in rows.groupby(["device", tc.network_of(rows)])],
+                     ignore_index=True)
+    p = P.get(recipe, quick=quick, seed=seed)
+    est = p.predict(rows, None)
+    parts = p.answered_by(rows)
+    sig = np.array([math.sqrt(em.spread(model, {a: t}, {a: t * t}, t, 0.0, em.outside_range(d)).sigma ** 2)
+                    for a, t, d in zip(parts, est, rows["device"])])
+    y = rows["latency_ms"].to_numpy(float)
+    return pd.DataFrame({"set": "held-out B200 / GB200 kernels (NVIDIA)", "measured_lo": y, "measured_hi": y,
+                         "estimate": est, "sigma": sig})
+
+
+def recorded_points(recipe: str, seed: int, quick: bool, model: em.ErrorModel) -> pd.DataFrame:
+    """The recorded GPU steps (docs/tier2): per GPU kind and step measured in two or more runs, the range of their
+    kernel sums (graph execution) and of their eager wall times, beside the answer."""
+    from neusight_core import paths
+    from neusight_core.question.schema import Execution
+    from neusight_core.studies import live_modern
+    by_gpu: dict = {}
+    for name, (gpu, folder) in recorded_runs().items():
+        f = paths.REPO_ROOT / folder / "modern_steps.csv"
+        if f.exists():
+            s = pd.read_csv(f)
+            by_gpu.setdefault(gpu, []).append(s[s["status"] == "OK"].assign(run=name))
+    out = []
+    for gpu, runs in by_gpu.items():
+        d = pd.concat(runs, ignore_index=True)
+        for col, execution in (("kernel_ms", Execution.GRAPH), ("wall_ms", Execution.EAGER)):
+            g = d.groupby(live_modern.STEP_KEY, dropna=False)[col].agg(["min", "max", "count"]).reset_index()
+            g = g[g["count"] >= 2].reset_index(drop=True)
+            if g.empty:
+                continue
+            reqs = [dict(live_modern.request_of(r, gpu, execution), coverage=0.8) for r in g.to_dict("records")]
+            f = engine.predict(parse(reqs), recipe, seeds=(seed,), quick=quick, memory_columns=False, error_model=model)
+            out.append(_points(f"recorded {gpu} steps ({execution}, docs/tier2)", f, g["min"], g["max"]))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["set", "measured_lo", "measured_hi",
+                                                                              "estimate", "sigma"])
+
+
+def covered(points: pd.DataFrame, model: em.ErrorModel, coverage: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per point: whether its interval at ``coverage`` overlaps the measured range, and its relative half-width."""
+    q_lo, q_hi = model.quantiles(coverage)
+    lo = points["estimate"] * np.exp(q_lo * points["sigma"])
+    hi = points["estimate"] * np.exp(q_hi * points["sigma"])
+    hit = (lo <= points["measured_hi"]) & (hi >= points["measured_lo"])
+    return hit.to_numpy(bool), ((hi - lo) / 2 / points["estimate"]).to_numpy(float)
+
+
+def coverage_table(points: pd.DataFrame, model: em.ErrorModel, levels=LEVELS) -> pd.DataFrame:
+    """Per check set: points, the observed coverage at each level (%), the median relative half-width of the 80 %
+    interval (%), and the median APE of the estimate (%), beside each other: covering by width is not the goal."""
+    rows = []
+    for name, g in points.groupby("set", sort=False):
+        r = {"check set": name, "points": len(g)}
+        for c in levels:
+            hit, half = covered(g, model, c)
+            r[f"covered at {c:.0%}"] = round(100 * hit.mean(), 1)
+            if c == 0.8:
+                r["median half-width at 80 % (%)"] = round(100 * float(np.median(half)), 1)
+        mid = (g["measured_lo"] + g["measured_hi"]) / 2
+        r["median APE of the estimate (%)"] = round(100 * float(np.median(np.abs(g["estimate"] / mid - 1))), 1)
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def reliability(points: pd.DataFrame, model: em.ErrorModel, levels=None) -> pd.DataFrame:
+    """Nominal against observed coverage per check set (the reliability figure's lines)."""
+    levels = np.round(np.arange(0.5, 0.96, 0.05), 2) if levels is None else levels
+    return pd.DataFrame([{"set": name, "nominal": c, "observed": float(covered(g, model, c)[0].mean())}
+                         for name, g in points.groupby("set", sort=False) for c in levels])
+
+
+def check(recipe: str = "neusight", seed: int = 0, quick: bool = True, model: em.ErrorModel | None = None,
+          kernel_sample: int = 2000) -> pd.DataFrame:
+    """Every check set's points for the recipe's weights (``quick`` or full) and their error model."""
+    model = model or em.load(recipe, seed, quick)
+    if model is None:
+        raise ValueError(f"no error model for {recipe} seed {seed} ({'quick' if quick else 'full'} weights): "
+                         "run calibration.fit first")
+    return pd.concat([labelled_points(recipe, seed, quick, model),
+                      kernel_points(recipe, seed, quick, model, kernel_sample),
+                      recorded_points(recipe, seed, quick, model)], ignore_index=True)
+
+
+def main(argv=None) -> int:
+    """``python -m neusight_core.studies.calibration [--predictor neusight] [--seed 0] [--full]``: make the error
+    model of those weights (about a minute: five quick folds and their predictions)."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m neusight_core.studies.calibration", description=main.__doc__)
+    ap.add_argument("--predictor", default="neusight", choices=[n for n in P.names() if n.startswith("neusight")])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--full", action="store_true", help="for the full weights (default: the quick ones)")
+    a = ap.parse_args(argv)
+    model = fit(a.predictor, a.seed, quick=not a.full)
+    print(f"saved {em.path_of(model.predictor, model.seed, model.quick)}: scale {model.scale:.3f} from "
+          f"{model.rows['calibration_steps']} held-out steps of {len(model.rows['calibration_gpus'])} GPUs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

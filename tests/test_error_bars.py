@@ -1,0 +1,176 @@
+"""Each answer's interval (cost/error_model.py, studies/calibration.py): the composition, the calibration, the option."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from neusight_core.cost import engine, error_model as em, scenario, sweep
+from neusight_core.question.step import LatencyInputError, SweepInputError
+
+PARTS = {"network LINEAR": (0.10, 0.30), "network VEC": (0.05, 0.50)}
+
+
+def _model(scores=(), **kw) -> em.ErrorModel:
+    return em.ErrorModel("neusight", 0, True, shared={k: v[0] for k, v in PARTS.items()},
+                         independent={k: v[1] for k, v in PARTS.items()}, scores=tuple(scores), **kw)
+
+
+# ------------------------------------------------------------------------------ the composition
+def test_a_shared_bias_does_not_shrink_with_more_kernels_an_independent_error_does():
+    m = em.ErrorModel("x", 0, True, shared={"a": 0.2, "b": 0.0}, independent={"a": 0.0, "b": 0.4})
+    for n in (1, 10, 1000):
+        t = np.full(n, 1.0 / n)                    # n distinct kernels, the same total time
+        shared = em.spread(m, {"a": 1.0}, {"a": float((t**2).sum())}, 1.0, 0.0).sigma
+        own = em.spread(m, {"b": 1.0}, {"b": float((t**2).sum())}, 1.0, 0.0).sigma
+        assert shared == pytest.approx(0.2)        # the GPU's bias: the same for one kernel or a thousand
+        assert own == pytest.approx(0.4 / math.sqrt(n))
+    # one kernel launched 1000 times errs 1000 times the same: (count x time)^2, not count x time^2
+    assert em.spread(m, {"b": 1.0}, {"b": 1.0}, 1.0, 0.0).sigma == pytest.approx(0.4)
+
+
+def test_shared_parts_add_linearly_independent_ones_in_quadrature_and_the_host_by_its_share():
+    m = _model()
+    sp = em.spread(m, {"network LINEAR": 3.0, "network VEC": 1.0}, {"network LINEAR": 4.0, "network VEC": 0.5},
+                   4.0, 0.0)
+    shared = 3 / 4 * 0.10 + 1 / 4 * 0.05
+    own = math.sqrt(4.0 / 16 * 0.30**2 + 0.5 / 16 * 0.50**2)
+    assert sp.sigma == pytest.approx(math.hypot(shared, own))
+    assert [n for n, _ in sp.parts] == ["network LINEAR", "network VEC"]
+    host = em.spread(m, {"network LINEAR": 4.0}, {"network LINEAR": 16.0}, 4.0, 12.0)     # eager: h = 12 / 16
+    k = math.hypot(0.10, 0.30)
+    assert host.sigma == pytest.approx(math.hypot(0.25 * k, 0.75 * em.HOST_SIGMA))
+    assert host.parts[0][0] == em.HOST and "host" in host.top(2)
+
+
+def test_a_part_without_data_takes_its_nearest_measured_parts_largest_gpu_bias():
+    m = _model(shared_outside={"network LINEAR": 0.4, "network VEC": 0.2})
+    assert m.part("network LINEAR at half precision") == (0.4, 0.30)       # the same network, another precision
+    assert m.part("roofline") == (0.2, 0.50)                                  # the vector classes' networks
+    assert m.part("something new") == (0.4, 0.50)                            # nothing near: every measured part
+
+
+def test_coverage_of_a_synthetic_predictor_with_a_known_error_comes_out_at_nominal():
+    """Answers whose log error is a shared GPU bias plus independent kernel errors, drawn as the model says: the
+    scale calibrated on some GPUs' answers gives nominal coverage on other GPUs' answers at every level."""
+    rng = np.random.default_rng(0)
+    m = _model()
+
+    def answers(n_gpus):
+        z, sig = [], []
+        for _ in range(n_gpus):
+            g = rng.normal()                   # the GPU's bias, shared by its parts (they add linearly)
+            bias = {p: g * s for p, (s, _) in PARTS.items()}
+            for _ in range(20):
+                n = int(rng.integers(5, 200))
+                t = rng.lognormal(0, 1, n)
+                part = rng.choice(list(PARTS), n)
+                e = sum(t[part == p].sum() * bias[p] for p in PARTS) / t.sum()
+                e += sum((t[part == p] * rng.normal(0, PARTS[p][1], (part == p).sum())).sum() for p in PARTS) / t.sum()
+                sp = em.spread(m, {p: t[part == p].sum() for p in PARTS}, {p: (t[part == p] ** 2).sum() for p in PARTS},
+                               t.sum(), 0.0)
+                z.append(e / sp.sigma)
+                sig.append(sp.sigma)
+        return np.array(z), np.array(sig)
+
+    z_cal, _ = answers(200)
+    z_chk, sig = answers(200)
+    cal = _model(scores=np.sort(z_cal))
+    assert cal.scale == pytest.approx(1.0, abs=0.06)               # the model is right: nothing to correct
+    for c in (0.5, 0.8, 0.95):
+        q = cal.quantiles(c)[1]
+        assert np.mean(np.abs(z_chk) <= q) == pytest.approx(c, abs=0.03)
+    # a model that halves every part is corrected by the calibration: the same coverage, a scale of about 2
+    half = em.ErrorModel("x", 0, True, shared={p: s / 2 for p, (s, _) in PARTS.items()},
+                         independent={p: u / 2 for p, (_, u) in PARTS.items()}, scores=tuple(np.sort(2 * z_cal)))
+    assert half.scale == pytest.approx(2 * cal.scale, rel=1e-9)
+    assert np.mean(np.abs(2 * z_chk) <= half.quantiles(0.8)[1]) == pytest.approx(0.8, abs=0.03)
+
+
+def test_the_model_round_trips_through_its_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(em, "folder", lambda: tmp_path)
+    m = _model(scores=(-1.0, 0.5, 2.0), shared_outside={"network LINEAR": 0.3}, seed_sigma=0.02, rows={"n": 3})
+    f = em.save(m)
+    assert f.name == "neusight-quick-seed0.json" and not list(tmp_path.glob(".*.tmp"))
+    assert em.load("neusight", 0, True) == m
+    assert em.load("neusight", 0, False) is None
+    f.write_text("{ not json")
+    assert em.load("neusight", 0, True) is None
+
+
+# ------------------------------------------------------------------------------ the option
+@pytest.mark.parametrize("bad", [0, 1, -1, "text", 0.995, True, "inf"])
+def test_a_bad_coverage_gets_one_line_everywhere(bad):
+    """(NaN, as everywhere in the API and a frame, is a value not given: the default; the CLI refuses it.)"""
+    with pytest.raises(LatencyInputError, match=r"^coverage must be a number from 0.5 to 0.99, got") as e:
+        scenario.scenario("gpt2_large", "H100", batch=1, seq=64, coverage=bad)
+    assert "\n" not in str(e.value)
+    frame = pd.DataFrame([{"model": "gpt2_large", "device": "H100", "batch": 1, "seq": 64, "coverage": bad},
+                          {"model": "gpt2_large", "device": "H100", "batch": 1, "seq": 64, "coverage": 0.9}])
+    out = sweep.run(frame, "roofline")
+    assert "coverage must be a number from 0.5 to 0.99" in out["error"].iloc[0] and out["error"].iloc[1] == ""
+
+
+@pytest.mark.parametrize("bad", ["0", "1", "nan", "-1", "text"])
+def test_the_cli_refuses_a_bad_coverage_in_one_line(bad):
+    r = subprocess.run([sys.executable, "-m", "neusight_core", "predict", "--model", "gpt2_large", "--device", "H100",
+                        "--batch", "1", "--seq", "64", "--predictor", "roofline", "--coverage", bad],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "--coverage: must be a number from 0.5 to 0.99" in r.stderr
+
+
+# ------------------------------------------------------------------------------ the engine
+def test_every_answer_of_a_grid_has_a_finite_interval_that_holds_it():
+    g = sweep.grid(["gpt2_large", "bert_large", "llama2_7b"], ["H100", "L4", "NVIDIA_B200"], [1, 4], [128],
+                   ["inf", "train"], dtype=["fp32", "bf16"], execution=["eager", "graph"], coverage=[0.5, 0.95])
+    g = pd.concat([g, sweep.grid(["gpt2_large"], ["H100"], [8], [256], ["train"], parallel=["dp", "tp", "pp"],
+                                 gpus=[4], micro_batches=[1])], ignore_index=True)
+    out = engine.predict(_parse(g), "neusight", quick=True, memory_columns=False, error_model=_model(scores=(-1.5, -0.2, 0.3, 1.1)))
+    ok = out[out["error"] == ""]
+    assert len(ok) >= len(g) - 4 and len(ok) > 100
+    assert np.isfinite(ok[["sigma", "lo_ms", "hi_ms"]].to_numpy(float)).all()
+    assert (ok["lo_ms"] < ok["e2e_ms"]).all() and (ok["e2e_ms"] < ok["hi_ms"]).all()
+    wide = ok[ok["coverage"] == 0.95].reset_index(drop=True)
+    narrow = ok[ok["coverage"] == 0.5].reset_index(drop=True)
+    assert ((wide["hi_ms"] / wide["e2e_ms"]).to_numpy() > (narrow["hi_ms"] / narrow["e2e_ms"]).to_numpy()).all()
+    assert ok["interval_by"].str.len().gt(0).all()
+    # the central estimates do not move with the interval
+    plain = engine.predict(_parse(g), "neusight", quick=True, memory_columns=False)
+    assert np.array_equal(plain["e2e_ms"].to_numpy(float), out["e2e_ms"].to_numpy(float), equal_nan=True)
+
+
+def _parse(frame):
+    from neusight_core.cost.request import parse
+    return parse(frame.to_dict("records"))
+
+
+def test_without_an_error_model_an_answer_says_how_to_get_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(em, "folder", lambda: tmp_path)
+    from neusight_core.cost import latency
+    r = latency.predict_model("gpt2_large", "H100", 1, 64, quick=True)
+    assert r["interval_ms"] is None and "studies.calibration" in r["interval_note"]
+    em.save(_model(scores=(-1.0, 1.0)))
+    r = latency.predict_model("gpt2_large", "H100", 1, 64, quick=True, coverage=0.9)
+    lo, hi = r["interval_ms"]
+    assert lo < r["e2e_ms"] < hi and r["coverage"] == 0.9 and r["interval_by"]
+    assert math.log(hi / r["e2e_ms"]) == pytest.approx(_model(scores=(-1.0, 1.0)).quantiles(0.9)[1] * r["sigma"])
+
+
+def test_neusight_names_what_answers_each_row():
+    from collections import Counter
+
+    from neusight_core import predictors as P
+    from neusight_core.cost import tables
+    from neusight_core.question.step import Step
+    p = P.get("neusight", quick=True)
+    k = tables.trace(Step(model="llama2_7b", batch=1, seq=64, mode="inf", dtype="bf16", attention="sdpa"))
+    got = Counter(p.answered_by(k))
+    assert got["BF16 network GEMM"] > 0 and got["BF16 network ATTN_prefill"] > 0 and got["memory law"] > 0
+    fp32 = Counter(p.answered_by(tables.trace(Step(model="gpt2_large", batch=1, seq=64, mode="inf"))))
+    assert fp32["network LINEAR"] > 0 and not any("BF16" in a for a in fp32)
+    assert set(P.get("roofline").answered_by(k)) == {"roofline"}
