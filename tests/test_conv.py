@@ -123,7 +123,7 @@ def conv_trained(release_root):
     out = {}
     for name, cfg in (("neusight", CONV_TINY), ("habitat", {"quick_epochs": 2}), ("li", None)):
         p = P.create(name, 0, cfg)
-        p.fit(small, quick=True)
+        p.fit(P.data_for(p, small), quick=True)
         out[name] = p
     return out
 
@@ -263,8 +263,8 @@ def test_existing_classes_predictions_unchanged_by_conv(release_root):
     base = {"extra_training": None, "quick_epochs": 1}
     old = P.create("neusight", 0, {**base, "classes": ["BMM", "LINEAR", "VEC"]})
     new = P.create("neusight", 0, {**base, "classes": ["BMM", "LINEAR", "VEC", "CONV"]})
-    old.fit(no_conv, quick=True)
-    new.fit(with_conv, quick=True)
+    old.fit(P.data_for(old, no_conv), quick=True)
+    new.fit(P.data_for(new, with_conv), quick=True)
     assert set(new.nets) == {"BMM", "LINEAR", "VEC", "CONV"}
     test = dataset.test_kernels()
     test = test[test["op_class"].isin(["BMM", "LINEAR", "VEC"])].groupby(["device", "op_class"]).head(50)

@@ -140,8 +140,11 @@ def path_of(predictor: str, seed: int, quick: bool) -> Path:
     return folder() / f"{predictor}{'-quick' if quick else ''}-seed{int(seed)}.json"
 
 
-def missing_note(predictor: str, seed: int, quick: bool) -> str:
-    """Why an answer has no interval, and how to get one."""
+def missing_note(predictor: str, seed: int, quick: bool, calibrated_kind: bool = True) -> str:
+    """Why an answer has no interval, and how to get one (``calibrated_kind``: the predictor is a NeuSight recipe,
+    the only kind ``studies/calibration.py`` calibrates: a baseline's answers carry no interval)."""
+    if not calibrated_kind:
+        return f"no interval: the error model is made for the NeuSight recipes, not the baseline {predictor}"
     return (f"no interval: {predictor} seed {seed}'s {'quick' if quick else 'full'} weights have no error model yet "
             f"(make it: .venv/bin/python -m neusight_core.studies.calibration --predictor {predictor} --seed {seed}"
             f"{'' if quick else ' --full'}, about a minute; ./run_all.sh makes it for the run's weights)")

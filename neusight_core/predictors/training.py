@@ -389,7 +389,7 @@ def memory_law_params() -> dict:
         import pandas as pd
 
         from neusight_core.data import measured_kernels
-        from neusight_core.predictors import memory_law
+        import neusight_core.predictors.memory_law as memory_law
         from neusight_core.tracing import trace_cache
         if measured_kernels.unavailable():
             _LAW = dict(memory_law.DEFAULT_LAW)
