@@ -116,13 +116,12 @@ def predict_scenario(sc, predictor="neusight", quick: bool | None = None,
     out["range_note"] = range_note(dev) if any(out["measured_share"].values()) else ""
     out["moe_note"] = moe_note(kernels)
     # the interval (cost/error_model.py): [lo, hi] at the request's coverage and its two largest contributors
-    from neusight_core.predictors.neusight import NeuSightPredictor     # here: a roofline question never imports it
     lo, hi = float(row["lo_ms"]), float(row["hi_ms"])
     calibrated = np.isfinite(lo) and np.isfinite(hi)
     out.update(coverage=sc.coverage, interval_ms=[lo, hi] if calibrated else None,
                interval_by=row["interval_by"] if calibrated else "", sigma=float(row["sigma"]) if calibrated else None,
                interval_note="" if calibrated else error_model.missing_note(out["predictor"], int(seed), bool(quick),
-                                                                                 isinstance(pred, NeuSightPredictor)))
+                                                                                 pred.calibrated))
     return out
 
 

@@ -144,6 +144,9 @@ class KernelPredictor(abc.ABC):
     trains_mlps = False
     #: whether ``fit`` learns anything (the roofline has nothing to train: its answers name no weights)
     has_weights = True
+    #: whether its answers get an interval: ``studies/calibration.py`` makes error models for it (it trains without one
+    #: GPU through the recipe key ``drop_gpu``); the baselines' answers carry none
+    calibrated = False
 
     def __init__(self, config: dict | None = None, seed: int = 0, name: str | None = None):
         self.name = name or type(self).name

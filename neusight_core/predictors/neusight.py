@@ -119,6 +119,7 @@ class NeuSightPredictor(KernelPredictor):
     ``neusight-paper``: the authors' as their code runs it, ``neusight-logo``: our earlier leave-one-GPU-out
     recipe; docs/recipes.md), and ``registry.create`` passes the entry's name and recipe."""
     trains_mlps = True
+    calibrated = True
 
     def __init__(self, config=None, seed=0, name=None):
         super().__init__(config, seed, name)
