@@ -10,6 +10,8 @@ each clipped bar, or use a log axis (``log=True``).
 """
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 import matplotlib.pyplot as plt
@@ -47,9 +49,11 @@ def _style():
 
 
 def plot_ape_bars(cells: pd.DataFrame, title: str = "", clip: float | None = 100.0, log: bool = False,
-                  facet: str = "gpu_short", ncols: int = 2, panel_width: float = 9.0) -> matplotlib.figure.Figure:
+                  facet: str = "gpu_short", ncols: int = 2, panel_width: float = 9.0,
+                  note: str = "") -> matplotlib.figure.Figure:
     """Grouped bars of APE (%): one panel per ``facet`` value (GPU), x = model and batch, one bar
-    per predictor (``predictor_display``). Clipped bars carry their value as text."""
+    per predictor (``predictor_display``). Clipped bars carry their value as text; ``note`` (why the numbers are
+    what they are) goes under the legend, wrapped to the figure's width."""
     _style()
     need = {facet, "model_display", "batch", "predictor_display", "ape"}
     if not need <= set(cells.columns):
@@ -84,7 +88,7 @@ def plot_ape_bars(cells: pd.DataFrame, title: str = "", clip: float | None = 100
         lo, hi = (pos.min() / 1.5, pos.max() * 1.5) if len(pos) else (0.1, 100.0)
         for ax in list(axes.flat)[:len(panels)]:
             ax.set_ylim(lo, hi)
-    return _finish(fig, axes, len(panels), pal, preds, title, 0.1 / nrows)
+    return _finish(fig, axes, len(panels), pal, preds, title, 0.1 / nrows, note)
 
 
 def _panel_axes(ax, panel, ylabel: str) -> None:
@@ -97,15 +101,19 @@ def _panel_axes(ax, panel, ylabel: str) -> None:
         ax.get_legend().remove()
 
 
-def _finish(fig, axes, n_panels: int, pal: dict, names: list, title: str, bottom: float):
-    """Hide unused panels, add the title and one legend under the figure."""
+def _finish(fig, axes, n_panels: int, pal: dict, names: list, title: str, bottom: float, note: str = ""):
+    """Hide unused panels, add the title, one legend under the figure and the note under that."""
     for ax in list(axes.flat)[n_panels:]:
         ax.set_visible(False)
     handles = [plt.Rectangle((0, 0), 1, 1, color=pal[n]) for n in names]
     if title:
         fig.suptitle(title)
-    fig.tight_layout(rect=(0, bottom, 1, 1))
-    fig.legend(handles, names, loc="lower center", ncol=len(names), frameon=False)
+    lines = textwrap.wrap(note, width=int(fig.get_figwidth() * 14)) if note else []
+    below = 0.12 * len(lines) / fig.get_figheight()     # a line of 8-point text is about 0.12 inch
+    fig.tight_layout(rect=(0, bottom + below, 1, 1))
+    fig.legend(handles, names, loc="lower center", ncol=len(names), frameon=False, bbox_to_anchor=(0.5, below))
+    if lines:
+        fig.text(0.5, 0.005, "\n".join(lines), ha="center", va="bottom", fontsize=8)
     return fig
 
 
