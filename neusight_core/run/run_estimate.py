@@ -25,9 +25,9 @@ FULL_RECIPES = registry.reported("recipe")
 FULL_SEEDS = (0, 1, 2)
 QUICK_SEEDS = (0, 1)
 
-#: calibration (``calibrate``, median seconds of one repetition) of the slower 2-core kind (AMD EPYC), calm,
-#: measured 2026-12-07 between runs (0.46-0.56 s)
-REFERENCE_CALIBRATION_S = 0.5
+#: calibration (``calibrate``, median seconds of one repetition) of the slower 2-core kind (AMD EPYC), calm: 0.384-0.397 s
+#: in three calls and 0.397 s at the start of a quick run, 2026-12-07 (0.46-0.56 s measured right after a run, still busy)
+REFERENCE_CALIBRATION_S = 0.39
 #: measured wall times on the slower 2-core kind, minutes: (mode, every weight to train / none) -> (minutes, source)
 MEASURED_RUNS = {
     ("quick", "all"): (14.4, "quick run in a fresh clone, 520dc02, other work beside it"),
@@ -44,7 +44,7 @@ def seeds(quick: bool) -> tuple[int, ...]:
 def calibrate(reps: int = 3) -> float:
     """Median seconds of ``reps`` repetitions of a fixed piece of work like the run's: 150 Adam steps of a small MLP
     on one torch thread (the training, one thread per process) and 300,000 dictionary updates (the tracing and the
-    tables, pure Python). Larger means slower; about 0.5 s on the slower 2-core kind when calm."""
+    tables, pure Python). Larger means slower; about 0.39 s on the slower 2-core kind when calm."""
     import torch
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
