@@ -310,7 +310,7 @@ def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims
         rows = d[d["aggregation"] == chosen]
         computed = "; ".join(f"{q} {v:.2f}" if np.isfinite(v) else f"{q} n/a"
                              for q, v in zip(rows["quantity"], rows["computed"]))
-        notes = [r for r in rows["reason"] if r]
+        notes = list(dict.fromkeys(r for r in rows["reason"] if r))     # one reason once, however many quantities
         dev = rows[rows["verdict"] == "DEVIATES"]
         if len(dev):
             notes.insert(0, "differs: " + "; ".join(f"{q} {x:+.2f}" for q, x in zip(dev["quantity"], dev["difference"])))
@@ -430,7 +430,7 @@ def verdict_block(index: pd.DataFrame, recipes, tier: int, fp16: pd.DataFrame | 
         out.setdefault("claims_baselines", {})[key] = verdict_counts(summary, "verdict (baselines)")
         out.setdefault("claim_list", {})[key] = [
             {"claim": r["claim"], "text": r["text"], "neusight": r["verdict (NeuSight)"], "grade": r["grade (NeuSight)"],
-             "baselines": r["verdict (baselines)"], "verdict": r["verdict"], "why": r["note"] or r["grade"]}
+             "baselines": r["verdict (baselines)"], "verdict": r["verdict"], "why": r["note"]}
             for _, r in summary.iterrows()]
         out["ranking"][key] = ranking(index, key, baselines)
         a = agreement(index, [key]).iloc[0]
