@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
+import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -20,6 +21,16 @@ INSTALLED_WITHOUT_CHECKOUT = REPO_ROOT.name in ("site-packages", "dist-packages"
 # Upstream commit the whole artifact is pinned to (SPEC section 2).
 UPSTREAM_COMMIT = "6945927d9afcca2b9daf021f8395e53edc5b4eef"
 UPSTREAM_URL = "https://github.com/sitar-lab/NeuSight"
+
+
+def python_command() -> str:
+    """How to start this Python in a hint a user copies: the interpreter running now, relative to the working folder
+    when it is under it (``.venv/bin/python``): a bare ``python`` outside the venv lacks the packages."""
+    exe = Path(sys.executable or "python")
+    try:
+        return str(exe.relative_to(Path.cwd()))
+    except ValueError:
+        return str(exe)
 
 
 def home() -> Path:

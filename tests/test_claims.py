@@ -237,3 +237,21 @@ def test_agreement_ranking_and_verdict_block(fixture_index):
     assert sum(v for k, v in block["claims"]["ours"].items() if k != "graded") == 18
     assert block["ranking"]["ours"]["holds"] is False
     assert set(block["correlation"]["ours"]) == {"n", "mape", "pearson", "spearman"}
+
+
+def test_neusights_own_numbers_are_judged_apart_from_the_baselines(fixture_index):
+    """C1 names Habitat, Li et al. and NeuSight: NeuSight's number reproducing while a baseline's misses gives
+    NeuSight REPRODUCED and the baselines DEVIATES (the whole claim stays DEVIATES)."""
+    idx = fixture_index.copy()
+    idx.loc[idx.gpu == H100, "pred_li_ms"] = idx["label_e2e_ms"] * 1.9     # Li et al. 90 % instead of 30.8
+    summary, _ = cl.compute_claims(idx)
+    c1 = summary.set_index("claim").loc["C1"]
+    assert (c1["verdict"], c1["verdict (NeuSight)"], c1["verdict (baselines)"]) == ("DEVIATES", "REPRODUCED", "DEVIATES")
+    assert c1["grade (NeuSight)"] == "within tolerance" and "Li et al." in c1["note"]
+    c8 = summary.set_index("claim").loc["C8"]      # NeuSight only: no baseline side, and why ours misses AMD
+    assert c8["verdict (baselines)"] == "" and "MI100 + MI210" in c8["note"]
+    block = cl.verdict_block(idx, ["neusight"], tier=0)
+    assert block["claims_neusight"]["neusight"]["REPRODUCED"] > block["claims"]["neusight"]["REPRODUCED"]
+    assert block["claims_baselines"]["neusight"]["DEVIATES"] >= 1
+    c1_entry = next(c for c in block["claim_list"]["neusight"] if c["claim"] == "C1")
+    assert (c1_entry["neusight"], c1_entry["baselines"]) == ("REPRODUCED", "DEVIATES") and "Li et al." in c1_entry["why"]

@@ -215,6 +215,24 @@ def test_summary_opens_with_the_verdict_block(tmp_path):
     assert "half a unit of the last digit" in head
 
 
+def test_summary_judges_neusights_numbers_first_and_the_baselines_apart_with_each_claims_reason(tmp_path):
+    counts = lambda r, d, n: {"REPRODUCED": r, "DEVIATES": d, "NOT COMPUTABLE": n}  # noqa: E731
+    _metrics(tmp_path, "04_reproduce_paper", tier=1, summary="NeuSight's own MAPE % 9.1 / 8.7 / 9.8; the paper 9.7 / 7.3 / 8.1",
+             claims={"neusight": counts(0, 15, 3)},
+             claims_neusight={"neusight": {**counts(4, 11, 3), "graded": {"within 10 %": 6}}},
+             claims_baselines={"neusight": counts(1, 9, 0)},
+             claim_list={"neusight": [{"claim": "C2", "text": "NVIDIA inference MAPE: NeuSight 9.7", "neusight": "DEVIATES",
+                                       "grade": "within 10 %", "baselines": "DEVIATES", "why": "differs: NeuSight -0.58"}]})
+    results = [run_summary.NotebookResult("04_reproduce_paper", "OK", 1.0)]
+    text = run_summary.write_summary(tmp_path, results, {"python": "3.11"}, quick=False, total=60.0).read_text()
+    line = next(x for x in text.splitlines() if "claims with recipe `neusight`" in x)
+    assert line.index("on NeuSight's own numbers: REPRODUCED 4, DEVIATES 11") < line.index(
+        "on our re-implemented baselines' numbers, apart: REPRODUCED 1, DEVIATES 9")
+    assert "REPRODUCED 0, DEVIATES 15" not in text          # the mixed count is not the headline any more
+    assert "| C2 | NVIDIA inference MAPE: NeuSight 9.7 | NeuSight DEVIATES (within 10 %); baselines DEVIATES — " \
+           "differs: NeuSight -0.58 |" in text
+
+
 def test_verdict_block_names_what_is_missing(tmp_path):
     results = [run_summary.NotebookResult("04_reproduce_paper", "FAILED", 1.0, "ValueError: boom")]
     lines = "\n".join(run_summary.verdict_block(tmp_path, results))

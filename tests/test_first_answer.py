@@ -1,6 +1,7 @@
 """Issue 24: a first question is answered in seconds, never by half an hour of unasked training, and every
 answer names the predictor, recipe, seed and weights that gave it."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -159,3 +160,25 @@ def test_the_cli_process_exit_code_and_output_survive_the_fast_exit(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "neusight_core", "predict", "--model", "no_such_model", "--device",
                           "H100", "--batch", "1", "--seq", "8"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown model config"), bad
+
+
+def test_the_training_hint_names_a_python_that_has_the_packages(tmp_path):
+    """The hint's command works as printed from the working folder: not a bare `python` outside the venv."""
+    import subprocess
+    import sys
+    from neusight_core import paths
+    cmd = paths.python_command()
+    assert cmd != "python" and Path(cmd).resolve() == Path(sys.executable).resolve()
+    ok = subprocess.run([cmd, "-c", "import neusight_core, torch"], capture_output=True, env={"PATH": "/usr/bin:/bin"})
+    assert ok.returncode == 0, ok.stderr.decode()[-300:]
+
+
+def test_progress_bars_are_off_when_stderr_is_not_a_terminal(tmp_path):
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    code = ("import neusight_core, sys, os; from tqdm import tqdm\n"
+            "[None for _ in tqdm(range(3), desc='bar')]\nprint(os.environ.get('TQDM_DISABLE'))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)   # stderr: a pipe
+    assert r.stdout.strip() == "1" and "\x1b" not in r.stderr and "\r" not in r.stderr and "bar" not in r.stderr

@@ -85,31 +85,66 @@ def test_summary_says_where_each_recipe_trained(tmp_path, monkeypatch):
     assert run_summary.weights_lines(quick=True) == []
 
 
-def _run(results, name, quick, seconds, cpus, status="OK"):
+def _run(results, name, quick, seconds, cpus, status="OK", **start):
     d = results / name
     d.mkdir(parents=True)
-    (d / "run.json").write_text(json.dumps({"quick": quick, "seconds": seconds, "interrupted": None,
+    (d / "run.json").write_text(json.dumps({"quick": quick, "seconds": seconds, "interrupted": None, **start,
                                             "notebooks": [{"status": status}] * 7}))
     (d / "environment.json").write_text(json.dumps({"cpu_count": cpus}))
 
 
-def test_the_estimate_takes_this_machines_newest_finished_run_of_the_mode(tmp_path):
+def test_the_estimate_takes_this_machines_newest_finished_run_of_the_mode_and_weights(tmp_path):
     import os
     cpus = os.cpu_count()
-    _run(tmp_path, "20261101-000000", True, 600, cpus)
-    _run(tmp_path, "20261102-000000", True, 240, cpus)
-    _run(tmp_path, "20261103-000000", True, 60, cpus, status="FAILED")      # a failed run says nothing
-    _run(tmp_path, "20261104-000000", True, 30, cpus + 1)                   # another machine
-    _run(tmp_path, "20261105-000000", False, 3000, cpus)
-    assert run_estimate.earlier_run(tmp_path, quick=True) == (4.0, "20261102-000000")
-    assert run_estimate.line(tmp_path, True) == "expected: about 4 min (this machine's last quick run, 20261102-000000)"
-    assert run_estimate.line(tmp_path / "none", True) == "expected: about 3 min (docs/evaluators.md, 2-core machine)"
+    _run(tmp_path, "20261101-000000", True, 600, cpus, weights_missing=0, calibration_s=0.5)
+    _run(tmp_path, "20261102-000000", True, 240, cpus, weights_missing=0, calibration_s=0.5)
+    _run(tmp_path, "20261103-000000", True, 60, cpus, status="FAILED", weights_missing=0)   # a failed run says nothing
+    _run(tmp_path, "20261104-000000", True, 30, cpus + 1, weights_missing=0)                # another machine
+    _run(tmp_path, "20261105-000000", False, 3000, cpus, weights_missing=0)                 # another mode
+    _run(tmp_path, "20261106-000000", True, 900, cpus, weights_missing=4, calibration_s=0.5)  # weights to train
+    assert run_estimate.earlier_run(tmp_path, quick=True, missing=0) == (4.0, "20261102-000000", 0.5)
+    assert run_estimate.earlier_run(tmp_path, quick=True, missing=4)[1] == "20261106-000000"
+    # the same run, on a machine (or at a moment) that does the calibration's work twice as slowly: twice as long
+    line = run_estimate.line(tmp_path, True, calibration_s=1.0, missing=0)
+    assert line == ("expected: about 8.0 min (this machine's last quick run with 0 weights to train, 20261102-000000: "
+                    "4.0 min at calibration 0.50 s, now 1.00 s)")
+
+
+def test_without_an_earlier_run_the_estimate_scales_the_measured_references_by_the_calibration(tmp_path):
+    ref = run_estimate.MEASURED_RUNS
+    total = len(run_estimate.FULL_RECIPES) * len(run_estimate.QUICK_SEEDS)
+    cal = run_estimate.REFERENCE_CALIBRATION_S
+    none, _ = run_estimate.estimate(tmp_path, True, 0, cal)
+    every, _ = run_estimate.estimate(tmp_path, True, total, cal)
+    assert (none, every) == pytest.approx((ref[("quick", "none")][0], ref[("quick", "all")][0]))
+    # half the weights to train, on a machine twice as slow: twice the time half-way between the two measurements
+    half, source = run_estimate.estimate(tmp_path, True, total // 2, 2 * cal)
+    assert half == pytest.approx(2 * (none + (every - none) * (total // 2) / total))
+    assert f"{total // 2} of {total} NeuSight weights to train" in source and "slower 2-core kind" in source
+    # an earlier run recorded without its calibration or weights does not stand in for the references
+    _run(tmp_path, "20261101-000000", True, 60, __import__("os").cpu_count())
+    assert run_estimate.estimate(tmp_path, True, 0, cal)[0] == none
+
+
+def test_the_calibration_measures_slower_work_as_slower():
+    import threading
+    quiet = run_estimate.calibrate(reps=1)
+    stop = threading.Event()
+    busy = [threading.Thread(target=lambda: [None for _ in iter(stop.is_set, True)]) for _ in range(2)]
+    for t in busy:      # two Python threads competing for the interpreter lock with the calibration's Python part
+        t.start()
+    try:
+        loaded = run_estimate.calibrate(reps=1)
+    finally:
+        stop.set()
+        for t in busy:
+            t.join()
+    assert 0 < quiet < 5 and loaded > 1.3 * quiet
 
 
 def test_the_full_estimate_counts_the_weights_still_to_train(tmp_path, monkeypatch):
     monkeypatch.setenv("NEUSIGHT_TRAIN_DEVICE", "cpu")
-    monkeypatch.setattr(run_estimate, "missing_weights", lambda: ["neusight seed 1", "neusight seed 2"])
-    line = run_estimate.line(tmp_path, False)
-    assert line.startswith("expected: 2 of 6 NeuSight weights to train first, on the CPU: 8-30 min per seed")
-    monkeypatch.setattr(run_estimate, "missing_weights", lambda: [])
-    assert "every NeuSight weight is trained" in run_estimate.line(tmp_path, False)
+    monkeypatch.setattr(run_estimate, "missing_weights", lambda quick=False: ["neusight seed 1", "neusight seed 2"])
+    line = run_estimate.line(tmp_path, False, run_estimate.REFERENCE_CALIBRATION_S)
+    assert line.startswith("expected: about ") and "2 of 6 NeuSight weights to train" in line
+    assert run_estimate.line(tmp_path, False, 0.5, missing=0) != line

@@ -42,3 +42,35 @@ def test_summary_says_what_the_tables_say():
     m = whatif_report.metrics(**{k: v for k, v in x.items() if k != "cmp"}, floor_t=pd.DataFrame({"a": [1]}),
                               quick=True, predictor="roofline", total_s=12.0, run_s=3.0)
     assert m["does_not_fit"] == 1 and m["labels_predicted_to_fit"] == [1, 2] and m["extrapolations"] == 2
+
+
+def test_a_tensor_split_needs_a_link_that_joins_that_many_gpus():
+    """An NVLink bridge joins two PCIe cards: a split over 8 of them has no link to run at NVLink speed."""
+    from neusight_core.data import devices
+    from neusight_core.studies import whatif
+    pcie, sxm = devices.get_device("A100-PCIE-40GB"), devices.get_device("A100-SXM4-40GB")
+    assert pcie.link_gpus == 2 and sxm.link_gpus is None
+    assert whatif.linked(pcie, 1) and whatif.linked(pcie, 2) and not whatif.linked(pcie, 8)
+    assert whatif.linked(sxm, 8) and not whatif.linked(devices.get_device("T4"), 2)
+
+
+def test_the_execution_figure_draws_a_run_that_does_not_fit_hollow_and_says_so():
+    import numpy as np
+    import pandas as pd
+    from matplotlib.colors import to_rgba
+    from neusight_core.reports import plots
+    from neusight_core.studies import bf16_checks
+    rows = [{"model": "llama2_7b", "seed": 0, "workload": "decode", "device": g, "variant": v[0], "e2e_ms": ms,
+             "floor_ms": 1.0, "fit": fit}
+            for g, ms, fit in (("Tesla_P4", 280.0, "does not fit"), ("NVIDIA_H100_80GB_HBM3", 7.5, "fits"))
+            for v in bf16_checks.EXECUTION_VARIANTS]
+    fig = plots.plot_execution(pd.DataFrame(rows))
+    ax = fig.axes[0]
+    bars = [p for p in ax.patches if p.get_height() > 0]
+    hollow = [p for p in bars if p.get_facecolor()[3] == 0]
+    assert len(hollow) == len(bf16_checks.EXECUTION_VARIANTS)           # P4's bars, and only those
+    assert all(np.isclose(p.get_height(), 280.0) and p.get_hatch() for p in hollow)
+    assert all(p.get_facecolor() != to_rgba("none") for p in bars if p not in hollow)
+    assert sum(t.get_text() == "does not fit" for t in ax.texts) == len(hollow)
+    legend = fig.legends[0]                                               # under the panels, not over a bar
+    assert not ax.get_legend() and any("does not fit" in t.get_text() for t in legend.get_texts())

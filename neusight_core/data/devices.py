@@ -77,6 +77,9 @@ class Device:
     tensor_source: str = ""
     # one of the paper's unseen (out-of-distribution) GPUs with labels: H100, L4, A100-80GB, MI250 (devices.yaml)
     unseen: bool = False
+    # the most GPUs its link joins: 2 for an NVLink bridge (PCIe cards); None when a switch or fabric joins a server's
+    # GPUs. A tensor-parallel split over more GPUs has no link to run at ``link_gbs``.
+    link_gpus: int | None = None
     # the file this entry was read from (a range error at use names it: scenario.check_device)
     origin: str = ""
 
@@ -175,6 +178,7 @@ def _from_release_json(path: Path, d: dict, name: str, extra: dict, source: str)
         freq_mhz=_num(path, "Freq", d["Freq"]), fp32_gflops=_num(path, "SingleFLOPs", mm),
         fp32_vec_gflops=_num(path, "SingleFLOPsVEC", vec), l2_mb=_num(path, "L2Cache", d["L2Cache"]),
         link_gbs=None if link is None else _num(path, "link_gbs", link),
+        link_gpus=None if extra.get("link_gpus") is None else _num(path, "link_gpus", extra["link_gpus"], int),
         training=bool(extra.get("training", False)), unseen=bool(extra.get("unseen", False)),
         source=source + (f"; link: {extra['link_source']}" if extra.get("link_source") else ""),
         origin=str(path), **_tensor_fields(path, name, extra),
@@ -208,6 +212,7 @@ def _from_own_format(path, name: str, d: dict, default_source: str, training_all
         fp32_vec_gflops=_num(path, "fp32_vec_gflops", d.get("fp32_vec_gflops", fp32)),
         l2_mb=_num(path, "l2_mb", d["l2_mb"]),
         link_gbs=None if link is None else _num(path, "link_gbs", link),
+        link_gpus=None if d.get("link_gpus") is None else _num(path, "link_gpus", d["link_gpus"], int),
         training=bool(d.get("training", False)) and training_allowed,
         source=" ".join(str(d.get("source", default_source)).split()),
         origin=str(path), **_tensor_fields(path, name, d),
@@ -256,7 +261,8 @@ def load_user_file(path: str | Path) -> list[tuple[Device, list]]:
     data = _read_structured(path)
     src = f"user file {path}"
     if isinstance(data, dict) and "Device" in data:
-        extra = {k: data[k] for k in ("link_gbs", "link_source", "tensor_gflops", "tensor_source") if k in data}
+        extra = {k: data[k] for k in ("link_gbs", "link_gpus", "link_source", "tensor_gflops", "tensor_source")
+                 if k in data}
         dev = _from_release_json(path, data, path.stem, {**extra, "training": False}, src)
         return [(dev, _aliases(path, path.stem, data.get("aliases")))]
     if isinstance(data, dict) and set(data) == {"devices"}:

@@ -245,14 +245,14 @@ def full_weights_damage(name: str, seed: int = 0) -> str | None:
 def _say_damaged(name: str, damage: str) -> None:
     # one line on stderr (a warning's default format would add a source line): what is damaged, what answers
     print(f"warning: the full `{name}` weights are damaged ({damage}); answering with the quick weights; "
-          f"`python -m neusight_core train --predictor {name}` or --full retrains them", file=sys.stderr, flush=True)
+          f"`{paths.python_command()} -m neusight_core train --predictor {name}` or --full retrains them", file=sys.stderr, flush=True)
 
 
 def quick_note(name: str, how_full: str) -> str:
     """The line said when a question is answered with the quick weights because the full ones are not trained
     (the CLI on stderr, ``latency.predict_model`` as a warning); ``how_full``: how this caller asks for them."""
     return (f"the full `{name}` weights are not trained here; answering with the quick ones (higher kernel error, "
-            f"docs/recipes.md). Full weights: `python -m neusight_core train --predictor {name}` "
+            f"docs/recipes.md). Full weights: `{paths.python_command()} -m neusight_core train --predictor {name}` "
             f"({full_training_estimate(name)}), then ask again, or {how_full}.")
 
 

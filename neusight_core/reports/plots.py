@@ -10,6 +10,8 @@ each clipped bar, or use a log axis (``log=True``).
 """
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 import matplotlib.pyplot as plt
@@ -47,9 +49,11 @@ def _style():
 
 
 def plot_ape_bars(cells: pd.DataFrame, title: str = "", clip: float | None = 100.0, log: bool = False,
-                  facet: str = "gpu_short", ncols: int = 2, panel_width: float = 9.0) -> matplotlib.figure.Figure:
+                  facet: str = "gpu_short", ncols: int = 2, panel_width: float = 9.0,
+                  note: str = "") -> matplotlib.figure.Figure:
     """Grouped bars of APE (%): one panel per ``facet`` value (GPU), x = model and batch, one bar
-    per predictor (``predictor_display``). Clipped bars carry their value as text."""
+    per predictor (``predictor_display``). Clipped bars carry their value as text; ``note`` (why the numbers are
+    what they are) goes under the legend, wrapped to the figure's width."""
     _style()
     need = {facet, "model_display", "batch", "predictor_display", "ape"}
     if not need <= set(cells.columns):
@@ -84,7 +88,7 @@ def plot_ape_bars(cells: pd.DataFrame, title: str = "", clip: float | None = 100
         lo, hi = (pos.min() / 1.5, pos.max() * 1.5) if len(pos) else (0.1, 100.0)
         for ax in list(axes.flat)[:len(panels)]:
             ax.set_ylim(lo, hi)
-    return _finish(fig, axes, len(panels), pal, preds, title, 0.1 / nrows)
+    return _finish(fig, axes, len(panels), pal, preds, title, 0.1 / nrows, note)
 
 
 def _panel_axes(ax, panel, ylabel: str) -> None:
@@ -97,15 +101,19 @@ def _panel_axes(ax, panel, ylabel: str) -> None:
         ax.get_legend().remove()
 
 
-def _finish(fig, axes, n_panels: int, pal: dict, names: list, title: str, bottom: float):
-    """Hide unused panels, add the title and one legend under the figure."""
+def _finish(fig, axes, n_panels: int, pal: dict, names: list, title: str, bottom: float, note: str = ""):
+    """Hide unused panels, add the title, one legend under the figure and the note under that."""
     for ax in list(axes.flat)[n_panels:]:
         ax.set_visible(False)
     handles = [plt.Rectangle((0, 0), 1, 1, color=pal[n]) for n in names]
     if title:
         fig.suptitle(title)
-    fig.tight_layout(rect=(0, bottom, 1, 1))
-    fig.legend(handles, names, loc="lower center", ncol=len(names), frameon=False)
+    lines = textwrap.wrap(note, width=int(fig.get_figwidth() * 14)) if note else []
+    below = 0.12 * len(lines) / fig.get_figheight()     # a line of 8-point text is about 0.12 inch
+    fig.tight_layout(rect=(0, bottom + below, 1, 1))
+    fig.legend(handles, names, loc="lower center", ncol=len(names), frameon=False, bbox_to_anchor=(0.5, below))
+    if lines:
+        fig.text(0.5, 0.005, "\n".join(lines), ha="center", va="bottom", fontsize=8)
     return fig
 
 
@@ -362,25 +370,59 @@ def plot_ablation(table: pd.DataFrame, groups=recipe_eval.HEADLINE_GROUPS[:3], t
 
 def plot_execution(t: pd.DataFrame, model: str = "llama2_7b"):
     """Predicted ms per GPU for ``model``'s prefill and decode step, one bar per ``bf16_checks.EXECUTION_VARIANTS``, the
-    floor as a black tick; hatched bars do not fit in the GPU's memory."""
+    floor as a black tick. A configuration that does not fit in the GPU's memory cannot run: its bar is drawn hollow
+    and hatched, labelled "does not fit", and the legend (under the panels, never over a bar) says so."""
+    from matplotlib.patches import Patch
     d = t[(t["model"] == model) & (t["seed"] == t["seed"].min())]
     works = list(dict.fromkeys(d["workload"]))
-    fig, axes = plt.subplots(1, len(works), figsize=(6.5 * len(works), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(works), figsize=(6.5 * len(works), 4.6), squeeze=False)
     labels = [v[0] for v in bf16_checks.EXECUTION_VARIANTS]
+    colours = dict(zip(labels, sns.color_palette(n_colors=len(labels))))
     for ax, work in zip(axes[0], works):
         x = d[d["workload"] == work]
         gpus = list(dict.fromkeys(x["device"]))
         for j, lab in enumerate(labels):
             y = x[x["variant"] == lab].set_index("device").reindex(gpus)
-            bars = ax.bar(np.arange(len(gpus)) + (j - 1) * 0.27, y["e2e_ms"], 0.27, label=lab)
+            bars = ax.bar(np.arange(len(gpus)) + (j - 1) * 0.27, y["e2e_ms"], 0.27, color=colours[lab])
             for bar, fit in zip(bars, y["fit"]):
-                if fit != "fits":
-                    bar.set_hatch("//")
+                if fit != "fits":       # a time the GPU cannot run: an outline only, never a filled bar
+                    bar.set(facecolor="none", edgecolor=colours[lab], hatch="//")
+                    ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), "does not fit" if fit != "unknown"
+                            else "fit unknown", rotation=90, ha="center", va="bottom", fontsize=6)
         fl = x.drop_duplicates("device").set_index("device").reindex(gpus)["floor_ms"]
-        ax.scatter(np.arange(len(gpus)), fl, marker="_", s=300, c="k", zorder=3, label="physical floor")
+        ax.scatter(np.arange(len(gpus)), fl, marker="_", s=300, c="k", zorder=3)
         ax.set_xticks(np.arange(len(gpus)), [g.replace("NVIDIA_", "") for g in gpus], rotation=60, ha="right",
                       fontsize=8)
         ax.set(yscale="log", ylabel="predicted ms (extrapolation)", title=f"{model} bf16, {work}, batch 1")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+        top = np.nanmax(x["e2e_ms"].to_numpy(float)) if x["e2e_ms"].notna().any() else 1.0
+        ax.set_ylim(top=top * 8)        # room above the tallest bar for its label (a log axis: a factor)
+    handles = [Patch(color=colours[lab], label=lab) for lab in labels] + [
+        plt.Line2D([], [], color="k", marker="_", markersize=14, linestyle="none", label="physical floor"),
+        Patch(facecolor="none", edgecolor="grey", hatch="//",
+              label="hollow, hatched: does not fit in the GPU's memory (a time it cannot run)")]
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    return fig
+
+
+def plot_published(pub: pd.DataFrame, predictor: str, measured_label: str) -> matplotlib.figure.Figure:
+    """Published ResNet-50 times against our predictions, one panel per ``published.panels`` group (batch on x, ms per
+    batch on y, both log): the measurement and each predictor's line. Titles are wrapped to their panel so that
+    neighbours never overlap; one legend for the figure, under the panels."""
+    from neusight_core.studies import published
+    groups = published.panels(pub)
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 4.0), squeeze=False)
+    handles = {}
+    for ax, (title, g) in zip(axes.flat, groups):
+        m = g[g.predictor == predictor]
+        handles["measured"] = ax.plot(m.batch, m.latency_ms, "o-", color=PALETTE["Measured"],
+                                      label=f"measured ({measured_label})")[0]
+        for p, gp in g.groupby("predictor"):
+            handles[p] = ax.plot(gp.batch, gp.predicted_ms, "s--", color=PALETTE.get(p), label=f"predicted: {p}")[0]
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set(xlabel="batch", ylabel="ms per batch")
+        ax.set_title("\n".join(textwrap.wrap(title, 40)), fontsize=8)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(handles=list(handles.values()), loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
     return fig

@@ -77,10 +77,11 @@ def make_tarball(run_dir: Path) -> Path:
 
 
 def write_record(run_dir: Path, results: list[NotebookResult], env: dict, quick: bool, total: float,
-                 interrupted: str | None, tarball: str | None = None) -> Path:
-    """environment.json, run.json and SUMMARY.md, each written whole or not at all."""
+                 interrupted: str | None, tarball: str | None = None, start: dict | None = None) -> Path:
+    """environment.json, run.json and SUMMARY.md, each written whole or not at all. ``start``: how the run started
+    (``calibration_s``, ``weights_missing``: what a later run's estimate compares itself with, run_estimate)."""
     write_atomic(run_dir / "environment.json", json.dumps(env, indent=2))
     write_atomic(run_dir / "run.json", json.dumps(
-        {"quick": quick, "seconds": total, "interrupted": interrupted, "tarball": tarball,
+        {"quick": quick, "seconds": total, "interrupted": interrupted, "tarball": tarball, **(start or {}),
          "notebooks": [asdict(r) for r in results]}, indent=2))
     return write_summary(run_dir, results, env, quick, total, interrupted=interrupted, tarball=tarball)

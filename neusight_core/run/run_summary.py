@@ -110,7 +110,14 @@ def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
                         extra = (f"; predicted vs measured latency over {corr.get('n')} NVIDIA configurations: "
                                  f"MAPE {corr['mape']:.1f} %, Pearson {corr['pearson']:.3f}, "
                                  f"Spearman {corr['spearman']:.3f}")
-                    lines.append(f"{head} claims with {who}: {_counts(c)}{extra}")
+                    own = (v.get("claims_neusight") or {}).get(key)
+                    if own is None:     # a metrics.json from before the claims were split
+                        lines.append(f"{head} claims with {who}: {_counts(c)}{extra}")
+                    else:
+                        base = (v.get("claims_baselines") or {}).get(key) or {}
+                        whose = "our re-implemented baselines'" if tier else "the authors' baselines'"
+                        lines.append(f"{head} claims with {who}, on NeuSight's own numbers: {_counts(own)}{extra}; "
+                                     f"on {whose} numbers, apart: {_counts(base)}")
                     head = "  -"
             for key, rk in (v.get("ranking") or {}).items():
                 who = "authors' predictions" if tier == 0 else f"ours, recipe `{key}`"
@@ -124,8 +131,33 @@ def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
     lines += external
     lines.append("- Tolerance: a claim is REPRODUCED within half a unit of the last digit the paper prints "
                  "(\"9.7\" within 0.05, \"about 13\" within 0.5); graded: within tolerance / within 10 % / "
-                 "within 2x / worse.")
-    return lines
+                 "within 2x / worse. A claim's NeuSight numbers and its baselines' are judged apart.")
+    return lines + claims_table(by_tier)
+
+
+def _claim_cell(c: dict) -> str:
+    own = f"NeuSight {c['neusight']}" + (f" ({c['grade']})" if c.get("grade") else "") if c.get("neusight") else ""
+    base = f"baselines {c['baselines']}" if c.get("baselines") else ""
+    why = str(c.get("why") or "").replace("|", "/").replace("\n", " ")
+    return "; ".join(x for x in (own, base) if x) + (f" — {why}" if why else "")
+
+
+def claims_table(by_tier: dict) -> list[str]:
+    """Every claim's verdict with its reason beside it, one column per tier and recipe (``claim_list`` of the
+    notebooks' verdicts); nothing when no notebook reported claims."""
+    cols = [(f"Tier {t}" + (f" `{key}`" if t else " (authors' predictions)"), rows)
+            for t, entries in sorted(by_tier.items()) for _, v in entries
+            for key, rows in (v.get("claim_list") or {}).items()]
+    if not cols:
+        return []
+    text = {c["claim"]: c.get("text", "") for _, rows in cols for c in rows}
+    out = ["", "## Claims: each verdict and why", "",
+           "| claim | the paper says | " + " | ".join(name for name, _ in cols) + " |",
+           "|---|---|" + "---|" * len(cols)]
+    for claim, said in text.items():
+        cells = [next((_claim_cell(c) for c in rows if c["claim"] == claim), "") for _, rows in cols]
+        out.append(f"| {claim} | {str(said).replace('|', '/')} | " + " | ".join(cells) + " |")
+    return out
 
 
 def weights_lines(quick: bool, recipes=None, seeds=(0, 1, 2)) -> list[str]:

@@ -441,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         from neusight_core.run import run_estimate
 
         t_start = time.time()
+        start: dict = {}     # how the run started (its calibration, weights to train), for later runs' estimates
         results: list[NotebookResult] = []
         interrupted: _Interrupted | None = None
         try:
@@ -448,7 +449,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"NeuSight artifact: {len(notebooks)} notebook(s), {'quick' if a.quick else 'full'} mode "
                   f"-> {run_dir}", flush=True)
             if not a.only:       # a whole run (the figures are for whole runs)
-                print(f"  {run_estimate.line(run_dir.parent, a.quick)}", flush=True)
+                try:    # recorded in run.json for the next run's estimate
+                    start = {"calibration_s": round(run_estimate.calibrate(), 4),
+                             "weights_missing": len(run_estimate.missing_weights(a.quick))}
+                except Exception as e:      # the estimate must never stop a run
+                    print(f"  expected: unknown ({type(e).__name__}: {e})", flush=True)
+                else:
+                    print(f"  {run_estimate.line(run_dir.parent, a.quick, start['calibration_s'], start['weights_missing'])}",
+                          flush=True)
             for stem, given in a.params.items():
                 if given:
                     print(f"  {stem} parameters: {format_params(given)}", flush=True)
@@ -493,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
             # the tarball is made after the record, which already names it (run.json said null before);
             # if making it fails, the record is written again with why
             summary = write_record(run_dir, results, env, a.quick, total, sig,
-                                   tarball=None if interrupted else str(tarball_path(run_dir)))
+                                   tarball=None if interrupted else str(tarball_path(run_dir)), start=start)
         except OSError as e:
             (run_dir / LOCK_FILE).unlink(missing_ok=True)
             what = disk_full_reason(e, run_dir) if is_disk_full(e) else f"{e.strerror or e} ({e.filename or run_dir})"
@@ -514,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
             note = (f"FAILED: {why}; no tarball was made (the run folder is complete: "
                     f"`tar czf neusight_results_{run_dir.name}.tar.gz {run_dir.name}` where there is room)")
             try:
-                write_record(run_dir, results, env, a.quick, total, None, tarball=note)
+                write_record(run_dir, results, env, a.quick, total, None, tarball=note, start=start)
             except OSError:
                 pass    # SUMMARY.md of the first write stands; the console says the rest
             print(f"done in {total / 60:.1f} min: {counts}\nsummary: {summary}\ntarball: {note}", flush=True)

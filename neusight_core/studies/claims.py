@@ -272,7 +272,7 @@ def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims
         if c.get("not_computable"):
             for qname, exp in c["expected"].items():
                 detail.append({"claim": c["id"], "aggregation": "", "primary": True, "quantity": qname,
-                               "expected": float(exp), "computed": np.nan, "difference": np.nan, "n_cells": 0,
+                               "predictor": "neusight", "expected": float(exp), "computed": np.nan, "difference": np.nan, "n_cells": 0,
                                "tolerance": _tolerance(reg, tolerance, exp), "verdict": "NOT COMPUTABLE",
                                "grade": "", "reason": str(c["not_computable"]).strip()})
             continue
@@ -287,7 +287,7 @@ def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims
                 exp, tol = float(exp_raw), _tolerance(reg, tolerance, exp_raw)
                 r = _quantity(spec, index, fp16, pc, tol, exp, cache)
                 detail.append({"claim": c["id"], "aggregation": agg["name"], "primary": k == 0,
-                               "quantity": qname, "expected": exp, "computed": r["computed"],
+                               "quantity": qname, "predictor": spec.get("predictor", "neusight"), "expected": exp, "computed": r["computed"],
                                "difference": r["computed"] - exp, "n_cells": r["n_cells"], "tolerance": tol,
                                "verdict": r["verdict"], "grade": r.get("grade", ""), "reason": r["reason"]})
     detail = pd.DataFrame(detail)
@@ -299,6 +299,7 @@ def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims
         if c.get("not_computable"):
             summary.append({"claim": c["id"], "text": c["text"], "source": c["source"], "expected": expected,
                             "computed": "n/a", "verdict": "NOT COMPUTABLE", "grade": "", "aggregation": "",
+                            "verdict (NeuSight)": "NOT COMPUTABLE", "grade (NeuSight)": "", "verdict (baselines)": "",
                             "note": " — ".join([str(c["not_computable"]).strip()] + ([c["note"]] if c.get("note") else [])),
                             "other_aggregations": ""})
             continue
@@ -309,7 +310,7 @@ def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims
         rows = d[d["aggregation"] == chosen]
         computed = "; ".join(f"{q} {v:.2f}" if np.isfinite(v) else f"{q} n/a"
                              for q, v in zip(rows["quantity"], rows["computed"]))
-        notes = [r for r in rows["reason"] if r]
+        notes = list(dict.fromkeys(r for r in rows["reason"] if r))     # one reason once, however many quantities
         dev = rows[rows["verdict"] == "DEVIATES"]
         if len(dev):
             notes.insert(0, "differs: " + "; ".join(f"{q} {x:+.2f}" for q, x in zip(dev["quantity"], dev["difference"])))
@@ -317,22 +318,29 @@ def compute_claims(index: pd.DataFrame, fp16: pd.DataFrame | None = None, claims
             notes.insert(0, f"reproduced only by the alternative aggregation '{hit}' "
                             f"(the primary aggregation '{primary}' gives: {per_agg[primary]})")
         others = [f"{a}: {v}" for a, v in per_agg.items() if a != chosen]
+        # NeuSight's own quantities apart from the baselines' (a claim such as "NeuSight 9.7, Habitat 220.9" mixes
+        # the two; in Tier 1 the baselines are our re-implementations, whose misses say nothing of NeuSight's)
+        own = rows["predictor"] == "neusight"
+        split = {"verdict (NeuSight)": _aggregate_verdict(rows.loc[own, "verdict"]) if own.any() else "",
+                 "grade (NeuSight)": _worst(rows.loc[own, "grade"]) if own.any() else "",
+                 "verdict (baselines)": _aggregate_verdict(rows.loc[~own, "verdict"]) if (~own).any() else ""}
         summary.append({"claim": c["id"], "text": c["text"], "source": c["source"], "expected": expected,
                         "computed": computed, "verdict": per_agg[primary] if not hit else "REPRODUCED",
                         "grade": _worst(rows["grade"]), "aggregation": chosen,
-                        "note": " — ".join(notes + ([c["note"]] if c.get("note") else [])),
+                        **split, "note": " — ".join(notes + ([c["note"]] if c.get("note") else [])),
                         "other_aggregations": "; ".join(others)})
     return pd.DataFrame(summary), detail
 
 
-def verdict_counts(summary: pd.DataFrame) -> dict:
-    """{verdict: number of claims} with every verdict present (0 when none)."""
-    return {v: int((summary["verdict"] == v).sum()) for v in VERDICTS}
+def verdict_counts(summary: pd.DataFrame, column: str = "verdict") -> dict:
+    """{verdict: number of claims} with every verdict present (0 when none); ``column``: "verdict", or
+    "verdict (NeuSight)" / "verdict (baselines)" for one side of the claims (a claim without that side is not counted)."""
+    return {v: int((summary[column] == v).sum()) for v in VERDICTS}
 
 
-def grade_counts(summary: pd.DataFrame) -> dict:
+def grade_counts(summary: pd.DataFrame, column: str = "grade") -> dict:
     """{grade: number of claims} over the claims that have a computed value."""
-    g = summary["grade"] if "grade" in summary else pd.Series(dtype=str)
+    g = summary[column] if column in summary else pd.Series(dtype=str)
     return {x: int((g == x).sum()) for x in GRADES}
 
 
@@ -342,7 +350,8 @@ def _md_cell(x) -> str:
 
 def claims_markdown(summary: pd.DataFrame) -> str:
     """The claims table as Markdown for SUMMARY.md (one line per claim, with its reason)."""
-    cols = ["claim", "text", "expected", "computed", "verdict", "grade", "aggregation", "note"]
+    cols = ["claim", "text", "expected", "computed", "verdict", "verdict (NeuSight)", "grade (NeuSight)",
+            "verdict (baselines)", "grade", "aggregation", "note"]
     t = summary[[c for c in cols if c in summary]].copy()
     for c in t.columns:
         t[c] = t[c].map(_md_cell)
@@ -405,7 +414,9 @@ def verdict_block(index: pd.DataFrame, recipes, tier: int, fp16: pd.DataFrame | 
     ``["neusight"]`` for the authors' pairs (Tier 0) or ``["neusight", "neusight-paper"]`` for our
     recipes (Tier 1; baselines in the index are then ours too). Keys that are not NeuSight recipes
     (roofline, habitat, li) may be in the list: they are skipped. Returns
-    ``{"tier", "label", "quick", "claims": {key: {verdict: n, ..., "graded": {grade: n}}},
+    ``{"tier", "label", "quick", "claims": {key: {verdict: n, ..., "graded": {grade: n}}}, "claims_neusight" and
+    "claims_baselines" (the same counted over NeuSight's own quantities / the baselines'), "claim_list": {key: [{claim,
+    text, neusight, grade, baselines, verdict, why}]},
     "ranking": {key: ranking(...)}, "correlation": {key: {"pearson", "spearman", "mape", "n"}}}``."""
     out = {"tier": int(tier), "label": label or ("authors' shipped predictions" if tier == 0 else "our re-implementation"),
            "quick": bool(quick), "claims": {}, "ranking": {}, "correlation": {}}
@@ -414,6 +425,13 @@ def verdict_block(index: pd.DataFrame, recipes, tier: int, fp16: pd.DataFrame | 
             continue
         summary, _ = compute_claims(index, fp16, predictor_columns={"neusight": key})
         out["claims"][key] = {**verdict_counts(summary), "graded": grade_counts(summary)}
+        out.setdefault("claims_neusight", {})[key] = {**verdict_counts(summary, "verdict (NeuSight)"),
+                                                      "graded": grade_counts(summary, "grade (NeuSight)")}
+        out.setdefault("claims_baselines", {})[key] = verdict_counts(summary, "verdict (baselines)")
+        out.setdefault("claim_list", {})[key] = [
+            {"claim": r["claim"], "text": r["text"], "neusight": r["verdict (NeuSight)"], "grade": r["grade (NeuSight)"],
+             "baselines": r["verdict (baselines)"], "verdict": r["verdict"], "why": r["note"]}
+            for _, r in summary.iterrows()]
         out["ranking"][key] = ranking(index, key, baselines)
         a = agreement(index, [key]).iloc[0]
         out["correlation"][key] = {"n": int(a["configurations"]),

@@ -156,8 +156,7 @@ def run(gpus=None, dtypes=(Precision.BF16, Precision.FP32), quick: bool = False,
             for g in gpus:
                 if (c, g) not in chosen and mem[c, n] is not None and row["memory_total_gib"] <= devs[g].mem_gb:
                     chosen[c, g] = n
-    runs = [(c, g) for c in range(len(cells)) for g in gpus
-            if (c, g) in chosen and (chosen[c, g] == 1 or devs[g].link_gbs is not None)]
+    runs = [(c, g) for c in range(len(cells)) for g in gpus if (c, g) in chosen and linked(devs[g], chosen[c, g])]
     t0 = time.perf_counter()
     lat = engine.predict(parse([request(*cells[c], chosen[c, g], g) for c, g in runs]), [pred], quick=quick,
                          use_derivation=False, memory_columns=False, raise_errors=True)
@@ -173,9 +172,11 @@ def run(gpus=None, dtypes=(Precision.BF16, Precision.FP32), quick: bool = False,
                                  f"{m['memory_total_gib']:.1f} GiB on one GPU, has {dev.mem_gb:g} GiB", quick,
                                  tensor_core=tensor_core))
             elif (c, g) not in e2e:
-                # no NVLink: PCIe-only GPUs get no tensor-parallel latency (we have no link model for them)
+                # no NVLink joins n of these GPUs: no tensor-parallel latency (we have no PCIe link model)
                 n = chosen[c, g]
-                rows.append(_row(sc, dt, dev, n, mem[c, n], None, f"fits on {n} (tp{n}); no NVLink: TP latency not "
+                why = (f"no NVLink joins {n} (its bridge joins {dev.link_gpus})" if dev.link_gbs is not None
+                       else "no NVLink")
+                rows.append(_row(sc, dt, dev, n, mem[c, n], None, f"fits on {n} (tp{n}); {why}: TP latency not "
                                  "modelled", quick, tensor_core=tensor_core))
             else:
                 n = chosen[c, g]
@@ -184,6 +185,12 @@ def run(gpus=None, dtypes=(Precision.BF16, Precision.FP32), quick: bool = False,
     if progress:
         progress(f"{len(cells)} scenarios x {len(gpus)} GPUs, {len(runs)} predicted: {time.perf_counter() - t0:.1f} s")
     return pd.DataFrame(rows)
+
+
+def linked(dev, n: int) -> bool:
+    """Whether ``n`` of ``dev`` can run a tensor-parallel split at its link speed: one GPU always; more need a link
+    (NVLink / xGMI) that joins that many (an NVLink bridge joins two PCIe cards)."""
+    return n == 1 or (dev.link_gbs is not None and (dev.link_gpus is None or n <= dev.link_gpus))
 
 
 def _row(sc, dt, dev, n, m, e2e_ms, fit, quick, price=None, tensor_core: bool = False) -> dict:
