@@ -191,6 +191,26 @@ def fit(recipe: str = "neusight", seed: int = 0, quick: bool = True, log=print) 
     return model
 
 
+def ensure(recipe: str = "neusight", seed: int = 0, quick: bool = True, log=print) -> em.ErrorModel:
+    """The saved error model of these weights when it is newer than they are, else ``fit`` (made once per recipe, seed
+    and kind of weights, and again when the weights are retrained)."""
+    model = em.load(recipe, seed, quick)
+    meta = P.folder(recipe, quick, seed) / "meta.json"
+    if model is not None and meta.exists() and em.path_of(recipe, seed, quick).stat().st_mtime >= meta.stat().st_mtime:
+        return model
+    return fit(recipe, seed, quick, log)
+
+
+def parts_table(model: em.ErrorModel) -> pd.DataFrame:
+    """The model's parts: shared and own spread (% in log), the largest held-out GPU's bias, what they rest on."""
+    rest = {r["part"]: r for r in model.rows.get("parts", [])}
+    return pd.DataFrame([{"part": p, "shared (%)": round(100 * model.shared[p], 1),
+                          "own, per kernel (%)": round(100 * model.independent.get(p, 0.0), 1),
+                          "largest GPU bias (%)": round(100 * model.shared_outside.get(p, model.shared[p]), 1),
+                          "held-out GPUs": int(rest.get(p, {}).get("gpus", 0)),
+                          "kernels": int(rest.get(p, {}).get("kernels", 0))} for p in sorted(model.shared)])
+
+
 # ------------------------------------------------------------------------------ the check sets
 #: the recorded runs of docs/tier2 the check reads: those of 2026-11-28, whose harness restores a contiguous KV cache
 #: (``live_modern.STRIDED_APPENDS``: the earlier ones are compared with each other only)
@@ -202,8 +222,10 @@ def recorded_runs() -> dict:
 def _points(name: str, frame: pd.DataFrame, lo, hi) -> pd.DataFrame:
     """A check set's points: the measured range [lo, hi] (one measurement: lo = hi) beside the answer."""
     ok = (frame["error"] == "") & np.isfinite(frame["sigma"].to_numpy(float))
+    widest = frame["interval_by"].fillna("").str.replace(r" \d+%.*$", "", regex=True)
     return pd.DataFrame({"set": name, "measured_lo": np.asarray(lo, float), "measured_hi": np.asarray(hi, float),
-                         "estimate": frame["e2e_ms"].to_numpy(float), "sigma": frame["sigma"].to_numpy(float)})[ok.to_numpy()]
+                         "estimate": frame["e2e_ms"].to_numpy(float), "sigma": frame["sigma"].to_numpy(float),
+                         "widest": widest.to_numpy(object)})[ok.to_numpy()]
 
 
 def labelled_points(recipe: str, seed: int, quick: bool, model: em.ErrorModel) -> pd.DataFrame:
@@ -230,11 +252,12 @@ def kernel_points(recipe: str, seed: int, quick: bool, model: em.ErrorModel, sam
     p = P.get(recipe, quick=quick, seed=seed)
     est = p.predict(rows, None)
     parts = p.answered_by(rows)
-    sig = np.array([math.sqrt(em.spread(model, {a: t}, {a: t * t}, t, 0.0, em.outside_range(d)).sigma ** 2)
+    outside = {d: em.outside_range(d) for d in rows["device"].unique()}
+    sig = np.array([em.spread(model, {a: t}, {a: t * t}, t, 0.0, outside[d]).sigma
                     for a, t, d in zip(parts, est, rows["device"])])
     y = rows["latency_ms"].to_numpy(float)
     return pd.DataFrame({"set": "held-out B200 / GB200 kernels (NVIDIA)", "measured_lo": y, "measured_hi": y,
-                         "estimate": est, "sigma": sig})
+                         "estimate": est, "sigma": sig, "widest": parts})
 
 
 def recorded_points(recipe: str, seed: int, quick: bool, model: em.ErrorModel) -> pd.DataFrame:
@@ -273,12 +296,12 @@ def covered(points: pd.DataFrame, model: em.ErrorModel, coverage: float) -> tupl
     return hit.to_numpy(bool), ((hi - lo) / 2 / points["estimate"]).to_numpy(float)
 
 
-def coverage_table(points: pd.DataFrame, model: em.ErrorModel, levels=LEVELS) -> pd.DataFrame:
-    """Per check set: points, the observed coverage at each level (%), the median relative half-width of the 80 %
+def coverage_table(points: pd.DataFrame, model: em.ErrorModel, levels=LEVELS, by: str = "set") -> pd.DataFrame:
+    """Per check set (``by``: or per widest part, ``widest``): points, the observed coverage at each level (%), the median relative half-width of the 80 %
     interval (%), and the median APE of the estimate (%), beside each other: covering by width is not the goal."""
     rows = []
-    for name, g in points.groupby("set", sort=False):
-        r = {"check set": name, "points": len(g)}
+    for name, g in points.groupby(by, sort=False):
+        r = {"check set" if by == "set" else "widest part": name, "points": len(g)}
         for c in levels:
             hit, half = covered(g, model, c)
             r[f"covered at {c:.0%}"] = round(100 * hit.mean(), 1)
@@ -295,6 +318,37 @@ def reliability(points: pd.DataFrame, model: em.ErrorModel, levels=None) -> pd.D
     levels = np.round(np.arange(0.5, 0.96, 0.05), 2) if levels is None else levels
     return pd.DataFrame([{"set": name, "nominal": c, "observed": float(covered(g, model, c)[0].mean())}
                          for name, g in points.groupby("set", sort=False) for c in levels])
+
+
+#: the issue's targets: at 80 % within these (sets of at least MIN_POINTS), 50 / 95 % within SLACK points of nominal,
+#: no set below FLOOR at 80 %, the unseen GPUs' median half-width at 80 % at most SHARP
+TARGET_80, SLACK, FLOOR, SHARP, MIN_POINTS = (72.0, 88.0), 10.0, 65.0, 15.0, 30
+
+
+def targets(coverage: pd.DataFrame) -> pd.DataFrame:
+    """Each target of a coverage table (``coverage_table``'s columns, means over seeds): target, value, met."""
+    rows = []
+    for _, r in coverage.iterrows():
+        name, n = r["check set"], int(r["points"])
+        if n < MIN_POINTS:
+            rows.append({"target": f"{name}: too few points to judge ({n} < {MIN_POINTS})", "value": "", "met": True})
+            continue
+        c80 = float(r["covered at 80%"])
+        rows.append({"target": f"{name}: 80 % interval covers {TARGET_80[0]:.0f}-{TARGET_80[1]:.0f} %",
+                     "value": f"{c80:.1f} %", "met": TARGET_80[0] <= c80 <= TARGET_80[1]})
+        for level in (50, 95):
+            c = float(r[f"covered at {level}%"])
+            rows.append({"target": f"{name}: {level} % interval within {SLACK:.0f} points", "value": f"{c:.1f} %",
+                         "met": abs(c - level) <= SLACK})
+    judged = coverage[coverage["points"] >= MIN_POINTS]
+    low = float(judged["covered at 80%"].min()) if len(judged) else float("nan")
+    rows.append({"target": f"no set below {FLOOR:.0f} % at 80 %", "value": f"{low:.1f} %", "met": not low < FLOOR})
+    unseen = coverage[coverage["check set"].str.startswith("unseen")]
+    if len(unseen):
+        w = float(unseen["median half-width at 80 % (%)"].iloc[0])
+        rows.append({"target": f"unseen GPUs: median half-width at 80 % at most {SHARP:.0f} %", "value": f"{w:.1f} %",
+                     "met": w <= SHARP})
+    return pd.DataFrame(rows)
 
 
 def check(recipe: str = "neusight", seed: int = 0, quick: bool = True, model: em.ErrorModel | None = None,
