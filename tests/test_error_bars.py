@@ -41,10 +41,17 @@ def test_shared_parts_add_linearly_independent_ones_in_quadrature_and_the_host_b
     own = math.sqrt(4.0 / 16 * 0.30**2 + 0.5 / 16 * 0.50**2)
     assert sp.sigma == pytest.approx(math.hypot(shared, own))
     assert [n for n, _ in sp.parts] == ["network LINEAR", "network VEC"]
-    host = em.spread(m, {"network LINEAR": 4.0}, {"network LINEAR": 16.0}, 4.0, 12.0)     # eager: h = 12 / 16
-    k = math.hypot(0.10, 0.30)
-    assert host.sigma == pytest.approx(math.hypot(0.25 * k, 0.75 * em.HOST_SIGMA))
-    assert host.parts[0][0] == em.HOST and "host" in host.top(2)
+    # eager: the step is the slower of the kernels and the host's launches, its error that one's
+    host = em.spread(m, {"network LINEAR": 4.0}, {"network LINEAR": 16.0}, 4.0, 12.0)
+    assert host.sigma == pytest.approx(em.HOST_SIGMA) and host.top(1).startswith("host")
+    assert em.spread(m, {"network LINEAR": 4.0}, {"network LINEAR": 16.0}, 4.0, 3.0).sigma == pytest.approx(
+        math.hypot(0.10, 0.30))
+    # the calibration scales the kernel part, not the host's spread (measured on machines directly)
+    cal = _model(scores=(-2.0, 2.0))
+    assert em.spread(cal, {"network LINEAR": 4.0}, {"network LINEAR": 16.0}, 4.0, 3.0).sigma == pytest.approx(
+        cal.scale * math.hypot(0.10, 0.30))
+    assert em.spread(cal, {"network LINEAR": 4.0}, {"network LINEAR": 16.0}, 4.0, 12.0).sigma == pytest.approx(
+        em.HOST_SIGMA)
 
 
 def test_a_part_without_data_takes_its_nearest_measured_parts_largest_gpu_bias():
@@ -52,6 +59,18 @@ def test_a_part_without_data_takes_its_nearest_measured_parts_largest_gpu_bias()
     assert m.part("network LINEAR at half precision") == (0.4, 0.30)       # the same network, another precision
     assert m.part("roofline") == (0.2, 0.50)                                  # the vector classes' networks
     assert m.part("something new") == (0.4, 0.50)                            # nothing near: every measured part
+
+
+def test_a_gpu_a_part_was_trained_on_gets_that_parts_own_numbers_and_one_outside_the_range_the_largest_bias():
+    m = em.ErrorModel("x", 0, True, shared={"network LINEAR": 0.3, "BF16 network GEMM": 0.2},
+                      independent={"network LINEAR": 0.4, "BF16 network GEMM": 0.1},
+                      shared_outside={"network LINEAR": 0.9, "BF16 network GEMM": 0.5},
+                      seen_shared={"network LINEAR": 0.05}, seen_independent={"network LINEAR": 0.2},
+                      seen_gpus={"network LINEAR": ["Tesla_T4"]})
+    assert m.part("network LINEAR", "Tesla_T4") == (0.05, 0.2)
+    assert m.part("network LINEAR", "NVIDIA_L4") == (0.3, 0.4)
+    assert m.part("network LINEAR", "NVIDIA_L4", outside=True) == (0.3, 0.4)     # the range is the BF16 networks'
+    assert m.part("BF16 network GEMM", "NVIDIA_B200", outside=True) == (0.5, 0.1)
 
 
 def test_coverage_of_a_synthetic_predictor_with_a_known_error_comes_out_at_nominal():
@@ -82,13 +101,13 @@ def test_coverage_of_a_synthetic_predictor_with_a_known_error_comes_out_at_nomin
     cal = _model(scores=np.sort(z_cal))
     assert cal.scale == pytest.approx(1.0, abs=0.06)               # the model is right: nothing to correct
     for c in (0.5, 0.8, 0.95):
-        q = cal.quantiles(c)[1]
+        q = cal.scale * cal.quantiles(c)[1]
         assert np.mean(np.abs(z_chk) <= q) == pytest.approx(c, abs=0.03)
     # a model that halves every part is corrected by the calibration: the same coverage, a scale of about 2
     half = em.ErrorModel("x", 0, True, shared={p: s / 2 for p, (s, _) in PARTS.items()},
                          independent={p: u / 2 for p, (_, u) in PARTS.items()}, scores=tuple(np.sort(2 * z_cal)))
     assert half.scale == pytest.approx(2 * cal.scale, rel=1e-9)
-    assert np.mean(np.abs(2 * z_chk) <= half.quantiles(0.8)[1]) == pytest.approx(0.8, abs=0.03)
+    assert np.mean(np.abs(2 * z_chk) <= half.scale * half.quantiles(0.8)[1]) == pytest.approx(0.8, abs=0.03)
 
 
 def test_the_model_round_trips_through_its_file(tmp_path, monkeypatch):

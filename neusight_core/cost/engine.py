@@ -486,6 +486,7 @@ class _Parts(NamedTuple):
     names: list               # the parts' names
     code: np.ndarray          # distinct kernel -> index in ``names``
     outside: np.ndarray       # device index -> the GPU lies outside the tensor-core networks' training GPUs
+    devices: list             # device index -> its catalogue name
 
 
 def _parts(em, pred, pool: _Distinct) -> _Parts:
@@ -494,7 +495,7 @@ def _parts(em, pred, pool: _Distinct) -> _Parts:
     code = np.zeros(pool.n_kid, dtype=int)
     code[pool.req_k] = codes
     outside = np.array([error_models.outside_range(d) for d in pool.dev_names], dtype=bool)
-    return _Parts(em, list(names), code, outside)
+    return _Parts(em, list(names), code, outside, list(pool.dev_names))
 
 
 def _interval(out: pd.DataFrame, parts, part_ms, part_sq, kernel_ms, host_ms, norm, cfg_dev) -> None:
@@ -507,7 +508,7 @@ def _interval(out: pd.DataFrame, parts, part_ms, part_sq, kernel_ms, host_ms, no
             used = np.flatnonzero(part_ms[i] > 0)
             sp = error_models.spread(parts.model, {parts.names[c]: part_ms[i, c] for c in used},
                                      {parts.names[c]: part_sq[i, c] for c in used}, kernel_ms[i], host_ms[i],
-                                     bool(parts.outside[cfg_dev[i]]))
+                                     parts.devices[cfg_dev[i]], bool(parts.outside[cfg_dev[i]]))
             if not math.isfinite(sp.sigma):
                 continue
             sigma[i] = sp.sigma

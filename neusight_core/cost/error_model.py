@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from neusight_core import paths
-from neusight_core.predictors.base import (ANSWER_HALF, ANSWER_NETWORK, ANSWER_ROOFLINE, ANSWER_TENSOR_CORE)
+from neusight_core.predictors.base import ANSWER_HALF, ANSWER_LAW, ANSWER_NETWORK, ANSWER_ROOFLINE, ANSWER_TENSOR_CORE
 from neusight_core.predictors.tensor_core import NETWORKS
 from neusight_core.question.schema import OpClass
 
@@ -74,6 +74,10 @@ class ErrorModel:
     shared: dict                      # part -> s_c, the RMS of the held-out GPUs' mean log residual
     independent: dict                 # part -> u_c, the spread of a kernel's log residual around its GPU's mean
     shared_outside: dict = field(default_factory=dict)   # part -> the largest held-out GPU bias (GPUs outside range)
+    # the same on the GPUs each part was trained on (its own training GPUs, predicted by the answering weights)
+    seen_shared: dict = field(default_factory=dict)
+    seen_independent: dict = field(default_factory=dict)
+    seen_gpus: dict = field(default_factory=dict)       # part -> the GPUs it was trained on
     seed_sigma: float = 0.0           # s_seed
     host_sigma: float = HOST_SIGMA
     scores: tuple = ()                # sorted z of the calibration set; () = uncalibrated (q = -1, 1)
@@ -81,11 +85,18 @@ class ErrorModel:
     notes: str = ""
 
     # -------------------------------------------------------------- the parts
-    def part(self, name: str) -> tuple[float, float]:
-        """(s_c, u_c) of a part. A part the data never measured takes the numbers of the measured parts nearest to it
-        (``nearest``), its shared bias at their largest held-out GPU's: an extrapolation gets width, not a guess."""
+    def part(self, name: str, gpu: str = "", outside: bool = False) -> tuple[float, float]:
+        """(s_c, u_c) of a part on ``gpu``: its own training GPUs' numbers on one of them; else the held-out GPUs', a
+        measured-kernel part (tensor-core networks, memory law) at its largest held-out GPU's bias on a GPU
+        ``outside`` their training range. A part the data never measured takes the numbers of the measured parts
+        nearest to it (``nearest``) at their largest held-out GPU's bias: an extrapolation gets width, not a guess."""
+        if gpu and gpu in self.seen_gpus.get(name, ()):
+            return self.seen_shared[name], self.seen_independent.get(name, 0.0)
         if name in self.shared:
-            return self.shared[name], self.independent.get(name, 0.0)
+            s = self.shared[name]
+            if outside and (name.startswith(ANSWER_TENSOR_CORE) or name == ANSWER_LAW):
+                s = self.shared_outside.get(name, s)
+            return s, self.independent.get(name, 0.0)
         near = [p for p in nearest(name) if p in self.shared] or list(self.shared)
         if not near:
             return 0.0, 0.0
@@ -94,15 +105,17 @@ class ErrorModel:
 
     @property
     def scale(self) -> float:
-        """k: the calibration's 80 % quantile of |z| over the normal's (1.2816); 1 uncalibrated."""
+        """k, the kernel part's calibration: the calibration's 80 % quantile of |z| over the normal's (1.2816);
+        1 uncalibrated."""
         if not self.scores:
             return 1.0
         q = float(np.quantile(np.abs(np.asarray(self.scores, float)), CALIBRATED_AT, method="linear"))
         return q / normal_quantile((1 + CALIBRATED_AT) / 2)
 
-    def quantiles(self, coverage: float) -> tuple[float, float]:
-        """(-q, q), q = k x the normal's (1 + coverage) / 2 quantile: the interval is symmetric in log."""
-        q = self.scale * normal_quantile((1 + coverage) / 2)
+    @staticmethod
+    def quantiles(coverage: float) -> tuple[float, float]:
+        """(-q, q), q the normal's (1 + coverage) / 2 quantile: the interval is symmetric in log."""
+        q = normal_quantile((1 + coverage) / 2)
         return -q, q
 
     # -------------------------------------------------------------- storage
@@ -205,33 +218,34 @@ class Spread:
         return ", ".join(f"{name} {size / total:.0%}" for name, size in self.parts[:n])
 
 
-def spread(model: ErrorModel, part_ms: dict, part_sq: dict, kernel_ms: float, host_ms: float,
+def spread(model: ErrorModel, part_ms: dict, part_sq: dict, kernel_ms: float, host_ms: float, gpu: str = "",
            outside: bool = False) -> Spread:
     """The spread of one answer: ``part_ms`` {part: its kernels' time}, ``part_sq`` {part: sum over its distinct
-    kernels of (count x time)^2}, ``kernel_ms`` K, ``host_ms`` H (eager's host time; 0 with graph execution);
-    ``outside``: the GPU lies outside the tensor-core networks' training GPUs."""
+    kernels of (count x time)^2}, ``kernel_ms`` K, ``host_ms`` H (eager's host time; 0 with graph execution), on
+    ``gpu`` (``outside``: beyond the tensor-core networks' training GPUs). The kernel part is scaled by the calibration;
+    the host's spread is measured on machines directly and is not."""
     K = float(kernel_ms)
     if not (K > 0 and math.isfinite(K)):
         return Spread(float("nan"), ())
     shared, ind_sq, sizes = 0.0, 0.0, {}
     for name, t in part_ms.items():
-        s_c, u_c = model.part(name)
-        if outside and name in model.shared_outside:
-            s_c = model.shared_outside[name]
+        s_c, u_c = model.part(name, gpu, outside)
         a, b = t / K * s_c, part_sq.get(name, 0.0) / K**2 * u_c**2
         shared += a
         ind_sq += b
         sizes[name] = math.hypot(a, math.sqrt(b))
-    s_k = math.sqrt(shared**2 + ind_sq + model.seed_sigma**2)
+    k = model.scale
+    s_k = k * math.sqrt(shared**2 + ind_sq + model.seed_sigma**2)
     H = float(host_ms) if host_ms and math.isfinite(host_ms) else 0.0
-    h = H / (H + K)
+    # the step is the slower of the kernels and the host's launches (host.py): its error is that one's
+    h = 1.0 if H > K else 0.0
     sigma = math.hypot((1 - h) * s_k, h * model.host_sigma)
-    sizes = {n: (1 - h) * v for n, v in sizes.items()}
+    sizes = {n: (1 - h) * k * v for n, v in sizes.items()}
     if model.seed_sigma:
-        sizes[SEEDS] = (1 - h) * model.seed_sigma
+        sizes[SEEDS] = (1 - h) * k * model.seed_sigma
     if h:
-        sizes[HOST] = h * model.host_sigma
-    return Spread(sigma, tuple(sorted(sizes.items(), key=lambda kv: -kv[1])))
+        sizes[HOST] = model.host_sigma
+    return Spread(sigma, tuple(sorted(((n, v) for n, v in sizes.items() if v > 0), key=lambda kv: -kv[1])))
 
 
 def interval(estimate_ms: float, sigma: float, coverage: float, model: ErrorModel) -> tuple[float, float]:

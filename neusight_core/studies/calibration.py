@@ -115,6 +115,40 @@ def law_residuals() -> pd.DataFrame:
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["part", "gpu", "measured_ms", "predicted_ms"])
 
 
+def seen_residuals(recipe: str, seed: int, quick: bool) -> pd.DataFrame:
+    """Step 1 on the GPUs each part was trained on: the answering weights on their own training GPUs' kernels (the
+    release's records and test-set rows; NVIDIA's measured kernels), the memory law and the all-reduce's fixed cost
+    as fitted on all of theirs. What a question about one of those GPUs can expect."""
+    from neusight_core.cost import network
+    p = P.get(recipe, quick=quick, seed=seed)
+    train = dataset.training_data()
+    seen = dataset.seen_test_kernels(0.0)
+    rows = pd.concat([train.kernels, seen[[c for c in train.kernels.columns if c in seen.columns]]], ignore_index=True)
+    rows = pd.concat([_sample(d, KERNEL_SAMPLE, seed) for _, d in rows.groupby(["device", "op_class"])], ignore_index=True)
+    rows = rows.drop(columns=[c for c in ("tile_m", "tile_k", "tile") if c in rows])    # looked up, as a question's
+    out = [pd.DataFrame({"part": p.answered_by(rows), "gpu": rows["device"].to_numpy(),
+                         "measured_ms": rows["latency_ms"].to_numpy(float), "predicted_ms": p.predict(rows, None)})]
+    if not mk.unavailable() and getattr(p, "tc", None) is not None and p.tc.nets:
+        from neusight_core.predictors import memory_law, tensor_core as tc
+        k = mk.training_kernels(tuple(p.tc.config["networks"]))
+        k = pd.concat([_sample(d, KERNEL_SAMPLE, seed) for _, d in k.groupby(["device", tc.network_of(k)])],
+                      ignore_index=True)
+        pred = p.tc.predict(k)
+        ok = np.isfinite(pred)
+        out.append(pd.DataFrame({"part": ANSWER_TENSOR_CORE + " " + tc.network_of(k)[ok].astype(object),
+                                 "gpu": k["device"].to_numpy()[ok], "measured_ms": k["latency_ms"].to_numpy(float)[ok],
+                                 "predicted_ms": pred[ok]}))
+        q = mk.load_quantize("training")
+        out.append(pd.DataFrame({"part": ANSWER_LAW, "gpu": q["device"].to_numpy(),
+                                 "measured_ms": q["latency_ms"].to_numpy(float),
+                                 "predicted_ms": memory_law.time_ms(q, None, P.memory_law_params())}))
+        a = mk.load_allreduce("training")
+        pred = network.ring_ms(a["bytes"], a["gpus"], a["link_gbs"]) + network.fixed_us(a["gpus"]) / 1e3
+        out.append(pd.DataFrame({"part": ANSWER_COMM, "gpu": a["device"].to_numpy(),
+                                 "measured_ms": a["latency_ms"].to_numpy(float), "predicted_ms": np.asarray(pred, float)}))
+    return pd.concat(out, ignore_index=True)
+
+
 def part_sizes(res: pd.DataFrame) -> pd.DataFrame:
     """Per part: ``shared`` (RMS over held-out GPUs of their time-weighted mean log residual), ``independent`` (RMS
     of the time-weighted spread around it), ``largest_bias`` (the largest |mean| of one GPU), GPUs and kernels."""
@@ -135,6 +169,11 @@ def part_sizes(res: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def seen_gpus(sizes: pd.DataFrame) -> dict:
+    """Part -> the GPUs its in-sample numbers come from (``part_sizes``' ``bias_per_gpu``)."""
+    return {r["part"]: sorted(r["bias_per_gpu"]) for _, r in sizes.iterrows()}
+
+
 # ------------------------------------------------------------------------------ 2-3. seeds and calibration
 def labelled_steps(gpus, options=("none", "fusion")) -> pd.DataFrame:
     """The release's labelled configurations of ``gpus`` with one of ``options`` (``option_kwargs``' settings)."""
@@ -149,7 +188,9 @@ def requests_of(idx: pd.DataFrame, coverage: float = 0.8) -> list:
 
 
 def fold_predictions(recipe: str, seed: int, model: em.ErrorModel, idx: pd.DataFrame) -> pd.DataFrame:
-    """Each training GPU's labelled steps by its fold: ``e2e_ms`` and ``sigma`` beside ``label_e2e_ms``."""
+    """Each training GPU's labelled steps by its fold: ``e2e_ms`` and ``sigma`` beside ``label_e2e_ms``. The fold
+    never saw the GPU: its spread is the held-out one (no part counts the GPU among its training GPUs)."""
+    model = dataclasses.replace(model, seen_gpus={})
     parts = []
     for g, sub in idx.groupby("gpu"):
         sub = sub.reset_index(drop=True)
@@ -167,9 +208,14 @@ def fit(recipe: str = "neusight", seed: int = 0, quick: bool = True, log=print) 
     res = pd.concat([network_residuals(recipe, seed), tensor_core_residuals(recipe, seed), law_residuals()],
                     ignore_index=True)
     sizes = part_sizes(res)
+    log("  the same on each part's own training GPUs, by the weights that answer")
+    own = part_sizes(seen_residuals(recipe, seed, quick))
+    gpus_of = seen_gpus(own)
     base = em.ErrorModel(recipe, seed, quick, shared=dict(zip(sizes["part"], sizes["shared"])),
                          independent=dict(zip(sizes["part"], sizes["independent"])),
-                         shared_outside=dict(zip(sizes["part"], sizes["largest_bias"])))
+                         shared_outside=dict(zip(sizes["part"], sizes["largest_bias"])),
+                         seen_shared=dict(zip(own["part"], own["shared"])),
+                         seen_independent=dict(zip(own["part"], own["independent"])), seen_gpus=gpus_of)
     idx = labelled_steps(training_gpus())
     log(f"  seeds: the calibration steps by the folds of seeds {seed} and {seed + 1}")
     a = fold_predictions(recipe, seed, base, idx)
@@ -182,6 +228,7 @@ def fit(recipe: str = "neusight", seed: int = 0, quick: bool = True, log=print) 
     c = c[(c["error"] == "") & np.isfinite(c["sigma"]) & (c["sigma"] > 0)]
     z = np.sort(np.log(c["label_e2e_ms"] / c["e2e_ms"]).to_numpy(float) / c["sigma"].to_numpy(float))
     rows = {"parts": sizes.drop(columns=["shared", "independent", "largest_bias"]).to_dict(orient="records"),
+            "seen_parts": own.drop(columns=["shared", "independent", "largest_bias"]).to_dict(orient="records"),
             "calibration_steps": int(len(z)), "calibration_gpus": sorted(c["gpu"].unique()),
             "seeds_from": [seed, seed + 1], "seed_steps": int(ok.sum()), "folds": "quick weights, drop_gpu"}
     model = dataclasses.replace(model, scores=tuple(float(x) for x in z), rows=rows,
@@ -202,13 +249,17 @@ def ensure(recipe: str = "neusight", seed: int = 0, quick: bool = True, log=prin
 
 
 def parts_table(model: em.ErrorModel) -> pd.DataFrame:
-    """The model's parts: shared and own spread (% in log), the largest held-out GPU's bias, what they rest on."""
+    """The model's parts: shared and own spread (% in log) on a held-out GPU, the largest held-out GPU's bias, what
+    they rest on, and the same on the part's own training GPUs."""
     rest = {r["part"]: r for r in model.rows.get("parts", [])}
     return pd.DataFrame([{"part": p, "shared (%)": round(100 * model.shared[p], 1),
                           "own, per kernel (%)": round(100 * model.independent.get(p, 0.0), 1),
                           "largest GPU bias (%)": round(100 * model.shared_outside.get(p, model.shared[p]), 1),
                           "held-out GPUs": int(rest.get(p, {}).get("gpus", 0)),
-                          "kernels": int(rest.get(p, {}).get("kernels", 0))} for p in sorted(model.shared)])
+                          "kernels": int(rest.get(p, {}).get("kernels", 0)),
+                          "shared on its training GPUs (%)": round(100 * model.seen_shared.get(p, float("nan")), 1),
+                          "own there (%)": round(100 * model.seen_independent.get(p, float("nan")), 1)}
+                         for p in sorted(model.shared)])
 
 
 # ------------------------------------------------------------------------------ the check sets
@@ -253,7 +304,7 @@ def kernel_points(recipe: str, seed: int, quick: bool, model: em.ErrorModel, sam
     est = p.predict(rows, None)
     parts = p.answered_by(rows)
     outside = {d: em.outside_range(d) for d in rows["device"].unique()}
-    sig = np.array([em.spread(model, {a: t}, {a: t * t}, t, 0.0, outside[d]).sigma
+    sig = np.array([em.spread(model, {a: t}, {a: t * t}, t, 0.0, d, outside[d]).sigma
                     for a, t, d in zip(parts, est, rows["device"])])
     y = rows["latency_ms"].to_numpy(float)
     return pd.DataFrame({"set": "held-out B200 / GB200 kernels (NVIDIA)", "measured_lo": y, "measured_hi": y,
