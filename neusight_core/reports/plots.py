@@ -384,6 +384,13 @@ def plot_execution(t: pd.DataFrame, model: str = "llama2_7b"):
         for j, lab in enumerate(labels):
             y = x[x["variant"] == lab].set_index("device").reindex(gpus)
             bars = ax.bar(np.arange(len(gpus)) + (j - 1) * 0.27, y["e2e_ms"], 0.27, color=colours[lab])
+            if {"lo_ms", "hi_ms"} <= set(y.columns) and y["lo_ms"].notna().any():
+                # each answer's 80 % interval (cost/error_model.py); none on a run that cannot happen
+                ok = (y["fit"] == "fits").to_numpy() & y["lo_ms"].notna().to_numpy()
+                mid = y["e2e_ms"].to_numpy(float)
+                err = np.vstack([mid - y["lo_ms"].to_numpy(float), y["hi_ms"].to_numpy(float) - mid])
+                ax.errorbar((np.arange(len(gpus)) + (j - 1) * 0.27)[ok], mid[ok], yerr=err[:, ok], fmt="none",
+                            ecolor="k", elinewidth=0.8, capsize=2)
             for bar, fit in zip(bars, y["fit"]):
                 if fit != "fits":       # a time the GPU cannot run: an outline only, never a filled bar
                     bar.set(facecolor="none", edgecolor=colours[lab], hatch="//")
@@ -398,6 +405,7 @@ def plot_execution(t: pd.DataFrame, model: str = "llama2_7b"):
         ax.set_ylim(top=top * 8)        # room above the tallest bar for its label (a log axis: a factor)
     handles = [Patch(color=colours[lab], label=lab) for lab in labels] + [
         plt.Line2D([], [], color="k", marker="_", markersize=14, linestyle="none", label="physical floor"),
+        plt.Line2D([], [], color="k", lw=0.8, label="80 % interval of the answer (docs/error_bars.md)"),
         Patch(facecolor="none", edgecolor="grey", hatch="//",
               label="hollow, hatched: does not fit in the GPU's memory (a time it cannot run)")]
     fig.tight_layout(rect=(0, 0.1, 1, 1))

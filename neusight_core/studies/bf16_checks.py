@@ -157,8 +157,8 @@ def execution_table(gpus=None, quick: bool = False, predictor="neusight", seeds=
                     meta.append({"model": model, "plan": f"tp{tp}" if tp else "1 GPU", "workload": work,
                                  "tokens": s, "variant": label})
     df = engine.predict(parse(reqs), predictor, seeds=seeds, quick=quick)
-    out = pd.concat([pd.DataFrame(meta * (len(df) // len(meta))), df[["device", "seed", "e2e_ms", "kernel_ms",
-                    "host_ms", "host_bound", "memory_weights_gib", "memory_fits", "memory_verdict", "error"]]], axis=1)
+    out = pd.concat([pd.DataFrame(meta * (len(df) // len(meta))), df[["device", "seed", "e2e_ms", "lo_ms", "hi_ms",
+                    "kernel_ms", "host_ms", "host_bound", "memory_weights_gib", "memory_fits", "memory_verdict", "error"]]], axis=1)
     dev = {g: devices.get_device(g) for g in out["device"].dropna().unique()}
     # the weights per GPU of each (model, plan, GPU); derived tables (eager attention) have no memory columns
     w = out.groupby(["model", "plan", "device"])["memory_weights_gib"].transform("max").to_numpy(float) * 2**30

@@ -161,6 +161,8 @@ def run(gpus=None, dtypes=(Precision.BF16, Precision.FP32), quick: bool = False,
     lat = engine.predict(parse([request(*cells[c], chosen[c, g], g) for c, g in runs]), [pred], quick=quick,
                          use_derivation=False, memory_columns=False, raise_errors=True)
     e2e = dict(zip(runs, lat["e2e_ms"]))
+    # each answer's interval (cost/error_model.py; NaN where the weights have no error model yet)
+    bounds = dict(zip(runs, zip(lat["lo_ms"], lat["hi_ms"])))
     rows = []
     for c, (sc, dt) in enumerate(cells):
         for g in gpus:
@@ -181,7 +183,7 @@ def run(gpus=None, dtypes=(Precision.BF16, Precision.FP32), quick: bool = False,
             else:
                 n = chosen[c, g]
                 rows.append(_row(sc, dt, dev, n, mem[c, n], e2e[c, g], "fits", quick, gpu_price_per_hour,
-                                 tensor_core=tensor_core))
+                                 tensor_core=tensor_core, bounds=bounds[c, g]))
     if progress:
         progress(f"{len(cells)} scenarios x {len(gpus)} GPUs, {len(runs)} predicted: {time.perf_counter() - t0:.1f} s")
     return pd.DataFrame(rows)
@@ -193,13 +195,14 @@ def linked(dev, n: int) -> bool:
     return n == 1 or (dev.link_gbs is not None and (dev.link_gpus is None or n <= dev.link_gpus))
 
 
-def _row(sc, dt, dev, n, m, e2e_ms, fit, quick, price=None, tensor_core: bool = False) -> dict:
+def _row(sc, dt, dev, n, m, e2e_ms, fit, quick, price=None, tensor_core: bool = False, bounds=(np.nan, np.nan)) -> dict:
     tok = tokens(sc)
     tps = tok / (e2e_ms / 1e3) if e2e_ms else np.nan
     cost = (price * n / 3600.0) / tps * 1e6 if (price and e2e_ms) else np.nan
     return {"model": sc["model"], "workload": sc["workload"], "batch": sc["batch"], "seq": sc["seq"],
             "past": sc["past"], "dtype": dt, "gpu": dev.name, "gpus": n, "plan": f"tp{n}" if n > 1 else "1 GPU",
-            "latency_ms": e2e_ms if e2e_ms else np.nan, "tokens_per_s": tps, "cost_per_mtok": cost,
+            "latency_ms": e2e_ms if e2e_ms else np.nan, "lo_ms": float(bounds[0]), "hi_ms": float(bounds[1]),
+            "tokens_per_s": tps, "cost_per_mtok": cost,
             **{f"mem_{k}_gib": m[f"memory_{k}_gib"] for k in ("total", "weights", "grads", "optimizer", "activations",
                                                              "kv_cache")},
             "device_gib": dev.mem_gb, "fit": fit,
