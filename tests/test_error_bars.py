@@ -193,3 +193,49 @@ def test_neusight_names_what_answers_each_row():
     fp32 = Counter(p.answered_by(tables.trace(Step(model="gpt2_large", batch=1, seq=64, mode="inf"))))
     assert fp32["network LINEAR"] > 0 and not any("BF16" in a for a in fp32)
     assert set(P.get("roofline").answered_by(k)) == {"roofline"}
+
+
+# ------------------------------------------------------------------------------ the calibration (quick folds)
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    """Our recipe's quick error model, made as notebook 03 makes it, into a folder of its own."""
+    from neusight_core.studies import calibration as cal
+    folder = tmp_path_factory.mktemp("error_models")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(em, "folder", lambda: folder)
+    mp.setattr(cal, "KERNEL_SAMPLE", 400)
+    try:
+        yield cal, cal.fit("neusight", 0, quick=True, log=lambda *a: None)
+    finally:
+        mp.undo()
+
+
+def test_the_calibration_reads_only_training_gpus_and_saves_the_model(calibrated):
+    cal, m = calibrated
+    training = set(cal.training_gpus())
+    assert set(m.rows["calibration_gpus"]) == training and not training & set(cal.UNSEEN)
+    assert m.rows["calibration_steps"] >= 40 and len(m.scores) == m.rows["calibration_steps"]
+    assert 0 < m.scale < 10 and 0 <= m.seed_sigma < 1
+    parts = {r["part"]: r for r in m.rows["parts"]}
+    assert set(parts["network LINEAR"]["bias_per_gpu"]) == training          # every training GPU left out once
+    assert set(m.seen_gpus["network LINEAR"]) == training
+    assert m.shared["network LINEAR"] > 0 and m.independent["network VEC"] > 0
+    if "BF16 network GEMM" in parts:                                           # with NVIDIA's measured kernels
+        assert not set(parts["BF16 network GEMM"]["bias_per_gpu"]) & {"NVIDIA_B200", "NVIDIA_GB200"}
+    assert em.load("neusight", 0, True) == m
+    assert cal.ensure("neusight", 0, quick=True) == m                          # newer than the weights: kept
+
+
+def test_the_check_scores_every_set_and_its_coverage_grows_with_the_nominal(calibrated):
+    cal, m = calibrated
+    pts = cal.check("neusight", 0, quick=True, model=m, kernel_sample=50)
+    sets = set(pts["set"])
+    assert {"unseen GPUs (release labels)", "multi-GPU (release labels)"} <= sets
+    assert any(s.startswith("recorded H100") for s in sets)
+    t = cal.coverage_table(pts, m)
+    assert (t["points"] > 0).all() and t[["covered at 50%", "covered at 80%", "covered at 95%"]].notna().all().all()
+    rel = cal.reliability(pts, m)
+    for _, g in rel.groupby("set"):
+        assert g["observed"].is_monotonic_increasing        # nested intervals: never fewer points covered
+    tg = cal.targets(t)
+    assert tg["met"].dtype == bool and tg["target"].str.contains("80 % interval covers").any()

@@ -46,9 +46,17 @@ def training_gpus() -> list[str]:
     return [d.name for d in devices.training_devices()]
 
 
-def fold(recipe: str, seed: int, gpu: str):
-    """The recipe (quick weights) trained without ``gpu``'s records: trained once, kept with the weights."""
-    return P.get(recipe, quick=True, seed=seed, config={"drop_gpu": gpu})
+#: how a fold is trained: ``quick`` (the quick weights' subset and epochs: seconds) or ``subset`` (the quick subset
+#: of FOLD_ROWS records per class with the recipe's own epochs: minutes, closer to the full weights)
+FOLD_ROWS = 4000
+FOLDS = {"quick": dict(quick=True), "subset": dict(quick=False, rows=FOLD_ROWS)}
+
+
+def fold(recipe: str, seed: int, gpu: str, folds: str = "quick"):
+    """The recipe trained without ``gpu``'s records (``FOLDS[folds]``): trained once, kept with the weights."""
+    if folds not in FOLDS:
+        raise ValueError(f"folds must be one of {', '.join(FOLDS)}, got {folds!r}")
+    return P.get(recipe, seed=seed, config={"drop_gpu": gpu}, **FOLDS[folds])
 
 
 # ------------------------------------------------------------------------------ 1. the kernel parts
@@ -56,7 +64,7 @@ def _sample(df: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
     return df if len(df) <= n else df.sample(n, random_state=seed)
 
 
-def network_residuals(recipe: str, seed: int) -> pd.DataFrame:
+def network_residuals(recipe: str, seed: int, folds: str = "quick") -> pd.DataFrame:
     """Step 1 for the FP32 networks: one row per scored kernel (``part``, ``gpu``, ``measured_ms``, ``predicted_ms``)."""
     train = dataset.training_data()
     seen = dataset.seen_test_kernels(0.0)
@@ -64,7 +72,7 @@ def network_residuals(recipe: str, seed: int) -> pd.DataFrame:
     rows = pd.concat([train.kernels, seen[cols]], ignore_index=True)
     out = []
     for g in training_gpus():
-        p = fold(recipe, seed, g)
+        p = fold(recipe, seed, g, folds)
         k = rows[rows["device"] == g]
         k = pd.concat([_sample(d, KERNEL_SAMPLE, seed) for _, d in k.groupby("op_class")], ignore_index=True)
         k = k.drop(columns=[c for c in ("tile_m", "tile_k", "tile") if c in k])   # looked up, as for an unseen GPU
@@ -73,8 +81,9 @@ def network_residuals(recipe: str, seed: int) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
-def tensor_core_residuals(recipe: str, seed: int) -> pd.DataFrame:
-    """Step 1 for the BF16 tensor-core networks: each trained (quick) without one of their training GPUs."""
+def tensor_core_residuals(recipe: str, seed: int, quick: bool = True) -> pd.DataFrame:
+    """Step 1 for the BF16 tensor-core networks: each trained (``quick``, or as the full weights train them: about a
+    minute a fold) without one of their training GPUs."""
     from neusight_core.predictors import tensor_core as tc
     config = P.create(recipe, seed).config.get("tensor_core")
     if not config or mk.unavailable():
@@ -84,7 +93,7 @@ def tensor_core_residuals(recipe: str, seed: int) -> pd.DataFrame:
     out = []
     for g in sorted(rows["device"].unique()):
         nets = tc.TensorCoreNets(config, seed=seed)
-        nets.fit(rows[rows["device"] != g], quick=True)
+        nets.fit(rows[rows["device"] != g], quick=quick)
         k = rows[rows["device"] == g].reset_index(drop=True)
         k = pd.concat([_sample(d, KERNEL_SAMPLE, seed) for _, d in k.groupby(tc.network_of(k))], ignore_index=True)
         pred = nets.predict(k)
@@ -187,25 +196,26 @@ def requests_of(idx: pd.DataFrame, coverage: float = 0.8) -> list:
                    "coverage": coverage, **option_kwargs(r.option)} for r in idx.itertuples(index=False)])
 
 
-def fold_predictions(recipe: str, seed: int, model: em.ErrorModel, idx: pd.DataFrame) -> pd.DataFrame:
+def fold_predictions(recipe: str, seed: int, model: em.ErrorModel, idx: pd.DataFrame, folds: str = "quick") -> pd.DataFrame:
     """Each training GPU's labelled steps by its fold: ``e2e_ms`` and ``sigma`` beside ``label_e2e_ms``. The fold
     never saw the GPU: its spread is the held-out one (no part counts the GPU among its training GPUs)."""
     model = dataclasses.replace(model, seen_gpus={})
     parts = []
     for g, sub in idx.groupby("gpu"):
         sub = sub.reset_index(drop=True)
-        f = engine.predict(requests_of(sub), [(recipe, fold(recipe, seed, g))], quick=True, memory_columns=False,
+        f = engine.predict(requests_of(sub), [(recipe, fold(recipe, seed, g, folds))], quick=True, memory_columns=False,
                            error_model=model)
         parts.append(pd.concat([sub[["gpu", "model", "mode", "batch", "seq", "option", "label_e2e_ms"]],
                                 f[["e2e_ms", "sigma", "error"]]], axis=1))
     return pd.concat(parts, ignore_index=True)
 
 
-def fit(recipe: str = "neusight", seed: int = 0, quick: bool = True, log=print) -> em.ErrorModel:
-    """Steps 1-3 for ``recipe`` and ``seed``, for its ``quick`` or full weights (the folds are quick either way: a
-    full fold costs a full training); the model is saved beside the weights (``error_model.save``)."""
+def fit(recipe: str = "neusight", seed: int = 0, quick: bool = True, log=print, folds: str = "quick") -> em.ErrorModel:
+    """Steps 1-3 for ``recipe`` and ``seed``, for its ``quick`` or full weights, its held-out parts and scale from
+    ``folds`` (``FOLDS``: never full weights, a full fold costs a full training); the model is saved beside the
+    weights (``error_model.save``)."""
     log(f"calibration of {recipe} seed {seed}: kernel parts, one training GPU left out")
-    res = pd.concat([network_residuals(recipe, seed), tensor_core_residuals(recipe, seed), law_residuals()],
+    res = pd.concat([network_residuals(recipe, seed, folds), tensor_core_residuals(recipe, seed), law_residuals()],
                     ignore_index=True)
     sizes = part_sizes(res)
     log("  the same on each part's own training GPUs, by the weights that answer")
@@ -217,23 +227,25 @@ def fit(recipe: str = "neusight", seed: int = 0, quick: bool = True, log=print) 
                          seen_shared=dict(zip(own["part"], own["shared"])),
                          seen_independent=dict(zip(own["part"], own["independent"])), seen_gpus=gpus_of)
     idx = labelled_steps(training_gpus())
-    log(f"  seeds: the calibration steps by the folds of seeds {seed} and {seed + 1}")
+    # the seeds' spread from quick folds whatever ``folds`` is: a second seed of slower folds would double their cost
+    log(f"  seeds: the calibration steps by the quick folds of seeds {seed} and {seed + 1}")
     a = fold_predictions(recipe, seed, base, idx)
     b = fold_predictions(recipe, seed + 1, base, idx)
     ok = (a["error"] == "") & (b["error"] == "")
     seed_sigma = float(np.std(np.log(a.loc[ok, "e2e_ms"] / b.loc[ok, "e2e_ms"])) / math.sqrt(2))
     model = dataclasses.replace(base, seed_sigma=seed_sigma)
     log("  calibration: z = log(label / prediction) / sigma on the training GPUs' labelled steps, each by its fold")
-    c = fold_predictions(recipe, seed, model, idx)
+    c = fold_predictions(recipe, seed, model, idx, folds)
     c = c[(c["error"] == "") & np.isfinite(c["sigma"]) & (c["sigma"] > 0)]
     z = np.sort(np.log(c["label_e2e_ms"] / c["e2e_ms"]).to_numpy(float) / c["sigma"].to_numpy(float))
     rows = {"parts": sizes.drop(columns=["shared", "independent", "largest_bias"]).to_dict(orient="records"),
             "seen_parts": own.drop(columns=["shared", "independent", "largest_bias"]).to_dict(orient="records"),
             "calibration_steps": int(len(z)), "calibration_gpus": sorted(c["gpu"].unique()),
-            "seeds_from": [seed, seed + 1], "seed_steps": int(ok.sum()), "folds": "quick weights, drop_gpu"}
+            "seeds_from": [seed, seed + 1], "seed_steps": int(ok.sum()), "folds": f"{folds} (drop_gpu)"}
     model = dataclasses.replace(model, scores=tuple(float(x) for x in z), rows=rows,
-                              notes= "parts from quick folds (one training GPU left out); applied to quick and full "
-                                    "weights alike (full weights err less: their intervals are conservative)")
+                              notes=f"held-out parts and the scale from {folds} folds (one training GPU left out)"
+                                    + ("" if folds == "quick" and quick else "; full weights err less than the folds, "
+                                       "so their intervals are conservative"))
     em.save(model)
     return model
 
