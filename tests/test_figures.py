@@ -94,3 +94,22 @@ def test_the_parallel_figure_stops_where_its_table_stops():
 def test_the_parallel_figure_without_a_cap_draws_every_count():
     fig = plots.plot_moe_parallel(_parallel_table(), splits=["ep"])
     assert [float(x) for x in fig.axes[0].get_xticks()] == [1, 2, 4, 8, 16, 64, 256]
+
+
+def test_the_modern_steps_figure_draws_every_run_and_keeps_its_legend_off_the_points():
+    from neusight_core.studies import live_modern
+    runs = [f"recorded run {i}" for i in range(9)]
+    rows = [{"run": run, "variant": v, "predictor": "neusight", "phase": ph, "measured_ms": 1.0 + i + j,
+             "predicted_ms": 1.5 + i} for i, run in enumerate(runs) for v in live_modern.VARIANTS
+            for j, ph in enumerate(live_modern.STEP_PHASES)]
+    fig = plots.plot_live_modern(pd.DataFrame(rows))
+    assert [ax.get_title().split(": ", 1)[1] for ax in fig.axes] == list(live_modern.VARIANTS)
+    assert live_modern.PAPER_SETTING in live_modern.VARIANTS and "before" not in live_modern.VARIANTS
+    assert not any(ax.get_legend() for ax in fig.axes) and _outside_every_axes(fig)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == list(live_modern.STEP_PHASES) + runs
+    # every run has its own marker and its points in every panel (none dropped for want of a marker)
+    markers = [h.get_marker() for h in fig.legends[0].legend_handles[len(live_modern.STEP_PHASES):]]
+    assert len(set(markers)) == len(runs)
+    drawn = sum(len(c.get_offsets()) for c in fig.axes[0].collections)
+    assert drawn == len(runs) * len(live_modern.STEP_PHASES)

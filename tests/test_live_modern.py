@@ -65,7 +65,7 @@ def test_requests_of_measured_steps():
     row = {"model": "llama2_7b", "phase": "decode", "batch": 4, "seq": 2048, "attention": "sdpa"}
     r = lm.request_of(row, "H100", "eager")
     assert (r["seq"], r["past"], r["mode"], r["dtype"], r["execution"]) == (1, 2048, "inf", "bf16", "eager")
-    assert lm.request_of(row, "H100", "before")["attention"] == "eager"
+    assert lm.request_of(row, "H100", lm.PAPER_SETTING)["attention"] == "eager"
     t = lm.request_of(dict(row, phase="train"), "H100", "graph")
     assert (t["seq"], t["past"], t["mode"]) == (2048, 0, "train")
 

@@ -301,27 +301,35 @@ def plot_live_kernels(k: pd.DataFrame):
 
 
 def plot_live_modern(pred):
-    """Predicted against measured per variant (graph: kernel sums; eager: wall times), one colour per phase and,
-    when several runs are shown (the local one, the recorded H100 and H200 runs), one marker per run."""
+    """Predicted against measured per variant (graph: kernel sums; eager and the paper's setting: wall times), one
+    colour per phase and, when several runs are shown (the local one, the recorded H100 and H200 runs), one marker per
+    run: one legend under the panels (never over a point) with a key for the colours and one for the markers."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
     variants = [v for v in live_modern.VARIANTS if v in set(pred["variant"])]
     fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 4.0), squeeze=False)
     d = pred[pred["predictor"] == pred["predictor"].iloc[0]] if len(pred) else pred
     runs = list(dict.fromkeys(d["run"])) if "run" in d else [None]
+    # a marker for every run (nine recorded runs and the local one), so that none is left out of the figure
+    markers = dict(zip(runs, "o^sDvP*Xhp<>d"))
+    colours = dict(zip(live_modern.STEP_PHASES, ("tab:blue", "tab:orange", "tab:green")))
     for ax, v in zip(axes[0], variants):
         x = d[d["variant"] == v]
-        for run, marker in zip(runs, "o^sDv"):
+        for run, marker in markers.items():
             r = x if run is None else x[x["run"] == run]
-            for ph, c in zip(live_modern.STEP_PHASES, ("tab:blue", "tab:orange", "tab:green")):
+            for ph, c in colours.items():
                 y = r[r["phase"] == ph]
-                ax.scatter(y["measured_ms"], y["predicted_ms"], s=18, c=c, marker=marker,
-                           label=ph if len(runs) == 1 else f"{ph}, {run}")
+                ax.scatter(y["measured_ms"], y["predicted_ms"], s=18, c=c, marker=marker, alpha=0.8, linewidths=0)
         lo = max(1e-2, float(min(x["measured_ms"].min(), x["predicted_ms"].min())) / 1.5) if len(x) else 0.1
         hi = float(max(x["measured_ms"].max(), x["predicted_ms"].max())) * 1.5 if len(x) else 10
         ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
         ax.set(xscale="log", yscale="log", xlabel=f"measured ms ({live_modern.VARIANTS[v][0]})", ylabel="predicted ms",
                title=f"{d['predictor'].iloc[0] if len(d) else ''}: {v}")
-        ax.legend(fontsize=7 if len(runs) > 1 else 8)
-    fig.tight_layout()
+    # the phases' key as colour patches, so that no phase reads as a run's marker
+    handles = [Patch(color=c, label=ph) for ph, c in colours.items()]
+    if len(runs) > 1:
+        handles += [Line2D([], [], ls="none", marker=m, color="0.3", label=str(run)) for run, m in markers.items()]
+    _legend_below(fig, handles, [h.get_label() for h in handles], ncol=4, markerscale=1)
     return fig
 
 
