@@ -21,15 +21,17 @@ from neusight_core.paths import out_dir
 
 
 def save_table(df: pd.DataFrame, output_dir: str | Path, name: str, floatfmt: str = ".1f",
-               index: bool = False) -> Path:
+               index: bool = False, title: str = "") -> Path:
     """Write ``df`` as CSV (full precision) and Markdown (``floatfmt``); return the CSV path.
 
     In the Markdown, a non-zero value that ``floatfmt`` would print as 0 (e.g. 0.03 ms at ".1f") is
-    written with two significant digits instead: "0.0 ms" would read as nothing at all."""
+    written with two significant digits instead: "0.0 ms" would read as nothing at all. ``title``: a line above the
+    Markdown table that says what its numbers are (metric, seeds, recipe) where the column names cannot; the CSV keeps
+    its columns as they are (what code reads back)."""
     d = out_dir(output_dir) / "tables"
     csv = d / f"{name}.csv"
     df.to_csv(csv, index=index)
-    (d / f"{name}.md").write_text(markdown_table(df, floatfmt, index) + "\n")
+    (d / f"{name}.md").write_text((f"{title}\n\n" if title else "") + markdown_table(df, floatfmt, index) + "\n")
     return csv
 
 
