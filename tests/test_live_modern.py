@@ -230,3 +230,12 @@ def test_a_run_without_its_csv_is_read_from_its_console():
     saved = pd.read_csv(paths.REPO_ROOT / lm.RECORDED["recorded H200 2026-11-28 (2)"][1] / "modern_steps.csv")
     assert list(saved.columns) == list(lm.STEP_COLUMNS)
     pd.testing.assert_frame_equal(saved[list(s.columns)].fillna({"graph_status": ""}), s, check_dtype=False)
+
+
+def test_modern_tables_name_their_metric_variants_and_seeds():
+    """The modern-step tables' columns say "mean pooled", not what is averaged: their title lines name the metric,
+    the paper's-setting variant and the seeds the numbers are over."""
+    t = lm.table_title("mape", [0, 1, 2], "recorded H100 2026-11-28")
+    assert t.startswith("recorded H100 2026-11-28: MAPE (%)") and "seeds 0, 1, 2" in t and lm.PAPER_SETTING in t
+    assert "seed 0" in lm.table_title("two_machines") and "MAPE (%)" in lm.table_title("two_machines")
+    assert "MAPE (%)" in lm.table_title("run_to_run") and "no seed" in lm.table_title("run_to_run")

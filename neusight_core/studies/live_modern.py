@@ -413,6 +413,28 @@ def step_mape(pred):
     return out
 
 
+#: What notebook 05's modern-step tables hold, the line above each Markdown table (``report.save_table``'s ``title``;
+#: ``table_title``): the metric, the variants and the seeds, which the columns ("mean pooled", "min decode") do not say.
+TABLE_TITLES = {
+    "mape": "{run}: MAPE (%) of the measured steps per predictor x variant (graph: against the kernel sums; eager and "
+            "paper's setting (eager attention, the kernel sum, no host): against the eager wall times), by phase and "
+            "pooled; mean, min and max over {seeds}.",
+    "run_to_run": "The floor: one recorded run's measurements taken as the prediction of another run of the same GPU "
+                  "kind, MAPE (%) by phase and pooled, of the kernel sums and of the eager wall times; steps: the OK "
+                  "steps both runs measured (a count). No predictor, no seed.",
+    "two_machines": "MAPE (%) against two machines' range (a prediction between a step's two measurements counts as "
+                    "exact), per GPU x harness x predictor x variant, by phase and pooled; mean, min and max over "
+                    "{seeds}; steps: a count.",
+}
+
+
+def table_title(name: str, seeds=(0,), run: str = "") -> str:
+    """The title line of notebook 05's modern table ``name`` (``TABLE_TITLES``) over ``seeds``, of ``run``."""
+    seeds = [int(x) for x in seeds]
+    over = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+    return TABLE_TITLES[name].format(seeds=over, run=run)
+
+
 #: The recorded runs of this section (docs/tier2/<run>/modern_steps.csv): name -> (GPU, folder). Those of 2026-11-26
 #: and -27 append decode steps to the strided cache the crop left; later ``step_callable`` restores a contiguous one.
 RECORDED = {f"recorded {gpu} {day}": (gpu, f"docs/tier2/{day}-{gpu.lower()}-modern")
