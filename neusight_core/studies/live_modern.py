@@ -415,7 +415,7 @@ def step_mape(pred):
 
 #: What notebook 05's modern-step tables hold, the line above each Markdown table (``report.save_table``'s ``title``;
 #: ``table_title``): the metric, the variants and the seeds, which the columns ("mean pooled", "min decode") do not say.
-TABLE_TITLES = {
+STEP_TABLE_TITLES = {
     "mape": "{run}: MAPE (%) of the measured steps per predictor x variant (graph: against the kernel sums; eager and "
             "paper's setting (eager attention, the kernel sum, no host): against the eager wall times), by phase and "
             "pooled; mean, min and max over {seeds}.",
@@ -429,10 +429,10 @@ TABLE_TITLES = {
 
 
 def table_title(name: str, seeds=(0,), run: str = "") -> str:
-    """The title line of notebook 05's modern table ``name`` (``TABLE_TITLES``) over ``seeds``, of ``run``."""
+    """The title line of notebook 05's modern table ``name`` (``STEP_TABLE_TITLES``) over ``seeds``, of ``run``."""
     seeds = [int(x) for x in seeds]
     over = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
-    return TABLE_TITLES[name].format(seeds=over, run=run)
+    return STEP_TABLE_TITLES[name].format(seeds=over, run=run)
 
 
 #: The recorded runs of this section (docs/tier2/<run>/modern_steps.csv): name -> (GPU, folder). Those of 2026-11-26
