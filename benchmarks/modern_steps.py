@@ -1,5 +1,5 @@
 """Notebook 05's recorded modern runs (``live_modern.RECORDED``) predicted with seeds 0-2 of the full weights:
-MAPE % by variant (graph = kernel sums, eager = wall times, before = the paper's setting) and phase, mean (min-max)
+MAPE % by variant (graph = kernel sums, eager = wall times, paper's setting = eager attention and the kernel sum) and phase, mean (min-max)
 over seeds, and the signed error of the kernel sums by phase. The measurements are validation: nothing here is
 fitted. ``--grads accumulate`` predicts the training steps as before the eighth session (accumulation kernels that
 the measured steps, whose gradients start from none, do not run).

@@ -165,6 +165,8 @@ def test_external_eval_metrics_by_hand():
     assert list(m["mape"]) == [20.0, 20.0] and list(m["bias"]) == [10.0, 0.0]
     s = xe.over_seeds(m)
     assert s["mape"].iloc[0] == 20.0 and s["mape_spread"].iloc[0] == 0.0 and s["seeds"].iloc[0] == 2
+    # rows is a count (each seed scores the same rows), written as one: 2, not 2.0
+    assert pd.api.types.is_integer_dtype(s["rows"]) and s["rows"].iloc[0] == 2
     h = xe.headline(s.assign(p90_ape=28.0, predictor="neusight"))
     assert h["gemm_mape"] == 20.0 and h["attention_mape"] is None
     assert xe.summary_line(h) == "BF16 on unseen Blackwell GPUs, measured by others: GEMM 20.0 %, attention n/a"
@@ -547,3 +549,22 @@ def test_held_out_files_and_a_subset_of_predictors_by_hand():
     assert len(xe.subsample(d, ["g"], None)) == 7
     with pytest.raises(ValueError, match="no predictor"):
         xe.predict_all(d, names=("nope",))
+
+
+def test_notebook_07_tables_say_their_metric_seeds_and_why_a_cell_is_empty(tmp_path):
+    """Each of notebook 07's tables with metric columns has a title line naming the metric and the seeds (and quick
+    weights in quick mode); an empty cell of the targets table says why in the Markdown, the CSV keeps its NaN."""
+    from neusight_core.reports import report
+    from neusight_core.studies import external_eval as xe
+    for name in ("metrics", "mape_pivot", "error_vs_tokens_GEMM", "memory_law", "moe_layers", "moe_layers_parallel",
+                 "targets", "held_out_files"):
+        t = xe.table_title(name, [0, 1, 2])
+        assert ("MAPE" in t or "APE" in t) and "seeds 0, 1, 2" in t and "quick" not in t, name
+    assert "seed 0 (quick weights" in xe.table_title("metrics", [0], quick=True)
+    assert xe.table_title("provenance", [0]) == ""
+    targets = pd.DataFrame({"target": ["a", "spread"], "value": [3.0, np.nan], "met": [True, None]})
+    report.save_table(targets, tmp_path, "targets", title=xe.table_title("targets", [0]), na=xe.TARGETS_NA)
+    md = (tmp_path / "tables" / "targets.md").read_text()
+    assert md.startswith(xe.table_title("targets", [0]) + "\n\n|")
+    assert xe.TARGETS_NA["value"] in md and xe.TARGETS_NA["met"] in md and "nan" not in md
+    assert "3.0" in md and pd.read_csv(tmp_path / "tables" / "targets.csv")["value"].isna().sum() == 1

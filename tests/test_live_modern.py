@@ -65,7 +65,7 @@ def test_requests_of_measured_steps():
     row = {"model": "llama2_7b", "phase": "decode", "batch": 4, "seq": 2048, "attention": "sdpa"}
     r = lm.request_of(row, "H100", "eager")
     assert (r["seq"], r["past"], r["mode"], r["dtype"], r["execution"]) == (1, 2048, "inf", "bf16", "eager")
-    assert lm.request_of(row, "H100", "before")["attention"] == "eager"
+    assert lm.request_of(row, "H100", lm.PAPER_SETTING)["attention"] == "eager"
     t = lm.request_of(dict(row, phase="train"), "H100", "graph")
     assert (t["seq"], t["past"], t["mode"]) == (2048, 0, "train")
 
@@ -230,3 +230,12 @@ def test_a_run_without_its_csv_is_read_from_its_console():
     saved = pd.read_csv(paths.REPO_ROOT / lm.RECORDED["recorded H200 2026-11-28 (2)"][1] / "modern_steps.csv")
     assert list(saved.columns) == list(lm.STEP_COLUMNS)
     pd.testing.assert_frame_equal(saved[list(s.columns)].fillna({"graph_status": ""}), s, check_dtype=False)
+
+
+def test_modern_tables_name_their_metric_variants_and_seeds():
+    """The modern-step tables' columns say "mean pooled", not what is averaged: their title lines name the metric,
+    the paper's-setting variant and the seeds the numbers are over."""
+    t = lm.table_title("mape", [0, 1, 2], "recorded H100 2026-11-28")
+    assert t.startswith("recorded H100 2026-11-28: MAPE (%)") and "seeds 0, 1, 2" in t and lm.PAPER_SETTING in t
+    assert "seed 0" in lm.table_title("two_machines") and "MAPE (%)" in lm.table_title("two_machines")
+    assert "MAPE (%)" in lm.table_title("run_to_run") and "no seed" in lm.table_title("run_to_run")

@@ -262,6 +262,28 @@ def test_ablation_table_shape():
     assert list(t[f"{g} vs base"]) == [0.0, -2.0, 2.0] and t.loc[1, f"{g} min-max"] == "8.0-9.0"
 
 
+def test_ablation_on_reduced_data_says_so_in_its_base_row_and_heading(tmp_path):
+    """The ablation's base row trains on fewer records than the full-data recipe of the tables above it: its label
+    and the table's heading say how many, the heading the metric and the seeds too; the numbers are the same."""
+    from neusight_core.reports import report
+    plan = [("neusight-paper (base)", {}), ("x", {})]
+    rows = [{"group": g, "predictor": r, "seed": s, "mape": v + s, "n": 3, "n_group": 3}
+            for r, v in (("neusight-paper (base)", 10.0), ("x", 8.0)) for s in (0, 1) for g in R.HEADLINE_GROUPS[:3]]
+    full = S.ablation_table(pd.DataFrame(rows), plan)
+    reduced = S.ablation_table(pd.DataFrame(rows), plan, records=1000)
+    assert list(full["row"]) == ["neusight-paper (base)", "x"]
+    assert list(reduced["row"]) == ["neusight-paper (base), trained on 1,000 records per class", "x"]
+    assert reduced.drop(columns="row").equals(full.drop(columns="row"))
+    caption = S.ablation_caption(1000, [0, 1])
+    assert "MAPE (%)" in caption and "seeds 0, 1" in caption and "1,000 raw records per op class" in caption
+    assert "full data" in S.ablation_caption(None, [0]) and "seed 0;" in S.ablation_caption(None, [0])
+    report.save_table(reduced, tmp_path, "ablation", title=caption)
+    md = (tmp_path / "tables" / "ablation.md").read_text().splitlines()
+    assert md[0] == caption and md[1] == "" and md[2].startswith("| row")
+    # the CSV keeps its columns as they were (what code reads back)
+    assert list(pd.read_csv(tmp_path / "tables" / "ablation.csv").columns) == list(reduced.columns)
+
+
 def test_train_ablation_on_a_training_subset(release_root, tmp_path, monkeypatch):
     """Full-mode ablation path (not quick): every row trains on the same subset of `rows` records per class
     with its recipe's epochs, each override in its own weights folder; prediction-only rows share the base."""

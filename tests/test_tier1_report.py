@@ -55,6 +55,11 @@ def test_summary_names_failures_targets_groups_and_times():
     assert "Ablation" not in md
     with_abl = T.summary_markdown(_run(abl_tab=pd.DataFrame({"row": ["base", "+ lr"], "g mean": [10.0, 9.0]})))
     assert "Ablation" in with_abl and "+ lr" in with_abl
+    # the heading says what the rows trained on, where the notebook gives it
+    cap = "Pooled MAPE (%) ...; every row, the base included, trained on the same random 1,000 raw records per op class."
+    with_cap = T.summary_markdown(_run(abl_tab=pd.DataFrame({"row": ["base", "+ lr"], "g mean": [10.0, 9.0]}),
+                                       abl_caption=cap))
+    assert f"`tables/ablation.md`): {cap}\n\n| row" in with_cap
 
 
 def test_metrics_are_json_and_carry_the_verdict_summary():

@@ -301,27 +301,35 @@ def plot_live_kernels(k: pd.DataFrame):
 
 
 def plot_live_modern(pred):
-    """Predicted against measured per variant (graph: kernel sums; eager: wall times), one colour per phase and,
-    when several runs are shown (the local one, the recorded H100 and H200 runs), one marker per run."""
+    """Predicted against measured per variant (graph: kernel sums; eager and the paper's setting: wall times), one
+    colour per phase and, when several runs are shown (the local one, the recorded H100 and H200 runs), one marker per
+    run: one legend under the panels (never over a point) with a key for the colours and one for the markers."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
     variants = [v for v in live_modern.VARIANTS if v in set(pred["variant"])]
     fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 4.0), squeeze=False)
     d = pred[pred["predictor"] == pred["predictor"].iloc[0]] if len(pred) else pred
     runs = list(dict.fromkeys(d["run"])) if "run" in d else [None]
+    # a marker for every run (nine recorded runs and the local one), so that none is left out of the figure
+    markers = dict(zip(runs, "o^sDvP*Xhp<>d"))
+    colours = dict(zip(live_modern.STEP_PHASES, ("tab:blue", "tab:orange", "tab:green")))
     for ax, v in zip(axes[0], variants):
         x = d[d["variant"] == v]
-        for run, marker in zip(runs, "o^sDv"):
+        for run, marker in markers.items():
             r = x if run is None else x[x["run"] == run]
-            for ph, c in zip(live_modern.STEP_PHASES, ("tab:blue", "tab:orange", "tab:green")):
+            for ph, c in colours.items():
                 y = r[r["phase"] == ph]
-                ax.scatter(y["measured_ms"], y["predicted_ms"], s=18, c=c, marker=marker,
-                           label=ph if len(runs) == 1 else f"{ph}, {run}")
+                ax.scatter(y["measured_ms"], y["predicted_ms"], s=18, c=c, marker=marker, alpha=0.8, linewidths=0)
         lo = max(1e-2, float(min(x["measured_ms"].min(), x["predicted_ms"].min())) / 1.5) if len(x) else 0.1
         hi = float(max(x["measured_ms"].max(), x["predicted_ms"].max())) * 1.5 if len(x) else 10
         ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
         ax.set(xscale="log", yscale="log", xlabel=f"measured ms ({live_modern.VARIANTS[v][0]})", ylabel="predicted ms",
                title=f"{d['predictor'].iloc[0] if len(d) else ''}: {v}")
-        ax.legend(fontsize=7 if len(runs) > 1 else 8)
-    fig.tight_layout()
+    # the phases' key as colour patches, so that no phase reads as a run's marker
+    handles = [Patch(color=c, label=ph) for ph, c in colours.items()]
+    if len(runs) > 1:
+        handles += [Line2D([], [], ls="none", marker=m, color="0.3", label=str(run)) for run, m in markers.items()]
+    _legend_below(fig, handles, [h.get_label() for h in handles], ncol=4, markerscale=1)
     return fig
 
 
@@ -433,4 +441,142 @@ def plot_published(pub: pd.DataFrame, predictor: str, measured_label: str) -> ma
         ax.set_title("\n".join(textwrap.wrap(title, 40)), fontsize=8)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.legend(handles=list(handles.values()), loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    return fig
+
+
+# ---------------------------------------------------------------- notebook 07's figures
+#: The held-out GPUs of notebook 07 in their own colours and markers, so that one never hides under the other;
+#: the training GPUs are greys under them.
+_HELD_STYLE = (("tab:orange", "o"), ("tab:blue", "^"), ("tab:purple", "s"), ("tab:green", "D"))
+
+
+def _short(dev: str) -> str:
+    return str(dev).replace("NVIDIA_", "")
+
+
+def _device_styles(d: pd.DataFrame) -> dict:
+    """device -> (label, scatter keywords), in drawing order: the training GPUs first, in greys, small, faint and at the
+    bottom; then the held-out GPUs, largest set first, so that the smaller set is drawn over it, each in its own colour
+    and marker, the larger set fainter (an alpha by share) and all of them above the training GPUs (zorder)."""
+    roles = d.groupby("device")["role"].first()
+    sizes = d.groupby("device").size()
+    train = sorted(roles.index[roles != "held_out"])
+    # the largest set first (at the bottom); on a tie the first by name (B200 before GB200) is drawn last, on top
+    held = sorted(sorted(roles.index[roles == "held_out"], reverse=True), key=lambda dev: -sizes[dev])
+    out = {}
+    for i, dev in enumerate(train):
+        out[dev] = (f"{_short(dev)} (training)",
+                    dict(s=1, alpha=0.15, color=str(0.3 + 0.12 * (i % 4)), marker="o", zorder=1, linewidths=0))
+    for i, dev in enumerate(held):
+        colour, marker = _HELD_STYLE[i % len(_HELD_STYLE)]
+        # the bottom (largest) held-out set fainter, so that the points over it stay visible
+        alpha = 0.4 if i == 0 and len(held) > 1 else 0.8
+        out[dev] = (f"{_short(dev)} (held out)",
+                    dict(s=9, alpha=alpha, color=colour, marker=marker, zorder=3 + i, linewidths=0))
+    return out
+
+
+def _legend_below(fig, handles, labels, ncol: int, note_lines: int = 0, markerscale: float = 3) -> None:
+    """One legend for the figure under its panels (never over a point), opaque markers; tight_layout leaves it room."""
+    height = fig.get_figheight()
+    rows = int(np.ceil(len(labels) / ncol))
+    below = (0.25 * rows + 0.15 + 0.14 * note_lines) / height
+    fig.tight_layout(rect=(0, below, 1, 1 - 0.5 / height if fig.get_suptitle() else 1))
+    leg = fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False, markerscale=markerscale,
+                     bbox_to_anchor=(0.5, 0.14 * note_lines / height))
+    for h in leg.legend_handles:
+        h.set_alpha(1)
+
+
+def plot_predicted_vs_measured(long: pd.DataFrame, kinds: dict, predictors, title: str = "") -> matplotlib.figure.Figure:
+    """Predicted against measured ms (log axes), one panel per kind (rows; ``kinds``: key -> label) and predictor
+    (columns) of ``long`` (columns kind, predictor, device, role, latency_ms, pred_ms): the training GPUs grey at the
+    bottom, the held-out GPUs (role ``held_out``) in colour on top (``_device_styles``), the exact line dashed; one legend
+    under the panels that names each GPU as training or held out."""
+    ks = [k for k in kinds if (long["kind"] == k).any()]
+    predictors = list(predictors)
+    fig, axes = plt.subplots(len(ks), len(predictors), figsize=(3.4 * len(predictors), 3.2 * len(ks) + 1.0),
+                             squeeze=False)
+    styles = _device_styles(long)
+    handles = {}
+    for i, k in enumerate(ks):
+        for j, pr in enumerate(predictors):
+            ax = axes[i, j]
+            t = long[(long["kind"] == k) & (long["predictor"] == pr)]
+            for dev, (label, kw) in styles.items():
+                g = t[t["device"] == dev]
+                if len(g):
+                    handles[label] = ax.scatter(g["latency_ms"], g["pred_ms"], label=label, **kw)
+            if len(t):
+                lo, hi = t["latency_ms"].min(), t["latency_ms"].max()
+                ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, zorder=10)
+            ax.set_xscale("log"); ax.set_yscale("log")
+            ax.set_title(f"{kinds[k]}: {pr}", fontsize=8)
+            ax.set_xlabel("measured (ms)", fontsize=7); ax.set_ylabel("predicted (ms)", fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9, wrap=True)
+    labels = [lab for lab, _ in styles.values() if lab in handles]
+    _legend_below(fig, [handles[lab] for lab in labels], labels, ncol=min(len(labels), 6))
+    return fig
+
+
+def plot_moe_layers(long: pd.DataFrame, scored, names: dict | None = None) -> matplotlib.figure.Figure:
+    """Notebook 07's MoE layers: predicted grouped GEMMs against the measured layer (log axes), one panel per predictor
+    of ``scored`` (its first seed), the training GPUs grey at the bottom and the held-out GPUs in colour on top, named
+    "(held out)" in one legend under the panels; each panel's title has its MAPE and bias over every GPU's layers.
+    ``names``: predictor -> the title's name for it (default: the predictor)."""
+    names = names or {}
+    fig, axes = plt.subplots(1, len(scored), figsize=(4.2 * len(scored), 4.4), squeeze=False)
+    styles = _device_styles(long)
+    handles = {}
+    for ax, name in zip(axes[0], scored):
+        sel = long[long["predictor"] == name]
+        d = sel[sel["seed"] == sel["seed"].min()]
+        for dev, (label, kw) in styles.items():
+            g = d[d["device"] == dev]
+            if len(g):
+                handles[label] = ax.scatter(g["latency_ms"], g["pred_ms"], label=label, **dict(kw, s=kw["s"] + 2))
+        if len(d):
+            lim = [1e-3, 2 * max(d["latency_ms"].max(), d["pred_ms"].max())]
+            ax.plot(lim, lim, "k--", lw=0.8, zorder=10)
+            ax.set_title(f"{names.get(name, name)}: MAPE {d['ape'].mean():.1f} %, bias {d['err'].mean():+.1f} %",
+                         fontsize=9)
+        ax.set_xscale("log"); ax.set_yscale("log")
+        ax.set_xlabel("measured MoE layer (ms)", fontsize=8); ax.set_ylabel("predicted grouped GEMMs (ms)", fontsize=8)
+    labels = [lab for lab, _ in styles.values() if lab in handles]
+    _legend_below(fig, [handles[lab] for lab in labels], labels, ncol=min(len(labels), 6))
+    return fig
+
+
+def plot_moe_parallel(table: pd.DataFrame, max_gpus: int | None = None, splits=None) -> matplotlib.figure.Figure:
+    """Bias (%) of the two grouped GEMMs of one GPU of a split MoE layer against the GPUs in the group, one panel per
+    GPU role, a line per predictor (``<predictor> bias`` columns) and split (``splits``; default: every split but the
+    single GPU, which starts each line at 1). ``max_gpus``: only the groups up to that many GPUs (the counts a table
+    beside it shows); the x axis has a tick at each count drawn and at no other."""
+    t = table if max_gpus is None else table[table["gpus"] <= max_gpus]
+    single = t["gpus"] == 1
+    splits = list(dict.fromkeys(t.loc[~single, "split"])) if splits is None else list(splits)
+    preds = [c[:-len(" bias")] for c in t.columns if c.endswith(" bias")]
+    roles = list(dict.fromkeys(t["role"]))
+    fig, axes = plt.subplots(1, len(roles), figsize=(4.5 * len(roles), 3.6), sharey=True, squeeze=False)
+    # one colour per split, one line style and marker per predictor (the first solid with dots, the others dashed)
+    colours = dict(zip(splits, ("tab:blue", "tab:green", "tab:purple", "tab:brown")))
+    line = {(p, s): ("o-" if i == 0 else "x--", colours[s]) for i, p in enumerate(preds) for s in splits}
+    for ax, role in zip(axes[0], roles):
+        g = t[t["role"] == role]
+        counts = set()
+        for (p, s), (fmt, colour) in line.items():
+            d = pd.concat([g[g["gpus"] == 1], g[(g["split"] == s) & (g["gpus"] > 1)]])
+            if len(d) > 1:
+                ax.plot(d["gpus"], d[f"{p} bias"], fmt, color=colour, label=f"{p}, {s}")
+                counts |= set(d["gpus"].astype(int))
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(counts), [str(c) for c in sorted(counts)])
+        ax.minorticks_off()
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_title(f"{str(role).replace('_', '-')} GPUs", fontsize=9)
+        ax.set_xlabel("GPUs in the group", fontsize=8)
+    axes[0][0].set_ylabel("bias of the two GEMMs, % (< 0: faster)", fontsize=8)
+    h, lab = axes[0][0].get_legend_handles_labels()
+    _legend_below(fig, h, lab, ncol=min(len(lab), 4), markerscale=1)
     return fig

@@ -21,32 +21,36 @@ from neusight_core.paths import out_dir
 
 
 def save_table(df: pd.DataFrame, output_dir: str | Path, name: str, floatfmt: str = ".1f",
-               index: bool = False) -> Path:
+               index: bool = False, title: str = "", na: dict | None = None) -> Path:
     """Write ``df`` as CSV (full precision) and Markdown (``floatfmt``); return the CSV path.
 
     In the Markdown, a non-zero value that ``floatfmt`` would print as 0 (e.g. 0.03 ms at ".1f") is
-    written with two significant digits instead: "0.0 ms" would read as nothing at all."""
+    written with two significant digits instead: "0.0 ms" would read as nothing at all. ``title``: a line above the
+    Markdown table that says what its numbers are (metric, seeds, recipe) where the column names cannot; ``na``:
+    column -> why its empty cells are empty, written in them in the Markdown (a bare "nan" says nothing). The CSV keeps
+    its columns and NaNs as they are (what code reads back)."""
     d = out_dir(output_dir) / "tables"
     csv = d / f"{name}.csv"
     df.to_csv(csv, index=index)
-    (d / f"{name}.md").write_text(markdown_table(df, floatfmt, index) + "\n")
+    (d / f"{name}.md").write_text((f"{title}\n\n" if title else "") + markdown_table(df, floatfmt, index, na) + "\n")
     return csv
 
 
-def markdown_table(df: pd.DataFrame, floatfmt: str = ".1f", index: bool = False) -> str:
+def markdown_table(df: pd.DataFrame, floatfmt: str = ".1f", index: bool = False, na: dict | None = None) -> str:
     """``df.to_markdown`` where a non-zero float that ``floatfmt`` would round to zero is printed with
-    two significant digits (0.03, not 0.0)."""
+    two significant digits (0.03, not 0.0), and the empty cells of a column of ``na`` hold its reason."""
     m = re.fullmatch(r"\.(\d+)f", floatfmt)
     floats = [c for c in df.columns if pd.api.types.is_float_dtype(df[c])]
-    if not m or not floats:
-        return df.to_markdown(index=index, floatfmt=floatfmt)
-    half = 0.5 * 10.0 ** -int(m.group(1))
-    if not any(((df[c] != 0) & (df[c].abs() < half)).any() for c in floats):
+    na = {c: why for c, why in (na or {}).items() if c in df.columns and df[c].isna().any()}
+    half = 0.5 * 10.0 ** -int(m.group(1)) if m else 0.0
+    tiny = bool(m) and any(((df[c] != 0) & (df[c].abs() < half)).any() for c in floats)
+    if not tiny and not na:
         return df.to_markdown(index=index, floatfmt=floatfmt)
     out = df.copy()
-    for c in floats:
-        out[c] = ["nan" if pd.isna(v) else (f"{v:.2g}" if v != 0 and abs(v) < half else format(v, floatfmt))
-                  for v in df[c]]
+    for c in set(floats) | set(na):
+        out[c] = [na.get(c, "nan") if pd.isna(v) else
+                  (f"{v:.2g}" if m and isinstance(v, float) and v != 0 and abs(v) < half
+                   else format(v, floatfmt) if isinstance(v, float) else str(v)) for v in df[c]]
     cols = ([None] if index else []) + list(df.columns)
     align = ["right" if c in floats or (c is not None and pd.api.types.is_numeric_dtype(df[c])) else "left" for c in cols]
     return out.to_markdown(index=index, floatfmt=floatfmt, disable_numparse=True, colalign=align)

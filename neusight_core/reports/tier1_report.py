@@ -42,6 +42,7 @@ class Tier1Run:
     train_times: pd.DataFrame      # recipe_eval.train_seeded's (predictor, seed, train_s)
     verdicts: dict                 # claims.verdict_block(ours_index, predictors, tier=1, quick)
     abl_tab: pd.DataFrame | None = None   # recipe_studies.ablation_table (None when the ablation is off)
+    abl_caption: str = ""                 # recipe_studies.ablation_caption: what the ablation's rows trained on
 
 
 def _fmt(x) -> str:
@@ -101,7 +102,8 @@ def summary_markdown(run: Tier1Run) -> str:
         + "; ".join(f"{r}: {_verdict_counts(run, r)}" for r in R.RECIPES) + " (`04_reproduce_paper/tables/claims_per_recipe.md`).",
     ]
     if run.abl_tab is not None:
-        parts.append("Ablation (authors' recipe, one difference at a time switched to ours; `tables/ablation.md`):\n\n"
+        parts.append("Ablation (authors' recipe, one difference at a time switched to ours; `tables/ablation.md`)"
+                     + (f": {run.abl_caption}" if run.abl_caption else ":") + "\n\n"
                      + run.abl_tab[["row"] + [c for c in run.abl_tab.columns if c.endswith(" mean")]]
                      .to_markdown(index=False, floatfmt=".1f"))
     graph_cols = [c for c in ["row"] + [f"{g} {k}" for g in R.HEADLINE_GROUPS[:3] for k in ("mean", "vs our trace")]

@@ -193,10 +193,12 @@ def metrics(long: pd.DataFrame, by: tuple = ()) -> pd.DataFrame:
 
 
 def over_seeds(per_seed: pd.DataFrame, by: tuple = ()) -> pd.DataFrame:
-    """Mean over seeds of each metric, and the seed spread (max - min) of the MAPE."""
+    """Mean over seeds of each metric, and the seed spread (max - min) of the MAPE; ``rows`` stays a count (every seed
+    scores the same rows), not a float mean."""
     keys = ["role", "device", "kind", *by, "predictor"]
     g = per_seed.groupby(keys, sort=False)
-    out = g[["rows", "mape", "median_ape", "p90_ape", "bias"]].mean()
+    out = g[["mape", "median_ape", "p90_ape", "bias"]].mean()
+    out.insert(0, "rows", g["rows"].max().astype(int))
     out["mape_spread"] = g["mape"].max() - g["mape"].min()
     out["seeds"] = g["seed"].nunique()
     return out.reset_index()
@@ -369,6 +371,51 @@ def headline(table: pd.DataFrame, predictor: str = "neusight") -> dict:
 #: targets come from the search log's ``frozen`` record (set from the training GPUs before the held-out GPUs were
 #: looked at).
 GEMM_TARGETS = targets_file.section("gemm")
+
+
+#: What each of notebook 07's saved tables holds, the line above its Markdown (``report.save_table``'s ``title``):
+#: the metric and its unit where the columns do not say it, and over which seeds (``{seeds}``, ``table_title``).
+TABLE_TITLES = {
+    "metrics_per_seed": "BF16 kernels per GPU x kind x predictor and seed: rows scored; MAPE, median APE, P90 APE and "
+                        "bias (signed), all in %; {seeds}.",
+    "metrics": "BF16 kernels per GPU x kind x predictor: rows scored (a count); MAPE, median APE, P90 APE and bias "
+               "(signed), in %, mean over {seeds}; mape_spread: max - min of the MAPE over the seeds (points).",
+    "mape_pivot": "MAPE (%) of the BF16 kernels per kind x GPU (rows) and predictor (columns), mean over {seeds}.",
+    "error_vs": "Held-out GPUs (B200, GB200), {seeds} pooled: median APE (%) per predictor and bin (the bin's "
+                "centre), rows = kernels in the bin.",
+    "gemm_miss_breakdown": "neusight on the held-out GEMMs, {seeds} pooled, per bucket: rows (a count), share_rows and "
+                           "error_share (% of the GPU's rows and of its summed APE); MAPE, median APE, P90 APE and bias "
+                           "in %; structural tree mape: the baseline on the same rows (%).",
+    "held_out_files": "GEMM MAPE (%) per held-out GPU and framework file: mape_vs_scored = the file's latencies taken "
+                      "as predictions of the scored file's; neusight and structural tree: mean over {seeds}.",
+    "memory_law": "BF16 memory-bound kernels: MAPE (%) per GPU and predictor, mean over {seeds}; FP32 networks spread: "
+                  "max - min over the seeds (points).",
+    "moe_layers": "MoE layers per GPU, framework and kernel implementation: layers scored (a count); MAPE and bias "
+                  "(signed) in %, mean over {seeds} (the roofline has none); mape_spread: max - min (points); measured "
+                  "TFLOPS: the layers' median at 4,096 tokens and more.",
+    "moe_layers_by_tokens": "MoE layers per band of tokens per layer call, every GPU and implementation pooled: layers "
+                            "(a count), MAPE and bias (signed) in %, mean over {seeds}.",
+    "moe_layers_parallel": "One GPU of a split MoE layer per GPU role, split and GPUs in the group: layers (a count), "
+                           "MAPE and bias (signed) of the two grouped GEMMs in %, mean over {seeds}; mape_spread: "
+                           "max - min (points).",
+    "targets": "neusight's targets: value = the worst over the GPUs a target covers (%; the tree gap and the spread "
+               "in points), MAPE as the mean over {seeds}.",
+}
+
+
+def table_title(name: str, seeds, quick: bool = False) -> str:
+    """The title line of notebook 07's table ``name`` (``TABLE_TITLES``; ``error_vs_<column>_<kind>`` tables share one),
+    with the seeds it is over and, in quick mode, that the weights and rows are the quick ones; "" for a table whose
+    columns say what they are (provenance, framework_agreement)."""
+    key = "error_vs" if name.startswith("error_vs_") else name
+    seeds = [int(x) for x in seeds]
+    over = (f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}") + (
+        " (quick weights, quick rows)" if quick else "")
+    return TABLE_TITLES[key].format(seeds=over) if key in TABLE_TITLES else ""
+
+
+#: Why a target has no value (``report.save_table``'s ``na``): only the seed spread can lack one, from one seed.
+TARGETS_NA = {"value": "n/a: one seed (a spread needs two or more)", "met": "n/a: not measurable"}
 
 
 def targets(table: pd.DataFrame, seeds: int, frozen: dict | None = None) -> pd.DataFrame:

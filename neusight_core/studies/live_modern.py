@@ -350,22 +350,24 @@ def run_modern(out_dir, cases: list[ModernCase] | None = None, device: str = "cu
 
 # ---------------------------------------------------------------- predictions against the measurements
 #: What each measured time is compared with: the kernel sum with the steps executed as a graph, the eager wall
-#: time with eager execution (host.py), and "before": what the tool answered before it modelled today's steps (eager attention
-#: whatever the step ran, the kernel sum, no host) against the eager wall time.
-VARIANTS = {"graph": ("kernel_ms", Execution.GRAPH), "eager": ("wall_ms", Execution.EAGER), "before": ("wall_ms", "before")}
+#: time with eager execution (host.py), and the paper's setting: what the tool answered before it modelled today's
+#: steps (eager attention whatever the step ran, the kernel sum, no host) against the eager wall time. Named for what
+#: it is, so that a table or legend that shows it says so (it was called "before").
+PAPER_SETTING = "paper's setting"
+VARIANTS = {"graph": ("kernel_ms", Execution.GRAPH), "eager": ("wall_ms", Execution.EAGER), PAPER_SETTING: ("wall_ms", PAPER_SETTING)}
 
 
 def request_of(row, device: str, execution: str, grads: str = Grads.FRESH) -> dict:
     """The engine request of a measured step (``modern_steps.csv`` row): prefill = inference of ``seq`` tokens,
     decode = one token on a KV cache of ``seq``, train = forward + backward of ``seq`` tokens from no gradients
     (``step_callable`` sets them to None after each step: ``grads`` fresh; ``accumulate`` for the answer before
-    that was modelled); BF16. "before": what the tool answered before it modelled today's steps (the paper's
-    setting)."""
+    that was modelled); BF16. ``PAPER_SETTING``: what the tool answered before it modelled today's steps (the
+    paper's setting: eager attention, the kernel sum)."""
     phase, s = row["phase"], int(row["seq"])
     req = dict(model=row["model"], device=device, batch=int(row["batch"]), dtype=Precision.BF16,
                mode=Mode.TRAIN if phase == "train" else Mode.INF, seq=1 if phase == "decode" else s,
                past=s if phase == "decode" else 0)
-    if execution == "before":
+    if execution == PAPER_SETTING:
         return dict(req, **PAPER)
     return dict(req, attention=row["attention"], execution=execution, grads=grads)
 
@@ -409,6 +411,28 @@ def step_mape(pred):
     out = pd.concat({"mean": g.mean(), "min": g.min(), "max": g.max()}, axis=1).round(1)
     out.columns = [f"{a} {b}" for a, b in out.columns]          # "mean pooled", "min decode", ...
     return out
+
+
+#: What notebook 05's modern-step tables hold, the line above each Markdown table (``report.save_table``'s ``title``;
+#: ``table_title``): the metric, the variants and the seeds, which the columns ("mean pooled", "min decode") do not say.
+STEP_TABLE_TITLES = {
+    "mape": "{run}: MAPE (%) of the measured steps per predictor x variant (graph: against the kernel sums; eager and "
+            "paper's setting (eager attention, the kernel sum, no host): against the eager wall times), by phase and "
+            "pooled; mean, min and max over {seeds}.",
+    "run_to_run": "The floor: one recorded run's measurements taken as the prediction of another run of the same GPU "
+                  "kind, MAPE (%) by phase and pooled, of the kernel sums and of the eager wall times; steps: the OK "
+                  "steps both runs measured (a count). No predictor, no seed.",
+    "two_machines": "MAPE (%) against two machines' range (a prediction between a step's two measurements counts as "
+                    "exact), per GPU x harness x predictor x variant, by phase and pooled; mean, min and max over "
+                    "{seeds}; steps: a count.",
+}
+
+
+def table_title(name: str, seeds=(0,), run: str = "") -> str:
+    """The title line of notebook 05's modern table ``name`` (``STEP_TABLE_TITLES``) over ``seeds``, of ``run``."""
+    seeds = [int(x) for x in seeds]
+    over = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+    return STEP_TABLE_TITLES[name].format(seeds=over, run=run)
 
 
 #: The recorded runs of this section (docs/tier2/<run>/modern_steps.csv): name -> (GPU, folder). Those of 2026-11-26

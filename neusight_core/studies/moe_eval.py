@@ -13,8 +13,8 @@ of the framework that measured it.
 
 What is compared: the two grouped GEMMs (``kernels``, the same rows, dims, FLOPs and bytes as a trace:
 tests/test_moe.py) against the whole measured layer, which also routes, permutes the tokens and applies the
-activation (fused or not, by implementation): the prediction should be somewhat low. ``before``: the same GEMMs as
-the tracer emitted them until 2026-11-28, unclassified ops read as memory-bound over every expert's weights.
+activation (fused or not, by implementation): the prediction should be somewhat low. ``OLD_TRACER``: the same GEMMs
+as the tracer emitted them until 2026-11-28, unclassified ops read as memory-bound over every expert's weights.
 Nothing here is trained or tuned; the rows are validation only.
 """
 from __future__ import annotations
@@ -31,9 +31,15 @@ from neusight_core.studies import error_metric
 FILE = "moe_perf.parquet"
 COLUMNS = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
            "moe_tp_size", "moe_ep_size", "distribution", "latency")
-#: The predictors compared: ``neusight`` per seed, the roofline, and the tracer's rows before grouped GEMMs were
-#: classified (``before``, answered by ``neusight`` seed by seed).
-SCORED = ("neusight", "roofline", "before")
+#: The series of the tracer's rows as it emitted them until 2026-11-28, before grouped GEMMs were classified
+#: (unclassified ops, memory-bound over every expert's weights; answered by ``neusight`` seed by seed): named for what
+#: it is, since a bare "before" said nothing in a table or legend.
+OLD_TRACER = "old tracer (unclassified)"
+#: The predictors compared: ``neusight`` per seed, the roofline, and the old tracer's rows (``OLD_TRACER``).
+SCORED = ("neusight", "roofline", OLD_TRACER)
+#: The largest group of GPUs notebook 07's summary and its parallel figure show (the saved table has every group the
+#: database measured, up to 256 GPUs): the figure draws the counts the summary's table has.
+SUMMARY_GPUS = 8
 #: Token bands of the table (tokens per layer call: a decode batch, or a prefill's batch x seq).
 BANDS = (0, 16, 256, 4096, np.inf)
 
@@ -83,7 +89,7 @@ def kernels(layers: pd.DataFrame, classified: bool = True) -> pd.DataFrame:
     S x hidden -> (2 x) inter and the down projection S x inter -> hidden over its experts, S = tokens x top-k, as one
     GPU runs them (``parallel_experts.per_gpu``, the rows a trace and its ``tp`` / ``ep`` split emit), with the layer's
     ``moe_tp_size`` (the inter dim cut) and ``moe_ep_size`` (experts and rows spread) where ``layers`` has them;
-    ``classified`` False: as unclassified memory-bound ops reading every expert's weights (``before``)."""
+    ``classified`` False: as unclassified memory-bound ops reading every expert's weights (``OLD_TRACER``)."""
     n = len(layers)
     tp = layers["moe_tp_size"].to_numpy(int) if "moe_tp_size" in layers else np.ones(n, int)
     ep = layers["moe_ep_size"].to_numpy(int) if "moe_ep_size" in layers else np.ones(n, int)
@@ -115,7 +121,7 @@ def kernels(layers: pd.DataFrame, classified: bool = True) -> pd.DataFrame:
 
 def predict(layers: pd.DataFrame, seeds=(0,), quick: bool = False, before: bool = True) -> pd.DataFrame:
     """Long frame: per measured layer x predictor x seed, ``pred_ms`` (the two GEMMs summed), ``ape`` and ``err``
-    (signed, %: > 0 = predicted slower than measured). ``before`` False: without the ``before`` rows."""
+    (signed, %: > 0 = predicted slower than measured). ``before`` False: without the ``OLD_TRACER`` rows."""
     from neusight_core import predictors
 
     now, old = kernels(layers), (kernels(layers, classified=False) if before else None)
@@ -129,7 +135,7 @@ def predict(layers: pd.DataFrame, seeds=(0,), quick: bool = False, before: bool 
         p = predictors.get("neusight", quick=quick, seed=int(s))
         parts.append(("neusight", int(s), per_layer(now, p.predict(now, None))))
         if before:
-            parts.append(("before", int(s), per_layer(old, p.predict(old, None))))
+            parts.append((OLD_TRACER, int(s), per_layer(old, p.predict(old, None))))
     out = []
     for name, seed, ms in parts:
         d = layers.assign(predictor=name, seed=seed, pred_ms=ms)
@@ -146,7 +152,9 @@ def over_seeds(long: pd.DataFrame, keys) -> pd.DataFrame:
     per_seed = long.groupby(keys + ["predictor", "seed"], observed=True, sort=False).agg(
         layers=("ape", "size"), mape=("ape", "mean"), bias=("err", "mean")).reset_index()
     s = per_seed.groupby(keys + ["predictor"], observed=True, sort=False)
-    out = s[["layers", "mape", "bias"]].mean()
+    out = s[["mape", "bias"]].mean()
+    # a count, not a mean: every seed scores the same layers
+    out.insert(0, "layers", s["layers"].max().astype(int))
     out["mape_spread"] = s["mape"].max() - s["mape"].min()
     return out.reset_index()
 

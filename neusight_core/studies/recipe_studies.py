@@ -187,15 +187,36 @@ def train_ablation(seeds=(0, 1), epochs: int | None = None, quick: bool = False,
     return trained, pd.DataFrame(times)
 
 
-def ablation_table(per_seed: pd.DataFrame, plan_rows, groups=R.HEADLINE_GROUPS[:3]) -> pd.DataFrame:
-    """Rows in plan order, columns per group: mean, min, max over seeds and the change from the base."""
+def reduced_base_label(base_row: str, records: int | None) -> str:
+    """The base row's label when every row trains on ``records`` raw records per op class: the base is then not the
+    full-data recipe of the tables beside it (its MAPE differs from theirs), and its label says so."""
+    return base_row if not records else f"{base_row}, trained on {int(records):,} records per class"
+
+
+def ablation_caption(records: int | None, seeds, epochs: int | None = None) -> str:
+    """The ablation table's heading: what its numbers are (pooled MAPE %, over which seeds) and what every row trained
+    on (``records`` raw records per op class: CPU budget; None: the full data)."""
+    seeds = [int(x) for x in seeds]
+    over = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+    data = (f"every row, the base included, trained on the same random {int(records):,} raw records per op class "
+            "(CPU budget), so its base row is not the full-data recipe of the tables above and its MAPE differs"
+            if records else "every row trained on the full data")
+    return (f"Pooled MAPE (%) over the Figure 7 / 8 cells and their unseen-GPU cells, mean and min-max over {over}; "
+            f"{data}" + (f"; epochs capped at {int(epochs)}" if epochs else "") + ".")
+
+
+def ablation_table(per_seed: pd.DataFrame, plan_rows, groups=R.HEADLINE_GROUPS[:3],
+                   records: int | None = None) -> pd.DataFrame:
+    """Rows in plan order, columns per group: mean, min, max over seeds and the change from the base. ``records``: the
+    raw records per op class every row trained on (``train_ablation``'s ``rows``), written into the base row's label
+    (``reduced_base_label``)."""
     s = R.seed_summary(per_seed)
     order = [r for r, _ in plan_rows]
     out = []
     base = s[s["predictor"] == order[0]].set_index("group")
     for r in order:
         d = s[s["predictor"] == r].set_index("group")
-        row = {"row": r}
+        row = {"row": reduced_base_label(r, records) if r == order[0] else r}
         for g in groups:
             if g in d.index:
                 row[f"{g} mean"] = d.loc[g, "mean"]
