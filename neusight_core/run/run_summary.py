@@ -60,12 +60,16 @@ def _ranking_text(r: dict, key: str) -> str:
     return f"{word} ({vals} %; {r.get('configurations', '?')} configurations)"
 
 
+#: the extensions beyond the paper that report a verdict line: metrics.json["verdicts"] key -> its title
+EXTENSIONS = {"external": "External validation", "error_bars": "Each answer's interval"}
+
+
 def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
     """The lines that open SUMMARY.md: one per tier (and recipe), then the ranking question.
 
     Reads ``<run>/<notebook>/metrics.json["verdicts"]`` (contract in docs/interfaces.md)."""
     by_tier: dict[int, list[tuple[NotebookResult, dict]]] = {}
-    external: list[str] = []       # verdicts {"external": true, "summary": ...} (notebook 07)
+    external: list[str] = []       # verdicts {<an EXTENSIONS key>: true, "summary": ...} (notebooks 07, 08)
     for r in results:
         m = run_dir / r.name / "metrics.json"
         try:
@@ -74,9 +78,10 @@ def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
             v = None
         if isinstance(v, dict) and v.get("tier") in TIERS:
             by_tier.setdefault(int(v["tier"]), []).append((r, v))
-        elif isinstance(v, dict) and v.get("external") and v.get("summary"):
+        elif isinstance(v, dict) and v.get("summary") and any(v.get(k) for k in EXTENSIONS):
             quick = " [quick mode: subset, quick predictors]" if v.get("quick") else ""
-            external.append(f"- **External validation** ({r.name}, {r.status}){quick}: {v['summary']}")
+            title = next(t for k, t in EXTENSIONS.items() if v.get(k))
+            external.append(f"- **{title}** ({r.name}, {r.status}){quick}: {v['summary']}")
     not_ok = [r for r in results if r.status in ("FAILED", "INTERRUPTED")]
     lines = ["## Verdict", ""]
     rank = []
