@@ -228,7 +228,7 @@ def test_the_calibration_reads_only_training_gpus_and_saves_the_model(calibrated
 
 def test_a_model_made_by_another_version_of_the_method_is_made_again(calibrated, monkeypatch):
     cal, m = calibrated
-    monkeypatch.setattr(cal, "VERSION", m.rows["version"] + 1)
+    monkeypatch.setattr(cal, "METHOD_VERSION", m.rows["version"] + 1)
     again = cal.ensure("neusight", 0, quick=True, log=lambda *a: None)
     assert again.rows["version"] == m.rows["version"] + 1 and em.load("neusight", 0, True) == again
     assert again.scale == pytest.approx(m.scale) and again.shared == m.shared      # the same data: the same numbers

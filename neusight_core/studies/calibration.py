@@ -47,7 +47,7 @@ def training_gpus() -> list[str]:
 
 
 #: the method's version, kept in each saved model: a model made by another is made again (``ensure``)
-VERSION = 1
+METHOD_VERSION = 1
 
 #: how a fold is trained: ``quick`` (the quick weights' subset and epochs: seconds) or ``subset`` (the quick subset
 #: of FOLD_ROWS records per class with the recipe's own epochs: minutes, closer to the full weights)
@@ -253,7 +253,8 @@ def fit(recipe: str = "neusight", seed: int = 0, quick: bool = True, log=print, 
     c = fold_predictions(recipe, seed, model, idx, folds)
     c = c[(c["error"] == "") & np.isfinite(c["sigma"]) & (c["sigma"] > 0)]
     z = np.sort(np.log(c["label_e2e_ms"] / c["e2e_ms"]).to_numpy(float) / c["sigma"].to_numpy(float))
-    rows = {"version": VERSION, "parts": sizes.drop(columns=["shared", "independent", "largest_bias"]).to_dict(orient="records"),
+    rows = {"version": METHOD_VERSION,
+            "parts": sizes.drop(columns=["shared", "independent", "largest_bias"]).to_dict(orient="records"),
             "seen_parts": own.drop(columns=["shared", "independent", "largest_bias"]).to_dict(orient="records"),
             "calibration_steps": int(len(z)), "calibration_gpus": sorted(c["gpu"].unique()),
             "seeds_from": [seed, seed + 1], "seed_steps": int(ok.sum()), "folds": f"{folds} (drop_gpu)"}
@@ -266,11 +267,12 @@ def fit(recipe: str = "neusight", seed: int = 0, quick: bool = True, log=print, 
 
 
 def ensure(recipe: str = "neusight", seed: int = 0, quick: bool = True, log=print) -> em.ErrorModel:
-    """The saved error model of these weights when it is newer than they are and made by this ``VERSION``, else ``fit``
-    (made once per recipe, seed and kind of weights, and again when the weights are retrained or the method changes)."""
+    """The saved error model of these weights when it is newer than they are and made by this ``METHOD_VERSION``,
+    else ``fit`` (made once per recipe, seed and kind of weights, and again when the weights are retrained or the
+    method changes)."""
     model = em.load(recipe, seed, quick)
     meta = P.folder(recipe, quick, seed) / "meta.json"
-    if (model is not None and model.rows.get("version") == VERSION and meta.exists()
+    if (model is not None and model.rows.get("version") == METHOD_VERSION and meta.exists()
             and em.path_of(recipe, seed, quick).stat().st_mtime >= meta.stat().st_mtime):
         return model
     return fit(recipe, seed, quick, log)
