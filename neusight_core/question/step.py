@@ -194,35 +194,25 @@ class Share(Kind):
     def __init__(self, limits: tuple[float, float]):
         self.limits = limits
 
-    def _number(self, v) -> float:
+    def _value(self, v, error, who: str) -> float:
+        """``v`` as a number within the limits, else ``error`` in one line (``who`` opens it where it names the option;
+        a bool is no number here)."""
         try:
-            x = float(v)
+            x = float("nan") if isinstance(v, bool) else float(v)
         except (TypeError, ValueError):
-            return float("nan")
-        return float("nan") if isinstance(v, bool) else x
-
-    def _ok(self, x: float) -> bool:
-        return math.isfinite(x) and self.limits[0] <= x <= self.limits[1]
+            x = float("nan")
+        if not (math.isfinite(x) and self.limits[0] <= x <= self.limits[1]):
+            raise error(f"{who}must be a number from {self.limits[0]:g} to {self.limits[1]:g}, got {v!r}")
+        return x
 
     def check(self, what, v):
-        x = self._number(v)
-        if not self._ok(x):
-            raise LatencyInputError(f"{what} must be a number from {self.limits[0]:g} to {self.limits[1]:g}, got {v!r}")
-        return x
+        return self._value(v, LatencyInputError, f"{what} ")
 
     def text(self, s):
-        x = self._number(s)
-        if not self._ok(x):
-            raise ValueError(f"must be a number from {self.limits[0]:g} to {self.limits[1]:g}, got {s!r}")
-        return x
+        return self._value(s, ValueError, "")
 
     def cell(self, name, v):
-        if not_given(v):
-            return None
-        x = self._number(v)
-        if not self._ok(x):
-            raise SweepInputError(f"{name} must be a number from {self.limits[0]:g} to {self.limits[1]:g}, got {v!r}")
-        return x
+        return None if not_given(v) else self._value(v, SweepInputError, f"{name} ")
 
 
 #: the coverage an interval may be asked at: below a half it says little, at 1 it would be unbounded
