@@ -247,17 +247,3 @@ def test_the_check_scores_every_set_and_its_coverage_grows_with_the_nominal(cali
         assert g["observed"].is_monotonic_increasing        # nested intervals: never fewer points covered
     tg = cal.targets(t)
     assert tg["met"].dtype == bool and tg["target"].str.contains("80 % interval covers").any()
-
-
-def test_summarys_verdict_block_has_the_intervals_line(tmp_path):
-    import json
-
-    from neusight_core.run import runner
-    d = tmp_path / "08_error_bars"
-    d.mkdir()
-    line = "80 % intervals of neusight (full weights, 3 seed(s)) cover unseen GPUs (release labels) 81 % (half-width 12 %)"
-    (d / "metrics.json").write_text(json.dumps({"status": "OK", "verdicts": {"error_bars": True, "quick": True,
-                                                                             "summary": line}}))
-    lines = runner.verdict_block(tmp_path, [runner.NotebookResult("08_error_bars", "OK", 1.0)])
-    assert [x for x in lines if "interval" in x.lower() and "08_error_bars" in x] == [
-        f"- **Each answer's interval** (08_error_bars, OK) [quick mode: subset, quick predictors]: {line}"]

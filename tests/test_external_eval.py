@@ -214,20 +214,6 @@ def test_notebook_07_quick(run_notebook, neusight_quick):
     assert (out / "figures" / "memory_law.png").is_file() and len(metrics["memory_law"]) == len(law)
 
 
-def test_runner_puts_the_external_line_in_the_verdict_block(tmp_path):
-    import json
-
-    from neusight_core.run import runner
-    d = tmp_path / "07_external_validation"
-    d.mkdir()
-    line = "BF16 on unseen Blackwell GPUs, measured by others: GEMM 20.2 %, attention 32.0 %"
-    (d / "metrics.json").write_text(json.dumps({"status": "OK", "verdicts": {"external": True, "quick": False,
-                                                                             "summary": line}}))
-    lines = runner.verdict_block(tmp_path, [runner.NotebookResult("07_external_validation", "OK", 1.0)])
-    assert [x for x in lines if "External validation" in x] == [
-        f"- **External validation** (07_external_validation, OK): {line}"]
-
-
 def test_roofline_of_fused_attention_uses_the_bf16_tensor_peak(release_root):
     r = _attn_row("prefill", 4, 4096, 4096, 32, 8, 128)
     d = devices.get_device(H100)

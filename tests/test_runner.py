@@ -396,3 +396,21 @@ def test_an_out_name_too_long_is_a_usage_error_and_leaves_no_lock(tmp_path, caps
     with pytest.raises(runner.UsageError, match="File name too long"):
         runner.claim(out, default=False)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("notebook, key, title, quick, line", [
+    ("07_external_validation", "external", "External validation", False,
+     "BF16 on unseen Blackwell GPUs, measured by others: GEMM 20.2 %, attention 32.0 %"),
+    ("08_error_bars", "error_bars", "Each answer's interval", True,
+     "80 % intervals of neusight (full weights, 3 seed(s)) cover unseen GPUs (release labels) 81 % (half-width 12 %)")])
+def test_an_extensions_verdict_gets_its_line_in_the_verdict_block(tmp_path, notebook, key, title, quick, line):
+    """Notebooks 07 and 08 report beyond the paper: each gets one line, titled by ``run_summary.EXTENSIONS``."""
+    import json
+
+    from neusight_core.run import runner
+    d = tmp_path / notebook
+    d.mkdir()
+    (d / "metrics.json").write_text(json.dumps({"status": "OK", "verdicts": {key: True, "quick": quick, "summary": line}}))
+    lines = runner.verdict_block(tmp_path, [runner.NotebookResult(notebook, "OK", 1.0)])
+    tag = " [quick mode: subset, quick predictors]" if quick else ""
+    assert [x for x in lines if notebook in x] == [f"- **{title}** ({notebook}, OK){tag}: {line}"]
