@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from neusight_core.cost import engine, error_model as em, scenario, sweep
-from neusight_core.question.step import LatencyInputError, SweepInputError
+from neusight_core.question.step import LatencyInputError
 
 PARTS = {"network LINEAR": (0.10, 0.30), "network VEC": (0.05, 0.50)}
 

@@ -76,7 +76,7 @@ def test_notebook_07_predictors_on_a_bf16_gemm_table(twins):
     import numpy as np
 
     from neusight_core import predictors as P
-    from neusight_core.predictors import tensor_core as tc, trees
+    from neusight_core.predictors import trees
     g = measured_kernels.gemm_rows(["h100_sxm"]).sample(300, random_state=0).reset_index(drop=True)
     nets = P.get("neusight", quick=True).tc
     models = {"neusight": nets.predict, "roofline": lambda k, d: P.get("roofline").predict(k, d)}
@@ -96,7 +96,6 @@ def test_an_answer_says_when_the_gpu_lies_outside_the_bf16_networks_training_gpu
     """Issue 34's user devices: a BF16 answer from the measured-kernel networks names the GPU figures that lie outside
     the training GPUs' (an extrapolation); the memory alone is no such figure; FP32 answers carry no such note."""
     from neusight_core.cost import latency
-    from neusight_core.predictors import tensor_core as tc
     assert latency.range_note(H100) == "" and latency.range_note("H100_BIGMEM") == ""
     note = latency.range_note("H100_FASTER")                       # 1.25x everything: only the SM count leaves the range
     assert "SMs 165 (training GPUs 108-142)" in note and "per SM" not in note
