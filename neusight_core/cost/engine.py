@@ -44,7 +44,7 @@ from neusight_core.question import schema
 from neusight_core.cost import scenario
 from neusight_core.cost.request import jobs, message, requests
 from neusight_core.cost.tables import aggregate, compact_codes, compact_table, kernel_table, loaded_predictor
-from neusight_core.question.schema import Execution, Grads, OpClass, Plan
+from neusight_core.question.schema import Execution, Grads, KVCache, OpClass, Plan
 from neusight_core.question.step import INPUTS, Step
 
 PHASE_COLUMNS = ["e2e_ms", "fw_ms", "bw_ms", "acc_ms", "comm_ms", "comm_exposed_ms"]
@@ -224,7 +224,9 @@ def _tables(norm, use_derivation: bool, keep_full: bool, footprints: bool, table
         same_seq[g0 + (st.size,)] = same_seq.get(g0 + (st.size,), 0) + 1
 
     def derivable(st: Step) -> bool:        # tables of image models are always traced (table_families.py's families are in seq)
-        return not st.fusion and st.parallel is None and not st.image and group[family_of(st)] >= MIN_FAMILY
+        # a paged cache's table is the trace's with its appends rewritten (trace.paged_cache_writes): always traced
+        return (not st.fusion and st.parallel is None and not st.image and st.kv_cache == KVCache.APPEND
+                and group[family_of(st)] >= MIN_FAMILY)
     if use_derivation:        # the families the loop below will ask for first, built side by side on many cores
         family_pool.build([dict(model=st.model, mode=st.mode, batch_one=st.batch == 1, past=st.past, dtype=st.dtype,
                                 attention=st.attention, point=(st.batch, st.size))

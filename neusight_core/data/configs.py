@@ -26,6 +26,16 @@ IMAGE_MODEL_TYPES = ("resnet", "vit")
 DEFAULT_IMAGE_SIZE = 224     # ImageNet's 224 x 224 crops (ResNet paper section 3.4; ViT Table 1's /16 at 224)
 
 
+def max_positions(cfg) -> int | None:
+    """The most positions (prompt + cache) a config's model takes, or None where it does not say (a config object or
+    namespace: read by attribute)."""
+    for k in ("n_positions", "max_position_embeddings"):
+        v = getattr(cfg, k, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
 def is_image_model(config) -> bool:
     """True for a config (a transformers config, a dict of its content, a name or a path) of an image
     model (``IMAGE_MODEL_TYPES``)."""

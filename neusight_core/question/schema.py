@@ -207,6 +207,28 @@ class Grads(_Word):
     ACCUMULATE = "accumulate"
 
 
+class KVCache(_Word):
+    """How a decode step's KV cache takes the step's new keys and values: ``append`` = Hugging Face's DynamicCache,
+    which concatenates them onto the cache into a new tensor (the whole cache is copied every step: 4.6 of 15.0 ms,
+    predicted, of a batch-32 Llama-3-8B BF16 decode step at 1,536 cached tokens on an H100); ``paged`` = a serving
+    engine's preallocated cache (vLLM's PagedAttention, Kwon et al. SOSP 2023; TensorRT-LLM's and SGLang's paged
+    caches), into which the step writes only its new tokens' keys and values."""
+    APPEND = "append"
+    PAGED = "paged"
+
+
+class ServingEngine(_Word):
+    """The serving engine of a ``serve`` question (``cost/serving.py``). All three run decode steps as CUDA graphs on a
+    paged KV cache with fused norms and activations, batch continuously and split the model by tensor parallelism;
+    what differs between them is fitted per engine on its development rows (the constants in
+    ``cost/serving_constants.yaml``, with the rows they came from), as their schedulers differ: vLLM V1 and SGLang
+    chunk prefills into the decode iterations by default, TensorRT-LLM batches whole prompts in flight
+    (docs/serving.md)."""
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TRTLLM = "trtllm"
+
+
 class Comm(_Word):
     """How a collective is timed (``network.py``): ``nccl`` = the link's bandwidth plus NCCL's measured fixed cost per
     all-reduce; ``bandwidth`` = the link's bandwidth alone, the authors' model (the paper's reproduction keeps it)."""
@@ -226,6 +248,8 @@ TENSOR_PLANS = tuple(p.value for p in Plan if p.splits_tensors)
 EXECUTIONS = words(Execution)
 GRADS = words(Grads)
 COMMS = words(Comm)
+KV_CACHES = words(KVCache)
+SERVING_ENGINES = words(ServingEngine)
 
 
 def element_bytes(precision: str) -> int:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from neusight_core.question import schema
-from neusight_core.question.schema import Attention, Comm, Execution, Grads, Mode, Plan, Precision
+from neusight_core.question.schema import Attention, Comm, Execution, Grads, KVCache, Mode, Plan, Precision
 
 
 class LatencyInputError(ValueError):
@@ -95,8 +95,9 @@ class Count(Kind):
 
     def check(self, what, v):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < self.minimum:
-            kind = "a positive" if self.minimum == 1 else "a non-negative"
-            raise LatencyInputError(f"{what} must be {kind} integer, got {v!r}")
+            kind = {1: "a positive integer", 0: "a non-negative integer"}.get(self.minimum,
+                                                                              f"an integer of at least {self.minimum}")
+            raise LatencyInputError(f"{what} must be {kind}, got {v!r}")
         return int(v)
 
     text = staticmethod(int)           # argparse names it: "invalid int value: '4.5'"
@@ -306,6 +307,11 @@ class Scenario(Sized):
     past: int = option(Count(0), table=True, user=0, what="past (KV cache length)",
                        help="inference on a KV cache of this many tokens (extension; --seq 1 = one decode step)",
                        many="KV cache length(s) of inference, e.g. 1024,4096 (a decode step: --seq 1 --past N)")
+    kv_cache: KVCache = option(Choice(KVCache), table=True, user=KVCache.APPEND, what="KV cache",
+                               help="with --past: append (Hugging Face's cache: each step copies the cache with its new "
+                                    "keys and values into a new tensor) or paged (a serving engine's: the step writes "
+                                    "only its new tokens')",
+                               many="append, paged or both, comma-separated (with --past)")
     dtype: Precision = option(Choice(Precision), table=True, user=Precision.FP32,
                               help="precision (fp32 = the paper, TF32 off). bf16 / fp16 with neusight: GEMMs and "
                                    "fused attention from networks trained on measured kernels, memory-bound kernels "
@@ -392,7 +398,7 @@ class _StepMethods(Sized):
         """The kernel table a request needs (a Scenario, or a dict of its fields), with the fields that do not
         change the table at their neutral value, so that requests share tables: GPUs and micro-batches only with the
         plan that uses them, attention unset = eager, gradients ``fresh`` only in training (elsewhere nothing
-        accumulates, and the accumulate table serves)."""
+        accumulates, and the accumulate table serves), the KV cache's kind only with a cache (``past``)."""
         get = r.get if isinstance(r, dict) else lambda k, d=None: getattr(r, k, d)
         plan = get("parallel")
         fresh = get("mode") == Mode.TRAIN and get("grads") == Grads.FRESH
@@ -401,6 +407,7 @@ class _StepMethods(Sized):
                       fusion=bool(get("fusion")), parallel=None if plan is None else Plan(plan),
                       gpus=int(get("gpus")) if plan else NEUTRAL["gpus"],
                       micro_batches=int(get("micro_batches")) if plan == Plan.PP else 1, past=int(get("past") or 0),
+                      kv_cache=KVCache(get("kv_cache") or KVCache.APPEND) if get("past") else KVCache.APPEND,
                       dtype=Precision(get("dtype")), attention=Attention(get("attention") or NEUTRAL["attention"]),
                       grads=Grads.FRESH if fresh else NEUTRAL["grads"])
         return cls(**fields)

@@ -39,14 +39,6 @@ def _model_class(cfg, mode: str | None = None):
     raise TraceError(f"unsupported model type {cfg.model_type!r}: no transformers model class for it")
 
 
-def max_positions(cfg) -> int | None:
-    for k in ("n_positions", "max_position_embeddings"):
-        v = getattr(cfg, k, None)
-        if isinstance(v, int) and v > 0:
-            return v
-    return None
-
-
 def switch_routing_stand_in(model) -> int:
     """Replace Switch Transformers' data-dependent expert dispatch with an even spread.
 

@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from neusight_core.question.schema import Attention, Grads, KERNEL_COLUMNS, Mode, OpClass, Precision
+from neusight_core.question.schema import Attention, Grads, KERNEL_COLUMNS, KVCache, Mode, OpClass, Precision
 from neusight_core.question.step import Step
 
 # Extra columns after KERNEL_COLUMNS: `reads` / `writes` = tuples of (buffer key, bytes) per kernel, the
@@ -53,7 +53,8 @@ from neusight_core.tracing.aten_ops import (CONV, GROUPED_OPS, NO_CONV, tensor_n
                                    classify, conv_rows, dtype_name, grouped_gemm, layer_of, tensors_in)
 # the model on the meta device; hidden_size / num_layers / load_config are re-exported (callers read them here)
 from neusight_core.tracing.meta_device_model import (TORCH_DTYPES, build_model, cache_tensors, filled_cache,  # noqa: E402,F401
-                                      hidden_size, max_positions, model_inputs, num_layers, switch_routing_stand_in)
+                                      hidden_size, model_inputs, num_layers, switch_routing_stand_in)
+from neusight_core.data.configs import max_positions  # noqa: E402
 
 _NO_ATTN = (math.nan,) * len(schema.ATTN_COLUMNS)   # the fused-attention geometry of other rows
 
@@ -406,10 +407,11 @@ def trace_model(step: Step, authors_heads: bool = True) -> pd.DataFrame:
             p.grad = torch.empty_like(p)
     rec = _Recorder({id(p): n for n, p in params.items()}, access_paths=dtype in schema.HALF_PRECISIONS)
     kw = model_inputs(model, cfg, int(batch), int(seq), train, TORCH_DTYPES[dtype])
-    kv_bytes, kv_bufs = 0, ()
+    kv_bytes, kv_bufs, cached = 0, (), []
     if past:        # before the module hooks: filling the cache runs the model once, which is not the step
         cache = filled_cache(cfg, int(batch), int(past), TORCH_DTYPES[dtype], model)
         kv_bytes, kv_bufs = rec.track(cache_tensors(cache))
+        cached = [t.numel() * t.element_size() for t in cache_tensors(cache)]
         kw.update(past_key_values=cache, use_cache=True)
         del cache
     handles = _install_module_hooks(model, rec.module_stack)
@@ -472,6 +474,8 @@ def trace_model(step: Step, authors_heads: bool = True) -> pd.DataFrame:
         df[list(schema.ATTN_COLUMNS)] = attn
     if rec.access_paths:   # ATen's kernel path, which the memory law reads (FP32 tables are unchanged)
         df["access"] = paths
+    if step.kv_cache == KVCache.PAGED and past:
+        paged_cache_writes(df, cached, int(past), int(seq))
     return table_info.attach(df, table_info.TableInfo(
         config=dict(cfg.to_dict(), name=cfg.name_or_path), model=cfg.name_or_path or cfg.model_type,
         model_class=type(model).__name__, batch=int(batch), seq=int(seq), past=int(past), mode=mode, dtype=dtype,
@@ -479,6 +483,33 @@ def trace_model(step: Step, authors_heads: bool = True) -> pd.DataFrame:
         vocab=int(getattr(cfg, "vocab_size", 0) or 0), num_layers=num_layers(cfg),
         params={n: int(p.numel()) for n, p in params.items()}, memory=memory, unclassified=dict(rec.unclassified),
         skipped=dict(rec.skipped), scalar_queries=dict(rec.scalar_queries), trace_s=time.perf_counter() - t0))
+
+
+def paged_cache_writes(df: pd.DataFrame, cached: list, past: int, seq: int) -> int:
+    """A decode step on a paged KV cache (``KVCache.PAGED``), in place: each ``cat`` that appends the step's keys or
+    values to a cache tensor (Hugging Face's DynamicCache: the cache is copied with the new tokens into a new tensor)
+    becomes the write of the new tokens alone, as a serving engine's cache-write kernel does (vLLM's
+    ``reshape_and_cache``): bytes read = bytes written = the tensor's bytes x seq / (past + seq). An append is told by
+    its size: a ``cat`` whose output is, to the byte, a cache tensor grown from ``past`` to ``past + seq`` tokens
+    (``cached``: the cache tensors' bytes at ``past`` tokens). Returns how many rows it rewrote."""
+    grown = {b * (past + seq) // past for b in cached if b * (past + seq) % past == 0}
+    rows = ((df["aten_op"] == "aten.cat.default") & df["bytes_written"].isin(grown)
+            & (df["bytes_read"] == df["bytes_written"])).to_numpy()
+    new = df.loc[rows, "bytes_written"] * seq / (past + seq)
+    df.loc[rows, ["bytes_read", "bytes_written"]] = np.c_[new, new]
+    # the buffers too (fusion reads them): the new tokens' tensor is read, the cache is not; what is written is theirs
+    for i, n in zip(df.index[rows], new):
+        df.at[i, "reads"] = tuple((b, x) for b, x in df.at[i, "reads"] if x <= n)
+        df.at[i, "writes"] = tuple((b, n) for b, _ in df.at[i, "writes"])
+    df.loc[rows, "aten_op"] = PAGED_WRITE
+    if "access" in df.columns:
+        df.loc[rows, "access"] = ""      # a contiguous write of the new tokens, not a cat of a strided view
+    return int(rows.sum())
+
+
+#: the ``aten_op`` of a paged cache's write (``paged_cache_writes``), in the tracer's "namespace.op.overload" form (fusion
+#: names fused kernels by the middle part); no aten op of a Hugging Face model runs it
+PAGED_WRITE = "kv.paged_write.default"
 
 
 def _memory_summary(rec: _Recorder, kv_bytes: int, kv_bufs: tuple) -> dict:

@@ -1,0 +1,136 @@
+"""The serving model against NVIDIA's measured serving runs (``data/serving_runs.py``): its constants fitted on the
+development rows only, its errors per engine, TP and precision beside the plain decode step's.
+
+    python -m neusight_core.studies.serving_eval [--fit] [--quick] [--seed S]
+
+``--fit`` fits each engine's four constants (``cost/serving.py``) on that engine's development rows and writes them,
+with the rows and weights they came from, to ``cost/serving_constants.yaml``; without it the saved constants are
+scored. TPOT's two constants and TTFT's two are each a least-squares fit of the log ratio (predicted / measured),
+bounded at zero; rows whose steps cannot be answered (a precision not modelled, a model that does not fit) are left
+out and counted.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from neusight_core.cost import serving
+from neusight_core.cost.serving import EngineConstants
+from neusight_core.data import serving_runs
+from neusight_core.studies import error_metric
+
+QUESTION = ["model", "device", "tp", "dtype", "engine", "isl", "osl", "concurrency"]
+
+
+def steps(rows: pd.DataFrame, predictor="neusight", quick: bool | None = None, seed: int = 0,
+          progress: bool = False) -> pd.DataFrame:
+    """``rows`` (``serving_runs``' columns) with each run's two step times (``t_dec``, ``t_pre``) and ``error``."""
+    qs = [dict(zip(QUESTION, r)) for r in rows[QUESTION].itertuples(index=False)]
+    _, st = serving.step_times(qs, predictor, quick, seed, progress=progress)
+    return pd.concat([rows.reset_index(drop=True), st[["t_dec", "t_pre", "error"]]], axis=1)
+
+
+def _log_fit(design, measured, start) -> np.ndarray:
+    """Non-negative coefficients of a sum of terms, least squares on log(predicted / measured)."""
+    from scipy.optimize import least_squares
+    design = np.asarray(design, float)
+    r = least_squares(lambda p: np.log(np.maximum(design @ p, 1e-12) / measured), start, bounds=(0, np.inf))
+    return r.x
+
+
+def fit(frame: pd.DataFrame, source: str = "") -> dict:
+    """{engine: EngineConstants} fitted on the answered rows of each engine in ``frame`` (``steps``' output)."""
+    out = {}
+    ok = frame[frame["error"].eq("") & frame["t_dec"].gt(0) & frame["t_pre"].gt(0)]
+    for engine, g in ok.groupby("engine"):
+        C, osl = g["concurrency"].to_numpy(float), g["osl"].to_numpy(float)
+        tpot = _log_fit(np.c_[g["t_dec"], C * g["t_pre"] / (osl - 1)], g["tpot_ms"].to_numpy(float), [1.0, 1.0])
+        ttft = _log_fit(np.c_[g["t_pre"], g["t_pre"] * (C - 1)], g["ttft_ms"].to_numpy(float), [1.0, 0.1])
+        out[engine] = EngineConstants(step_scale=round(float(tpot[0]), 4), prefill_share=round(float(tpot[1]), 4),
+                                      ttft_base=round(float(ttft[0]), 4), ttft_per_request=round(float(ttft[1]), 4),
+                                      rows=len(g), source=f"{source}; {len(g)} development rows: " + ", ".join(
+                                          f"{m} {d} {dt} ({n})" for (m, d, dt), n in
+                                          g.groupby(["model", "device", "dtype"]).size().items()))
+    return out
+
+
+def save(consts: dict, path: Path = serving.CONSTANTS_FILE) -> None:
+    """Write the fitted constants (their provenance included) to ``path``, replacing it whole."""
+    body = {"engines": {str(e): {k: v for k, v in vars(c).items()} for e, c in sorted(consts.items())}}
+    head = ("# The serving model's constants per engine (cost/serving.py), fitted on that engine's development rows only\n"
+            "# by `python -m neusight_core.studies.serving_eval --fit` (data/serving_runs.py: the Llama-3.1 family's\n"
+            "# aggregated runs in NVIDIA's silicon_sample.csv). Written by that command; not edited by hand.\n")
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text(head + yaml.safe_dump(body, sort_keys=False, width=200))
+    tmp.replace(path)
+    serving._saved_constants.cache_clear()
+
+
+def scored(frame: pd.DataFrame, consts: dict | None = None) -> pd.DataFrame:
+    """The answered rows of ``frame`` with the model's TTFT and TPOT (``pred_ttft_ms``, ``pred_tpot_ms``), their
+    errors (%, signed) and the plain decode step's error against TPOT (``step_err``)."""
+    ok = frame[frame["error"].eq("")].copy()
+    pt, pp = [], []
+    for r in ok.itertuples(index=False):
+        c = consts[r.engine] if consts and r.engine in consts else serving.constants(r.engine)[0]
+        q = serving.ServeQuestion(**{k: getattr(r, k) for k in QUESTION})
+        a = serving.answer(q, r.t_dec, r.t_pre, c)
+        pt.append(a["ttft_ms"])
+        pp.append(a["tpot_ms"])
+    ok["pred_ttft_ms"], ok["pred_tpot_ms"] = pt, pp
+    ok["ttft_err"] = 100 * (ok["pred_ttft_ms"] / ok["ttft_ms"] - 1)
+    ok["tpot_err"] = 100 * (ok["pred_tpot_ms"] / ok["tpot_ms"] - 1)
+    ok["step_err"] = 100 * (ok["t_dec"] / ok["tpot_ms"] - 1)
+    return ok
+
+
+def error_table(s: pd.DataFrame, by=("engine",)) -> pd.DataFrame:
+    """MAPE of TTFT and TPOT, and of the plain decode step against TPOT, per group of ``by`` and overall (rows beside
+    each number)."""
+    def agg(g):
+        return pd.Series({"rows": len(g),
+                          "TPOT MAPE (%)": error_metric.ape(g["tpot_ms"], g["pred_tpot_ms"]).mean(),
+                          "TPOT bias (%)": g["tpot_err"].median(),
+                          "TTFT MAPE (%)": error_metric.ape(g["ttft_ms"], g["pred_ttft_ms"]).mean(),
+                          "TTFT bias (%)": g["ttft_err"].median(),
+                          "plain decode step vs TPOT, MAPE (%)": error_metric.ape(g["tpot_ms"], g["t_dec"]).mean()})
+    by = list(by)
+    parts = [s.groupby(by, sort=True).apply(agg, include_groups=False).reset_index()] if by else []
+    parts.append(pd.DataFrame([agg(s)]).assign(**{b: "all" for b in by}))
+    out = pd.concat(parts, ignore_index=True)
+    out["rows"] = out["rows"].astype(int)
+    return out[by + [c for c in out.columns if c not in by]]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fit", action="store_true", help="fit the constants on the development rows and save them")
+    ap.add_argument("--quick", action="store_true", help="quick weights (a check of the pipeline, not the numbers)")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    frame = steps(serving_runs.development(), quick=a.quick, seed=a.seed)
+    left = frame[frame["error"].ne("")]
+    if len(left):
+        print(f"{len(left)} of {len(frame)} development rows not answered:")
+        print(left.groupby("error").size().to_string())
+    consts = None
+    if a.fit:
+        weights = "quick" if a.quick else "full"
+        consts = fit(frame, source=f"neusight {weights} weights seed {a.seed}")
+        save(consts)
+        for e, c in consts.items():
+            print(f"{e}: {c}")
+    s = scored(frame, consts)
+    pd.set_option("display.width", 200)
+    print(error_table(s, ["engine"]).round(1).to_string(index=False))
+    print(error_table(s, ["engine", "dtype", "tp"]).round(1).to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
