@@ -70,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_question_options(p, many=False)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_sweep_parser(sub)
+    _add_serve_parser(sub)
     t = sub.add_parser("train", help="train a predictor's full weights once (NeuSight: minutes per seed)")
     t.add_argument("--predictor", default="neusight", help="predictor(s), comma-separated (default neusight)")
     t.add_argument("--seed", default="0", help="seed(s), comma-separated (default 0)")
@@ -302,10 +303,11 @@ def _add_sweep_parser(sub) -> None:
     p.add_argument("--out", required=True, help="CSV file to write")
 
 
-def _list_of(name: str, value) -> list:
-    """A sweep's option as the list of its values (``step.Kind.text`` each, a choice among its words, or "none" for an
-    option whose default is none); a value that is none of them is a usage error naming the option."""
-    o = step.options()[name]
+def _list_of(name: str, value, cls=step.Scenario) -> list:
+    """A sweep's option (a field of ``cls``'s declaration) as the list of its values (``step.Kind.text`` each, a
+    choice among its words, or "none" for an option whose default is none); a value that is none of them is a usage
+    error naming the option."""
+    o = step.options(cls)[name]
     flag = name.replace("_", "-")
     if o.many is None:
         return [value]
@@ -388,6 +390,70 @@ def _sweep(a) -> int:
     return 0
 
 
+def _add_serve_parser(sub) -> None:
+    """``serve``: its options generated from ``question.serving.ServeQuestion``'s declaration, each a
+    comma-separated list (several values: one row per combination)."""
+    from neusight_core.question.serving import ServeQuestion
+    p = sub.add_parser("serve", help="serving: TTFT, TPOT and throughput at a concurrency (docs/serving.md)")
+    for name, o in step.options(ServeQuestion).items():
+        kw = dict(required=True) if o.user is step.REQUIRED else dict(default=None)
+        p.add_argument("--" + name.replace("_", "-"), help=o.many + _default_text(o), **kw)
+    p.add_argument("--seed", type=_seed, default=0, help="the predictor's training seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print JSON (a list with several questions)")
+    p.add_argument("--out", help="write the answers as CSV to this file")
+    _add_weights_options(p)
+
+
+def _serve(a) -> int:
+    import itertools
+    import json
+    from neusight_core.cost import serving
+    from neusight_core.question.serving import SERVE_INPUTS, ServeQuestion
+    lists = {n: [None] if getattr(a, n) is None else _list_of(n, getattr(a, n), ServeQuestion) for n in SERVE_INPUTS}
+    if lists["device"] != [None]:
+        lists["device"] = _devices(",".join(lists["device"]))
+    questions = [dict(zip(SERVE_INPUTS, combo)) for combo in itertools.product(*lists.values())]
+    if len(questions) == 1:      # one question: its bad input is the command's one-line error, before any training
+        serving.step_scenarios(serving.question(**questions[0]))
+    from contextlib import nullcontext
+    from neusight_core.cost import sweep
+    # the file is checked (and locked) before anything is computed; written aside and renamed when all is answered
+    with sweep.CsvTarget(a.out) if a.out else nullcontext() as target:
+        quick = _choose_quick(a, ["neusight"], [a.seed])
+        df = serving.predict(questions, quick=quick, seed=a.seed)
+        if target is not None:
+            f = target.open()
+            df.to_csv(f, index=False)
+            if target.tmp is None:
+                f.close()
+            target.commit()
+    if len(df) == 1 and df["error"].iloc[0]:
+        raise ValueError(df["error"].iloc[0])
+    if a.json:
+        recs = [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in df.to_dict("records")]
+        print(json.dumps(recs[0] if len(recs) == 1 else recs, indent=2, default=str))
+        return 0
+    weights = "quick" if quick else "full"
+    for r in df.to_dict("records"):
+        head = (f"{r['model']} on {r['tp']} x {r['device']} ({r['engine']}, {r['dtype']}), ISL {r['isl']}, "
+                f"OSL {r['osl']}, concurrency {r['concurrency']}")
+        if r["error"]:
+            print(f"{head}\n  error: {r['error']}")
+            continue
+        print(head + f"  [neusight {weights} weights seed {a.seed}; constants of {r['constants_of']}]")
+        if r["note"]:    # a run that does not fit says so first: the numbers below are of a run that cannot happen
+            print(f"{'NOTE' if r['fits'] else 'WARNING'}: {r['note']}")
+        print(f"  TTFT        {r['ttft_ms']:12.1f} ms\n  TPOT        {r['tpot_ms']:12.2f} ms\n"
+              f"  throughput  {r['tokens_per_s_per_gpu']:12.0f} output tokens/s per GPU, "
+              f"{r['requests_per_s']:.2f} requests/s\n"
+              f"  steps       decode {r['decode_step_ms']:.2f} ms (batch {r['concurrency']}), prefill "
+              f"{r['prefill_ms']:.1f} ms (one prompt)\n"
+              f"  KV cache    {r['kv_capacity_tokens']:,} tokens per GPU: at most {r['max_concurrency']} such requests")
+    if a.out:
+        print(f"{len(df)} rows ({int(df['error'].ne('').sum())} with an error) -> {a.out}")
+    return 0
+
+
 def _host(a) -> int:
     """host.calibrate on this machine, and how to predict with it (NEUSIGHT_HOST_LAUNCH_US)."""
     import json
@@ -448,6 +514,8 @@ def _command(argv) -> int:
             return _predict(a)
         if a.cmd == "sweep":
             return _sweep(a)
+        if a.cmd == "serve":
+            return _serve(a)
         if a.cmd == "train":
             return _train(a)
         if a.cmd == "host":

@@ -209,12 +209,13 @@ def predict(questions, predictor="neusight", quick: bool | None = None, seed: in
     rows = []
     for q, (_, st) in zip(qs, steps.iterrows()):
         fields = q.as_dict() if isinstance(q, ServeQuestion) else {k: q.get(k) for k in SERVE_INPUTS}
-        row = dict(fields, **{k: np.nan for k in ANSWER}, error=st["error"], note="", constants_of="")
+        row = dict(fields, **{k: np.nan for k in ANSWER})
+        row.update(error=st["error"], note="", constants_of="")
         if not st["error"]:
             c, fitted_for = constants(q.engine, constants_file)
             row.update(answer(q, st["t_dec"], st["t_pre"], c))
             cap, most = kv_capacity(q, st, devices.get_device(q.device).mem_gb)
-            fits = bool(st["memory_fits"]) and most >= 1
+            fits = most >= 1         # the step of all C may not fit (above max_concurrency): the engine queues
             row.update(decode_step_ms=st["t_dec"], prefill_ms=st["t_pre"], kv_capacity_tokens=cap,
                        max_concurrency=most, fits=fits, kv_limited=fits and q.concurrency > most,
                        constants_of=str(fitted_for))

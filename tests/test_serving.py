@@ -1,0 +1,143 @@
+"""Serving answers (cost/serving.py): the paged KV cache of its decode steps, the steady-state formulas on
+hand-computed cases, the fit of the constants, the KV-cache capacity, bad input, and the measured runs' split."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from neusight_core.cost import serving
+from neusight_core.cost.serving import EngineConstants
+from neusight_core.question.serving import ServeQuestion
+from neusight_core.question.step import LatencyInputError, Step
+
+
+def _q(**kw):
+    base = dict(model="llama3_8b", device="NVIDIA_H100_80GB_HBM3", tp=1, dtype="bf16", engine="vllm", isl=1024,
+                osl=128, concurrency=8)
+    base.update(kw)
+    return ServeQuestion(**base)
+
+
+# ------------------------------------------------------------------------------ the paged cache
+def test_a_paged_cache_writes_only_the_new_tokens():
+    from neusight_core.cost import tables
+    kw = dict(model="llama3_2_1b", batch=4, seq=1, past=512, dtype="bf16", attention="sdpa")
+    append, paged = tables.trace(Step(**kw)), tables.trace(Step(**kw, kv_cache="paged"))
+    assert len(append) == len(paged)
+    from neusight_core.tracing.trace import PAGED_WRITE
+    writes = paged[paged["aten_op"] == PAGED_WRITE]
+    layers = 16                                                    # Llama-3.2-1B: a K and a V write per layer
+    assert len(writes) == 2 * layers
+    # 4 sequences x 8 KV heads x 64 dims x 2 bytes, one new token: not the 513 tokens the append copies
+    assert set(writes["bytes_written"]) == {4 * 8 * 64 * 2.0} and set(writes["bytes_read"]) == {4 * 8 * 64 * 2.0}
+    moved = (append["bytes_read"] + append["bytes_written"]).sum() - (paged["bytes_read"] + paged["bytes_written"]).sum()
+    assert moved == pytest.approx(2 * layers * 2 * 4 * 8 * 64 * 2 * 512, rel=1e-9)   # the copies of the old cache
+    # without a cache the kind of cache changes nothing: one table
+    assert Step.of(dict(model="m", batch=1, mode="inf", fusion=False, parallel=None, gpus=1, micro_batches=1, past=0,
+                        dtype="bf16", attention="sdpa", grads="fresh", kv_cache="paged", seq=8)).kv_cache == "append"
+
+
+# ------------------------------------------------------------------------------ the formulas
+def test_the_steady_state_formulas_on_a_hand_computed_case():
+    c = EngineConstants(step_scale=1.0, prefill_share=1.0, ttft_base=2.0, ttft_per_request=0.5)
+    a = serving.answer(_q(concurrency=4, osl=11, tp=2), t_dec=2.0, t_pre=10.0, c=c)
+    assert a["tpot_ms"] == pytest.approx(2.0 + 4 * 10.0 / 10)           # 6 ms: the step and its share of prefills
+    assert a["ttft_ms"] == pytest.approx(10.0 * (2.0 + 0.5 * 3))        # 35 ms
+    assert a["e2e_ms"] == pytest.approx(35.0 + 10 * 6.0)                # 95 ms
+    assert a["tokens_per_s"] == pytest.approx(1e3 * 4 * 11 / 95)
+    assert a["tokens_per_s_per_gpu"] == pytest.approx(a["tokens_per_s"] / 2)
+    assert a["requests_per_s"] == pytest.approx(1e3 * 4 / 95)
+
+
+def test_the_fit_recovers_constants_that_made_the_rows():
+    from neusight_core.studies import serving_eval
+    true = EngineConstants(step_scale=0.9, prefill_share=0.7, ttft_base=3.0, ttft_per_request=0.2)
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(40):
+        q = _q(concurrency=int(rng.choice([4, 8, 16, 64])), osl=int(rng.choice([128, 512])), engine="trtllm")
+        t_dec, t_pre = float(rng.uniform(3, 20)), float(rng.uniform(10, 100))
+        a = serving.answer(q, t_dec, t_pre, true)
+        rows.append(dict(q.as_dict(), t_dec=t_dec, t_pre=t_pre, error="", ttft_ms=a["ttft_ms"], tpot_ms=a["tpot_ms"]))
+    got = serving_eval.fit(pd.DataFrame(rows))["trtllm"]
+    for name in ("step_scale", "prefill_share", "ttft_base", "ttft_per_request"):
+        assert getattr(got, name) == pytest.approx(getattr(true, name), abs=2e-3), name
+    assert got.rows == 40
+
+
+def test_the_kv_capacity_is_what_the_memory_leaves_in_tokens():
+    q = _q(concurrency=10, isl=1000, osl=200)       # the step's cache: 10 x 1,100 tokens
+    row = pd.Series({"memory_kv_cache_gib": 11.0, "memory_weights_gib": 20.0, "memory_activations_gib": 2.0})
+    cap, most = serving.kv_capacity(q, row, mem_gib=80.0)
+    per_token = 11.0 / 11_000
+    assert cap == int((0.9 * 80 - 22.0) / per_token)        # 50,000 tokens
+    assert most == cap // 1200
+
+
+def test_an_engine_without_constants_takes_the_one_fitted_on_most_rows(tmp_path):
+    from neusight_core.studies import serving_eval
+    f = tmp_path / "c.yaml"
+    serving_eval.save({"trtllm": EngineConstants(1, 1, 1, 0, rows=100), "sglang": EngineConstants(2, 2, 2, 0, rows=5)},
+                      f)
+    c, of = serving.constants("vllm", f)
+    assert of == "trtllm" and c.step_scale == 1
+    assert serving.constants("sglang", f)[1] == "sglang"
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+# ------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("given, says", [
+    (dict(concurrency=0), "concurrency must be a positive integer"),
+    (dict(osl=1), "output length (OSL) must be an integer of at least 2"),
+    (dict(isl=130_000, osl=2_000), "exceed the model's 131,072 positions"),
+    (dict(dtype="fp32"), "a serving engine does not serve FP32"),
+    (dict(engine="tgi"), "engine must be one of vllm, sglang, trtllm"),
+    (dict(batch=4), "unknown option(s) batch"),
+])
+def test_bad_serving_input_gets_one_line(given, says):
+    with pytest.raises(LatencyInputError) as e:
+        serving.question("llama3_8b", "H100", **given)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_tensor_parallelism_that_does_not_split_the_heads_is_refused():
+    with pytest.raises(LatencyInputError, match="needs the 32 attention heads to split evenly"):
+        serving.step_scenarios(serving.question("llama3_8b", "H100", tp=3))
+
+
+def test_one_bad_question_does_not_cost_the_others_their_answer(tmp_path):
+    df = serving.predict([dict(model="llama3_2_1b", device="H100", concurrency=4, osl=64, isl=256),
+                          dict(model="llama3_2_1b", device="H100", concurrency=0)], quick=True)
+    assert df["error"].iloc[0] == "" and df["ttft_ms"].iloc[0] > 0 and df["tpot_ms"].iloc[0] > 0
+    assert "concurrency must be a positive integer" in df["error"].iloc[1] and np.isnan(df["tpot_ms"].iloc[1])
+    # more requests than the cache holds: answered and marked
+    big = serving.predict([dict(model="llama3_8b", device="L4", concurrency=256, isl=4096, osl=1024)], quick=True)
+    r = big.iloc[0]
+    assert r["error"] == "" and r["fits"] and r["kv_limited"] and r["max_concurrency"] < 256
+    assert "queue for a slot" in r["note"]
+
+
+def test_serve_answers_in_json(capsys):
+    from neusight_core.__main__ import main
+    assert main(["serve", "--model", "llama3_2_1b", "--device", "H100", "--isl", "256", "--osl", "64",
+                 "--concurrency", "4", "--engine", "trtllm", "--quick", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    for k in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "kv_capacity_tokens", "max_concurrency"):
+        assert r[k] > 0, k
+    assert r["engine"] == "trtllm" and r["constants_of"] == "trtllm"
+    assert main(["serve", "--model", "llama3_2_1b", "--device", "H100", "--tp", "3", "--quick"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: tensor parallelism over 3 GPUs") and "\n" not in err
+
+
+# ------------------------------------------------------------------------------ the measured runs
+def test_the_development_rows_are_the_llama_3_1_family_and_nothing_else():
+    from neusight_core.data import serving_runs
+    dev, held = serving_runs.development(), serving_runs.held_out()
+    assert set(dev["model"]) == {"llama3_8b", "llama3_70b"}
+    assert 500 <= len(dev) <= 600 and set(dev["dtype"]) == {"bf16", "fp8"}
+    assert not held["model"].str.contains("Llama-3.1").any() and not set(held["id"]) & set(dev["id"])
+    assert (dev["ttft_ms"] > 0).all() and (dev["tpot_ms"] > 0).all()
