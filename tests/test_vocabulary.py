@@ -35,6 +35,9 @@ NOT_AN_OPTION = {
     ("studies/live_modern.py", "graph"): (1, "a key of VARIANTS: the name of a compared variant (graph | eager | paper's setting)"),
     ("studies/live_modern.py", "eager"): (1, "a key of VARIANTS: the name of a compared variant (graph | eager | paper's setting)"),
     ("studies/live_modern.py", "sdpa"): (1, "a word looked for in CUDA kernel names (ATTENTION_KERNEL_WORDS)"),
+    ("__main__.py", "tp"): (1, "the serve question's field tp (GPUs of one serving instance), not a plan"),
+    ("data/serving_runs.py", "tp"): (2, "the measured runs' column tp (GPUs of one serving instance), not a plan"),
+    ("studies/serving_eval.py", "tp"): (1, "the serve question's field tp (GPUs of one serving instance), not a plan"),
     ("studies/moe_eval.py", "tp"): (2, "a label of the split column of NVIDIA's layers (one GPU | tp | ep | tp x ep)"),
     ("studies/moe_eval.py", "ep"): (2, "a label of the split column of NVIDIA's layers (one GPU | tp | ep | tp x ep)"),
 }

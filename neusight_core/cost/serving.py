@@ -59,8 +59,7 @@ MEMORY_FRACTION = 0.9
 #: precisions a serving engine runs a model in; fp32 / tf32 are training precisions no engine serves in
 SERVING_PRECISIONS = (Precision.BF16, Precision.FP16) + tuple(p for p in Precision if p.value == "fp8")
 
-FIELDS = options(ServeQuestion)
-GIB = 2 ** 30
+SERVE_FIELDS = options(ServeQuestion)
 
 #: the answer's columns (``predict``), after the question's
 ANSWER = ["ttft_ms", "tpot_ms", "e2e_ms", "requests_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
@@ -80,7 +79,7 @@ class EngineConstants:
 
 
 @functools.lru_cache(maxsize=None)
-def _saved_constants(path: str) -> dict:
+def saved_constants(path: str) -> dict:
     raw = yaml.safe_load(Path(path).read_text()) or {}
     return {ServingEngine(k): EngineConstants(**{f.name: v[f.name] for f in dataclasses.fields(EngineConstants)
                                                  if f.name in v})
@@ -90,7 +89,7 @@ def _saved_constants(path: str) -> dict:
 def constants(engine, path: Path | None = None) -> tuple[EngineConstants, ServingEngine]:
     """The constants ``engine`` is answered with and the engine they were fitted for: its own, or, for an engine
     without development rows, the engine fitted on the most rows (an extrapolation the answer names)."""
-    saved = _saved_constants(str(path or CONSTANTS_FILE))
+    saved = saved_constants(str(path or CONSTANTS_FILE))
     if not saved:
         raise LatencyInputError(f"no serving constants in {path or CONSTANTS_FILE}: fit them with "
                                 "`python -m neusight_core.studies.serving_eval --fit`")
@@ -112,7 +111,7 @@ def question(model, device, **given) -> ServeQuestion:
         raise LatencyInputError(f"unknown option(s) {', '.join(unknown)}; the options are {', '.join(SERVE_INPUTS)}")
     f = {name: None for name in SERVE_INPUTS}
     f.update({k: None if not_given(v) else v for k, v in given.items()}, model=model, device=device)
-    for name, o in FIELDS.items():
+    for name, o in SERVE_FIELDS.items():
         if f[name] is None and o.user is not REQUIRED:
             f[name] = o.user
         else:

@@ -19,14 +19,15 @@ from pathlib import Path
 import pandas as pd
 
 from neusight_core.data import measured_kernels
+from neusight_core.question.schema import Precision
 
-FILE = "silicon_sample.csv"
+SERVING_FILE = "silicon_sample.csv"
 #: the Hugging Face models of the development rows -> our configs (model_configs/: the same dimensions)
 DEVELOPMENT_MODELS = {"meta-llama/Llama-3.1-8B-Instruct": "llama3_8b", "nvidia/Llama-3.1-8B-Instruct-FP8": "llama3_8b",
                       "meta-llama/Llama-3.1-70B": "llama3_70b"}
 #: the file's GEMM quantisation -> our precision (no quantisation: BF16)
-PRECISIONS = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8"}
-COLUMNS = ["id", "model", "device", "engine", "engine_version", "dtype", "quant", "tp", "isl", "osl", "concurrency",
+QUANT_PRECISION = {Precision.BF16.value: Precision.BF16, "fp8": "fp8", "fp8_block": "fp8"}
+SERVING_COLUMNS = ["id", "model", "device", "engine", "engine_version", "dtype", "quant", "tp", "isl", "osl", "concurrency",
            "ttft_ms", "tpot_ms"]
 
 
@@ -35,8 +36,8 @@ class ServingDataError(RuntimeError):
 
 
 def path(root: str | Path | None = None) -> Path:
-    """The file, beside the package's ``systems/data`` folder (``root``: a folder holding ``FILE``)."""
-    p = Path(root) / FILE if root is not None else measured_kernels.data_root().parent / FILE
+    """The file, beside the package's ``systems/data`` folder (``root``: a folder holding ``SERVING_FILE``)."""
+    p = Path(root) / SERVING_FILE if root is not None else measured_kernels.data_root().parent / SERVING_FILE
     if not p.is_file():
         raise ServingDataError(f"{p}: the measured serving runs are missing (reinstall aiconfigurator-core "
                                f"{measured_kernels.PINNED_VERSION}: pip install -r requirements.txt)")
@@ -46,19 +47,19 @@ def path(root: str | Path | None = None) -> Path:
 def _read(root=None) -> pd.DataFrame:
     d = pd.read_csv(path(root))
     d = d[d["mode"] == "agg"]
-    quant = d["gemm_quant_mode"].fillna("bf16")
-    return d.assign(quant=quant)[quant.isin(list(PRECISIONS))]
+    quant = d["gemm_quant_mode"].fillna(Precision.BF16.value)
+    return d.assign(quant=quant)[quant.isin(list(QUANT_PRECISION))]
 
 
 def _ours(d: pd.DataFrame, models: dict) -> pd.DataFrame:
     dev = d["system"].map(measured_kernels.CATALOGUE)
     out = pd.DataFrame({"id": d["id"], "model": d["model_path"].map(models).fillna(d["model_path"]), "device": dev,
                         "engine": d["backend"], "engine_version": d["backend_version"].fillna("").astype(str),
-                        "dtype": d["quant"].map(PRECISIONS), "quant": d["quant"], "tp": d["tp_size"].astype(int),
+                        "dtype": d["quant"].map(QUANT_PRECISION), "quant": d["quant"], "tp": d["tp_size"].astype(int),
                         "isl": d["isl"].astype(int), "osl": d["osl"].astype(int),
                         "concurrency": d["batch_size"].astype(int), "ttft_ms": d["silicon_ttft_ms"].astype(float),
                         "tpot_ms": d["silicon_tpot_ms"].astype(float)})
-    return out[dev.notna().to_numpy()].reset_index(drop=True)[COLUMNS]
+    return out[dev.notna().to_numpy()].reset_index(drop=True)[SERVING_COLUMNS]
 
 
 def development(root=None) -> pd.DataFrame:

@@ -22,9 +22,10 @@ import yaml
 from neusight_core.cost import serving
 from neusight_core.cost.serving import EngineConstants
 from neusight_core.data import serving_runs
+from neusight_core.question.serving import SERVE_INPUTS
 from neusight_core.studies import error_metric
 
-QUESTION = ["model", "device", "tp", "dtype", "engine", "isl", "osl", "concurrency"]
+QUESTION = SERVE_INPUTS        # a measured run's question: its columns of these names
 
 
 def steps(rows: pd.DataFrame, predictor="neusight", quick: bool | None = None, seed: int = 0,
@@ -68,7 +69,7 @@ def save(consts: dict, path: Path = serving.CONSTANTS_FILE) -> None:
     tmp = Path(str(path) + ".tmp")
     tmp.write_text(head + yaml.safe_dump(body, sort_keys=False, width=200))
     tmp.replace(path)
-    serving._saved_constants.cache_clear()
+    serving.saved_constants.cache_clear()
 
 
 def scored(frame: pd.DataFrame, consts: dict | None = None) -> pd.DataFrame:
