@@ -402,9 +402,11 @@ def test_an_out_name_too_long_is_a_usage_error_and_leaves_no_lock(tmp_path, caps
     ("07_external_validation", "external", "External validation", False,
      "BF16 on unseen Blackwell GPUs, measured by others: GEMM 20.2 %, attention 32.0 %"),
     ("08_error_bars", "error_bars", "Each answer's interval", True,
-     "80 % intervals of neusight (full weights, 3 seed(s)) cover unseen GPUs (release labels) 81 % (half-width 12 %)")])
+     "80 % intervals of neusight (full weights, 3 seed(s)) cover unseen GPUs (release labels) 81 % (half-width 12 %)"),
+    ("09_serving", "serving", "Serving", False,
+     "serving model on 177 of 553 development rows (full weights): TPOT 8.4 %, TTFT 56.5 % MAPE")])
 def test_an_extensions_verdict_gets_its_line_in_the_verdict_block(tmp_path, notebook, key, title, quick, line):
-    """Notebooks 07 and 08 report beyond the paper: each gets one line, titled by ``run_summary.EXTENSIONS``."""
+    """Notebooks 07, 08 and 09 report beyond the paper: each gets one line, titled by ``run_summary.EXTENSIONS``."""
     import json
 
     from neusight_core.run import runner

@@ -61,7 +61,7 @@ def _ranking_text(r: dict, key: str) -> str:
 
 
 #: the extensions beyond the paper that report a verdict line: metrics.json["verdicts"] key -> its title
-EXTENSIONS = {"external": "External validation", "error_bars": "Each answer's interval"}
+EXTENSIONS = {"external": "External validation", "error_bars": "Each answer's interval", "serving": "Serving"}
 
 
 def verdict_block(run_dir: Path, results: list[NotebookResult]) -> list[str]:
