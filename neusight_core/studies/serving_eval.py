@@ -108,6 +108,21 @@ def error_table(s: pd.DataFrame, by=("engine",)) -> pd.DataFrame:
     return out[by + [c for c in out.columns if c not in by]]
 
 
+def held_out_check(predictor="neusight", quick: bool | None = None, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The independent check: the held-out rows (never fitted on) answered with the saved constants. Returns (the
+    scored rows, a count of every held-out row by model: answered, or why not)."""
+    rows = serving_runs.held_out()
+    known = rows["model"].isin(list(serving_runs.HELD_OUT_MODELS.values()))
+    frame = steps(rows[known], predictor, quick, seed) if known.any() else rows.iloc[:0].assign(error="")
+    counts = rows.assign(answered=False, why="no config here (mixture-of-experts or latent attention)")
+    done = frame.set_index("id")["error"]
+    hit = counts["id"].isin(done.index)
+    counts.loc[hit, "answered"] = done.reindex(counts.loc[hit, "id"]).eq("").to_numpy()
+    counts.loc[hit, "why"] = done.reindex(counts.loc[hit, "id"]).to_numpy()
+    table = counts.groupby(["model", "answered", "why"]).size().rename("rows").reset_index()
+    return scored(frame), table
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="fit the constants on the development rows and save them")
