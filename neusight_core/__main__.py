@@ -443,7 +443,10 @@ def _serve(a) -> int:
         print(head + f"  [neusight {weights} weights seed {a.seed}; constants of {r['constants_of']}]")
         if r["note"]:    # a run that does not fit says so first: the numbers below are of a run that cannot happen
             print(f"{'NOTE' if r['fits'] else 'WARNING'}: {r['note']}")
-        print(f"  TTFT        {r['ttft_ms']:12.1f} ms\n  TPOT        {r['tpot_ms']:12.2f} ms\n"
+        band = f"{r['coverage']:.0%} interval"
+        print(f"  TTFT        {r['ttft_ms']:12.1f} ms   {band} {r['ttft_lo_ms']:.1f} - {r['ttft_hi_ms']:.1f} ms\n"
+              f"  TPOT        {r['tpot_ms']:12.2f} ms   {band} {r['tpot_lo_ms']:.2f} - {r['tpot_hi_ms']:.2f} ms "
+              "(the spread of the engine's measured runs around the model: docs/serving.md)\n"
               f"  throughput  {r['tokens_per_s_per_gpu']:12.0f} output tokens/s per GPU, "
               f"{r['requests_per_s']:.2f} requests/s\n"
               f"  steps       decode {r['decode_step_ms']:.2f} ms (batch {r['concurrency']}), prefill "

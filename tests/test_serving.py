@@ -52,6 +52,16 @@ def test_the_steady_state_formulas_on_a_hand_computed_case():
     assert a["requests_per_s"] == pytest.approx(1e3 * 4 / 95)
 
 
+def test_the_intervals_are_the_normal_quantile_of_the_spread():
+    c = EngineConstants(1.0, 1.0, 2.0, 0.5, tpot_sigma=0.1, ttft_sigma=0.5)
+    a = serving.answer(_q(concurrency=4, osl=11, coverage=0.8), t_dec=2.0, t_pre=10.0, c=c)
+    z = 1.2815515655446004                                  # the normal's 90 % quantile: 80 % between the bounds
+    assert a["tpot_lo_ms"] == pytest.approx(6.0 * np.exp(-z * 0.1)) and a["tpot_hi_ms"] == pytest.approx(6.0 * np.exp(z * 0.1))
+    assert a["ttft_hi_ms"] / a["ttft_ms"] == pytest.approx(np.exp(z * 0.5))
+    wider = serving.answer(_q(concurrency=4, osl=11, coverage=0.95), t_dec=2.0, t_pre=10.0, c=c)
+    assert wider["tpot_hi_ms"] > a["tpot_hi_ms"] and wider["tpot_lo_ms"] < a["tpot_lo_ms"]
+
+
 def test_the_fit_recovers_constants_that_made_the_rows():
     from neusight_core.studies import serving_eval
     true = EngineConstants(step_scale=0.9, prefill_share=0.7, ttft_base=3.0, ttft_per_request=0.2)
@@ -65,7 +75,7 @@ def test_the_fit_recovers_constants_that_made_the_rows():
     got = serving_eval.fit(pd.DataFrame(rows))["trtllm"]
     for name in ("step_scale", "prefill_share", "ttft_base", "ttft_per_request"):
         assert getattr(got, name) == pytest.approx(getattr(true, name), abs=2e-3), name
-    assert got.rows == 40
+    assert got.rows == 40 and got.tpot_sigma < 1e-3 and got.ttft_sigma < 1e-3      # exact rows: no spread
 
 
 def test_the_kv_capacity_is_what_the_memory_leaves_in_tokens():
@@ -127,6 +137,7 @@ def test_serve_answers_in_json(capsys):
     r = json.loads(capsys.readouterr().out)
     for k in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "kv_capacity_tokens", "max_concurrency"):
         assert r[k] > 0, k
+    assert r["tpot_lo_ms"] < r["tpot_ms"] < r["tpot_hi_ms"] and r["coverage"] == 0.8
     assert r["engine"] == "trtllm" and r["constants_of"] == "trtllm"
     assert main(["serve", "--model", "llama3_2_1b", "--device", "H100", "--tp", "3", "--quick"]) == 2
     err = capsys.readouterr().err.strip()

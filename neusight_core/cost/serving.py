@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from neusight_core.cost import error_model
 from neusight_core.data import configs
 
 from neusight_core.question.schema import Attention, Execution, KVCache, Plan, Precision, ServingEngine
@@ -62,7 +63,7 @@ SERVING_PRECISIONS = (Precision.BF16, Precision.FP16) + tuple(p for p in Precisi
 SERVE_FIELDS = options(ServeQuestion)
 
 #: the answer's columns (``predict``), after the question's
-ANSWER = ["ttft_ms", "tpot_ms", "e2e_ms", "requests_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
+ANSWER = ["ttft_ms", "ttft_lo_ms", "ttft_hi_ms", "tpot_ms", "tpot_lo_ms", "tpot_hi_ms", "e2e_ms", "requests_per_s", "tokens_per_s", "tokens_per_s_per_gpu",
           "decode_step_ms", "prefill_ms", "kv_capacity_tokens", "max_concurrency", "kv_limited", "fits",
           "constants_of", "note", "error"]
 
@@ -74,6 +75,8 @@ class EngineConstants:
     prefill_share: float
     ttft_base: float
     ttft_per_request: float
+    tpot_sigma: float = 0.0       # spread (log) of the measured TPOT around the fitted model on those rows
+    ttft_sigma: float = 0.0       # the same for TTFT
     rows: int = 0                 # development rows they were fitted on
     source: str = ""              # which rows, with which predictor and weights
 
@@ -144,12 +147,17 @@ def step_scenarios(q: ServeQuestion) -> tuple:
 # ------------------------------------------------------------------------------ the answer
 def answer(q: ServeQuestion, t_dec: float, t_pre: float, c: EngineConstants) -> dict:
     """TTFT, TPOT, the request's end-to-end time and the throughputs of ``q`` from its two step times (ms) and its
-    engine's constants (the module docstring's formulas)."""
+    engine's constants (the module docstring's formulas); TTFT's and TPOT's intervals at ``q.coverage``: symmetric
+    in log, the normal quantile times the spread of the engine's development rows around the model (in sample: the
+    held-out check says whether it holds elsewhere)."""
     C, osl = q.concurrency, q.osl
     tpot = c.step_scale * t_dec + c.prefill_share * C * t_pre / (osl - 1)
     ttft = t_pre * (c.ttft_base + c.ttft_per_request * (C - 1))
     e2e = ttft + (osl - 1) * tpot
-    return {"ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e, "requests_per_s": 1e3 * C / e2e,
+    z = error_model.normal_quantile(0.5 + q.coverage / 2)
+    return {"ttft_ms": ttft, "ttft_lo_ms": ttft * math.exp(-z * c.ttft_sigma), "ttft_hi_ms": ttft * math.exp(z * c.ttft_sigma),
+            "tpot_ms": tpot, "tpot_lo_ms": tpot * math.exp(-z * c.tpot_sigma), "tpot_hi_ms": tpot * math.exp(z * c.tpot_sigma),
+            "e2e_ms": e2e, "requests_per_s": 1e3 * C / e2e,
             "tokens_per_s": 1e3 * C * osl / e2e, "tokens_per_s_per_gpu": 1e3 * C * osl / e2e / q.tp}
 
 

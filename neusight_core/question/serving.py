@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from neusight_core.question.schema import Precision, ServingEngine
-from neusight_core.question.step import Choice, Count, Kind, option, options
+from neusight_core.question.step import COVERAGE_LIMITS, Choice, Count, Kind, Share, option, options
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +40,11 @@ class ServeQuestion:
     concurrency: int = option(Count(), user=32, what="concurrency",
                               help="requests in flight (each client sends its next request when its answer is in)",
                               many="concurrency level(s), e.g. 8,16,32,64")
+
+    coverage: float = option(Share(COVERAGE_LIMITS), user=0.8, what="coverage",
+                             help="the intervals' coverage, 0.5-0.99 (the spread of the engine's development rows "
+                                  "around the model: docs/serving.md)",
+                             many="coverage(s) of the intervals, 0.5-0.99, comma-separated")
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -25,13 +25,15 @@ from neusight_core.data import serving_runs
 from neusight_core.question.serving import SERVE_INPUTS
 from neusight_core.studies import error_metric
 
-QUESTION = SERVE_INPUTS        # a measured run's question: its columns of these names
+QUESTION = SERVE_INPUTS        # a measured run's question: its columns of these names (coverage: the default)
+BOUNDS = ["ttft_lo_ms", "ttft_hi_ms", "tpot_lo_ms", "tpot_hi_ms"]
 
 
 def steps(rows: pd.DataFrame, predictor="neusight", quick: bool | None = None, seed: int = 0,
           progress: bool = False) -> pd.DataFrame:
     """``rows`` (``serving_runs``' columns) with each run's two step times (``t_dec``, ``t_pre``) and ``error``."""
-    qs = [dict(zip(QUESTION, r)) for r in rows[QUESTION].itertuples(index=False)]
+    cols = [c for c in QUESTION if c in rows.columns]
+    qs = [dict(zip(cols, r)) for r in rows[cols].itertuples(index=False)]
     _, st = serving.step_times(qs, predictor, quick, seed, progress=progress)
     return pd.concat([rows.reset_index(drop=True), st[["t_dec", "t_pre", "error"]]], axis=1)
 
@@ -52,8 +54,13 @@ def fit(frame: pd.DataFrame, source: str = "") -> dict:
         C, osl = g["concurrency"].to_numpy(float), g["osl"].to_numpy(float)
         tpot = _log_fit(np.c_[g["t_dec"], C * g["t_pre"] / (osl - 1)], g["tpot_ms"].to_numpy(float), [1.0, 1.0])
         ttft = _log_fit(np.c_[g["t_pre"], g["t_pre"] * (C - 1)], g["ttft_ms"].to_numpy(float), [1.0, 0.1])
+        # the spread around the fit: root mean square of the log residuals (the intervals' sigma)
+        r_tpot = np.log((tpot[0] * g["t_dec"] + tpot[1] * C * g["t_pre"] / (osl - 1)) / g["tpot_ms"])
+        r_ttft = np.log(g["t_pre"] * (ttft[0] + ttft[1] * (C - 1)) / g["ttft_ms"])
         out[engine] = EngineConstants(step_scale=round(float(tpot[0]), 4), prefill_share=round(float(tpot[1]), 4),
                                       ttft_base=round(float(ttft[0]), 4), ttft_per_request=round(float(ttft[1]), 4),
+                                      tpot_sigma=round(float(np.sqrt(np.mean(r_tpot ** 2))), 4),
+                                      ttft_sigma=round(float(np.sqrt(np.mean(r_ttft ** 2))), 4),
                                       rows=len(g), source=f"{source}; {len(g)} development rows: " + ", ".join(
                                           f"{m} {d} {dt} ({n})" for (m, d, dt), n in
                                           g.groupby(["model", "device", "dtype"]).size().items()))
@@ -76,18 +83,45 @@ def scored(frame: pd.DataFrame, consts: dict | None = None) -> pd.DataFrame:
     """The answered rows of ``frame`` with the model's TTFT and TPOT (``pred_ttft_ms``, ``pred_tpot_ms``), their
     errors (%, signed) and the plain decode step's error against TPOT (``step_err``)."""
     ok = frame[frame["error"].eq("")].copy()
-    pt, pp = [], []
+    pt, pp, bounds = [], [], []
     for r in ok.itertuples(index=False):
         c = consts[r.engine] if consts and r.engine in consts else serving.constants(r.engine)[0]
-        q = serving.ServeQuestion(**{k: getattr(r, k) for k in QUESTION})
+        q = serving.ServeQuestion(**{k: getattr(r, k) for k in QUESTION if hasattr(r, k)})
         a = serving.answer(q, r.t_dec, r.t_pre, c)
         pt.append(a["ttft_ms"])
         pp.append(a["tpot_ms"])
+        bounds.append([a[k] for k in BOUNDS])
     ok["pred_ttft_ms"], ok["pred_tpot_ms"] = pt, pp
+    ok[BOUNDS] = np.asarray(bounds, float).reshape(len(ok), len(BOUNDS))
     ok["ttft_err"] = 100 * (ok["pred_ttft_ms"] / ok["ttft_ms"] - 1)
     ok["tpot_err"] = 100 * (ok["pred_tpot_ms"] / ok["tpot_ms"] - 1)
     ok["step_err"] = 100 * (ok["t_dec"] / ok["tpot_ms"] - 1)
     return ok
+
+
+def coverage_table(frame: pd.DataFrame, consts: dict | None = None, levels=(0.5, 0.8, 0.95)) -> pd.DataFrame:
+    """Per engine and overall: the share of rows whose measured TTFT / TPOT lies in the answer's interval at each
+    coverage in ``levels`` (%), and the median relative half-width at 80 %."""
+    parts = []
+    for p in levels:
+        s = scored(frame.assign(coverage=p), consts)
+        parts.append(s.assign(level=p, tpot_in=(s.tpot_ms >= s.tpot_lo_ms) & (s.tpot_ms <= s.tpot_hi_ms),
+                              ttft_in=(s.ttft_ms >= s.ttft_lo_ms) & (s.ttft_ms <= s.ttft_hi_ms),
+                              tpot_hw=(s.tpot_hi_ms - s.tpot_lo_ms) / 2 / s.pred_tpot_ms,
+                              ttft_hw=(s.ttft_hi_ms - s.ttft_lo_ms) / 2 / s.pred_ttft_ms))
+    a = pd.concat(parts, ignore_index=True)
+    rows = []
+    for eng, g in list(a.groupby("engine")) + [("all", a)]:
+        r = {"engine": eng, "rows": int((g.level == levels[0]).sum())}
+        for p in levels:
+            h = g[g.level == p]
+            r[f"TPOT covered at {p:.0%}"] = 100 * h.tpot_in.mean()
+            r[f"TTFT covered at {p:.0%}"] = 100 * h.ttft_in.mean()
+        h = g[g.level == 0.8]
+        r["TPOT half-width at 80 % (%)"] = 100 * h.tpot_hw.median()
+        r["TTFT half-width at 80 % (%)"] = 100 * h.ttft_hw.median()
+        rows.append(r)
+    return pd.DataFrame(rows)
 
 
 def error_table(s: pd.DataFrame, by=("engine",)) -> pd.DataFrame:
@@ -145,6 +179,7 @@ def main(argv=None) -> int:
     pd.set_option("display.width", 200)
     print(error_table(s, ["engine"]).round(1).to_string(index=False))
     print(error_table(s, ["engine", "dtype", "tp"]).round(1).to_string(index=False))
+    print(coverage_table(frame, consts).round(1).to_string(index=False))
     return 0
 
 
