@@ -9,6 +9,8 @@ paper``, ``KV-cache decode not in the paper``).
 * :func:`scenarios` / :func:`run` -- Llama-2 7B / 13B / 70B and Mixtral 8x7B (full runs, bf16) prefill and decode
   and GPT-3 2.7B training on every catalogue GPU in bf16 and fp32, with the smallest tensor-parallel split that
   fits when one GPU does not: latency, tokens per second, memory, cost per million tokens.
+* :func:`serving` -- Llama-3.1 8B and 70B served on every catalogue GPU (``cost/serving.py``): TTFT, TPOT,
+  tokens per second per GPU, cost per million tokens.
 * :func:`memory_validation` / :func:`label_fit_check` -- the memory model against PyTorch's allocator on small CPU
   models, and against which training configurations the authors could run.
 
@@ -210,6 +212,31 @@ def _row(sc, dt, dev, n, m, e2e_ms, fit, quick, price=None, tensor_core: bool = 
 
 
 # ------------------------------------------------------------------------------ CPU validation table
+#: the serving what-if: Llama-3.1 models and the TP they are served with (70B: over 8 GPUs, as NVIDIA's runs of it)
+SERVING_MODELS = (("llama3_8b", 1), ("llama3_70b", 8))
+SERVING_CONCURRENCY = (8, 32, 128)
+
+
+def serving(gpus=None, dtypes=(Precision.BF16,), quick: bool = False, predictor="neusight",
+            gpu_price_per_hour: float | None = None, engine=schema.ServingEngine.VLLM, isl: int = 1024,
+            osl: int = 1024) -> pd.DataFrame:
+    """The catalogue's GPUs serving Llama-3.1-8B (one GPU) and 70B (TP 8) at a few concurrencies through
+    ``cost.serving``: TTFT, TPOT, output tokens/s per GPU, cost per million output tokens (with a price per
+    GPU-hour), and ``validation``: what the answer rests on beyond the serving model's development rows. A GPU
+    without a link for TP 8 gets its one-line error in its row; a run that does not fit says so (``fits``)."""
+    from neusight_core.cost import serving as serving_model
+    gpus = list(gpus) if gpus is not None else catalogue_gpus()
+    qs = [dict(model=m, device=g, tp=tp, dtype=dt, engine=engine, isl=isl, osl=osl, concurrency=c)
+          for m, tp in SERVING_MODELS for dt in dtypes for g in gpus for c in SERVING_CONCURRENCY]
+    df = serving_model.predict(qs, predictor, quick=quick)
+    seen = {devices.get_device(g).name for g in ("H100", "H200", "B200")}
+    df["validation"] = np.where(df["device"].isin(seen), "GPU of the development rows",
+                                "GPU outside the serving model's development rows")
+    if gpu_price_per_hour:
+        df["cost_per_mtok"] = gpu_price_per_hour / 3600 / df["tokens_per_s_per_gpu"] * 1e6
+    return df
+
+
 def memory_validation(quick: bool = False) -> pd.DataFrame:
     """Traced activation peak vs PyTorch's measured peak on small real CPU models (as tests/test_memory.py)."""
     import transformers
