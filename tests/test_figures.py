@@ -1,11 +1,13 @@
 """What an evaluator reads off notebook 07's figures: legends that cover no data, held-out GPUs drawn over the
 training ones and named as held out, one held-out GPU not hidden under the other, and x axes that stop where
-their tables stop. Small frames, no data or weights needed."""
+their tables stop; and notebook 04's ablation figure, whose tick labels stay apart whatever its rows are called.
+Small frames, no data or weights needed."""
 from __future__ import annotations
 
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.pyplot  # noqa: E402  (after the backend is chosen)
 import numpy as np
 import pandas as pd
 import pytest
@@ -113,3 +115,47 @@ def test_the_modern_steps_figure_draws_every_run_and_keeps_its_legend_off_the_po
     assert len(set(markers)) == len(runs)
     drawn = sum(len(c.get_offsets()) for c in fig.axes[0].collections)
     assert drawn == len(runs) * len(live_modern.STEP_PHASES)
+
+
+def _ablation_table(rows, top: float) -> pd.DataFrame:
+    """An ablation table as ``recipe_studies.ablation_table`` writes it: per group a mean, a "min-max" string and the
+    change from the base row, MAPEs up to ``top``."""
+    from neusight_core.studies import recipe_eval
+    rng = np.random.default_rng(3)
+    t = pd.DataFrame({"row": rows})
+    for g in recipe_eval.HEADLINE_GROUPS[:3]:
+        m = rng.uniform(0.02 * top, top, len(rows))
+        t[f"{g} mean"], t[f"{g} min-max"] = m, [f"{0.9 * v:.1f}-{1.1 * v:.1f}" for v in m]
+        t[f"{g} vs base"] = m - m[0]
+    return t
+
+
+_LONG_ROWS = ["neusight-paper (base), trained on 1,000 records per class",
+              "+ the training GPUs' transformer-shaped kernels (a quarter of the records per class)",
+              "learning rates (LINEAR 1e-3, softmax and layernorm 1e-4)",
+              "LINEAR: five 8 x 256 networks, u averaged (a failed one dropped)", "epochs per class (ours)",
+              "inputs: wave_bytes_per_sm_bw instead of the memory-capacity and L2 inputs (neusight-logo)",
+              "tile lookup: the authors' unnormalised one instead of our scaled one, with the memory cap at the "
+              "training GPUs' 40 GB (neusight-logo)", "all = neusight"]
+
+
+@pytest.mark.parametrize("top", [12.0, 1.6e5, 3e7])
+def test_the_ablation_figure_keeps_its_tick_labels_apart_whatever_the_rows_are_called(top):
+    # a full run's long recipe names once took the panels' width and pressed their MAPE ticks into each other
+    fig = plots.plot_ablation(_ablation_table(_LONG_ROWS, top), title="Ablation\n(every row trained on 1,000 records)")
+    fig.canvas.draw()
+    for ax in fig.axes:
+        for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+            boxes = [(t.get_text(), t.get_window_extent()) for t in labels if t.get_visible() and t.get_text()]
+            touching = [(a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1:] if ba.overlaps(bb)]
+            assert not touching, f"{ax.get_title()}: tick labels overlap: {touching}"
+    first = fig.axes[0]
+    rows = [t for t in first.get_yticklabels() if t.get_text()]
+    assert len(rows) == len(_LONG_ROWS)
+    # every row label is left of the first panel, inside the figure, and wrapped (none wider than the panel)
+    panel = first.get_window_extent()
+    for t in rows:
+        box = t.get_window_extent()
+        assert box.x1 <= panel.x0 + 1 and box.x0 >= 0, t.get_text()
+        assert box.width <= panel.width, t.get_text()
+    matplotlib.pyplot.close(fig)

@@ -355,12 +355,35 @@ def plot_per_gpu(summary: pd.DataFrame, authors: dict, recipes=recipe_eval.RECIP
     return fig
 
 
+#: width (characters) at which plot_ablation wraps a row's label, and the width (inches) of each of its panels
+ABLATION_LABEL_CHARS = 38
+ABLATION_PANEL_IN = 3.4
+
+
+def _tick_labels_overlap(labels) -> bool:
+    boxes = [t.get_window_extent() for t in labels if t.get_visible() and t.get_text()]
+    return any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
 def plot_ablation(table: pd.DataFrame, groups=recipe_eval.HEADLINE_GROUPS[:3], title: str = "", base_line: bool = True):
     """Horizontal bars: each ablation row's mean MAPE per group, whiskers min-max over seeds; a dashed line
-    at the first row's mean (``base_line``)."""
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 0.45 * len(table) + 1.5), sharey=True)
+    at the first row's mean (``base_line``).
+
+    Readable at page width whatever the rows are called: long row labels are wrapped (``ABLATION_LABEL_CHARS``) and
+    each row is as tall as its longest label, so the labels cannot take the panels' width (which squeezed the MAPE
+    ticks of a full run into each other); each panel is ``ABLATION_PANEL_IN`` wide with at most five MAPE ticks, and
+    a panel whose tick labels would still touch (MAPEs in the tens of thousands) gets them turned and right-aligned."""
+    from matplotlib.ticker import MaxNLocator
+    labels = ["\n".join(textwrap.wrap(str(r), ABLATION_LABEL_CHARS, break_on_hyphens=False)) or str(r)
+              for r in table["row"]]
+    lines = max((lab.count("\n") + 1 for lab in labels), default=1)
+    row_in = 0.25 + 0.12 * lines
+    label_in = 0.075 * min(ABLATION_LABEL_CHARS, max((len(r) for r in table["row"].astype(str)), default=0))
+    fig, axes = plt.subplots(1, len(groups), figsize=(label_in + ABLATION_PANEL_IN * len(groups), row_in * len(table) + 1.6),
+                             sharey=True)
+    axes = np.atleast_1d(axes)
     y = np.arange(len(table))[::-1]
-    for ax, g in zip(np.atleast_1d(axes), groups):
+    for ax, g in zip(axes, groups):
         mean = table[f"{g} mean"].to_numpy(float)
         lo_hi = table[f"{g} min-max"].str.split("-", n=1, expand=True).astype(float).to_numpy()
         # the min-max strings are rounded to 0.1: clip the whiskers at 0 where rounding crosses the mean
@@ -370,9 +393,21 @@ def plot_ablation(table: pd.DataFrame, groups=recipe_eval.HEADLINE_GROUPS[:3], t
             ax.axvline(mean[0], color="k", lw=0.7, ls="--")
         ax.set_title(g, fontsize=9)
         ax.set_xlabel("MAPE (%)")
-    np.atleast_1d(axes)[0].set_yticks(y, table["row"], fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5, min_n_ticks=3))
+        ax.tick_params(axis="x", labelsize=8)
+    axes[0].set_yticks(y, labels, fontsize=8)
     fig.suptitle(title or "Ablation: the authors' recipe with one difference switched to ours")
     fig.tight_layout()
+    fig.canvas.draw()
+    turned = False
+    for ax in axes:
+        if _tick_labels_overlap(ax.get_xticklabels()):
+            ax.tick_params(axis="x", labelrotation=35)
+            for t in ax.get_xticklabels():
+                t.set_horizontalalignment("right")
+            turned = True
+    if turned:
+        fig.tight_layout()
     return fig
 
 

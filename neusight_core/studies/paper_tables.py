@@ -282,6 +282,27 @@ TABLES = {
 PAPER_ITEM = {"nvidia_inf": "Figure 7", "nvidia_train": "Figure 8", "amd_inf": "Figure 9 (inference)",
               "amd_train": "Figure 9 (training)", "perop": "Table 6", "fusion_inf": "Table 7",
               "distributed": "Table 8", "fp16mm": "Figure 10"}
+#: what the numbers of each table above are (metric, unit, what a row and a column are), for its title line in a
+#: notebook's tables/ (the flattened CSV's column names alone do not say APE or ms)
+TABLE_CONTENT = {
+    "nvidia_inf": "inference APE (%) per NVIDIA GPU and predictor (rows) x model and batch (columns)",
+    "nvidia_train": "training APE (%) per NVIDIA GPU and predictor (rows) x model and batch (columns)",
+    "amd_inf": "inference APE (%) of NeuSight per AMD GPU (rows) x model and batch (columns)",
+    "amd_train": "training APE (%) of NeuSight per AMD GPU (rows) x model and batch (columns)",
+    "perop": "per-operator MAPE (%) per predictor: mean over configurations of the APE of each op class's summed "
+             "latency, in / out of distribution",
+    "fusion_inf": "measured and NeuSight-predicted inference latency (ms) and APE (%) per model, batch and GPU, "
+                  "non-fused / fused",
+    "distributed": "measured and NeuSight-predicted 4-GPU training step latency (ms) and APE (%) per model, global batch, "
+                   "system and DP / TP / PP",
+    "fp16mm": "FP16 tensor-core BMM on H100 per shape: measured (label_ms) and NeuSight-predicted (pred_ms) latency (ms), "
+              "APE (%)",
+}
+
+
+def table_title(name: str, predictions: str) -> str:
+    """The title line of table ``name``; ``predictions`` says whose, e.g. "the authors' shipped predictions"."""
+    return f"{PAPER_ITEM[name]} from {predictions}: {TABLE_CONTENT[name]}"
 
 
 def build_tables(index: pd.DataFrame, fp16: pd.DataFrame | None = None) -> dict:
