@@ -51,16 +51,21 @@ from neusight_core.predictors.features import features, utilisation
 from neusight_core.predictors.base import NumpyMLP, Timer, split_validation
 from neusight_core.question.schema import OpClass, Precision
 
-NETWORKS = ("GEMM", "ATTN_prefill", "ATTN_decode")
+NETWORKS = ("GEMM", "ATTN_prefill", "ATTN_decode", "GEMM_fp8")
 #: precisions whose GEMM / attention rows the networks answer (2-byte tensor-core precisions)
 TRAINED_PRECISIONS = (Precision.BF16, Precision.FP16)
+#: the GEMM networks: ``GEMM_fp8`` answers the fp8 GEMM rows (W8A8, per-tensor scales), trained on NVIDIA's measured
+#: FP8 GEMMs of the training GPUs that have FP8 tensor cores (H100, H200, L40S), at the dense FP8 peak and one byte
+#: per operand element; it shares GEMM's tiles and inputs, and GEMM's training settings where a {network: value}
+#: setting of the recipe does not name it (``TensorCoreNets.value``)
+GEMM_NETWORKS = ("GEMM", "GEMM_fp8")
 TILE_INPUTS = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per_sm_l2",
                "tile_intensity_per_ridge", "waves", "wave_bytes_per_sm_bw")
 
 DEFAULTS = {"gemm_tiles": [[128, 128]], "splits": [1], "gemm_inputs": [], "u_max": 1.0, "block_q": 128, "tiles_per_sm": 1, "kv_split": True, "dims_input": False,
             "traced_scope": [], "members": 1, "hidden": 128, "layers": 4, "lr": 1.0e-3, "batch": 512, "epochs": 40, "loss": "ape",
             "rows_per_gpu": 8000, "val_fraction": 0.1, "quick_rows_per_gpu": 1000, "quick_epochs": 4,
-            "networks": list(NETWORKS)}
+            "networks": ["GEMM", "ATTN_prefill", "ATTN_decode"]}
 
 
 #: A fused attention's backward (``sub_op`` backward, traced with ``attention="sdpa"``), which NVIDIA's database
@@ -117,21 +122,30 @@ def training_rows(kernels: pd.DataFrame, net: str, config: dict, quick: bool, se
     df = kernels[network_of(kernels) == net]
     if net in config.get("traced_scope", []):
         df = df[traced_scope(df)]
-    v = config["quick_rows_per_gpu" if quick else "rows_per_gpu"]
-    return subsample(df, int(v[net] if isinstance(v, dict) else v), seed)
+    return subsample(df, int(setting(config, "quick_rows_per_gpu" if quick else "rows_per_gpu", net)), seed)
+
+
+def setting(config: dict, key: str, net: str):
+    """A config value of network ``net``: one for every network, or a {network: value} dict (GEMM_fp8 takes
+    GEMM's where the dict does not name it)."""
+    v = config[key]
+    if not isinstance(v, dict):
+        return v
+    return v[net] if net in v or net not in GEMM_NETWORKS else v["GEMM"]
 
 
 def network_of(kernels: pd.DataFrame) -> np.ndarray:
-    """The network of each row ("" = none): GEMM for LINEAR / BMM rows in bf16 / fp16, ATTN_<kind> for ATTN
-    rows with the attention columns."""
+    """The network of each row ("" = none): GEMM for LINEAR / BMM rows in bf16 / fp16, GEMM_fp8 for those in fp8,
+    ATTN_<kind> for ATTN rows in bf16 / fp16 with the attention columns."""
     n = len(kernels)
     out = np.full(n, "", dtype=object)
     if "precision" not in kernels.columns or n == 0:
         return out
     half = kernels["precision"].isin(TRAINED_PRECISIONS).to_numpy()
     cls = kernels["op_class"].to_numpy()
-    out[half & np.isin(cls, schema.GEMM_CLASSES)
-        & kernels[["B", "M", "N", "K"]].notna().all(axis=1).to_numpy()] = "GEMM"
+    gemm = np.isin(cls, schema.GEMM_CLASSES) & kernels[["B", "M", "N", "K"]].notna().all(axis=1).to_numpy()
+    out[half & gemm] = "GEMM"
+    out[gemm & (kernels["precision"] == Precision.FP8).to_numpy()] = "GEMM_fp8"
     if "sub_op" in kernels.columns and all(c in kernels.columns for c in schema.ATTN_COLUMNS):
         ok = half & (cls == OpClass.ATTN) & kernels[list(schema.ATTN_COLUMNS)].notna().all(axis=1).to_numpy()
         sub = kernels["sub_op"].astype(str).to_numpy()
@@ -242,7 +256,7 @@ def shape_inputs(kernels: pd.DataFrame, dev: dict, net: str) -> np.ndarray:
     dims include the sliding window (as 1 + window: 0 = none): 46 % of the training GPUs' decode rows are
     windowed variants of the same shapes, and a tree that cannot tell them apart is 120-140 % off in sample."""
     peak = common.peak_gflops(kernels, dev)
-    if net == "GEMM":
+    if net in GEMM_NETWORKS:
         dims = [kernels[c].fillna(1).to_numpy(float) for c in ("B", "M", "N", "K")]
     else:
         window = kernels["window"].fillna(0).to_numpy(float) if "window" in kernels else np.zeros(len(kernels))
@@ -265,12 +279,11 @@ class TensorCoreNets:
 
     def value(self, key: str, net: str):
         """A config value: one for every network, or a {network: value} dict."""
-        v = self.config[key]
-        return v[net] if isinstance(v, dict) else v
+        return setting(self.config, key, net)
 
     def geometry(self, df: pd.DataFrame, dev: dict, net: str) -> dict:
         """The tiles and waves this config gives rows of network ``net`` (GEMM: with the chosen tile and split)."""
-        if net == "GEMM":
+        if net in GEMM_NETWORKS:
             return gemm_geometry(df, dev, self.config["gemm_tiles"], self.config["splits"])
         return attention_geometry(df, dev, int(self.config["block_q"]), int(self.config["tiles_per_sm"]),
                                   bool(self.config["kv_split"]))
@@ -292,7 +305,7 @@ class TensorCoreNets:
         """(X, waves, base): log2 MLP inputs, waves and the wave roofline in ms."""
         geo = self.geometry(df, dev, net)
         X = features(df, dev, geo, TILE_INPUTS)
-        if net == "GEMM" and self.config.get("gemm_inputs"):
+        if net in GEMM_NETWORKS and self.config.get("gemm_inputs"):
             X = np.concatenate([X, gemm_structure(df, dev, geo, self.config["gemm_inputs"])], axis=1)
         if self.config.get("dims_input"):
             # the kernel's own dims next to the per-SM ratios (the library picks its kernel by them)
