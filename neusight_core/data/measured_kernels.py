@@ -98,7 +98,9 @@ ATTENTION_COLUMNS = ("kernel_source", "batch_size", "isl", "num_heads", "num_key
 #: read when present, else this value (A100 SXM's SGLang 0.5.10 and vLLM 0.14 files predate sliding windows)
 ATTENTION_OPTIONAL = {"window_size": 0}
 ATTENTION_ATEN = "aten._scaled_dot_product_flash_attention.default"
-DB_DTYPE_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
+#: the package's name for per-tensor FP8 (E4M3) data: the same word as our precision's
+DB_FP8 = Precision.FP8.value
+DB_DTYPE_BYTES = {"bfloat16": 2.0, DB_FP8: 1.0}
 #: what a file that fails ``measured_checks.validate`` asks for
 REINSTALL = (f"the file is damaged or not {DISTRIBUTION} {PINNED_VERSION}'s: reinstall it (pip install "
              f"--force-reinstall {DISTRIBUTION}=={PINNED_VERSION})")
@@ -314,8 +316,6 @@ def _provenance(out: pd.DataFrame, latency, system: str, framework: str, version
     return out
 
 
-#: the package's ``gemm_dtype`` of each precision read: its operands' bytes per element are ``DB_DTYPE_BYTES``
-GEMM_DTYPES = {Precision.BF16: ("bfloat16",), Precision.FP8: ("fp8",)}
 #: the block-scaled FP8 GEMMs (DeepSeek-style 128-wide scales), read only to be scored
 FP8_BLOCK = "fp8_block"
 
@@ -331,7 +331,7 @@ def gemm_kernels(raw: pd.DataFrame, system: str, framework: str = "", version: s
     raw = raw[raw["gemm_dtype"] == gemm_dtype].reset_index(drop=True)
     m, n, k = (raw[c].to_numpy(float) for c in ("m", "n", "k"))
     out = kernel_frame("linear", OpClass.LINEAR, "", np.ones(len(raw)), m, k, n)
-    e = DB_DTYPE_BYTES["fp8" if gemm_dtype == FP8_BLOCK else gemm_dtype]
+    e = DB_DTYPE_BYTES[DB_FP8 if gemm_dtype == FP8_BLOCK else gemm_dtype]
     out["flops"] = 2.0 * m * n * k
     out["bytes_read"] = e * (m * k + k * n)
     out["bytes_written"] = DB_DTYPE_BYTES["bfloat16"] * m * n
@@ -433,14 +433,14 @@ def quantize_kernels(raw: pd.DataFrame, system: str, framework: str = "", versio
     """``QUANTIZE_SOURCES`` rows of a ``scale_matrix_perf.parquet`` frame -> kernel table, op class VEC (no device
     features): x[m, k] BF16 read (2 B an element), times a scale, written as FP8 (1 B); B = m rows of H = k
     elements, 1 FLOP an element. A memory-bound element-wise kernel of a BF16 model, measured."""
-    raw = raw[raw["kernel_source"].isin(QUANTIZE_SOURCES) & (raw["quant_dtype"] == "fp8")].reset_index(drop=True)
+    raw = raw[raw["kernel_source"].isin(QUANTIZE_SOURCES) & (raw["quant_dtype"] == DB_FP8)].reset_index(drop=True)
     m, k = (raw[c].to_numpy(float) for c in ("m", "k"))
     nan = np.full(len(raw), np.nan)
     out = kernel_frame("mul", OpClass.VEC, "mulu", m, nan, nan, nan)
     out["H"] = k
     out["flops"] = m * k
     out["bytes_read"] = DB_DTYPE_BYTES["bfloat16"] * m * k
-    out["bytes_written"] = DB_DTYPE_BYTES["fp8"] * m * k
+    out["bytes_written"] = DB_DTYPE_BYTES[DB_FP8] * m * k
     return _provenance(out, raw["latency"], system, framework, version, raw["kernel_source"])
 
 
@@ -553,7 +553,7 @@ def training_kernels(networks) -> pd.DataFrame:
     if "GEMM" in networks:
         parts.append(gemm_rows("training"))
     if "GEMM_fp8" in networks:
-        parts.append(gemm_rows("training", "fp8"))
+        parts.append(gemm_rows("training", DB_FP8))
     kinds = [n.split("_")[1] for n in networks if n.startswith("ATTN_")]
     if kinds:
         parts.append(attention_rows("training", tuple(kinds)))
