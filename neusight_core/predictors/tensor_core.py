@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 import neusight_core.predictors.common as common
+import neusight_core.predictors.memory_law as memory_law
 from neusight_core.question import schema
 from neusight_core.predictors.features import features, utilisation
 from neusight_core.predictors.base import NumpyMLP, Timer, split_validation
@@ -65,7 +66,18 @@ TILE_INPUTS = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per
 DEFAULTS = {"gemm_tiles": [[128, 128]], "splits": [1], "gemm_inputs": [], "u_max": 1.0, "block_q": 128, "tiles_per_sm": 1, "kv_split": True, "dims_input": False,
             "traced_scope": [], "members": 1, "hidden": 128, "layers": 4, "lr": 1.0e-3, "batch": 512, "epochs": 40, "loss": "ape",
             "rows_per_gpu": 8000, "val_fraction": 0.1, "quick_rows_per_gpu": 1000, "quick_epochs": 4,
-            "networks": ["GEMM", "ATTN_prefill", "ATTN_decode"]}
+            "networks": ["GEMM", "ATTN_prefill", "ATTN_decode"], "fp8_quantiser": "none"}
+
+#: What a measured FP8 (W8A8, per-tensor) linear call runs before its GEMM: the quantisation of its BF16 activation
+#: x[M, N] to FP8 (recipe key ``fp8_quantiser``), as kernels of (bytes read, bytes written) per activation element,
+#: each timed by the memory law (``memory_law.time_ms``, fitted on NVIDIA's measured quantisation kernels of the
+#: training GPUs). The database's FP8 GEMM latency includes it: its smallest FP8 call takes 4.5-4.6 us on H100 / H200
+#: against 2.4-2.5 us in BF16, a fixed cost the GEMM itself does not have. ``static``: one kernel with a given scale
+#: (reads 2 B, writes 1 B an element; vLLM's ``static_scaled_fp8_quant``); ``dynamic``: the scale computed first (a
+#: max reduction reading the activation, then the quantiser: vLLM's ``dynamic_scaled_fp8_quant``); ``none``: the
+#: network alone answers the whole call. A GEMM_fp8 row then takes quantiser + network time, and the network is
+#: trained on the whole measured latency through that sum (``TensorCoreNets.fit``).
+QUANTISERS = {"none": (), "static": ((2.0, 1.0),), "dynamic": ((2.0, 0.0), (2.0, 1.0))}
 
 
 #: A fused attention's backward (``sub_op`` backward, traced with ``attention="sdpa"``), which NVIDIA's database
@@ -305,21 +317,47 @@ class TensorCoreNets:
         """(X, waves, base): log2 MLP inputs, waves and the wave roofline in ms."""
         geo = self.geometry(df, dev, net)
         X = features(df, dev, geo, TILE_INPUTS)
-        if net in GEMM_NETWORKS and self.config.get("gemm_inputs"):
-            X = np.concatenate([X, gemm_structure(df, dev, geo, self.config["gemm_inputs"])], axis=1)
+        names = self.value("gemm_inputs", net) if net in GEMM_NETWORKS else []
+        if names:
+            X = np.concatenate([X, gemm_structure(df, dev, geo, names)], axis=1)
         if self.config.get("dims_input"):
             # the kernel's own dims next to the per-SM ratios (the library picks its kernel by them)
             X = np.concatenate([X, shape_inputs(df, dev, net)[:, :-2]], axis=1)
         return X, geo["waves"], common.wave_roofline_ms(df, dev, geo)
+
+    def quantiser(self, net: str) -> tuple:
+        """The quantisation kernels ``QUANTISERS`` run before a row of network ``net`` (only GEMM_fp8 has any)."""
+        kind = self.config.get("fp8_quantiser", "none") if net == "GEMM_fp8" else "none"
+        if kind not in QUANTISERS:
+            raise ValueError(f"tensor_core: fp8_quantiser must be one of {', '.join(QUANTISERS)}, got {kind!r}")
+        return QUANTISERS[kind]
+
+    def quantiser_ms(self, df: pd.DataFrame, device, net: str, law: dict | None) -> np.ndarray:
+        """ms of the quantisation kernels before each row of ``df`` (``quantiser``; zeros without), each a BF16
+        element-wise kernel over the activation (B x M x N elements, N the reduction) timed by the memory law's numbers
+        ``law``; ``device`` None: the table's ``device`` column."""
+        kernels = self.quantiser(net)
+        if not kernels:
+            return np.zeros(len(df))
+        if law is None:
+            raise ValueError(f"tensor_core: {net} times its activations' quantisation by the memory law; none was "
+                             "handed over (load or train the predictor with predictors.get)")
+        elems = np.prod([df[c].fillna(1).to_numpy(float) for c in ("B", "M", "N")], axis=0)
+        base = {"op_class": OpClass.VEC, "precision": Precision.BF16}
+        if device is None:
+            base["device"] = df["device"].to_numpy()
+        return sum(memory_law.time_ms(pd.DataFrame({**base, "bytes_read": r * elems, "bytes_written": w * elems}),
+                                      device, law) for r, w in kernels)
 
     def _ms(self, net: str, Xs: np.ndarray, waves, base) -> np.ndarray:
         outs = [m(Xs) for m in self.nets[net]]
         return base / (float(self.value("u_max", net)) * np.mean([utilisation(o, waves) for o in outs], axis=0))
 
     # ------------------------------------------------------------ training
-    def fit(self, kernels: pd.DataFrame, quick: bool = False, bar=None) -> dict:
+    def fit(self, kernels: pd.DataFrame, quick: bool = False, bar=None, law: dict | None = None) -> dict:
         """Train every network of the config on ``kernels`` (the training GPUs' measured kernels, which the trainer
-        reads: ``measured_kernels.training_kernels``); ``quick``: ``quick_rows_per_gpu`` rows and ``quick_epochs``."""
+        reads: ``measured_kernels.training_kernels``); ``quick``: ``quick_rows_per_gpu`` rows and ``quick_epochs``;
+        ``law``: the memory law's numbers, for a network with a quantiser (``quantiser_ms``)."""
         import torch
 
         from neusight_core.predictors.nets import MLP, as_tensors, train_loop
@@ -337,7 +375,9 @@ class TensorCoreNets:
                 y = df["latency_ms"].to_numpy(float)
                 mu, sd = X.mean(0), X.std(0) + 1e-6
                 self.norm[net] = (mu, sd)
-                Xt, wt, by = as_tensors((X - mu) / sd, waves, base / y)
+                # the quantiser's share of each measured call: the network learns the GEMM beside it, scored on the
+                # whole call (the loss sees quantiser + GEMM over measured, as a prediction is made)
+                Xt, wt, by, qy = as_tensors((X - mu) / sd, waves, base / y, self.quantiser_ms(df, None, net, law) / y)
                 val = split_validation(len(df), float(c["val_fraction"]), self.seed)
                 # its own seed per network: adding or dropping a network moves no other network's RNG; members of
                 # an ensemble (``members``) draw their initial weights from seeds 100 apart (member 0: the single
@@ -350,7 +390,7 @@ class TensorCoreNets:
                         model = MLP(X.shape[1], 2, int(self.value("hidden", net)), int(self.value("layers", net)))
 
                         def ratio(idx, model=model):
-                            return by[idx] / (u_max * utilisation(model(Xt[idx]), wt[idx]))
+                            return by[idx] / (u_max * utilisation(model(Xt[idx]), wt[idx])) + qy[idx]
                         r = train_loop(model, ratio, len(df), val, epochs, int(self.value("batch", net)),
                                        float(self.value("lr", net)), self.value("loss", net), net_seed, bar)
                         self.nets[net].append(NumpyMLP(model.state_dict()))
@@ -370,8 +410,9 @@ class TensorCoreNets:
         nets = network_of(_backward_as_forward(kernels)[0])
         return np.isin(nets, list(self.nets))
 
-    def predict(self, kernels: pd.DataFrame, device=None) -> np.ndarray:
-        """ms per row of the handled rows (NaN elsewhere); ``device`` None: the table's ``device`` column."""
+    def predict(self, kernels: pd.DataFrame, device=None, law: dict | None = None) -> np.ndarray:
+        """ms per row of the handled rows (NaN elsewhere); ``device`` None: the table's ``device`` column; ``law``: the
+        memory law's numbers, for a network with a quantiser (``quantiser_ms``)."""
         kernels, factor = _backward_as_forward(kernels.reset_index(drop=True))
         out = np.full(len(kernels), np.nan)
         nets = network_of(kernels)
@@ -383,7 +424,7 @@ class TensorCoreNets:
             d = {k: v[rows] for k, v in dev.items()}
             X, waves, base = self._inputs(kernels.iloc[rows], d, net)
             mu, sd = self.norm[net]
-            out[rows] = self._ms(net, (X - mu) / sd, waves, base)
+            out[rows] = self._ms(net, (X - mu) / sd, waves, base) + self.quantiser_ms(kernels.iloc[rows], device, net, law)
         return out * factor
 
     # ------------------------------------------------------------ state
