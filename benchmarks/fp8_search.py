@@ -25,21 +25,6 @@ sys.path.insert(0, str(ROOT))
 LOG = ROOT / "docs" / "search_fp8.jsonl"
 
 
-def block_rows():
-    """The block-scaled FP8 GEMMs of the training GPUs that measure them (H100 and H200: vLLM's files; L40S's chosen
-    file, SGLang's, has none), labelled as fp8 rows of the GEMM_fp8 network."""
-    import pandas as pd
-
-    from neusight_core.data import measured_kernels as mk
-    parts = []
-    for s in mk.fp8_systems("training"):
-        try:
-            parts.append(mk.load_gemm(s, frameworks=("vllm",), gemm_dtype=mk.FP8_BLOCK))
-        except ValueError:
-            continue
-    return pd.concat(parts, ignore_index=True)
-
-
 def main(argv=None):
     import torch
     torch.set_num_threads(1)
@@ -53,7 +38,7 @@ def main(argv=None):
     ap.add_argument("--block", action="store_true", help="the block-scaled (fp8_block) rows instead of per-tensor")
     a = ap.parse_args(argv)
     recipe = P.create("neusight").config["tensor_core"]
-    data = block_rows() if a.block else mk.training_kernels(("GEMM_fp8",))
+    data = mk.gemm_rows("training", mk.FP8_BLOCK) if a.block else mk.training_kernels(("GEMM_fp8",))
     data = data[tc.network_of(data) == "GEMM_fp8"].reset_index(drop=True)
     gpus = sorted(data["device"].unique())
     law = P.memory_law_params()

@@ -528,14 +528,20 @@ def fp8_systems(gpus) -> list[str]:
 
 def gemm_rows(gpus, gemm_dtype: str = "bfloat16") -> pd.DataFrame:
     """Measured GEMMs (``gemm_dtype``) of ``gpus`` (names of this module or "training" / "held_out"), one file per
-    GPU: the framework with the most BF16 rows (the same file for every precision)."""
+    GPU: the framework with the most BF16 rows (the same file for every precision). Block-scaled rows (``fp8_block``)
+    of the GPUs whose file has them (L40S's, SGLang's, has none)."""
     parts = []
     for s in system_names(gpus, False) if gemm_dtype == "bfloat16" else fp8_systems(gpus):
         df = load_gemm(s, frameworks=GEMM_FRAMEWORKS)
         counts = df.groupby("framework").size()
         best = max(GEMM_FRAMEWORKS, key=lambda f: (counts.get(f, 0), -GEMM_FRAMEWORKS.index(f)))
         if gemm_dtype != "bfloat16":
-            df = load_gemm(s, frameworks=(best,), gemm_dtype=gemm_dtype)
+            try:
+                df = load_gemm(s, frameworks=(best,), gemm_dtype=gemm_dtype)
+            except MeasuredDataError:
+                if gemm_dtype != FP8_BLOCK:
+                    raise
+                continue
         parts.append(df[df["framework"] == best])
     return pd.concat(parts, ignore_index=True)
 
