@@ -118,3 +118,68 @@ def test_fp8_round_trip_through_the_cli(capsys, release_root):
     assert main(args + ["--device", "A100"]) != 0
     err = capsys.readouterr().err.strip()
     assert "has no FP8 tensor cores" in err and len(err.splitlines()) == 1
+
+
+def test_the_quantiser_is_the_memory_law_over_the_activation():
+    from neusight_core.predictors import memory_law
+    law = dict(memory_law.DEFAULT_LAW)
+    rows = pd.DataFrame({"op_class": ["LINEAR"] * 2, "precision": ["fp8"] * 2, "B": [1, 2], "M": [16, 4096],
+                         "N": [4096, 8192], "K": [4096, 1024], "device": ["NVIDIA_H100_80GB_HBM3"] * 2})
+    none = tensor_core.TensorCoreNets({"fp8_quantiser": "none"})
+    assert (none.quantiser_ms(rows, None, "GEMM_fp8", None) == 0).all()
+    static = tensor_core.TensorCoreNets({"fp8_quantiser": "static"})
+    e = np.array([16 * 4096, 2 * 4096 * 8192], float)          # B x M x N: the activation, N the reduction
+    vec = pd.DataFrame({"op_class": "VEC", "precision": "bf16", "bytes_read": 2 * e, "bytes_written": e})
+    np.testing.assert_allclose(static.quantiser_ms(rows, "H100", "GEMM_fp8", law),
+                               memory_law.time_ms(vec, "H100", law))
+    dynamic = tensor_core.TensorCoreNets({"fp8_quantiser": "dynamic"}).quantiser_ms(rows, "H100", "GEMM_fp8", law)
+    assert (dynamic > static.quantiser_ms(rows, "H100", "GEMM_fp8", law)).all()
+    # only the FP8 network has one; a law is needed; a word outside QUANTISERS is refused
+    assert (static.quantiser_ms(rows, "H100", "GEMM", law) == 0).all()
+    with pytest.raises(ValueError, match="no"):
+        static.quantiser_ms(rows, "H100", "GEMM_fp8", None)
+    with pytest.raises(ValueError, match="fp8_quantiser"):
+        tensor_core.TensorCoreNets({"fp8_quantiser": "fast"}).quantiser("GEMM_fp8")
+
+
+def test_the_recipe_gives_the_fp8_network_its_own_inputs_and_leaves_gemm_as_it_was():
+    from neusight_core import predictors
+    nets = predictors.create("neusight").tc
+    assert "GEMM_fp8" in nets.config["networks"]
+    # GEMM reads what it read before GEMM_fp8 came (its weights are unchanged); GEMM_fp8 no per-GPU ridge
+    assert nets.value("gemm_inputs", "GEMM") == ["last_wave_fill", "split_k", "roofline_us", "ridge",
+                                                 "flops_per_byte", "m", "n", "k"]
+    assert "ridge" not in nets.value("gemm_inputs", "GEMM_fp8")
+    assert "flops_per_byte" not in nets.value("gemm_inputs", "GEMM_fp8")
+
+
+def test_completing_weights_without_the_fp8_network_gives_a_whole_training(package, release_root, tmp_path,
+                                                                           monkeypatch):
+    """benchmarks/fp8_gemm.py ``complete``: weights saved by the recipe before GEMM_fp8 came, completed, are the
+    weights a whole training gives (quick weights)."""
+    import sys
+    from neusight_core import paths, predictors
+    from neusight_core.predictors.base import read_state
+    sys.path.insert(0, str(paths.REPO_ROOT / "benchmarks"))
+    import fp8_gemm
+    monkeypatch.setenv("NEUSIGHT_TRAINED", str(tmp_path))
+    whole = predictors.get("neusight", quick=True, seed=0)
+    f = predictors.folder("neusight", True, 0)
+    want = read_state(f)
+    # the same weights as the recipe before GEMM_fp8 would have saved them
+    for c in (whole.config["tensor_core"], whole.tc.config):
+        c["networks"] = [n for n in c["networks"] if n != "GEMM_fp8"]
+        c["gemm_inputs"] = c["gemm_inputs"]["GEMM"]
+        c.pop("fp8_quantiser")
+    whole.tc.nets.pop("GEMM_fp8")
+    whole.tc.norm.pop("GEMM_fp8")
+    whole.save(f)
+    assert not predictors.is_trained("neusight", True, 0)
+    assert fp8_gemm.complete(0, True) == ["GEMM_fp8"]
+    assert predictors.is_trained("neusight", True, 0)
+    got = read_state(f)
+    a, b = want["tensor_core"]["nets"]["GEMM_fp8"], got["tensor_core"]["nets"]["GEMM_fp8"]
+    for ma, mb in zip(a, b, strict=True):
+        for k in ma:
+            np.testing.assert_array_equal(np.asarray(ma[k]), np.asarray(mb[k]))
+    assert fp8_gemm.complete(0, True) == []           # current weights: nothing to do
