@@ -212,7 +212,7 @@ def _predict(a) -> int:
     share, law = r["measured_share"], r.get("law_share", {})
     if not any(share.values()) and not any(law.values()):
         share = law = {}                                       # none measured: the header says so
-    print("  by op class:" + (f"{'':18s}(share of the time from models trained on measured {sc.dtype} kernels)"
+    print("  by op class:" + (f"{'':18s}(share of the time from models trained on measured {_measured_words(sc.dtype)} kernels)"
                                if share else ""))
     for c, v in r["breakdown"].items():
         if share.get(c):
@@ -228,16 +228,22 @@ def _predict(a) -> int:
     return 0
 
 
+def _measured_words(dtype: str) -> str:
+    """The measured kernels an answer in ``dtype`` rests on: fp8's GEMMs are FP8, its attention BF16 (its activations)."""
+    p = schema.Precision(dtype)
+    return p.value if p.activations is p else f"{p.value} GEMM and {p.activations.value}"
+
+
 def _half_label(r: dict, dtype: str) -> str:
     """What a bf16 / fp16 answer rests on, in the header line (the breakdown gives it per op class)."""
     measured = [c for c, v in r["measured_share"].items() if v > 0]
     law = [c for c, v in r.get("law_share", {}).items() if v > 0 and c not in measured]
     if not measured and not law:
         return "extrapolation, the predictors are validated on FP32"
-    parts = [f"{', '.join(measured)} from models trained on measured {dtype} kernels (checked on held-out GPUs, "
+    parts = [f"{', '.join(measured)} from models trained on measured {_measured_words(dtype)} kernels (checked on held-out GPUs, "
              "notebook 07)"] if measured else []
     if law:
-        parts.append(f"{', '.join(law)} by a memory law fitted on measured {dtype} element-wise kernels (an "
+        parts.append(f"{', '.join(law)} by a memory law fitted on measured {schema.Precision(dtype).activations} element-wise kernels (an "
                      "extrapolation to other kinds)")
     return "; ".join(parts) + "; any other kernels are extrapolations of FP32-trained models"
 

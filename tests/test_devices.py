@@ -193,8 +193,8 @@ _HOSTILE = [
      "'tensor_gflops.bf16' must be positive"),
     ("bool_tensor.yaml", "X:\n" + _OK + "  num_sm: 8\n  tensor_gflops: {tf32: true}\n  tensor_source: me\n",
      "'tensor_gflops.tf32' must be a number, not true/false"),
-    ("fp8_tensor.yaml", "X:\n" + _OK + "  num_sm: 8\n  tensor_gflops: {fp8: 5000}\n  tensor_source: me\n",
-     "must map tf32/fp16/bf16 to dense GFLOPS, got 'fp8'"),
+    ("fp4_tensor.yaml", "X:\n" + _OK + "  num_sm: 8\n  tensor_gflops: {fp4: 5000}\n  tensor_source: me\n",
+     "must map tf32/fp16/bf16/fp8 to dense GFLOPS, got 'fp4'"),
     ("list_tensor.yaml", "X:\n" + _OK + "  num_sm: 8\n  tensor_gflops: []\n", "must map tf32/fp16/bf16"),
     ("inf_release.json", '{"Device": "X", "Dev_Mem": 8, "Mem_Bw": 100, "Num_Sm": Infinity, "Core_Per_SM": 64, '
                          '"Freq": 1000, "SingleFLOPs": 1000, "L2Cache": 4}', "'Num_Sm' must be a finite number"),

@@ -70,7 +70,7 @@ def test_bad_dtype_is_one_line_error(capsys):
     with pytest.raises(latency.LatencyInputError, match="dtype must be one of"):
         latency.predict_model("gpt2_large", "H100", 1, 64, "inf", dtype="int8")
     with pytest.raises(trace.TraceError, match="dtype must be one of"):
-        trace.trace_model(Step(model="gpt2_large", batch=1, seq=64, mode="inf", dtype="fp8"))
+        trace.trace_model(Step(model="gpt2_large", batch=1, seq=64, mode="inf", dtype="fp4"))
     with pytest.raises(SystemExit):
         main(["predict", "--model", "gpt2_large", "--device", "H100", "--batch", "1", "--seq", "8", "--dtype", "int8"])
     assert "invalid choice" in capsys.readouterr().err

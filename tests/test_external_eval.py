@@ -27,23 +27,30 @@ def _attn_row(kind, B, seq_q, seq_kv, heads, kv_heads, d, window=0):
 
 
 # ---------------------------------------------------------------- the split
+def _training_gpus(net):
+    """The training GPUs network ``net`` trains on: all four; for GEMM_fp8 those with FP8 tensor cores."""
+    return ({mk.CATALOGUE[s] for s in mk.fp8_systems("training")} if net == "GEMM_fp8"
+            else set(mk.split()["training"]))
+
+
 def test_training_frame_holds_only_training_gpus(release_root):
     k = mk.training_kernels(tc.NETWORKS)
     assert set(k["device"]) == set(mk.split()["training"])
     assert set(k["role"]) == {"training"}
     assert not set(k["device"]) & set(mk.split()["held_out"])
     assert not k["system"].isin(mk.SEALED).any()
-    # each network gets rows of all four training GPUs, and only those
+    # each network gets rows of all four training GPUs (GEMM_fp8: the three with FP8 tensor cores), and only those
     nets = tc.network_of(k)
     for n in tc.NETWORKS:
-        assert set(k.loc[nets == n, "device"]) == set(mk.split()["training"]), n
+        assert set(k.loc[nets == n, "device"]) == _training_gpus(n), n
 
 
 def test_fit_records_only_training_gpus(release_root):
     m = tc.TensorCoreNets({"quick_rows_per_gpu": 200, "quick_epochs": 1}, seed=0)
     info = m.fit(mk.training_kernels(tc.NETWORKS), quick=True)
-    for n in tc.NETWORKS:
-        assert info["networks"][n]["devices"] == sorted(mk.split()["training"]), n
+    for n in m.config["networks"]:
+        assert info["networks"][n]["devices"] == sorted(_training_gpus(n)), n
+    assert "GEMM_fp8" not in info["networks"]            # a config that does not name it trains none
     with pytest.raises(mk.SealedGPUError):
         mk.gemm_rows(["b300_sxm"])
 
@@ -238,9 +245,9 @@ def test_shape_tree_trains_on_training_gpus_and_scales_with_the_peak(small_nets,
                                                                     fresh_catalogue):
     tree = trees.ShapeTree(small_nets.config, seed=0)
     info = tree.fit(mk.training_kernels(tree.config["networks"]), quick=True)
-    for n in tc.NETWORKS:
-        assert info["networks"][n]["devices"] == sorted(mk.split()["training"]), n
-        assert info["networks"][n]["rows"] == 4 * small_nets.config["quick_rows_per_gpu"], n
+    for n in tree.config["networks"]:
+        assert info["networks"][n]["devices"] == sorted(_training_gpus(n)), n
+        assert info["networks"][n]["rows"] == len(_training_gpus(n)) * small_nets.config["quick_rows_per_gpu"], n
     # a GPU twice as fast as any training GPU (peak and bandwidth): a tree of the latency itself could predict
     # nothing below the training GPUs' times; the roofline-ratio target (TREE) scales with the datasheet
     f = tmp_path / "fast.yaml"
@@ -471,7 +478,7 @@ def test_an_ensemble_averages_its_members_utilisations(small_nets):
     attention networks; a prediction is the roofline over the members' mean utilisation, the first member alone is
     the one-network prediction of the same seed."""
     from neusight_core.predictors.features import utilisation
-    assert [len(small_nets.nets[n]) for n in tc.NETWORKS] == [3, 1, 1]
+    assert [len(small_nets.nets[n]) for n in tc.NETWORKS] == [3, 1, 1, 3]      # GEMM_fp8 takes GEMM's members
     a, b = (small_nets.nets["GEMM"][i].state_dict() for i in (0, 1))
     assert any(not np.array_equal(a[k], b[k]) for k in a)                     # different draws
     g = mk.gemm_rows("h100_sxm").iloc[:50].reset_index(drop=True)

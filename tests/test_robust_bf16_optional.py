@@ -81,7 +81,7 @@ def test_the_bf16_networks_are_added_once_the_package_is_back(empty_weights, mon
     if mk.unavailable():
         pytest.skip("aiconfigurator-core is not installed here: nothing to complete the weights with")
     after = P.get("neusight", quick=True, rows=ROWS)
-    assert set(after.tc.nets) == {"GEMM", "ATTN_prefill", "ATTN_decode"} and after.missing_networks is None
+    assert set(after.tc.nets) == {"GEMM", "ATTN_prefill", "ATTN_decode", "GEMM_fp8"} and after.missing_networks is None
     bf16 = after.predict(_rows("bf16"), "H100")
     assert np.isfinite(bf16).all() and (bf16 > 0).all()
     # the FP32 networks are those trained without the package; the completed weights are saved

@@ -17,7 +17,7 @@ BAD = [
     dict(link_gbs=100.0),                                # a link without a plan
     dict(micro_batches=2),                               # micro-batches without pp
     dict(mode="eval"),
-    dict(dtype="fp8"),
+    dict(dtype="fp4"),
     dict(image_size=224),                                # an image size for a text model
 ]
 

@@ -209,7 +209,7 @@ def test_sweep_equals_predict_model_and_keeps_going_on_bad_cells(cache_dir, monk
         dict(model="no_such_model", device="H100", batch=2, seq=128, mode="inf"),
         dict(model="bert_large", device="H100", batch=0, seq=128, mode="inf"),
         dict(model="bert_large", device="H100", batch=2, seq=4096, mode="inf"),   # beyond 512 positions
-        dict(model="bert_large", device="H100", batch=2, seq=128, mode="inf", dtype="fp8"),
+        dict(model="bert_large", device="H100", batch=2, seq=128, mode="inf", dtype="fp4"),
     ])
     predictors = ["roofline", "li", "neusight"]
     configs = configs.assign(attention="eager", execution="graph")   # derivation: eager-attention traces

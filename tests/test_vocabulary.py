@@ -107,9 +107,11 @@ def test_the_scan_finds_an_option_word_and_spares_infinity_and_the_listed_ones()
 
 
 def test_members_carry_their_attributes():
-    assert [p.bytes for p in Precision] == [4, 4, 2, 2]
-    assert schema.ELEMENT_BYTES == {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
-    assert schema.HALF_PRECISIONS == ("fp16", "bf16") and schema.TENSOR_PRECISIONS == ("tf32", "fp16", "bf16")
+    assert [p.bytes for p in Precision] == [4, 4, 2, 2, 1]
+    assert schema.ELEMENT_BYTES == {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+    assert schema.HALF_PRECISIONS == ("fp16", "bf16") and schema.TENSOR_PRECISIONS == ("tf32", "fp16", "bf16", "fp8")
+    # an fp8 step keeps its activations (and attention, memory-bound kernels) in bf16
+    assert schema.HALF_ACTIVATIONS == ("fp16", "bf16", "fp8") and Precision.FP8.activations is Precision.BF16
     torch = pytest.importorskip("torch")
     for p in Precision:       # the named torch dtype exists and stores elements of the member's size
         assert getattr(torch, p.torch_dtype).itemsize == p.bytes

@@ -336,7 +336,7 @@ class _Pool:
         self.slow_tab = {t for t in range(len(starts) - 1)
                          if comm_row[starts[t]:starts[t + 1]].any() or len(np.unique(stage[starts[t]:starts[t + 1]])) > 1}
         # the shortest a row's kernel can take: its class's floor in BF16 / FP16 scenarios (kernel_floor.py), else 0
-        self.half = np.array([ok[i] and r["dtype"] in schema.HALF_PRECISIONS for i, r in enumerate(norm)], bool)
+        self.half = np.array([ok[i] and r["dtype"] in schema.HALF_ACTIVATIONS for i, r in enumerate(norm)], bool)
         self.row_floor = kernel_floor.row_floor_ms(self.cls) if self.half.any() else np.zeros(len(rows))
 
 

@@ -157,7 +157,7 @@ def measured_share(kernels: pd.DataFrame, pred, dtype: str, rows=None) -> dict:
     """{op class: share (0-1) of its predicted time answered by models trained on measured kernels of ``dtype``}
     for a bf16 / fp16 table (``KernelPredictor.measured_rows``, or the ``rows`` method given, e.g. ``law_rows``);
     {} for the other precisions."""
-    if dtype not in schema.HALF_PRECISIONS or kernels.empty:
+    if dtype not in schema.HALF_ACTIVATIONS or kernels.empty:
         return {}
     k = kernels.reset_index(drop=True)
     ms = k["pred_ms"].to_numpy(float)              # every launch of the row (per-launch time x count)

@@ -17,7 +17,7 @@ from neusight_core.data import configs
 from neusight_core.cost import memory
 from neusight_core.plans import parallel_experts
 from neusight_core.question import schema
-from neusight_core.question.schema import Attention, Grads, Plan
+from neusight_core.question.schema import Attention, Grads, Mode, Plan, Precision
 # PAPER and Scenario are named here too: the question's callers read them as scenario.*
 from neusight_core.question.step import (INPUTS, LINK_LIMITS_GBS, PAPER, REQUIRED, LatencyInputError, Scenario,  # noqa: F401
                                 not_given, options, plain_defaults)
@@ -190,7 +190,7 @@ def check_request(f: dict, image: bool):
     """The checks across fields, the model config and the device; ``f``: the fields, each checked on its own.
 
     Raises LatencyInputError with one line for anything a GPU run could not be: GPUs / link / micro-batches without
-    the plan that uses them, tensor parallelism over more GPUs than the heads split into, a model config that is not
+    the plan that uses them, fp8 on a GPU without FP8 tensor cores or in training, tensor parallelism over more GPUs than the heads split into, a model config that is not
     a JSON object or has non-positive dimensions, a device outside physical ranges, or a configuration whose weights +
     one activation tensor exceed the GPUs' memory 100 times over (one that merely does not fit is predicted, with
     ``memory.footprint``'s "does not fit"). Returns (device, config)."""
@@ -205,6 +205,14 @@ def check_request(f: dict, image: bool):
         raise LatencyInputError("micro-batches only apply to pipeline parallelism (pp)")
     dev = device_of(f["device"])
     check_device(dev)
+    if f["dtype"] == Precision.FP8:
+        # an FP8 GEMM on a GPU without FP8 tensor cores would be a guess at an emulation no engine runs
+        if not dev.has_tensor_peak(Precision.FP8):
+            raise LatencyInputError(f"{dev.name} has no FP8 tensor cores (Ada, Hopper and Blackwell GPUs have them: "
+                                    "L4, L40S, H100, H200, B200, GB200): use bf16")
+        if f["mode"] == Mode.TRAIN:
+            raise LatencyInputError("fp8 is modelled for inference only (FP8 weights and GEMMs of a served model); "
+                                    "use bf16 for training")
     cfg = config_of(f["model"])
     dims = check_config(cfg)
     if f["attention"] == Attention.SDPA and getattr(cfg, "model_type", None) in configs.no_sdpa_model_types():

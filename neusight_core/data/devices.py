@@ -15,7 +15,7 @@ Three sources, merged in this order (a later one may not redefine an earlier nam
    (optionally under a top-level ``devices:`` key); a release-style JSON may add ``link_gbs``,
    ``tensor_gflops`` and ``tensor_source`` as in ``devices.yaml``. Every numeric field must be a finite,
    positive number (not ``true``/``false``, not ``.inf``/``.nan``), counts (SMs, cores per SM) whole
-   numbers; ``tensor_gflops`` maps only ``tf32``/``fp16``/``bf16``. Files must be UTF-8 and regular files
+   numbers; ``tensor_gflops`` maps only ``tf32``/``fp16``/``bf16``/``fp8``. Files must be UTF-8 and regular files
    (a FIFO or folder named ``*.yaml`` is refused without being read). A malformed file raises
    :class:`DeviceFileError` with one line naming the file and the problem.
 
@@ -74,6 +74,7 @@ class Device:
     tf32_tensor_gflops: float | None = None
     fp16_tensor_gflops: float | None = None
     bf16_tensor_gflops: float | None = None
+    fp8_tensor_gflops: float | None = None     # FP8 (E4M3) with FP32 accumulate: Ada, Hopper, Blackwell only
     tensor_source: str = ""
     # one of the paper's unseen (out-of-distribution) GPUs with labels: H100, L4, A100-80GB, MI250 (devices.yaml)
     unseen: bool = False
@@ -85,13 +86,13 @@ class Device:
 
     def has_tensor_peak(self, precision: str) -> bool:
         """Whether the catalogue gives this GPU a dense tensor-core (AMD: matrix-core) GEMM peak for
-        ``precision`` (fp32 | tf32 | fp16 | bf16); never for fp32 (the paper's setting, TF32 off)."""
+        ``precision`` (fp32 | tf32 | fp16 | bf16 | fp8); never for fp32 (the paper's setting, TF32 off)."""
         if precision not in schema.PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(schema.PRECISIONS)}, got {precision!r}")
         return precision != Precision.FP32 and bool(getattr(self, f"{precision}_tensor_gflops", None))
 
     def gemm_peak_gflops(self, precision: str = Precision.FP32) -> float:
-        """GEMM peak of ``precision`` (fp32 | tf32 | fp16 | bf16): the dense tensor-core peak when the
+        """GEMM peak of ``precision`` (fp32 | tf32 | fp16 | bf16 | fp8): the dense tensor-core peak when the
         GPU has one for it (:meth:`has_tensor_peak`), else the FP32 (non-tensor) peak."""
         if self.has_tensor_peak(precision):
             return float(getattr(self, f"{precision}_tensor_gflops"))
@@ -106,7 +107,7 @@ class Device:
                 f"FP32 peak ({self.fp32_gflops:,.0f} GFLOPS)")
 
 
-TENSOR_FIELDS = ("tf32_tensor_gflops", "fp16_tensor_gflops", "bf16_tensor_gflops")
+TENSOR_FIELDS = tuple(f"{p}_tensor_gflops" for p in schema.TENSOR_PRECISIONS)
 
 
 def _tensor_fields(path, name: str, d: dict) -> dict:
@@ -115,7 +116,7 @@ def _tensor_fields(path, name: str, d: dict) -> dict:
     t = {} if t is None else t
     if not isinstance(t, dict) or set(t) - set(schema.TENSOR_PRECISIONS):
         got = ", ".join(map(repr, set(t) - set(schema.TENSOR_PRECISIONS))) if isinstance(t, dict) else repr(t)
-        raise DeviceFileError(f"{path}: tensor_gflops of {name!r} must map tf32/fp16/bf16 to dense GFLOPS, got {got}")
+        raise DeviceFileError(f"{path}: tensor_gflops of {name!r} must map {'/'.join(schema.TENSOR_PRECISIONS)} to dense GFLOPS, got {got}")
     out = {f"{k}_tensor_gflops": _num(path, f"tensor_gflops.{k}", v) for k, v in t.items() if v is not None}
     if out and not d.get("tensor_source"):
         raise DeviceFileError(f"{path}: tensor_gflops of {name!r} needs a tensor_source (e.g. the vendor datasheet)")

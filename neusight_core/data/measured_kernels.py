@@ -22,7 +22,10 @@ The package's other systems (A100 PCIe, A30, H100 PCIe, L4) are outside the spli
   the rows with ``gemm_dtype == "bfloat16"``: unquantised BF16 ``x[m, k] @ W[n, k]^T`` through torch
   (cuBLAS). The framework's label for them is kept in ``kernel_source``: ``torch.nn.functional.linear``
   (vLLM 0.24), ``vllm_default`` (vLLM 0.14, the only BF16 GEMMs of A100 SXM in vLLM), ``sglang_torch_linear``
-  / ``sglang`` (SGLang), ``torch_flow`` (TensorRT-LLM). FP8 / FP4 / int rows are not read.
+  / ``sglang`` (SGLang), ``torch_flow`` (TensorRT-LLM). And, for the FP8 GEMM network only, the rows with
+  ``gemm_dtype == "fp8"`` (per-tensor scaled W8A8, both operands FP8 E4M3, BF16 output), precision ``fp8``;
+  block-scaled ``fp8_block`` rows are read by :func:`load_gemm` when asked for (scored, never trained on). FP4 / int
+  rows are not read.
 - Fused attention (``attention/<fw>/<ver>/context_attention_perf.parquet`` = prefill,
   ``generation_attention_perf.parquet`` = decode; columns ``kernel_source, batch_size, isl, num_heads,
   num_key_value_heads, head_dim, attn_dtype, kv_cache_dtype, step, latency`` and, where present,
@@ -95,7 +98,9 @@ ATTENTION_COLUMNS = ("kernel_source", "batch_size", "isl", "num_heads", "num_key
 #: read when present, else this value (A100 SXM's SGLang 0.5.10 and vLLM 0.14 files predate sliding windows)
 ATTENTION_OPTIONAL = {"window_size": 0}
 ATTENTION_ATEN = "aten._scaled_dot_product_flash_attention.default"
-DB_DTYPE_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
+#: the package's name for per-tensor FP8 (E4M3) data: the same word as our precision's
+DB_FP8 = Precision.FP8.value
+DB_DTYPE_BYTES = {"bfloat16": 2.0, DB_FP8: 1.0}
 #: what a file that fails ``measured_checks.validate`` asks for
 REINSTALL = (f"the file is damaged or not {DISTRIBUTION} {PINNED_VERSION}'s: reinstall it (pip install "
              f"--force-reinstall {DISTRIBUTION}=={PINNED_VERSION})")
@@ -297,9 +302,10 @@ def kernel_frame(op: str, op_class: str, sub_op, B, M, N, K) -> pd.DataFrame:
     return dataset.to_kernels(proc)
 
 
-def _provenance(out: pd.DataFrame, latency, system: str, framework: str, version: str, kernel_source) -> pd.DataFrame:
-    out["dtype"] = "bfloat16"
-    out["precision"] = Precision.BF16
+def _provenance(out: pd.DataFrame, latency, system: str, framework: str, version: str, kernel_source,
+                precision: str = Precision.BF16) -> pd.DataFrame:
+    out["dtype"] = "bfloat16"          # the output's type: BF16 for the FP8 GEMMs too
+    out["precision"] = precision
     out["device"] = CATALOGUE.get(system, system)
     out["latency_ms"] = np.asarray(latency, float)
     out["system"] = system
@@ -310,20 +316,27 @@ def _provenance(out: pd.DataFrame, latency, system: str, framework: str, version
     return out
 
 
-def gemm_kernels(raw: pd.DataFrame, system: str, framework: str = "", version: str = "") -> pd.DataFrame:
-    """BF16 rows of a ``gemm_perf.parquet`` frame -> kernel table (no device features).
+#: the block-scaled FP8 GEMMs (DeepSeek-style 128-wide scales), read only to be scored
+FP8_BLOCK = "fp8_block"
+
+
+def gemm_kernels(raw: pd.DataFrame, system: str, framework: str = "", version: str = "",
+                 gemm_dtype: str = "bfloat16") -> pd.DataFrame:
+    """``gemm_dtype`` rows (``bfloat16``, ``fp8`` or ``fp8_block``) of a ``gemm_perf.parquet`` frame -> kernel table (no
+    device features).
 
     The package measures ``y[m, n] = x[m, k] @ W[n, k]^T``; the kernel table writes GEMMs [M x N] @ [N x K]
-    with N the reduction: M = m, N = k, K = n, B = 1. FLOPs 2mnk; bytes: x and W read (2 B each element),
-    y written."""
-    raw = raw[raw["gemm_dtype"] == "bfloat16"].reset_index(drop=True)
+    with N the reduction: M = m, N = k, K = n, B = 1. FLOPs 2mnk; bytes: x and W read (2 B each element in
+    BF16, 1 B in FP8), y written (BF16, 2 B)."""
+    raw = raw[raw["gemm_dtype"] == gemm_dtype].reset_index(drop=True)
     m, n, k = (raw[c].to_numpy(float) for c in ("m", "n", "k"))
     out = kernel_frame("linear", OpClass.LINEAR, "", np.ones(len(raw)), m, k, n)
-    e = DB_DTYPE_BYTES["bfloat16"]
+    e = DB_DTYPE_BYTES[DB_FP8 if gemm_dtype == FP8_BLOCK else gemm_dtype]
     out["flops"] = 2.0 * m * n * k
     out["bytes_read"] = e * (m * k + k * n)
-    out["bytes_written"] = e * m * n
-    return _provenance(out, raw["latency"], system, framework, version, raw["kernel_source"])
+    out["bytes_written"] = DB_DTYPE_BYTES["bfloat16"] * m * n
+    prec = Precision.BF16 if gemm_dtype == "bfloat16" else Precision.FP8
+    return _provenance(out, raw["latency"], system, framework, version, raw["kernel_source"], prec)
 
 
 def _causal_prefix_pairs(n, w):
@@ -401,33 +414,33 @@ def _finish(parts: list, what: str, systems, features: bool) -> pd.DataFrame:
 
 
 def load_gemm(gpus="training", frameworks=None, versions="latest", allow_sealed: bool = False,
-              root: str | Path | None = None, features: bool = True) -> pd.DataFrame:
+              root: str | Path | None = None, features: bool = True, gemm_dtype: str = "bfloat16") -> pd.DataFrame:
     """Measured BF16 GEMMs of ``gpus`` (``"training"``, ``"held_out"``, a GPU name or a list) as a kernel
     table (module docstring). ``frameworks``: None (all) or names (``vllm``, ``sglang``, ``trtllm``);
     ``versions``: ``"latest"`` (each framework's newest), ``"all"`` or a list. ``features`` adds the
     catalogue's device features (``dataset.join_device_features``). Sealed GPUs raise before any file is
-    opened."""
+    opened. ``gemm_dtype``: the package's rows read (``bfloat16``, ``fp8``, ``fp8_block``)."""
     systems = system_names(gpus, allow_sealed)
     base = data_root(root)
     parts = []
     for s in systems:
         for fw, ver, f in kernel_files(base, s, "gemm", GEMM_FILE, frameworks, versions):
-            parts.append(validate(gemm_kernels(read_table(f, GEMM_COLUMNS), s, fw, ver), f, REINSTALL))
-    return _finish(parts, "BF16 GEMM", systems, features)
+            parts.append(validate(gemm_kernels(read_table(f, GEMM_COLUMNS), s, fw, ver, gemm_dtype), f, REINSTALL))
+    return _finish(parts, f"{gemm_dtype} GEMM", systems, features)
 
 
 def quantize_kernels(raw: pd.DataFrame, system: str, framework: str = "", version: str = "") -> pd.DataFrame:
     """``QUANTIZE_SOURCES`` rows of a ``scale_matrix_perf.parquet`` frame -> kernel table, op class VEC (no device
     features): x[m, k] BF16 read (2 B an element), times a scale, written as FP8 (1 B); B = m rows of H = k
     elements, 1 FLOP an element. A memory-bound element-wise kernel of a BF16 model, measured."""
-    raw = raw[raw["kernel_source"].isin(QUANTIZE_SOURCES) & (raw["quant_dtype"] == "fp8")].reset_index(drop=True)
+    raw = raw[raw["kernel_source"].isin(QUANTIZE_SOURCES) & (raw["quant_dtype"] == DB_FP8)].reset_index(drop=True)
     m, k = (raw[c].to_numpy(float) for c in ("m", "k"))
     nan = np.full(len(raw), np.nan)
     out = kernel_frame("mul", OpClass.VEC, "mulu", m, nan, nan, nan)
     out["H"] = k
     out["flops"] = m * k
     out["bytes_read"] = DB_DTYPE_BYTES["bfloat16"] * m * k
-    out["bytes_written"] = DB_DTYPE_BYTES["fp8"] * m * k
+    out["bytes_written"] = DB_DTYPE_BYTES[DB_FP8] * m * k
     return _provenance(out, raw["latency"], system, framework, version, raw["kernel_source"])
 
 
@@ -508,13 +521,27 @@ GEMM_FRAMEWORKS = ("vllm", "sglang", "trtllm")
 ATTN_FRAMEWORKS = ("vllm",)
 
 
-def gemm_rows(gpus) -> pd.DataFrame:
-    """Measured BF16 GEMMs of ``gpus`` (names of this module or "training" / "held_out"), one file per GPU."""
+def fp8_systems(gpus) -> list[str]:
+    """The systems of ``gpus`` whose catalogue GPU has FP8 tensor cores (A100 SXM has none, nor FP8 rows)."""
+    return [s for s in system_names(gpus, False) if devices.get_device(CATALOGUE[s]).has_tensor_peak(Precision.FP8)]
+
+
+def gemm_rows(gpus, gemm_dtype: str = "bfloat16") -> pd.DataFrame:
+    """Measured GEMMs (``gemm_dtype``) of ``gpus`` (names of this module or "training" / "held_out"), one file per
+    GPU: the framework with the most BF16 rows (the same file for every precision). Block-scaled rows (``fp8_block``)
+    of the GPUs whose file has them (L40S's, SGLang's, has none)."""
     parts = []
-    for s in system_names(gpus, False):
+    for s in system_names(gpus, False) if gemm_dtype == "bfloat16" else fp8_systems(gpus):
         df = load_gemm(s, frameworks=GEMM_FRAMEWORKS)
         counts = df.groupby("framework").size()
         best = max(GEMM_FRAMEWORKS, key=lambda f: (counts.get(f, 0), -GEMM_FRAMEWORKS.index(f)))
+        if gemm_dtype != "bfloat16":
+            try:
+                df = load_gemm(s, frameworks=(best,), gemm_dtype=gemm_dtype)
+            except MeasuredDataError:
+                if gemm_dtype != FP8_BLOCK:
+                    raise
+                continue
         parts.append(df[df["framework"] == best])
     return pd.concat(parts, ignore_index=True)
 
@@ -526,11 +553,13 @@ def attention_rows(gpus, kinds=("prefill", "decode")) -> pd.DataFrame:
 
 def training_kernels(networks) -> pd.DataFrame:
     """The training GPUs' measured BF16 kernels of the tensor-core ``networks`` (``GEMM``, ``ATTN_prefill``,
-    ``ATTN_decode``: ``tensor_core.NETWORKS``), never a held-out or sealed GPU's (``split``): what the trainer hands
-    to those networks' ``fit``."""
+    ``ATTN_decode``: ``tensor_core.NETWORKS``; ``GEMM_fp8``: their measured per-tensor FP8 GEMMs), never a held-out or
+    sealed GPU's (``split``): what the trainer hands to those networks' ``fit``."""
     parts = []
     if "GEMM" in networks:
         parts.append(gemm_rows("training"))
+    if "GEMM_fp8" in networks:
+        parts.append(gemm_rows("training", DB_FP8))
     kinds = [n.split("_")[1] for n in networks if n.startswith("ATTN_")]
     if kinds:
         parts.append(attention_rows("training", tuple(kinds)))

@@ -93,8 +93,8 @@ def _comm_row(phase_after: str, kind: str, nbytes: float, overlap: bool, module:
 
 
 def _elem(kernels: pd.DataFrame) -> float:
-    """Bytes per element of the trace's activations/gradients (its ``TableInfo.dtype``)."""
-    return float(schema.element_bytes(table_info.info(kernels).dtype))
+    """Bytes per element of the trace's activations/gradients (its ``TableInfo.dtype``; an fp8 step's are bf16)."""
+    return float(schema.Precision(table_info.info(kernels).dtype).activations.bytes)
 
 
 def _retrace(kernels: pd.DataFrame, batch: int) -> pd.DataFrame:

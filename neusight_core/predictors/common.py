@@ -82,10 +82,10 @@ def peak_gflops(kernels: pd.DataFrame, dev: dict) -> np.ndarray:
 
 
 def row_element_bytes(kernels: pd.DataFrame) -> np.ndarray:
-    """Bytes per element of each row: 2 for fp16/bf16 rows (``precision`` column), else 4 (FP32)."""
+    """Bytes per element of each row: 2 for fp16/bf16 rows (``precision`` column), 1 for fp8, else 4 (FP32)."""
     if "precision" not in kernels.columns:
         return np.full(len(kernels), 4.0)
-    return np.where(kernels["precision"].isin(schema.HALF_PRECISIONS).to_numpy(), 2.0, 4.0)
+    return kernels["precision"].map(schema.ELEMENT_BYTES).fillna(4).to_numpy(float)
 
 
 #: Memory-bound classes whose FP16 / BF16 rows are predicted as their byte-equivalent FP32 kernel.

@@ -224,7 +224,8 @@ class NeuSightPredictor(KernelPredictor):
                 self.info["classes"][c] = self._finish_class(c, *started[c])
             if self.tc is not None:
                 bar.set_description(f"train {self.name} BF16 tensor-core networks (seed {self.seed})")
-                self.info["tensor_core"] = self.tc.fit(handed(train, "measured", self.name), quick=quick)
+                self.info["tensor_core"] = self.tc.fit(handed(train, "measured", self.name), quick=quick,
+                                                       law=self.law_numbers())
         self.info["train_seconds"] = t.seconds
         self.fitted = True
 
@@ -475,6 +476,11 @@ class NeuSightPredictor(KernelPredictor):
         out[memory_law.answers(k)] = ANSWER_LAW
         return out
 
+    def law_numbers(self) -> dict | None:
+        """The memory law's numbers handed over (``training.hand_over``), or None before: the tensor-core networks
+        time an FP8 GEMM's activation quantisation with them (``TensorCoreNets.quantiser_ms``)."""
+        return None if self.memory_law is None else self.memory_law()
+
     def predict(self, kernels: pd.DataFrame, device) -> np.ndarray:
         """As ``KernelPredictor.predict``; BF16 / FP16 GEMM (LINEAR, BMM) and fused-attention (ATTN) rows go
         through the tensor-core networks when the recipe has them (``tensor_core.network_of``), and with them the
@@ -489,7 +495,7 @@ class NeuSightPredictor(KernelPredictor):
         kernels = kernels.reset_index(drop=True)
         rows = np.flatnonzero(self.tc.handles(kernels))
         if rows.size:
-            out[rows] = self.tc.predict(kernels.iloc[rows], device)
+            out[rows] = self.tc.predict(kernels.iloc[rows], device, law=self.law_numbers())
         rows = np.flatnonzero(memory_law.answers(kernels))
         if rows.size:        # BF16 / FP16 element-wise, normalisation, softmax and copy rows: the memory law
             if self.memory_law is None:

@@ -46,21 +46,38 @@ import numpy as np
 import pandas as pd
 
 import neusight_core.predictors.common as common
+import neusight_core.predictors.memory_law as memory_law
 from neusight_core.question import schema
 from neusight_core.predictors.features import features, utilisation
 from neusight_core.predictors.base import NumpyMLP, Timer, split_validation
 from neusight_core.question.schema import OpClass, Precision
 
-NETWORKS = ("GEMM", "ATTN_prefill", "ATTN_decode")
+NETWORKS = ("GEMM", "ATTN_prefill", "ATTN_decode", "GEMM_fp8")
 #: precisions whose GEMM / attention rows the networks answer (2-byte tensor-core precisions)
 TRAINED_PRECISIONS = (Precision.BF16, Precision.FP16)
+#: the GEMM networks: ``GEMM_fp8`` answers the fp8 GEMM rows (W8A8, per-tensor scales), trained on NVIDIA's measured
+#: FP8 GEMMs of the training GPUs that have FP8 tensor cores (H100, H200, L40S), at the dense FP8 peak and one byte
+#: per operand element; it shares GEMM's tiles and inputs, and GEMM's training settings where a {network: value}
+#: setting of the recipe does not name it (``TensorCoreNets.value``)
+GEMM_NETWORKS = ("GEMM", "GEMM_fp8")
 TILE_INPUTS = ("tile_flops_per_sm_peak", "tile_bytes_per_sm_bw", "wave_bytes_per_sm_l2",
                "tile_intensity_per_ridge", "waves", "wave_bytes_per_sm_bw")
 
 DEFAULTS = {"gemm_tiles": [[128, 128]], "splits": [1], "gemm_inputs": [], "u_max": 1.0, "block_q": 128, "tiles_per_sm": 1, "kv_split": True, "dims_input": False,
             "traced_scope": [], "members": 1, "hidden": 128, "layers": 4, "lr": 1.0e-3, "batch": 512, "epochs": 40, "loss": "ape",
             "rows_per_gpu": 8000, "val_fraction": 0.1, "quick_rows_per_gpu": 1000, "quick_epochs": 4,
-            "networks": list(NETWORKS)}
+            "networks": ["GEMM", "ATTN_prefill", "ATTN_decode"], "fp8_quantiser": "none"}
+
+#: What a measured FP8 (W8A8, per-tensor) linear call runs before its GEMM: the quantisation of its BF16 activation
+#: x[M, N] to FP8 (recipe key ``fp8_quantiser``), as kernels of (bytes read, bytes written) per activation element,
+#: each timed by the memory law (``memory_law.time_ms``, fitted on NVIDIA's measured quantisation kernels of the
+#: training GPUs). The database's FP8 GEMM latency includes it: its smallest FP8 call takes 4.5-4.6 us on H100 / H200
+#: against 2.4-2.5 us in BF16, a fixed cost the GEMM itself does not have. ``static``: one kernel with a given scale
+#: (reads 2 B, writes 1 B an element; vLLM's ``static_scaled_fp8_quant``); ``dynamic``: the scale computed first (a
+#: max reduction reading the activation, then the quantiser: vLLM's ``dynamic_scaled_fp8_quant``); ``none``: the
+#: network alone answers the whole call. A GEMM_fp8 row then takes quantiser + network time, and the network is
+#: trained on the whole measured latency through that sum (``TensorCoreNets.fit``).
+QUANTISERS = {"none": (), "static": ((2.0, 1.0),), "dynamic": ((2.0, 0.0), (2.0, 1.0))}
 
 
 #: A fused attention's backward (``sub_op`` backward, traced with ``attention="sdpa"``), which NVIDIA's database
@@ -117,21 +134,30 @@ def training_rows(kernels: pd.DataFrame, net: str, config: dict, quick: bool, se
     df = kernels[network_of(kernels) == net]
     if net in config.get("traced_scope", []):
         df = df[traced_scope(df)]
-    v = config["quick_rows_per_gpu" if quick else "rows_per_gpu"]
-    return subsample(df, int(v[net] if isinstance(v, dict) else v), seed)
+    return subsample(df, int(setting(config, "quick_rows_per_gpu" if quick else "rows_per_gpu", net)), seed)
+
+
+def setting(config: dict, key: str, net: str):
+    """A config value of network ``net``: one for every network, or a {network: value} dict (GEMM_fp8 takes
+    GEMM's where the dict does not name it)."""
+    v = config[key]
+    if not isinstance(v, dict):
+        return v
+    return v[net] if net in v or net not in GEMM_NETWORKS else v["GEMM"]
 
 
 def network_of(kernels: pd.DataFrame) -> np.ndarray:
-    """The network of each row ("" = none): GEMM for LINEAR / BMM rows in bf16 / fp16, ATTN_<kind> for ATTN
-    rows with the attention columns."""
+    """The network of each row ("" = none): GEMM for LINEAR / BMM rows in bf16 / fp16, GEMM_fp8 for those in fp8,
+    ATTN_<kind> for ATTN rows in bf16 / fp16 with the attention columns."""
     n = len(kernels)
     out = np.full(n, "", dtype=object)
     if "precision" not in kernels.columns or n == 0:
         return out
     half = kernels["precision"].isin(TRAINED_PRECISIONS).to_numpy()
     cls = kernels["op_class"].to_numpy()
-    out[half & np.isin(cls, schema.GEMM_CLASSES)
-        & kernels[["B", "M", "N", "K"]].notna().all(axis=1).to_numpy()] = "GEMM"
+    gemm = np.isin(cls, schema.GEMM_CLASSES) & kernels[["B", "M", "N", "K"]].notna().all(axis=1).to_numpy()
+    out[half & gemm] = "GEMM"
+    out[gemm & (kernels["precision"] == Precision.FP8).to_numpy()] = "GEMM_fp8"
     if "sub_op" in kernels.columns and all(c in kernels.columns for c in schema.ATTN_COLUMNS):
         ok = half & (cls == OpClass.ATTN) & kernels[list(schema.ATTN_COLUMNS)].notna().all(axis=1).to_numpy()
         sub = kernels["sub_op"].astype(str).to_numpy()
@@ -242,7 +268,7 @@ def shape_inputs(kernels: pd.DataFrame, dev: dict, net: str) -> np.ndarray:
     dims include the sliding window (as 1 + window: 0 = none): 46 % of the training GPUs' decode rows are
     windowed variants of the same shapes, and a tree that cannot tell them apart is 120-140 % off in sample."""
     peak = common.peak_gflops(kernels, dev)
-    if net == "GEMM":
+    if net in GEMM_NETWORKS:
         dims = [kernels[c].fillna(1).to_numpy(float) for c in ("B", "M", "N", "K")]
     else:
         window = kernels["window"].fillna(0).to_numpy(float) if "window" in kernels else np.zeros(len(kernels))
@@ -265,12 +291,11 @@ class TensorCoreNets:
 
     def value(self, key: str, net: str):
         """A config value: one for every network, or a {network: value} dict."""
-        v = self.config[key]
-        return v[net] if isinstance(v, dict) else v
+        return setting(self.config, key, net)
 
     def geometry(self, df: pd.DataFrame, dev: dict, net: str) -> dict:
         """The tiles and waves this config gives rows of network ``net`` (GEMM: with the chosen tile and split)."""
-        if net == "GEMM":
+        if net in GEMM_NETWORKS:
             return gemm_geometry(df, dev, self.config["gemm_tiles"], self.config["splits"])
         return attention_geometry(df, dev, int(self.config["block_q"]), int(self.config["tiles_per_sm"]),
                                   bool(self.config["kv_split"]))
@@ -292,21 +317,47 @@ class TensorCoreNets:
         """(X, waves, base): log2 MLP inputs, waves and the wave roofline in ms."""
         geo = self.geometry(df, dev, net)
         X = features(df, dev, geo, TILE_INPUTS)
-        if net == "GEMM" and self.config.get("gemm_inputs"):
-            X = np.concatenate([X, gemm_structure(df, dev, geo, self.config["gemm_inputs"])], axis=1)
+        names = self.value("gemm_inputs", net) if net in GEMM_NETWORKS else []
+        if names:
+            X = np.concatenate([X, gemm_structure(df, dev, geo, names)], axis=1)
         if self.config.get("dims_input"):
             # the kernel's own dims next to the per-SM ratios (the library picks its kernel by them)
             X = np.concatenate([X, shape_inputs(df, dev, net)[:, :-2]], axis=1)
         return X, geo["waves"], common.wave_roofline_ms(df, dev, geo)
+
+    def quantiser(self, net: str) -> tuple:
+        """The quantisation kernels ``QUANTISERS`` run before a row of network ``net`` (only GEMM_fp8 has any)."""
+        kind = self.config.get("fp8_quantiser", "none") if net == "GEMM_fp8" else "none"
+        if kind not in QUANTISERS:
+            raise ValueError(f"tensor_core: fp8_quantiser must be one of {', '.join(QUANTISERS)}, got {kind!r}")
+        return QUANTISERS[kind]
+
+    def quantiser_ms(self, df: pd.DataFrame, device, net: str, law: dict | None) -> np.ndarray:
+        """ms of the quantisation kernels before each row of ``df`` (``quantiser``; zeros without), each a BF16
+        element-wise kernel over the activation (B x M x N elements, N the reduction) timed by the memory law's numbers
+        ``law``; ``device`` None: the table's ``device`` column."""
+        kernels = self.quantiser(net)
+        if not kernels:
+            return np.zeros(len(df))
+        if law is None:
+            raise ValueError(f"tensor_core: {net} times its activations' quantisation by the memory law; none was "
+                             "handed over (load or train the predictor with predictors.get)")
+        elems = np.prod([df[c].fillna(1).to_numpy(float) for c in ("B", "M", "N")], axis=0)
+        base = {"op_class": OpClass.VEC, "precision": Precision.BF16}
+        if device is None:
+            base["device"] = df["device"].to_numpy()
+        return sum(memory_law.time_ms(pd.DataFrame({**base, "bytes_read": r * elems, "bytes_written": w * elems}),
+                                      device, law) for r, w in kernels)
 
     def _ms(self, net: str, Xs: np.ndarray, waves, base) -> np.ndarray:
         outs = [m(Xs) for m in self.nets[net]]
         return base / (float(self.value("u_max", net)) * np.mean([utilisation(o, waves) for o in outs], axis=0))
 
     # ------------------------------------------------------------ training
-    def fit(self, kernels: pd.DataFrame, quick: bool = False, bar=None) -> dict:
+    def fit(self, kernels: pd.DataFrame, quick: bool = False, bar=None, law: dict | None = None) -> dict:
         """Train every network of the config on ``kernels`` (the training GPUs' measured kernels, which the trainer
-        reads: ``measured_kernels.training_kernels``); ``quick``: ``quick_rows_per_gpu`` rows and ``quick_epochs``."""
+        reads: ``measured_kernels.training_kernels``); ``quick``: ``quick_rows_per_gpu`` rows and ``quick_epochs``;
+        ``law``: the memory law's numbers, for a network with a quantiser (``quantiser_ms``)."""
         import torch
 
         from neusight_core.predictors.nets import MLP, as_tensors, train_loop
@@ -324,7 +375,9 @@ class TensorCoreNets:
                 y = df["latency_ms"].to_numpy(float)
                 mu, sd = X.mean(0), X.std(0) + 1e-6
                 self.norm[net] = (mu, sd)
-                Xt, wt, by = as_tensors((X - mu) / sd, waves, base / y)
+                # the quantiser's share of each measured call: the network learns the GEMM beside it, scored on the
+                # whole call (the loss sees quantiser + GEMM over measured, as a prediction is made)
+                Xt, wt, by, qy = as_tensors((X - mu) / sd, waves, base / y, self.quantiser_ms(df, None, net, law) / y)
                 val = split_validation(len(df), float(c["val_fraction"]), self.seed)
                 # its own seed per network: adding or dropping a network moves no other network's RNG; members of
                 # an ensemble (``members``) draw their initial weights from seeds 100 apart (member 0: the single
@@ -337,7 +390,7 @@ class TensorCoreNets:
                         model = MLP(X.shape[1], 2, int(self.value("hidden", net)), int(self.value("layers", net)))
 
                         def ratio(idx, model=model):
-                            return by[idx] / (u_max * utilisation(model(Xt[idx]), wt[idx]))
+                            return by[idx] / (u_max * utilisation(model(Xt[idx]), wt[idx])) + qy[idx]
                         r = train_loop(model, ratio, len(df), val, epochs, int(self.value("batch", net)),
                                        float(self.value("lr", net)), self.value("loss", net), net_seed, bar)
                         self.nets[net].append(NumpyMLP(model.state_dict()))
@@ -357,8 +410,9 @@ class TensorCoreNets:
         nets = network_of(_backward_as_forward(kernels)[0])
         return np.isin(nets, list(self.nets))
 
-    def predict(self, kernels: pd.DataFrame, device=None) -> np.ndarray:
-        """ms per row of the handled rows (NaN elsewhere); ``device`` None: the table's ``device`` column."""
+    def predict(self, kernels: pd.DataFrame, device=None, law: dict | None = None) -> np.ndarray:
+        """ms per row of the handled rows (NaN elsewhere); ``device`` None: the table's ``device`` column; ``law``: the
+        memory law's numbers, for a network with a quantiser (``quantiser_ms``)."""
         kernels, factor = _backward_as_forward(kernels.reset_index(drop=True))
         out = np.full(len(kernels), np.nan)
         nets = network_of(kernels)
@@ -370,7 +424,7 @@ class TensorCoreNets:
             d = {k: v[rows] for k, v in dev.items()}
             X, waves, base = self._inputs(kernels.iloc[rows], d, net)
             mu, sd = self.norm[net]
-            out[rows] = self._ms(net, (X - mu) / sd, waves, base)
+            out[rows] = self._ms(net, (X - mu) / sd, waves, base) + self.quantiser_ms(kernels.iloc[rows], device, net, law)
         return out * factor
 
     # ------------------------------------------------------------ state

@@ -432,6 +432,8 @@ def _refusal(p: KernelPredictor, why: str) -> str:
 def _fit(p: KernelPredictor, train, quick: bool) -> None:
     """``p.fit``, checked first: without the measured-kernel database the FP32 networks alone (see above)."""
     why = _tensor_core_missing(p)
+    # before fitting too: the FP8 GEMM network trains beside its activations' quantisation, timed by the memory law
+    hand_over(p)
     if not why:
         p.fit(data_for(p, train), quick=quick)
     else:
@@ -472,7 +474,8 @@ def _completed(p: KernelPredictor, f: Path, quick: bool) -> KernelPredictor:
     print(f"note: {f}: training the BF16 tensor-core networks these weights were saved without "
           f"({'seconds' if quick else 'about a minute'})", file=sys.stderr, flush=True)
     from neusight_core.data import measured_kernels
-    p.info["tensor_core"] = p.tc.fit(measured_kernels.training_kernels(p.tc.config["networks"]), quick=quick)
+    p.info["tensor_core"] = p.tc.fit(measured_kernels.training_kernels(p.tc.config["networks"]), quick=quick,
+                                     law=p.law_numbers())
     p.missing_networks = None
     p.save(f)
     return p

@@ -84,16 +84,27 @@ class OpClass(_Word):
 
 class Precision(_Word):
     """Precisions a prediction can be made in. fp32 = the paper's setting (FP32 storage, TF32 off); tf32 keeps FP32
-    tensors with GEMMs on TF32 tensor cores; fp16 / bf16 store 2-byte elements."""
+    tensors with GEMMs on TF32 tensor cores; fp16 / bf16 store 2-byte elements. fp8 (E4M3) = FP8 weights and
+    GEMMs (W8A8: both operands quantised to one byte, BF16 output) in a BF16 model: the linear layers' GEMMs run
+    on FP8 tensor cores, attention and the memory-bound kernels in BF16, as vLLM's and TensorRT-LLM's FP8
+    checkpoints run (vLLM docs, "FP8 W8A8": "only the weights and activations of the linear layers are
+    quantized"); its step is traced in ``activations`` (bf16) and its LINEAR rows relabelled."""
     FP32 = "fp32"
     TF32 = "tf32"
     FP16 = "fp16"
     BF16 = "bf16"
+    FP8 = "fp8"
 
     @property
     def bytes(self) -> int:
-        """Bytes of one stored element."""
-        return 2 if self.is_half else 4
+        """Bytes of one stored element (of a weight, for fp8)."""
+        return 1 if self is Precision.FP8 else 2 if self.is_half else 4
+
+    @property
+    def activations(self) -> "Precision":
+        """The precision a step in this precision traces its model and keeps its activations in: bf16 for fp8
+        (only its linear layers' GEMMs run in FP8), itself otherwise."""
+        return Precision.BF16 if self is Precision.FP8 else self
 
     @property
     def is_half(self) -> bool:
@@ -108,7 +119,7 @@ class Precision(_Word):
     @property
     def torch_dtype(self) -> str:
         """The torch dtype its tensors are stored in (a name: this module imports no torch)."""
-        return {"fp16": "float16", "bf16": "bfloat16"}.get(self.value, "float32")
+        return {"fp16": "float16", "bf16": "bfloat16", "fp8": "float8_e4m3fn"}.get(self.value, "float32")
 
 
 def op_classes(where=lambda c: True) -> tuple:
@@ -134,6 +145,8 @@ IGEMM_CLASSES = op_classes(lambda c: c.is_gemm or c is OpClass.CONV)
 PRECISIONS = precisions()
 TENSOR_PRECISIONS = precisions(lambda p: p.has_tensor_peak)
 HALF_PRECISIONS = precisions(lambda p: p.is_half)
+#: The precisions of a step whose activations, attention and memory-bound kernels are 2-byte (fp16, bf16, fp8).
+HALF_ACTIVATIONS = precisions(lambda p: p.activations.is_half)
 ELEMENT_BYTES = {p.value: p.bytes for p in Precision}
 
 #: ``sub_op`` of a grouped GEMM row (op class BMM): one kernel for the experts of a mixture-of-experts layer, taken as

@@ -316,8 +316,11 @@ class Scenario(Sized):
                               help="precision (fp32 = the paper, TF32 off). bf16 / fp16 with neusight: GEMMs and "
                                    "fused attention from networks trained on measured kernels, memory-bound kernels "
                                    "by a memory law; else extrapolations: GEMMs at the dense tensor-core peak, "
-                                   "2-byte elements",
-                              many="precision(s), comma-separated, of fp32 (the paper), tf32, fp16, bf16")
+                                   "2-byte elements. fp8 (inference, GPUs with FP8 tensor cores): the transformer "
+                                   "layers' linear GEMMs in FP8 (W8A8, one byte per weight) from a network trained on "
+                                   "NVIDIA's measured FP8 GEMMs; attention, the head and memory-bound kernels in bf16, "
+                                   "as vLLM's FP8 checkpoints run",
+                              many="precision(s), comma-separated, of fp32 (the paper), tf32, fp16, bf16, fp8")
     attention: Attention = option(Choice(Attention), table=True, paper=Attention.EAGER,
                                   user=Rule("what Hugging Face picks for the model (sdpa where it supports it)"),
                                   help="eager (the paper's: Q K^T, softmax, P V as separate kernels) or sdpa (one "

@@ -96,10 +96,10 @@ def tensor_core_residuals(recipe: str, seed: int, quick: bool = True) -> pd.Data
     out = []
     for g in sorted(rows["device"].unique()):
         nets = tc.TensorCoreNets(config, seed=seed)
-        nets.fit(rows[rows["device"] != g], quick=quick)
+        nets.fit(rows[rows["device"] != g], quick=quick, law=P.memory_law_params())
         k = rows[rows["device"] == g].reset_index(drop=True)
         k = pd.concat([_sample(d, KERNEL_SAMPLE, seed) for _, d in k.groupby(tc.network_of(k))], ignore_index=True)
-        pred = nets.predict(k)
+        pred = nets.predict(k, law=P.memory_law_params())
         ok = np.isfinite(pred)
         out.append(pd.DataFrame({"part": ANSWER_TENSOR_CORE + " " + tc.network_of(k)[ok].astype(object), "gpu": g,
                                  "measured_ms": k["latency_ms"].to_numpy(float)[ok], "predicted_ms": pred[ok]}))
@@ -145,7 +145,7 @@ def seen_residuals(recipe: str, seed: int, quick: bool) -> pd.DataFrame:
         k = mk.training_kernels(tuple(p.tc.config["networks"]))
         k = pd.concat([_sample(d, KERNEL_SAMPLE, seed) for _, d in k.groupby(["device", tc.network_of(k)])],
                       ignore_index=True)
-        pred = p.tc.predict(k)
+        pred = p.tc.predict(k, law=p.law_numbers())
         ok = np.isfinite(pred)
         out.append(pd.DataFrame({"part": ANSWER_TENSOR_CORE + " " + tc.network_of(k)[ok].astype(object),
                                  "gpu": k["device"].to_numpy()[ok], "measured_ms": k["latency_ms"].to_numpy(float)[ok],

@@ -10,8 +10,9 @@ from neusight_core.data.configs import TraceError
 from neusight_core.question.schema import Attention, Mode, Precision
 
 # Precision of a trace (``trace_model(..., dtype=)``) -> storage dtype of the model's tensors.
-# tf32 = FP32 tensors, GEMMs on TF32 tensor cores; fp32 = the paper's setting (TF32 off).
-TORCH_DTYPES = {p.value: getattr(torch, p.torch_dtype) for p in Precision}
+# tf32 = FP32 tensors, GEMMs on TF32 tensor cores; fp32 = the paper's setting (TF32 off); fp8 = a BF16 model
+# (transformers' eager code cannot run FP8 tensors; the tracer relabels its linear layers' GEMMs).
+TORCH_DTYPES = {p.value: getattr(torch, p.activations.torch_dtype) for p in Precision}
 
 
 # The release's BERT config names BertLMHeadModel, but the authors' op graphs (and so the measured

@@ -41,7 +41,7 @@ from neusight_core.question.step import Step
 # `precision` (fp32 | tf32 | fp16 | bf16): the arithmetic the kernel runs in, which picks the GEMM peak.
 # Then schema.CONV_COLUMNS: the parameters of a 2-D convolution, NaN on every other row.
 
-_DTYPE_PRECISION = {p.torch_dtype: p.value for p in Precision if p is not Precision.TF32}
+_DTYPE_PRECISION = {p.torch_dtype: p.value for p in Precision if p is p.activations and p is not Precision.TF32}
 
 
 # configs by name or path live in configs.py (no torch: a trace-cache hit reads them); re-exported
@@ -337,7 +337,8 @@ def trace_model(step: Step, authors_heads: bool = True) -> pd.DataFrame:
     models). A ViT is built for that side (``image_size`` set in its config, so its position embeddings
     have one entry per patch, as when fine-tuning at a new resolution). No KV cache for them.
 
-    ``dtype`` (fp32 | tf32 | fp16 | bf16): the precision the model runs in. fp32 is the paper's
+    ``dtype`` (fp32 | tf32 | fp16 | bf16 | fp8): the precision the model runs in (fp8: a bf16 trace whose
+    linear layers' GEMMs are fp8, ``fp8_linear_rows``). fp32 is the paper's
     (FP32 tensors, TF32 off); fp16/bf16 build the model in that dtype, so every tensor's bytes follow
     it (ops the model code runs in FP32, e.g. softmax or RMSNorm upcasts, stay FP32); tf32 keeps FP32
     tensors and marks FP32 GEMMs ``precision == "tf32"`` (tensor cores). The ``precision`` column
@@ -405,7 +406,7 @@ def trace_model(step: Step, authors_heads: bool = True) -> pd.DataFrame:
     if train and accumulate_grads:
         for p in params.values():
             p.grad = torch.empty_like(p)
-    rec = _Recorder({id(p): n for n, p in params.items()}, access_paths=dtype in schema.HALF_PRECISIONS)
+    rec = _Recorder({id(p): n for n, p in params.items()}, access_paths=dtype in schema.HALF_ACTIVATIONS)
     kw = model_inputs(model, cfg, int(batch), int(seq), train, TORCH_DTYPES[dtype])
     kv_bytes, kv_bufs, cached = 0, (), []
     if past:        # before the module hooks: filling the cache runs the model once, which is not the step
@@ -469,6 +470,8 @@ def trace_model(step: Step, authors_heads: bool = True) -> pd.DataFrame:
     df["precision"] = df["dtype"].map(_DTYPE_PRECISION).fillna(Precision.FP32)
     if dtype == Precision.TF32:   # cuDNN convolutions use TF32 tensor cores when allowed, as cuBLAS GEMMs do
         df.loc[df["op_class"].isin(schema.IGEMM_CLASSES) & (df["precision"] == Precision.FP32), "precision"] = Precision.TF32
+    if dtype == Precision.FP8:
+        fp8_linear_rows(df)
     df[list(schema.CONV_COLUMNS)] = conv
     if attn is not None:      # only tables with fused attention carry its columns (eager tables are unchanged)
         df[list(schema.ATTN_COLUMNS)] = attn
@@ -510,6 +513,20 @@ def paged_cache_writes(df: pd.DataFrame, cached: list, past: int, seq: int) -> i
 #: the ``aten_op`` of a paged cache's write (``paged_cache_writes``), in the tracer's "namespace.op.overload" form (fusion
 #: names fused kernels by the middle part); no aten op of a Hugging Face model runs it
 PAGED_WRITE = "kv.paged_write.default"
+
+
+def fp8_linear_rows(df: pd.DataFrame) -> None:
+    """An FP8 step (traced as BF16) in place: its transformer layers' linear GEMMs (LINEAR rows in bf16 of a layer,
+    ``layer`` >= 0) become fp8 W8A8 GEMMs,
+    both operands read at one byte per element (half the BF16 bytes read; a bias, if any, is counted at one byte
+    too, a rounding), the output still BF16 (``dtype`` column and bytes written unchanged), as vLLM's FP8 linear
+    layers run them. Attention (BMM / ATTN), the memory-bound kernels and the head's logits stay BF16. The
+    activation's quantisation to FP8 before each GEMM (a small memory-bound kernel, often fused into the norm
+    before it) is not added: a known under-count."""
+    # the head (layer -1) stays BF16: FP8 checkpoints leave lm_head unquantised (vLLM and llm-compressor ignore it)
+    rows = ((df["op_class"] == OpClass.LINEAR) & (df["precision"] == Precision.BF16) & (df["layer"] >= 0)).to_numpy()
+    df.loc[rows, "precision"] = Precision.FP8
+    df.loc[rows, "bytes_read"] = df.loc[rows, "bytes_read"].to_numpy(float) / Precision.BF16.bytes
 
 
 def _memory_summary(rec: _Recorder, kv_bytes: int, kv_bufs: tuple) -> dict:
