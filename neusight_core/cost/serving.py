@@ -17,13 +17,16 @@ decode iteration advances each request in flight by one token, and the prompts o
 or within those iterations. Per completed request the GPU does one prefill and OSL - 1 decode iterations, and C
 requests complete per request lifetime, so each request's OSL - 1 iterations also carry about C prefills:
 
-    TPOT = step_scale x t_dec + prefill_share x C x t_pre / (OSL - 1)
+    TPOT = step_scale x (t_dec - comm) + comm_scale x comm + prefill_share x C x t_pre / (OSL - 1)
     TTFT = t_pre x (ttft_base + ttft_per_request x (C - 1))
     E2E  = TTFT + (OSL - 1) x TPOT;  requests/s = C / E2E;  tokens/s per GPU = C x OSL / E2E / tp
 
 ``prefill_share`` = 1 when arrivals are spread evenly (each prefill costs its full time inside someone's decode);
 1/2 when all C arrive together (half of a wave's prefills precede a request's first token). ``step_scale`` absorbs
-what the traced step does not hold (a serving engine's own kernels and scheduling). The four constants per engine are
+what the traced step does not hold (a serving engine's own kernels and scheduling); ``comm_scale`` the engines' own
+all-reduce (vLLM's and SGLang's custom all-reduce, TensorRT-LLM's all-reduce plugin: one-shot kernels over NVLink for
+small messages) against NCCL's measured cost that the step's ``comm`` (its exposed all-reduces) is timed with. The five
+constants per engine are
 fitted on that engine's development rows only (``studies/serving_eval.py``) and kept with their provenance in
 ``serving_constants.yaml``; an engine without rows takes another's, and says so.
 
@@ -58,7 +61,7 @@ CONSTANTS_FILE = Path(__file__).with_name("serving_constants.yaml")
 #: weights leave; a rounding here), SGLang's ``mem_fraction_static`` 0.8-0.9 by GPU size (their docs, 2025)
 MEMORY_FRACTION = 0.9
 #: precisions a serving engine runs a model in; fp32 / tf32 are training precisions no engine serves in
-SERVING_PRECISIONS = (Precision.BF16, Precision.FP16) + tuple(p for p in Precision if p.value == "fp8")
+SERVING_PRECISIONS = (Precision.BF16, Precision.FP16, Precision.FP8)
 
 SERVE_FIELDS = options(ServeQuestion)
 
@@ -75,6 +78,7 @@ class EngineConstants:
     prefill_share: float
     ttft_base: float
     ttft_per_request: float
+    comm_scale: float = 1.0       # the decode step's all-reduces against NCCL's measured cost (engines' own all-reduce)
     tpot_sigma: float = 0.0       # spread (log) of the measured TPOT around the fitted model on those rows
     ttft_sigma: float = 0.0       # the same for TTFT
     rows: int = 0                 # development rows they were fitted on
@@ -145,13 +149,13 @@ def step_scenarios(q: ServeQuestion) -> tuple:
 
 
 # ------------------------------------------------------------------------------ the answer
-def answer(q: ServeQuestion, t_dec: float, t_pre: float, c: EngineConstants) -> dict:
-    """TTFT, TPOT, the request's end-to-end time and the throughputs of ``q`` from its two step times (ms) and its
-    engine's constants (the module docstring's formulas); TTFT's and TPOT's intervals at ``q.coverage``: symmetric
+def answer(q: ServeQuestion, t_dec: float, t_pre: float, c: EngineConstants, comm_dec: float = 0.0) -> dict:
+    """TTFT, TPOT, the request's end-to-end time and the throughputs of ``q`` from its two step times (ms), the decode
+    step's exposed communication (ms, part of ``t_dec``) and its engine's constants (the module docstring's formulas); TTFT's and TPOT's intervals at ``q.coverage``: symmetric
     in log, the normal quantile times the spread of the engine's development rows around the model (in sample: the
     held-out check says whether it holds elsewhere)."""
     C, osl = q.concurrency, q.osl
-    tpot = c.step_scale * t_dec + c.prefill_share * C * t_pre / (osl - 1)
+    tpot = c.step_scale * (t_dec - comm_dec) + c.comm_scale * comm_dec + c.prefill_share * C * t_pre / (osl - 1)
     ttft = t_pre * (c.ttft_base + c.ttft_per_request * (C - 1))
     e2e = ttft + (osl - 1) * tpot
     z = error_model.normal_quantile(0.5 + q.coverage / 2)
@@ -197,14 +201,19 @@ def step_times(questions, predictor="neusight", quick: bool | None = None, seed:
     memory_cols = ["memory_weights_gib", "memory_activations_gib", "memory_kv_cache_gib", "memory_fits"]
     rows, j = [], 0
     for err in errors:
-        row = {"t_dec": np.nan, "t_pre": np.nan, **dict.fromkeys(memory_cols, np.nan), "error": err}
+        row = {"t_dec": np.nan, "t_pre": np.nan, "comm_dec": np.nan, **dict.fromkeys(memory_cols, np.nan), "error": err}
         if not err:
             dec, pre = steps.iloc[j], steps.iloc[j + 1]
             j += 2
-            row.update(t_dec=float(dec["e2e_ms"]), t_pre=float(pre["e2e_ms"]), error=dec["error"] or pre["error"],
-                       **{c: dec[c] for c in memory_cols})
+            row.update(t_dec=float(dec["e2e_ms"]), t_pre=float(pre["e2e_ms"]), comm_dec=float(dec["comm_exposed_ms"]),
+                       error=dec["error"] or pre["error"], **{c: dec[c] for c in memory_cols})
         rows.append(row)
-    return qs, pd.DataFrame(rows, columns=["t_dec", "t_pre"] + memory_cols + ["error"])
+    return qs, pd.DataFrame(rows, columns=STEP_COLUMNS + memory_cols + ["error"])
+
+
+#: what ``step_times`` gives per question besides the memory: the decode step, the prefill, the decode step's exposed
+#: communication (ms)
+STEP_COLUMNS = ["t_dec", "t_pre", "comm_dec"]
 
 
 def predict(questions, predictor="neusight", quick: bool | None = None, seed: int = 0, *, progress: bool = False,
@@ -220,7 +229,7 @@ def predict(questions, predictor="neusight", quick: bool | None = None, seed: in
         row.update(error=st["error"], note="", constants_of="")
         if not st["error"]:
             c, fitted_for = constants(q.engine, constants_file)
-            row.update(answer(q, st["t_dec"], st["t_pre"], c))
+            row.update(answer(q, st["t_dec"], st["t_pre"], c, st["comm_dec"]))
             cap, most = kv_capacity(q, st, devices.get_device(q.device).mem_gb)
             fits = most >= 1         # the step of all C may not fit (above max_concurrency): the engine queues
             row.update(decode_step_ms=st["t_dec"], prefill_ms=st["t_pre"], kv_capacity_tokens=cap,

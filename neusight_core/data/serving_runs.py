@@ -29,7 +29,7 @@ DEVELOPMENT_MODELS = {"meta-llama/Llama-3.1-8B-Instruct": "llama3_8b", "nvidia/L
 #: here: their rows are counted, not answered)
 HELD_OUT_MODELS = {"Qwen/Qwen3-32B": "qwen3_32b"}
 #: the file's GEMM quantisation -> our precision (no quantisation: BF16)
-QUANT_PRECISION = {Precision.BF16.value: Precision.BF16, "fp8": "fp8", "fp8_block": "fp8"}
+QUANT_PRECISION = {Precision.BF16.value: Precision.BF16, Precision.FP8.value: Precision.FP8, "fp8_block": Precision.FP8}
 SERVING_COLUMNS = ["id", "model", "device", "engine", "engine_version", "dtype", "quant", "tp", "isl", "osl", "concurrency",
            "ttft_ms", "tpot_ms"]
 

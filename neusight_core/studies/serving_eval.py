@@ -35,7 +35,7 @@ def steps(rows: pd.DataFrame, predictor="neusight", quick: bool | None = None, s
     cols = [c for c in QUESTION if c in rows.columns]
     qs = [dict(zip(cols, r)) for r in rows[cols].itertuples(index=False)]
     _, st = serving.step_times(qs, predictor, quick, seed, progress=progress)
-    return pd.concat([rows.reset_index(drop=True), st[["t_dec", "t_pre", "error"]]], axis=1)
+    return pd.concat([rows.reset_index(drop=True), st[serving.STEP_COLUMNS + ["error"]]], axis=1)
 
 
 def _log_fit(design, measured, start) -> np.ndarray:
@@ -52,12 +52,17 @@ def fit(frame: pd.DataFrame, source: str = "") -> dict:
     ok = frame[frame["error"].eq("") & frame["t_dec"].gt(0) & frame["t_pre"].gt(0)]
     for engine, g in ok.groupby("engine"):
         C, osl = g["concurrency"].to_numpy(float), g["osl"].to_numpy(float)
-        tpot = _log_fit(np.c_[g["t_dec"], C * g["t_pre"] / (osl - 1)], g["tpot_ms"].to_numpy(float), [1.0, 1.0])
+        comm = g["comm_dec"].fillna(0).to_numpy(float)
+        design = np.c_[g["t_dec"] - comm, comm, C * g["t_pre"] / (osl - 1)]
+        if not comm.any():      # no tensor parallelism among the rows: the all-reduce's scale stays NCCL's
+            design[:, 1] = 0
+        tpot = _log_fit(design, g["tpot_ms"].to_numpy(float), [1.0, 1.0, 1.0])
         ttft = _log_fit(np.c_[g["t_pre"], g["t_pre"] * (C - 1)], g["ttft_ms"].to_numpy(float), [1.0, 0.1])
         # the spread around the fit: root mean square of the log residuals (the intervals' sigma)
-        r_tpot = np.log((tpot[0] * g["t_dec"] + tpot[1] * C * g["t_pre"] / (osl - 1)) / g["tpot_ms"])
+        r_tpot = np.log(design @ tpot / g["tpot_ms"].to_numpy(float))
         r_ttft = np.log(g["t_pre"] * (ttft[0] + ttft[1] * (C - 1)) / g["ttft_ms"])
-        out[engine] = EngineConstants(step_scale=round(float(tpot[0]), 4), prefill_share=round(float(tpot[1]), 4),
+        out[engine] = EngineConstants(step_scale=round(float(tpot[0]), 4), prefill_share=round(float(tpot[2]), 4),
+                                      comm_scale=round(float(tpot[1]), 4) if comm.any() else 1.0,
                                       ttft_base=round(float(ttft[0]), 4), ttft_per_request=round(float(ttft[1]), 4),
                                       tpot_sigma=round(float(np.sqrt(np.mean(r_tpot ** 2))), 4),
                                       ttft_sigma=round(float(np.sqrt(np.mean(r_ttft ** 2))), 4),
@@ -87,7 +92,7 @@ def scored(frame: pd.DataFrame, consts: dict | None = None) -> pd.DataFrame:
     for r in ok.itertuples(index=False):
         c = consts[r.engine] if consts and r.engine in consts else serving.constants(r.engine)[0]
         q = serving.ServeQuestion(**{k: getattr(r, k) for k in QUESTION if hasattr(r, k)})
-        a = serving.answer(q, r.t_dec, r.t_pre, c)
+        a = serving.answer(q, r.t_dec, r.t_pre, c, 0.0 if np.isnan(r.comm_dec) else r.comm_dec)
         pt.append(a["ttft_ms"])
         pp.append(a["tpot_ms"])
         bounds.append([a[k] for k in BOUNDS])
