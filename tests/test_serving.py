@@ -152,3 +152,14 @@ def test_the_development_rows_are_the_llama_3_1_family_and_nothing_else():
     assert 500 <= len(dev) <= 600 and set(dev["dtype"]) == {"bf16", "fp8"}
     assert not held["model"].str.contains("Llama-3.1").any() and not set(held["id"]) & set(dev["id"])
     assert (dev["ttft_ms"] > 0).all() and (dev["tpot_ms"] > 0).all()
+
+
+def test_a_tensor_parallel_fp8_gemm_reads_one_byte_per_operand_element():
+    """The TP plan recomputes a sliced GEMM's traffic from its dims: an fp8 GEMM's operands stay one byte each."""
+    from neusight_core.cost import latency
+    k = latency.predict_model("llama3_2_1b", "H100", batch=4, seq=1, past=64, dtype="fp8", parallel="tp", gpus=2,
+                              kv_cache="paged")["kernels"]
+    fp8 = k[(k["op_class"] == "LINEAR") & (k["precision"] == "fp8")]
+    assert len(fp8)
+    expect = fp8["M"] * fp8["N"] + fp8["N"] * fp8["K"]
+    assert np.allclose(fp8["bytes_read"], expect) and np.allclose(fp8["bytes_written"], 2 * fp8["M"] * fp8["K"])

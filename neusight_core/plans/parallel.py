@@ -242,9 +242,11 @@ def tp_split(kernels: pd.DataFrame, n: int, experts: str = Plan.TP) -> pd.DataFr
             else:                                  # weight gradient: D sits in M or K
                 pos = "M" if M == D else "K"
             r[pos] = float(math.ceil(r[pos] / ways(m)))
-            # traffic of the sliced GEMM from its new dims (the unsplit operand is still read whole)
-            bias = e * r["K"] if "addmm" in r["aten_op"] else 0.0
-            r["bytes_read"] = e * (r["M"] * r["N"] + r["N"] * r["K"]) + bias
+            # traffic of the sliced GEMM from its new dims (the unsplit operand is still read whole); an fp8 GEMM
+            # reads its operands at one byte each (trace.fp8_linear_rows) and writes BF16
+            e_in = schema.Precision(r["precision"]).bytes if r["precision"] == schema.Precision.FP8 else e
+            bias = e_in * r["K"] if "addmm" in r["aten_op"] else 0.0
+            r["bytes_read"] = e_in * (r["M"] * r["N"] + r["N"] * r["K"]) + bias
             r["bytes_written"] = e * r["M"] * r["K"]
             r["flops"] = 2.0 * r["M"] * r["N"] * r["K"]
             continue
