@@ -1,4 +1,4 @@
-"""FP8 GEMMs on the held-out GPUs (issue 63, item 1): the ``neusight`` recipe's ``GEMM_fp8`` network, trained on the
+"""FP8 GEMMs on the held-out GPUs: the ``neusight`` recipe's ``GEMM_fp8`` network, trained on the
 per-tensor FP8 GEMMs of H100, H200 and L40S, scored on NVIDIA's measured FP8 GEMMs of B200 and GB200 (never trained,
 tuned or chosen on), beside the BF16 ``GEMM`` network on the same GPUs' BF16 GEMMs (the same file per GPU,
 ``measured_kernels.gemm_rows``). Also scored, never trained on: the block-scaled ``fp8_block`` GEMMs through the same

@@ -1,4 +1,4 @@
-"""Leave-one-training-GPU-out search of the FP8 GEMM network (issue 63 item 1; predictors/tensor_core.py, GEMM_fp8).
+"""Leave-one-training-GPU-out search of the FP8 GEMM network (predictors/tensor_core.py, GEMM_fp8).
 
 Only the training GPUs with FP8 tensor cores are read (H100 SXM, H200 SXM, L40S; their per-tensor FP8 GEMMs from the
 same files as the BF16 GEMMs, ``measured_kernels.training_kernels(("GEMM_fp8",))``): for each candidate, train the
