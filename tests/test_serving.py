@@ -45,6 +45,9 @@ def test_the_steady_state_formulas_on_a_hand_computed_case():
     c = EngineConstants(step_scale=1.0, prefill_share=1.0, ttft_base=2.0, ttft_per_request=0.5)
     a = serving.answer(_q(concurrency=4, osl=11, tp=2), t_dec=2.0, t_pre=10.0, c=c)
     assert a["tpot_ms"] == pytest.approx(2.0 + 4 * 10.0 / 10)           # 6 ms: the step and its share of prefills
+    # the step's all-reduces (0.5 of its 2 ms) at half NCCL's cost: 0.25 ms less
+    half = EngineConstants(step_scale=1.0, prefill_share=1.0, ttft_base=2.0, ttft_per_request=0.5, comm_scale=0.5)
+    assert serving.answer(_q(concurrency=4, osl=11, tp=2), 2.0, 10.0, half, comm_dec=0.5)["tpot_ms"] == pytest.approx(5.75)
     assert a["ttft_ms"] == pytest.approx(10.0 * (2.0 + 0.5 * 3))        # 35 ms
     assert a["e2e_ms"] == pytest.approx(35.0 + 10 * 6.0)                # 95 ms
     assert a["tokens_per_s"] == pytest.approx(1e3 * 4 * 11 / 95)
@@ -64,16 +67,18 @@ def test_the_intervals_are_the_normal_quantile_of_the_spread():
 
 def test_the_fit_recovers_constants_that_made_the_rows():
     from neusight_core.studies import serving_eval
-    true = EngineConstants(step_scale=0.9, prefill_share=0.7, ttft_base=3.0, ttft_per_request=0.2)
+    true = EngineConstants(step_scale=0.9, prefill_share=0.7, ttft_base=3.0, ttft_per_request=0.2, comm_scale=0.4)
     rng = np.random.default_rng(0)
     rows = []
     for _ in range(40):
         q = _q(concurrency=int(rng.choice([4, 8, 16, 64])), osl=int(rng.choice([128, 512])), engine="trtllm")
         t_dec, t_pre = float(rng.uniform(3, 20)), float(rng.uniform(10, 100))
-        a = serving.answer(q, t_dec, t_pre, true)
-        rows.append(dict(q.as_dict(), t_dec=t_dec, t_pre=t_pre, error="", ttft_ms=a["ttft_ms"], tpot_ms=a["tpot_ms"]))
+        comm = float(rng.choice([0.0, 0.1, 0.3])) * t_dec          # TP 1 rows (none) and TP rows
+        a = serving.answer(q, t_dec, t_pre, true, comm)
+        rows.append(dict(q.as_dict(), t_dec=t_dec, t_pre=t_pre, comm_dec=comm, error="", ttft_ms=a["ttft_ms"],
+                         tpot_ms=a["tpot_ms"]))
     got = serving_eval.fit(pd.DataFrame(rows))["trtllm"]
-    for name in ("step_scale", "prefill_share", "ttft_base", "ttft_per_request"):
+    for name in ("step_scale", "prefill_share", "ttft_base", "ttft_per_request", "comm_scale"):
         assert getattr(got, name) == pytest.approx(getattr(true, name), abs=2e-3), name
     assert got.rows == 40 and got.tpot_sigma < 1e-3 and got.ttft_sigma < 1e-3      # exact rows: no spread
 

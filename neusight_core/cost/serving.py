@@ -208,12 +208,12 @@ def step_times(questions, predictor="neusight", quick: bool | None = None, seed:
             row.update(t_dec=float(dec["e2e_ms"]), t_pre=float(pre["e2e_ms"]), comm_dec=float(dec["comm_exposed_ms"]),
                        error=dec["error"] or pre["error"], **{c: dec[c] for c in memory_cols})
         rows.append(row)
-    return qs, pd.DataFrame(rows, columns=STEP_COLUMNS + memory_cols + ["error"])
+    return qs, pd.DataFrame(rows, columns=SERVING_STEP_COLUMNS + memory_cols + ["error"])
 
 
 #: what ``step_times`` gives per question besides the memory: the decode step, the prefill, the decode step's exposed
 #: communication (ms)
-STEP_COLUMNS = ["t_dec", "t_pre", "comm_dec"]
+SERVING_STEP_COLUMNS = ["t_dec", "t_pre", "comm_dec"]
 
 
 def predict(questions, predictor="neusight", quick: bool | None = None, seed: int = 0, *, progress: bool = False,

@@ -35,7 +35,7 @@ def steps(rows: pd.DataFrame, predictor="neusight", quick: bool | None = None, s
     cols = [c for c in QUESTION if c in rows.columns]
     qs = [dict(zip(cols, r)) for r in rows[cols].itertuples(index=False)]
     _, st = serving.step_times(qs, predictor, quick, seed, progress=progress)
-    return pd.concat([rows.reset_index(drop=True), st[serving.STEP_COLUMNS + ["error"]]], axis=1)
+    return pd.concat([rows.reset_index(drop=True), st[serving.SERVING_STEP_COLUMNS + ["error"]]], axis=1)
 
 
 def _log_fit(design, measured, start) -> np.ndarray:
