@@ -123,6 +123,11 @@ def test_tensor_parallelism_that_does_not_split_the_heads_is_refused():
         serving.step_scenarios(serving.question("llama3_8b", "H100", tp=3))
 
 
+def test_fp8_serving_on_a_gpu_without_fp8_tensor_cores_is_refused():
+    with pytest.raises(LatencyInputError, match="has no FP8 tensor cores"):
+        serving.step_scenarios(serving.question("llama3_8b", "A100", dtype="fp8"))
+
+
 def test_one_bad_question_does_not_cost_the_others_their_answer(tmp_path):
     df = serving.predict([dict(model="llama3_2_1b", device="H100", concurrency=4, osl=64, isl=256),
                           dict(model="llama3_2_1b", device="H100", concurrency=0)], quick=True)
