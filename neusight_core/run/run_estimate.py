@@ -30,7 +30,7 @@ QUICK_SEEDS = (0, 1)
 REFERENCE_CALIBRATION_S = 0.39
 #: measured wall times on the slower 2-core kind, minutes: (mode, every weight to train / none) -> (minutes, source)
 MEASURED_RUNS = {
-    ("quick", "all"): (7.8, "quick run in a fresh clone, 2a5e22f..3003eab, 2026-12-07, calm (calibration 0.36 s), "
+    ("quick", "all"): (7.8, "quick run in a fresh clone, 2b02dbf, 2026-12-07, calm (calibration 0.36 s), "
                            "with notebook 09 before its quick subset (0.8 min more than now)"),
     ("quick", "none"): (2.2, "quick run with its weights trained, f065380, 2026-12-07"),
     ("full", "all"): (129.0, "full run in a fresh clone, 520dc02, other work beside it"),
