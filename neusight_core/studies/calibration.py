@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from neusight_core import predictors as P
+from neusight_core.question.schema import Precision
 from neusight_core.cost import engine, error_model as em
 from neusight_core.cost.request import parse
 from neusight_core.data import dataset, devices, measured_kernels as mk
@@ -324,11 +325,15 @@ def labelled_points(recipe: str, seed: int, quick: bool, model: em.ErrorModel) -
 
 def kernel_points(recipe: str, seed: int, quick: bool, model: em.ErrorModel, sample: int = 2000) -> pd.DataFrame:
     """NVIDIA's measured BF16 GEMMs and fused attention of the held-out B200 and GB200 (``sample`` per GPU and kind),
-    each kernel an answer of its own: its part's shared and own spread, and the seeds'."""
+    each kernel an answer of its own: its part's shared and own spread, and the seeds'; their per-tensor FP8 GEMMs
+    (``--dtype fp8``) as a set of their own where the recipe has an FP8 network."""
     if mk.unavailable():
         return pd.DataFrame(columns=["set", "measured_lo", "measured_hi", "estimate", "sigma"])
     from neusight_core.predictors import tensor_core as tc
-    rows = pd.concat([mk.gemm_rows("held_out"), mk.attention_rows("held_out")], ignore_index=True)
+    parts_of = [mk.gemm_rows("held_out"), mk.attention_rows("held_out")]
+    if "GEMM_fp8" in (P.create(recipe, seed).config.get("tensor_core") or {}).get("networks", ()):
+        parts_of.append(mk.gemm_rows("held_out", Precision.FP8.value))
+    rows = pd.concat(parts_of, ignore_index=True)
     rows = pd.concat([_sample(d, sample, seed) for _, d in rows.groupby(["device", tc.network_of(rows)])],
                      ignore_index=True)
     p = P.get(recipe, quick=quick, seed=seed)
@@ -338,8 +343,10 @@ def kernel_points(recipe: str, seed: int, quick: bool, model: em.ErrorModel, sam
     sig = np.array([em.spread(model, {a: t}, {a: t * t}, t, 0.0, d, outside[d]).sigma
                     for a, t, d in zip(parts, est, rows["device"])])
     y = rows["latency_ms"].to_numpy(float)
-    return pd.DataFrame({"set": "held-out B200 / GB200 kernels (NVIDIA)", "measured_lo": y, "measured_hi": y,
-                         "estimate": est, "sigma": sig, "widest": parts})
+    kind = np.where(rows["precision"].to_numpy() == Precision.FP8, "held-out B200 / GB200 FP8 GEMMs (NVIDIA)",
+                    "held-out B200 / GB200 kernels (NVIDIA)")
+    return pd.DataFrame({"set": kind, "measured_lo": y, "measured_hi": y, "estimate": est, "sigma": sig,
+                         "widest": parts})
 
 
 def recorded_points(recipe: str, seed: int, quick: bool, model: em.ErrorModel) -> pd.DataFrame:
