@@ -54,7 +54,9 @@ def test_promote_moves_what_is_alive_to_the_oldest_generation_and_thaws_nothing_
     frozen = gc.get_freeze_count()
     with gc_pause.paused(promote=True):
         more = [[i] for i in range(1_000)]        # noqa: F841
-    assert gc.get_freeze_count() == frozen
+    # a thaw would empty the permanent generation; a few of its objects may die meanwhile (seen: 2 of 984,566 in a busy
+    # test worker), which lowers the count without anything being thawed
+    assert frozen - 100 <= gc.get_freeze_count() <= frozen
 
 
 def test_a_nested_pause_that_asks_collects_the_young_cycles_left_so_far(collector):
