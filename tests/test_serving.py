@@ -173,3 +173,14 @@ def test_a_tensor_parallel_fp8_gemm_reads_one_byte_per_operand_element():
     assert len(fp8)
     expect = fp8["M"] * fp8["N"] + fp8["N"] * fp8["K"]
     assert np.allclose(fp8["bytes_read"], expect) and np.allclose(fp8["bytes_written"], 2 * fp8["M"] * fp8["K"])
+
+
+def test_an_answer_outside_the_engines_development_rows_says_what_it_extrapolates():
+    c = EngineConstants(1, 1, 1, 0, covers=("llama3_70b / NVIDIA_H200 / fp8", "llama3_8b / NVIDIA_H100_80GB_HBM3 / bf16"))
+    assert serving.outside_rows(_q(model="llama3_8b", device="NVIDIA_H100_80GB_HBM3", dtype="bf16"), c) == []
+    assert serving.outside_rows(_q(model="qwen3_32b", device="NVIDIA_L4", dtype="bf16"), c) == [
+        "model qwen3_32b", "GPU NVIDIA_L4"]
+    # each part seen, but never together
+    assert serving.outside_rows(_q(model="llama3_8b", device="NVIDIA_H200", dtype="bf16"), c) == [
+        "this model, GPU and precision together"]
+    assert serving.outside_rows(_q(), EngineConstants(1, 1, 1, 0)) == []     # constants that say nothing of their rows

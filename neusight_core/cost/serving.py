@@ -83,13 +83,29 @@ class EngineConstants:
     ttft_sigma: float = 0.0       # the same for TTFT
     rows: int = 0                 # development rows they were fitted on
     source: str = ""              # which rows, with which predictor and weights
+    covers: tuple = ()            # the (model, GPU, precision) of those rows, as "model / GPU / precision"
+
+
+def outside_rows(q: ServeQuestion, c: EngineConstants) -> list[str]:
+    """What of ``q`` its engine's development rows do not hold (its model, GPU, precision), each a word; empty where
+    they hold a run of the same model, GPU and precision, or where the constants say nothing of their rows."""
+    if not c.covers:
+        return []
+    seen = [tuple(x.split(" / ")) for x in c.covers]
+    out = []
+    for i, (what, v) in enumerate((("model", str(q.model)), ("GPU", q.device), ("precision", str(q.dtype)))):
+        if v not in {t[i] for t in seen}:
+            out.append(f"{what} {v}")
+    if not out and (str(q.model), q.device, str(q.dtype)) not in seen:
+        out.append("this model, GPU and precision together")
+    return out
 
 
 @functools.lru_cache(maxsize=None)
 def saved_constants(path: str) -> dict:
     raw = yaml.safe_load(Path(path).read_text()) or {}
-    return {ServingEngine(k): EngineConstants(**{f.name: v[f.name] for f in dataclasses.fields(EngineConstants)
-                                                 if f.name in v})
+    return {ServingEngine(k): EngineConstants(**{f.name: tuple(v[f.name]) if f.name == "covers" else v[f.name]
+                                                 for f in dataclasses.fields(EngineConstants) if f.name in v})
             for k, v in (raw.get("engines") or {}).items()}
 
 
@@ -239,6 +255,9 @@ def predict(questions, predictor="neusight", quick: bool | None = None, seed: in
             if fitted_for != q.engine:
                 notes.append(f"{q.engine} has no development rows: answered with {fitted_for}'s constants "
                              "(an extrapolation)")
+            elif outside := outside_rows(q, c):
+                notes.append(f"an extrapolation: {q.engine}'s constants were fitted on runs without its "
+                             f"{', '.join(outside)} (docs/serving.md)")
             if not fits:
                 notes.append(f"does not fit: the weights leave no KV cache for one request of {q.isl + q.osl:,} "
                              f"tokens on {q.tp} x {q.device}")

@@ -66,6 +66,8 @@ def fit(frame: pd.DataFrame, source: str = "") -> dict:
                                       ttft_base=round(float(ttft[0]), 4), ttft_per_request=round(float(ttft[1]), 4),
                                       tpot_sigma=round(float(np.sqrt(np.mean(r_tpot ** 2))), 4),
                                       ttft_sigma=round(float(np.sqrt(np.mean(r_ttft ** 2))), 4),
+                                      covers=tuple(sorted({f"{m} / {d} / {dt}" for m, d, dt in
+                                                           zip(g["model"], g["device"], g["dtype"].astype(str))})),
                                       rows=len(g), source=f"{source}; {len(g)} development rows: " + ", ".join(
                                           f"{m} {d} {dt} ({n})" for (m, d, dt), n in
                                           g.groupby(["model", "device", "dtype"]).size().items()))
@@ -74,7 +76,8 @@ def fit(frame: pd.DataFrame, source: str = "") -> dict:
 
 def save(consts: dict, path: Path = serving.CONSTANTS_FILE) -> None:
     """Write the fitted constants (their provenance included) to ``path``, replacing it whole."""
-    body = {"engines": {str(e): {k: v for k, v in vars(c).items()} for e, c in sorted(consts.items())}}
+    body = {"engines": {str(e): {k: list(v) if isinstance(v, tuple) else v for k, v in vars(c).items()}
+                        for e, c in sorted(consts.items())}}
     head = ("# The serving model's constants per engine (cost/serving.py), fitted on that engine's development rows only\n"
             "# by `python -m neusight_core.studies.serving_eval --fit` (data/serving_runs.py: the Llama-3.1 family's\n"
             "# aggregated runs in NVIDIA's silicon_sample.csv). Written by that command; not edited by hand.\n")
