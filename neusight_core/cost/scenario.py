@@ -174,11 +174,12 @@ def check_image_request(name, past, parallel) -> None:
         raise LatencyInputError(f"{parallel} is not modelled for image models ({name}); data parallelism (dp) is")
 
 
-def check_fields(fields: dict) -> dict:
+def check_fields(fields: dict, declared: dict | None = None) -> dict:
     """Each given field (None: not given) by its own check (``step.option``'s kind: a positive integer, one of an enum's words, ...),
-    in the order the fields are declared; returns them as typed values (enum members, ints, floats)."""
+    in the order the fields are declared (``declared``: a question's ``step.options``, the step question's when None);
+    returns them as typed values (enum members, ints, floats)."""
     out = dict(fields)
-    for name, o in FIELDS.items():
+    for name, o in (FIELDS if declared is None else declared).items():
         v = fields.get(name)
         if v is None and o.user is not REQUIRED:        # not given (``scenario`` made NaN and NA None)
             continue

@@ -52,7 +52,7 @@ from neusight_core.data import configs
 
 from neusight_core.question.schema import Attention, Execution, KVCache, Plan, Precision, ServingEngine
 from neusight_core.question.serving import SERVE_INPUTS, ServeQuestion
-from neusight_core.question.step import LatencyInputError, REQUIRED, not_given, options
+from neusight_core.question.step import LatencyInputError, not_given, options, plain_defaults
 
 CONSTANTS_FILE = Path(__file__).with_name("serving_constants.yaml")
 
@@ -132,17 +132,14 @@ def question(model, device, **given) -> ServeQuestion:
     unknown = sorted(set(given) - set(SERVE_INPUTS))
     if unknown:
         raise LatencyInputError(f"unknown option(s) {', '.join(unknown)}; the options are {', '.join(SERVE_INPUTS)}")
+    from neusight_core.cost import scenario
     f = {name: None for name in SERVE_INPUTS}
     f.update({k: None if not_given(v) else v for k, v in given.items()}, model=model, device=device)
-    for name, o in SERVE_FIELDS.items():
-        if f[name] is None and o.user is not REQUIRED:
-            f[name] = o.user
-        else:
-            f[name] = o.kind.check(o.what or name, f[name])
+    f.update({name: default for name, default in plain_defaults(ServeQuestion).items() if f[name] is None})
+    f = scenario.check_fields(f, SERVE_FIELDS)       # each field by its own check, as a step question's
     if f["dtype"] not in SERVING_PRECISIONS:
         raise LatencyInputError(f"serving runs in {', '.join(SERVING_PRECISIONS)}, not {f['dtype']}: a serving "
                                 "engine does not serve FP32 or TF32 weights")
-    from neusight_core.cost import scenario
     cfg = scenario.config_of(f["model"])
     maxpos = configs.max_positions(cfg)
     if maxpos is not None and f["isl"] + f["osl"] > maxpos:
