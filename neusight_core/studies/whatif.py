@@ -229,7 +229,8 @@ def serving(gpus=None, dtypes=(Precision.BF16,), quick: bool = False, predictor=
     qs = [dict(model=m, device=g, tp=tp, dtype=dt, engine=engine, isl=isl, osl=osl, concurrency=c)
           for m, tp in SERVING_MODELS for dt in dtypes for g in gpus for c in SERVING_CONCURRENCY]
     df = serving_model.predict(qs, predictor, quick=quick)
-    seen = {devices.get_device(g).name for g in ("H100", "H200", "B200")}
+    # the GPUs of the rows the engine's constants were fitted on (the constants file's ``covers``)
+    seen = {x.split(" / ")[1] for x in serving_model.constants(engine)[0].covers}
     df["validation"] = np.where(df["device"].isin(seen), "GPU of the development rows",
                                 "GPU outside the serving model's development rows")
     if gpu_price_per_hour:
