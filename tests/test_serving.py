@@ -184,3 +184,48 @@ def test_an_answer_outside_the_engines_development_rows_says_what_it_extrapolate
     assert serving.outside_rows(_q(model="llama3_8b", device="NVIDIA_H200", dtype="bf16"), c) == [
         "this model, GPU and precision together"]
     assert serving.outside_rows(_q(), EngineConstants(1, 1, 1, 0)) == []     # constants that say nothing of their rows
+
+
+def _made_rows(noise: float, n_per_group: int = 24, seed: int = 0) -> pd.DataFrame:
+    """Rows whose TTFT and TPOT are the serving model's with known constants, in 6 groups of (model, GPU, TP), each
+    measured time times exp(noise x a standard normal draw) independent per row."""
+    true = EngineConstants(step_scale=0.9, prefill_share=0.7, ttft_base=3.0, ttft_per_request=0.2, comm_scale=0.4)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for model in ("llama3_8b", "llama3_70b"):
+        for device, tp in (("NVIDIA_H100_80GB_HBM3", 1), ("NVIDIA_H200", 2), ("NVIDIA_B200", 4)):
+            for _ in range(n_per_group):
+                q = _q(model=model, device=device, tp=tp, concurrency=int(rng.choice([4, 8, 16, 64])),
+                       osl=int(rng.choice([128, 512])), isl=int(rng.choice([1024, 4096])), engine="trtllm")
+                t_dec, t_pre = float(rng.uniform(3, 20)), float(rng.uniform(10, 100))
+                comm = 0.0 if tp == 1 else 0.2 * t_dec
+                a = serving.answer(q, t_dec, t_pre, true, comm)
+                e = np.exp(noise * rng.standard_normal(2))
+                rows.append(dict(q.as_dict(), t_dec=t_dec, t_pre=t_pre, comm_dec=comm, error="",
+                                 ttft_ms=a["ttft_ms"] * e[0], tpot_ms=a["tpot_ms"] * e[1]))
+    return pd.DataFrame(rows)
+
+
+def test_the_floor_of_exact_rows_is_zero_for_the_serving_model_held_out_by_group():
+    from neusight_core.studies import serving_eval
+    t = serving_eval.floor_table(_made_rows(noise=0.0), seeds=(0,)).set_index("target")
+    assert (t["serving model, in sample"] < 0.5).all()
+    assert (t["serving model, each group held out"] < 0.5).all()      # one set of constants made every group
+    assert (t["rows, groups held out"] == 144).all()
+
+
+def test_the_floor_shows_noise_no_learner_can_predict():
+    from neusight_core.studies import serving_eval
+    # independent noise of 0.3 in log: |exp(0.3 z) - 1| averages about 24 %; no model of the inputs can go below it
+    t = serving_eval.floor_table(_made_rows(noise=0.3), seeds=(0, 1)).set_index("target")
+    for col in ("learner, each group held out", "learner, random rows held out", "serving model, in sample"):
+        assert (t[col] > 17).all(), col
+    assert (t["serving model, each group held out"] < 35).all()         # the right form stays near the noise
+
+
+def test_a_group_whose_engine_has_no_other_rows_is_left_out_of_the_group_check():
+    from neusight_core.studies import serving_eval
+    rows = _made_rows(noise=0.0, n_per_group=6)
+    lone = rows.iloc[:6].assign(engine="sglang")          # sglang: this group only
+    held = serving_eval.group_held_out(pd.concat([lone, rows.iloc[6:]], ignore_index=True))
+    assert len(held) == len(rows) - 6 and set(held["engine"]) == {"trtllm"}

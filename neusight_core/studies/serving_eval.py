@@ -150,6 +150,78 @@ def error_table(s: pd.DataFrame, by=("engine",)) -> pd.DataFrame:
     return out[by + [c for c in out.columns if c not in by]]
 
 
+#: a group the held-out checks below leave out whole: one model's runs on one GPU at one TP with one engine
+GROUP = ["model", "device", "tp", "engine"]
+#: what the floor is measured for: (the measured column, the model's column, the step it is read against)
+TARGETS = {"TPOT": ("tpot_ms", "pred_tpot_ms", "t_dec"), "TTFT": ("ttft_ms", "pred_ttft_ms", "t_pre")}
+
+
+def group_held_out(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each group's rows (``GROUP``) scored with constants fitted on the other groups only: how the serving model
+    does on a model / GPU / TP its constants never saw. A group whose engine has no other rows is left out."""
+    ok = frame[frame["error"].eq("")].reset_index(drop=True)
+    keys = ok[GROUP].astype(str).agg(" / ".join, axis=1)
+    parts = []
+    for k in keys.unique():
+        test = ok[keys == k]
+        consts = fit(ok[keys != k])
+        if test["engine"].iloc[0] in consts:
+            parts.append(scored(test, consts))
+    return pd.concat(parts) if parts else scored(ok.iloc[:0])
+
+
+def _learner_inputs(ok: pd.DataFrame) -> np.ndarray:
+    """The flexible learner's inputs: every input of a question, its two predicted steps and the identity of its
+    model, GPU, engine and precision (codes; trees split on them)."""
+    logs = [np.log(ok[c].astype(float)) for c in ("concurrency", "isl", "osl", "tp", "t_dec", "t_pre")]
+    codes = [pd.factorize(ok[c].astype(str))[0] for c in ("model", "device", "engine", "dtype")]
+    return np.column_stack(logs + codes)
+
+
+def learner_held_out(frame: pd.DataFrame, what: str, split: str = "group", seed: int = 0) -> np.ndarray:
+    """``what`` (a key of ``TARGETS``) of each answered row of ``frame`` predicted by a gradient-boosted tree
+    ensemble that never saw it: left out with its whole group (``split="group"``) or in one of 10 random folds of
+    rows (``"rows"``: its neighbours of the same group seen, the most this data can give). The learner reads the
+    log ratio of the measured time to its step. Its settings are scikit-learn's usual ones, not tuned here."""
+    from sklearn.ensemble import GradientBoostingRegressor
+    measured, _, step = TARGETS[what]
+    ok = frame[frame["error"].eq("")].reset_index(drop=True)
+    x, y = _learner_inputs(ok), np.log(ok[measured].to_numpy(float) / ok[step].to_numpy(float))
+    folds = (ok[GROUP].astype(str).agg(" / ".join, axis=1).to_numpy() if split == "group"
+             else np.random.default_rng(seed).integers(0, 10, len(ok)))
+    out = np.full(len(ok), np.nan)
+    for f in np.unique(folds):
+        test = folds == f
+        if test.all():
+            continue
+        m = GradientBoostingRegressor(n_estimators=200, max_depth=3, learning_rate=0.05, subsample=0.8,
+                                      random_state=seed).fit(x[~test], y[~test])
+        out[test] = np.exp(m.predict(x[test])) * ok.loc[test, step].to_numpy(float)
+    return out
+
+
+def floor_table(frame: pd.DataFrame, seeds=(0, 1, 2)) -> pd.DataFrame:
+    """How far these rows allow TPOT and TTFT to be predicted (MAPE, %): the serving model in sample and with each
+    group held out, beside a flexible learner given more than the model has (every input, both steps and the rows'
+    model / GPU / engine identity) with each group held out and with random rows held out (mean over ``seeds``, the
+    spread max - min beside it). What the learner cannot reach from these inputs, a model of few constants cannot
+    either: its number is the floor a target is read against."""
+    ok = frame[frame["error"].eq("")].reset_index(drop=True)
+    inside, groups = scored(ok, fit(ok)), group_held_out(ok)
+    rows = []
+    for what, (measured, pred, _) in TARGETS.items():
+        truth = ok[measured].to_numpy(float)
+        r = {"target": what, "rows": len(ok),
+             "serving model, in sample": error_metric.mape(inside[measured], inside[pred]),
+             "serving model, each group held out": error_metric.mape(groups[measured], groups[pred]),
+             "rows, groups held out": len(groups)}
+        for split, name in (("group", "learner, each group held out"), ("rows", "learner, random rows held out")):
+            m = [error_metric.mape(truth, learner_held_out(ok, what, split, s)) for s in seeds]
+            r[name], r[f"{name}: spread over {len(seeds)} seeds"] = float(np.mean(m)), float(np.ptp(m))
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+
 def held_out_check(predictor="neusight", quick: bool | None = None, seed: int = 0,
                    sample: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The independent check: the held-out rows (never fitted on) answered with the saved constants; ``sample``: that
