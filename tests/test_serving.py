@@ -229,3 +229,27 @@ def test_a_group_whose_engine_has_no_other_rows_is_left_out_of_the_group_check()
     lone = rows.iloc[:6].assign(engine="sglang")          # sglang: this group only
     held = serving_eval.group_held_out(pd.concat([lone, rows.iloc[6:]], ignore_index=True))
     assert len(held) == len(rows) - 6 and set(held["engine"]) == {"trtllm"}
+
+
+def test_the_spread_of_an_answer_is_measured_with_its_group_held_out():
+    from neusight_core.studies import serving_eval
+    rows = _made_rows(noise=0.0)
+    # each (model, GPU, TP) group errs its own way: a bias no constant shared by the groups can absorb
+    bias = {k: b for k, b in zip(sorted(set(zip(rows.model, rows.device))), [-0.2, 0.1, 0.25, -0.1, 0.0, 0.15])}
+    rows["tpot_ms"] *= np.exp([bias[k] for k in zip(rows.model, rows.device)])
+    got = serving_eval.fit(rows)["trtllm"]
+    inside = serving_eval.scored(rows, {"trtllm": serving_eval.fit_engine(rows)})
+    in_sample = float(np.sqrt(np.mean(np.log(inside.pred_tpot_ms / inside.tpot_ms) ** 2)))
+    assert got.tpot_sigma > 1.1 * in_sample > 0.1         # a new group errs more than the groups fitted on
+    assert got.ttft_sigma < 1e-3                            # TTFT made exactly: no spread held out either
+
+
+def test_interval_hits_counts_the_rows_inside_their_interval():
+    from neusight_core.studies import serving_eval
+    s = pd.DataFrame({"engine": ["vllm", "vllm", "trtllm"], "tpot_ms": [10.0, 30.0, 5.0], "tpot_lo_ms": [8.0, 8.0, 5.0],
+                      "tpot_hi_ms": [12.0, 12.0, 6.0], "ttft_ms": [100.0, 100.0, 50.0], "ttft_lo_ms": [90.0, 101.0, 60.0],
+                      "ttft_hi_ms": [110.0, 120.0, 70.0]})
+    t = serving_eval.interval_hits(s).set_index("engine")
+    assert t.loc["vllm", "TPOT inside (%)"] == 50 and t.loc["vllm", "TTFT inside (%)"] == 50
+    assert t.loc["trtllm", "TPOT inside (%)"] == 100 and t.loc["trtllm", "TTFT inside (%)"] == 0   # bounds count
+    assert t.loc["all", "rows"] == 3 and t.loc["all", "TPOT inside (%)"] == pytest.approx(200 / 3)

@@ -79,7 +79,7 @@ class EngineConstants:
     ttft_base: float
     ttft_per_request: float
     comm_scale: float = 1.0       # the decode step's all-reduces against NCCL's measured cost (engines' own all-reduce)
-    tpot_sigma: float = 0.0       # spread (log) of the measured TPOT around the fitted model on those rows
+    tpot_sigma: float = 0.0       # spread (log) of the measured TPOT around the model, each group of rows held out
     ttft_sigma: float = 0.0       # the same for TTFT
     rows: int = 0                 # development rows they were fitted on
     source: str = ""              # which rows, with which predictor and weights
@@ -165,8 +165,8 @@ def step_scenarios(q: ServeQuestion) -> tuple:
 def answer(q: ServeQuestion, t_dec: float, t_pre: float, c: EngineConstants, comm_dec: float = 0.0) -> dict:
     """TTFT, TPOT, the request's end-to-end time and the throughputs of ``q`` from its two step times (ms), the decode
     step's exposed communication (ms, part of ``t_dec``) and its engine's constants (the module docstring's formulas); TTFT's and TPOT's intervals at ``q.coverage``: symmetric
-    in log, the normal quantile times the spread of the engine's development rows around the model (in sample: the
-    held-out check says whether it holds elsewhere)."""
+    in log, the normal quantile times the spread of the engine's development rows around the model, each group of
+    them (a model on a GPU at a TP) predicted by constants fitted without it (``serving_eval.fit``)."""
     C, osl = q.concurrency, q.osl
     tpot = c.step_scale * (t_dec - comm_dec) + c.comm_scale * comm_dec + c.prefill_share * C * t_pre / (osl - 1)
     ttft = t_pre * (c.ttft_base + c.ttft_per_request * (C - 1))

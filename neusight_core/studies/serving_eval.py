@@ -3,15 +3,16 @@ development rows only, its errors per engine, TP and precision beside the plain 
 
     python -m neusight_core.studies.serving_eval [--fit] [--quick] [--seed S]
 
-``--fit`` fits each engine's four constants (``cost/serving.py``) on that engine's development rows and writes them,
-with the rows and weights they came from, to ``cost/serving_constants.yaml``; without it the saved constants are
-scored. TPOT's two constants and TTFT's two are each a least-squares fit of the log ratio (predicted / measured),
-bounded at zero; rows whose steps cannot be answered (a precision not modelled, a model that does not fit) are left
-out and counted.
+``--fit`` fits each engine's five constants (``cost/serving.py``) on that engine's development rows and writes them,
+with the rows and weights they came from and the spread its answers' intervals are drawn with, to
+``cost/serving_constants.yaml``; without it the saved constants are scored. TPOT's three constants and TTFT's two are
+each a least-squares fit of the log ratio (predicted / measured), bounded at zero; rows whose steps cannot be answered
+(a precision not modelled, a model that does not fit) are left out and counted.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from neusight_core.studies import error_metric
 
 QUESTION = SERVE_INPUTS        # a measured run's question: its columns of these names (coverage: the default)
 BOUNDS = ["ttft_lo_ms", "ttft_hi_ms", "tpot_lo_ms", "tpot_hi_ms"]
+#: a group the spread and the floor leave out whole: one model's runs on one GPU at one TP with one engine
+GROUP = ["model", "device", "tp", "engine"]
 
 
 def steps(rows: pd.DataFrame, predictor="neusight", quick: bool | None = None, seed: int = 0,
@@ -46,31 +49,48 @@ def _log_fit(design, measured, start) -> np.ndarray:
     return r.x
 
 
+def fit_engine(g: pd.DataFrame, source: str = "") -> EngineConstants:
+    """One engine's constants fitted on its rows ``g`` (answered rows of ``steps``' output); the spread is left at 0
+    (``fit`` measures it)."""
+    C, osl = g["concurrency"].to_numpy(float), g["osl"].to_numpy(float)
+    comm = g["comm_dec"].fillna(0).to_numpy(float)
+    design = np.c_[g["t_dec"] - comm, comm, C * g["t_pre"] / (osl - 1)]
+    if not comm.any():      # no tensor parallelism among the rows: the all-reduce's scale stays NCCL's
+        design[:, 1] = 0
+    tpot = _log_fit(design, g["tpot_ms"].to_numpy(float), [1.0, 1.0, 1.0])
+    ttft = _log_fit(np.c_[g["t_pre"], g["t_pre"] * (C - 1)], g["ttft_ms"].to_numpy(float), [1.0, 0.1])
+    return EngineConstants(step_scale=round(float(tpot[0]), 4), prefill_share=round(float(tpot[2]), 4),
+                           comm_scale=round(float(tpot[1]), 4) if comm.any() else 1.0,
+                           ttft_base=round(float(ttft[0]), 4), ttft_per_request=round(float(ttft[1]), 4),
+                           covers=tuple(sorted({f"{m} / {d} / {dt}" for m, d, dt in
+                                                zip(g["model"], g["device"], g["dtype"].astype(str))})),
+                           rows=len(g), source=f"{source}; {len(g)} development rows: " + ", ".join(
+                               f"{m} {d} {dt} ({n})" for (m, d, dt), n in
+                               g.groupby(["model", "device", "dtype"]).size().items()))
+
+
+def _rms_log(s: pd.DataFrame, measured: str, pred: str) -> float:
+    return round(float(np.sqrt(np.mean(np.log(s[pred] / s[measured]) ** 2))), 4)
+
+
 def fit(frame: pd.DataFrame, source: str = "") -> dict:
-    """{engine: EngineConstants} fitted on the answered rows of each engine in ``frame`` (``steps``' output)."""
+    """{engine: EngineConstants} fitted on the answered rows of each engine in ``frame`` (``steps``' output).
+
+    The spread an answer's interval is drawn with (``tpot_sigma``, ``ttft_sigma``: root mean square of the log
+    residuals) is measured the way a user's question is held out: each group of the engine's rows (``GROUP``: one
+    model on one GPU at one TP) predicted by the constants fitted on its other groups. An engine whose rows are one
+    group has only its in-sample spread."""
     out = {}
     ok = frame[frame["error"].eq("") & frame["t_dec"].gt(0) & frame["t_pre"].gt(0)]
     for engine, g in ok.groupby("engine"):
-        C, osl = g["concurrency"].to_numpy(float), g["osl"].to_numpy(float)
-        comm = g["comm_dec"].fillna(0).to_numpy(float)
-        design = np.c_[g["t_dec"] - comm, comm, C * g["t_pre"] / (osl - 1)]
-        if not comm.any():      # no tensor parallelism among the rows: the all-reduce's scale stays NCCL's
-            design[:, 1] = 0
-        tpot = _log_fit(design, g["tpot_ms"].to_numpy(float), [1.0, 1.0, 1.0])
-        ttft = _log_fit(np.c_[g["t_pre"], g["t_pre"] * (C - 1)], g["ttft_ms"].to_numpy(float), [1.0, 0.1])
-        # the spread around the fit: root mean square of the log residuals (the intervals' sigma)
-        r_tpot = np.log(design @ tpot / g["tpot_ms"].to_numpy(float))
-        r_ttft = np.log(g["t_pre"] * (ttft[0] + ttft[1] * (C - 1)) / g["ttft_ms"])
-        out[engine] = EngineConstants(step_scale=round(float(tpot[0]), 4), prefill_share=round(float(tpot[2]), 4),
-                                      comm_scale=round(float(tpot[1]), 4) if comm.any() else 1.0,
-                                      ttft_base=round(float(ttft[0]), 4), ttft_per_request=round(float(ttft[1]), 4),
-                                      tpot_sigma=round(float(np.sqrt(np.mean(r_tpot ** 2))), 4),
-                                      ttft_sigma=round(float(np.sqrt(np.mean(r_ttft ** 2))), 4),
-                                      covers=tuple(sorted({f"{m} / {d} / {dt}" for m, d, dt in
-                                                           zip(g["model"], g["device"], g["dtype"].astype(str))})),
-                                      rows=len(g), source=f"{source}; {len(g)} development rows: " + ", ".join(
-                                          f"{m} {d} {dt} ({n})" for (m, d, dt), n in
-                                          g.groupby(["model", "device", "dtype"]).size().items()))
+        c = fit_engine(g, source)
+        keys = g[GROUP].astype(str).agg(" / ".join, axis=1)
+        if keys.nunique() > 1:
+            s = pd.concat([scored(g[keys == k], {engine: fit_engine(g[keys != k])}) for k in keys.unique()])
+        else:
+            s = scored(g, {engine: c})
+        out[engine] = dataclasses.replace(c, tpot_sigma=_rms_log(s, "tpot_ms", "pred_tpot_ms"),
+                                          ttft_sigma=_rms_log(s, "ttft_ms", "pred_ttft_ms"))
     return out
 
 
@@ -132,6 +152,16 @@ def coverage_table(frame: pd.DataFrame, consts: dict | None = None, levels=(0.5,
     return pd.DataFrame(rows)
 
 
+def interval_hits(s: pd.DataFrame) -> pd.DataFrame:
+    """Per engine and overall: the share (%) of scored rows ``s`` whose measured TTFT / TPOT lies inside the answer's
+    interval (at the coverage the rows were asked at)."""
+    hit = s.assign(tpot_in=(s.tpot_ms >= s.tpot_lo_ms) & (s.tpot_ms <= s.tpot_hi_ms),
+                   ttft_in=(s.ttft_ms >= s.ttft_lo_ms) & (s.ttft_ms <= s.ttft_hi_ms))
+    rows = [{"engine": eng, "rows": len(g), "TPOT inside (%)": 100 * g.tpot_in.mean(),
+             "TTFT inside (%)": 100 * g.ttft_in.mean()} for eng, g in list(hit.groupby("engine")) + [("all", hit)]]
+    return pd.DataFrame(rows)
+
+
 def error_table(s: pd.DataFrame, by=("engine",)) -> pd.DataFrame:
     """MAPE of TTFT and TPOT, and of the plain decode step against TPOT, per group of ``by`` and overall (rows beside
     each number)."""
@@ -150,8 +180,6 @@ def error_table(s: pd.DataFrame, by=("engine",)) -> pd.DataFrame:
     return out[by + [c for c in out.columns if c not in by]]
 
 
-#: a group the held-out checks below leave out whole: one model's runs on one GPU at one TP with one engine
-GROUP = ["model", "device", "tp", "engine"]
 #: what the floor is measured for: (the measured column, the model's column, the step it is read against)
 TARGETS = {"TPOT": ("tpot_ms", "pred_tpot_ms", "t_dec"), "TTFT": ("ttft_ms", "pred_ttft_ms", "t_pre")}
 
@@ -163,10 +191,10 @@ def group_held_out(frame: pd.DataFrame) -> pd.DataFrame:
     keys = ok[GROUP].astype(str).agg(" / ".join, axis=1)
     parts = []
     for k in keys.unique():
-        test = ok[keys == k]
-        consts = fit(ok[keys != k])
-        if test["engine"].iloc[0] in consts:
-            parts.append(scored(test, consts))
+        test, train = ok[keys == k], ok[keys != k]
+        engine = test["engine"].iloc[0]
+        if train["engine"].eq(engine).any():
+            parts.append(scored(test, {engine: fit_engine(train[train["engine"] == engine])}))
     return pd.concat(parts) if parts else scored(ok.iloc[:0])
 
 
