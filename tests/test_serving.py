@@ -206,28 +206,29 @@ def _made_rows(noise: float, n_per_group: int = 24, seed: int = 0) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
-def test_the_floor_of_exact_rows_is_zero_for_the_serving_model_held_out_by_group():
+def test_the_floor_of_exact_rows_is_zero_for_the_serving_model_however_rows_are_held_out():
     from neusight_core.studies import serving_eval
-    t = serving_eval.floor_table(_made_rows(noise=0.0), seeds=(0,)).set_index("target")
-    assert (t["serving model, in sample"] < 0.5).all()
-    assert (t["serving model, each group held out"] < 0.5).all()      # one set of constants made every group
-    assert (t["rows, groups held out"] == 144).all()
+    t = serving_eval.floor_table(_made_rows(noise=0.0), seeds=(0,))
+    assert set(t["held out"]) == {"nothing (in sample)", *serving_eval.SPLITS}
+    assert (t["serving model"] < 0.5).all()          # one set of constants made every group
+    assert (t["rows"] == 144).all()
 
 
 def test_the_floor_shows_noise_no_learner_can_predict():
     from neusight_core.studies import serving_eval
     # independent noise of 0.3 in log: |exp(0.3 z) - 1| averages about 24 %; no model of the inputs can go below it
-    t = serving_eval.floor_table(_made_rows(noise=0.3), seeds=(0, 1)).set_index("target")
-    for col in ("learner, each group held out", "learner, random rows held out", "serving model, in sample"):
-        assert (t[col] > 17).all(), col
-    assert (t["serving model, each group held out"] < 35).all()         # the right form stays near the noise
+    t = serving_eval.floor_table(_made_rows(noise=0.3), seeds=(0, 1))
+    held = t[t["held out"] != "nothing (in sample)"]
+    assert (held["learner"] > 17).all() and (t["serving model"] > 17).all()
+    assert (held["serving model"] < 35).all()                          # the right form stays near the noise
+    assert (held.loc[held["held out"] == "random rows (10 folds)", "learner: spread over seeds"] > 0).all()
 
 
 def test_a_group_whose_engine_has_no_other_rows_is_left_out_of_the_group_check():
     from neusight_core.studies import serving_eval
     rows = _made_rows(noise=0.0, n_per_group=6)
-    lone = rows.iloc[:6].assign(engine="sglang")          # sglang: this group only
-    held = serving_eval.group_held_out(pd.concat([lone, rows.iloc[6:]], ignore_index=True))
+    ok = pd.concat([rows.iloc[:6].assign(engine="sglang"), rows.iloc[6:]], ignore_index=True)   # sglang: one group
+    held = serving_eval.model_held_out(ok, serving_eval.folds_of(ok, "each TP of a model on a GPU with an engine"))
     assert len(held) == len(rows) - 6 and set(held["engine"]) == {"trtllm"}
 
 

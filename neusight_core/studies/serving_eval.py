@@ -184,17 +184,30 @@ def error_table(s: pd.DataFrame, by=("engine",)) -> pd.DataFrame:
 TARGETS = {"TPOT": ("tpot_ms", "pred_tpot_ms", "t_dec"), "TTFT": ("ttft_ms", "pred_ttft_ms", "t_pre")}
 
 
-def group_held_out(frame: pd.DataFrame) -> pd.DataFrame:
-    """Each group's rows (``GROUP``) scored with constants fitted on the other groups only: how the serving model
-    does on a model / GPU / TP its constants never saw. A group whose engine has no other rows is left out."""
-    ok = frame[frame["error"].eq("")].reset_index(drop=True)
-    keys = ok[GROUP].astype(str).agg(" / ".join, axis=1)
+#: how the floor holds rows out (``floor_table``): None = random rows in 10 folds, else whole groups of these columns
+SPLITS = {"random rows (10 folds)": None,
+          "each TP of a model on a GPU with an engine": GROUP,
+          "each model on a GPU with an engine": ["model", "device", "engine"]}
+
+
+def folds_of(ok: pd.DataFrame, split: str, seed: int = 0) -> np.ndarray:
+    """One fold label per row of ``ok`` for the split named ``split`` (a key of ``SPLITS``)."""
+    by = SPLITS[split]
+    if by is None:
+        return np.random.default_rng(seed).integers(0, 10, len(ok))
+    return ok[by].astype(str).agg(" / ".join, axis=1).to_numpy()
+
+
+def model_held_out(ok: pd.DataFrame, folds: np.ndarray) -> pd.DataFrame:
+    """The answered rows ``ok`` each scored with constants fitted on the other folds' rows of its engine (a fold
+    whose engine has no rows elsewhere is left out): the serving model on configurations its constants never saw."""
+    ok = ok.reset_index(drop=True)
     parts = []
-    for k in keys.unique():
-        test, train = ok[keys == k], ok[keys != k]
-        engine = test["engine"].iloc[0]
-        if train["engine"].eq(engine).any():
-            parts.append(scored(test, {engine: fit_engine(train[train["engine"] == engine])}))
+    for f in np.unique(folds):
+        test, train = ok[folds == f], ok[folds != f]
+        for engine, t in test.groupby("engine"):
+            if train["engine"].eq(engine).any():
+                parts.append(scored(t, {engine: fit_engine(train[train["engine"] == engine])}))
     return pd.concat(parts) if parts else scored(ok.iloc[:0])
 
 
@@ -206,17 +219,14 @@ def _learner_inputs(ok: pd.DataFrame) -> np.ndarray:
     return np.column_stack(logs + codes)
 
 
-def learner_held_out(frame: pd.DataFrame, what: str, split: str = "group", seed: int = 0) -> np.ndarray:
-    """``what`` (a key of ``TARGETS``) of each answered row of ``frame`` predicted by a gradient-boosted tree
-    ensemble that never saw it: left out with its whole group (``split="group"``) or in one of 10 random folds of
-    rows (``"rows"``: its neighbours of the same group seen, the most this data can give). The learner reads the
-    log ratio of the measured time to its step. Its settings are scikit-learn's usual ones, not tuned here."""
+def learner_held_out(ok: pd.DataFrame, what: str, folds: np.ndarray, seed: int = 0) -> np.ndarray:
+    """``what`` (a key of ``TARGETS``) of each answered row ``ok`` predicted by a gradient-boosted tree ensemble
+    trained on the other folds. It reads the log ratio of the measured time to its step; its settings are
+    scikit-learn's usual ones, not tuned here."""
     from sklearn.ensemble import GradientBoostingRegressor
     measured, _, step = TARGETS[what]
-    ok = frame[frame["error"].eq("")].reset_index(drop=True)
+    ok = ok.reset_index(drop=True)
     x, y = _learner_inputs(ok), np.log(ok[measured].to_numpy(float) / ok[step].to_numpy(float))
-    folds = (ok[GROUP].astype(str).agg(" / ".join, axis=1).to_numpy() if split == "group"
-             else np.random.default_rng(seed).integers(0, 10, len(ok)))
     out = np.full(len(ok), np.nan)
     for f in np.unique(folds):
         test = folds == f
@@ -229,24 +239,34 @@ def learner_held_out(frame: pd.DataFrame, what: str, split: str = "group", seed:
 
 
 def floor_table(frame: pd.DataFrame, seeds=(0, 1, 2)) -> pd.DataFrame:
-    """How far these rows allow TPOT and TTFT to be predicted (MAPE, %): the serving model in sample and with each
-    group held out, beside a flexible learner given more than the model has (every input, both steps and the rows'
-    model / GPU / engine identity) with each group held out and with random rows held out (mean over ``seeds``, the
-    spread max - min beside it). What the learner cannot reach from these inputs, a model of few constants cannot
-    either: its number is the floor a target is read against."""
+    """How far these rows allow TPOT and TTFT to be predicted (MAPE, %), each row predicted without having been
+    seen, per split of ``SPLITS`` (and in sample): the serving model, its constants refitted without the row's fold,
+    beside a flexible learner given more than the model has (every input, both steps and the rows' model / GPU /
+    engine identity). Over ``seeds`` (the random folds, the learner's draws): the mean, and the spread max - min.
+    What the learner cannot reach, a model of few constants cannot either, where the learner beats the model; where
+    the model beats the learner, the model's form carries what identities cannot."""
     ok = frame[frame["error"].eq("")].reset_index(drop=True)
-    inside, groups = scored(ok, fit(ok)), group_held_out(ok)
+    inside = scored(ok, fit(ok))
     rows = []
     for what, (measured, pred, _) in TARGETS.items():
         truth = ok[measured].to_numpy(float)
-        r = {"target": what, "rows": len(ok),
-             "serving model, in sample": error_metric.mape(inside[measured], inside[pred]),
-             "serving model, each group held out": error_metric.mape(groups[measured], groups[pred]),
-             "rows, groups held out": len(groups)}
-        for split, name in (("group", "learner, each group held out"), ("rows", "learner, random rows held out")):
-            m = [error_metric.mape(truth, learner_held_out(ok, what, split, s)) for s in seeds]
-            r[name], r[f"{name}: spread over {len(seeds)} seeds"] = float(np.mean(m)), float(np.ptp(m))
-        rows.append(r)
+        rows.append({"target": what, "held out": "nothing (in sample)", "rows": len(ok),
+                     "serving model": error_metric.mape(inside[measured], inside[pred])})
+        for split in SPLITS:
+            model, learner, n = [], [], 0
+            model_seeds = seeds if SPLITS[split] is None else seeds[:1]     # whole groups: the same folds every seed
+            for seed in model_seeds:
+                folds = folds_of(ok, split, seed)
+                held = model_held_out(ok, folds)
+                model.append(error_metric.mape(held[measured], held[pred]))
+                n = len(held)
+            keep = held.index.to_numpy()          # the rows the model answers: both scored on the same rows
+            for seed in seeds:
+                guess = learner_held_out(ok, what, folds_of(ok, split, seed), seed)
+                learner.append(error_metric.mape(truth[keep], guess[keep]))
+            rows.append({"target": what, "held out": split, "rows": n, "serving model": float(np.mean(model)),
+                         "serving model: spread over seeds": float(np.ptp(model)),
+                         "learner": float(np.mean(learner)), "learner: spread over seeds": float(np.ptp(learner))})
     return pd.DataFrame(rows)
 
 
