@@ -29,7 +29,8 @@ from neusight_core.studies import error_metric
 QUESTION = SERVE_INPUTS        # a measured run's question: its columns of these names (coverage: the default)
 BOUNDS = ["ttft_lo_ms", "ttft_hi_ms", "tpot_lo_ms", "tpot_hi_ms"]
 #: a group the spread and the floor leave out whole: one model's runs on one GPU at one TP with one engine
-GROUP = ["model", "device", "tp", "engine"]
+TP = "tp"       # the serve question's field: GPUs of one serving instance (not a parallel plan)
+GROUP = ["model", "device", TP, "engine"]
 
 
 def steps(rows: pd.DataFrame, predictor="neusight", quick: bool | None = None, seed: int = 0,
@@ -181,7 +182,7 @@ def error_table(s: pd.DataFrame, by=("engine",)) -> pd.DataFrame:
 
 
 #: what the floor is measured for: (the measured column, the model's column, the step it is read against)
-TARGETS = {"TPOT": ("tpot_ms", "pred_tpot_ms", "t_dec"), "TTFT": ("ttft_ms", "pred_ttft_ms", "t_pre")}
+FLOOR_TARGETS = {"TPOT": ("tpot_ms", "pred_tpot_ms", "t_dec"), "TTFT": ("ttft_ms", "pred_ttft_ms", "t_pre")}
 
 
 #: how the floor holds rows out (``floor_table``): None = random rows in 10 folds, else whole groups of these columns
@@ -214,17 +215,17 @@ def model_held_out(ok: pd.DataFrame, folds: np.ndarray) -> pd.DataFrame:
 def _learner_inputs(ok: pd.DataFrame) -> np.ndarray:
     """The flexible learner's inputs: every input of a question, its two predicted steps and the identity of its
     model, GPU, engine and precision (codes; trees split on them)."""
-    logs = [np.log(ok[c].astype(float)) for c in ("concurrency", "isl", "osl", "tp", "t_dec", "t_pre")]
+    logs = [np.log(ok[c].astype(float)) for c in ("concurrency", "isl", "osl", TP, "t_dec", "t_pre")]
     codes = [pd.factorize(ok[c].astype(str))[0] for c in ("model", "device", "engine", "dtype")]
     return np.column_stack(logs + codes)
 
 
 def learner_held_out(ok: pd.DataFrame, what: str, folds: np.ndarray, seed: int = 0) -> np.ndarray:
-    """``what`` (a key of ``TARGETS``) of each answered row ``ok`` predicted by a gradient-boosted tree ensemble
+    """``what`` (a key of ``FLOOR_TARGETS``) of each answered row ``ok`` predicted by a gradient-boosted tree ensemble
     trained on the other folds. It reads the log ratio of the measured time to its step; its settings are
     scikit-learn's usual ones, not tuned here."""
     from sklearn.ensemble import GradientBoostingRegressor
-    measured, _, step = TARGETS[what]
+    measured, _, step = FLOOR_TARGETS[what]
     ok = ok.reset_index(drop=True)
     x, y = _learner_inputs(ok), np.log(ok[measured].to_numpy(float) / ok[step].to_numpy(float))
     out = np.full(len(ok), np.nan)
@@ -248,7 +249,7 @@ def floor_table(frame: pd.DataFrame, seeds=(0, 1, 2)) -> pd.DataFrame:
     ok = frame[frame["error"].eq("")].reset_index(drop=True)
     inside = scored(ok, fit(ok))
     rows = []
-    for what, (measured, pred, _) in TARGETS.items():
+    for what, (measured, pred, _) in FLOOR_TARGETS.items():
         truth = ok[measured].to_numpy(float)
         rows.append({"target": what, "held out": "nothing (in sample)", "rows": len(ok),
                      "serving model": error_metric.mape(inside[measured], inside[pred])})
@@ -312,7 +313,7 @@ def main(argv=None) -> int:
     s = scored(frame, consts)
     pd.set_option("display.width", 200)
     print(error_table(s, ["engine"]).round(1).to_string(index=False))
-    print(error_table(s, ["engine", "dtype", "tp"]).round(1).to_string(index=False))
+    print(error_table(s, ["engine", "dtype", TP]).round(1).to_string(index=False))
     print(coverage_table(frame, consts).round(1).to_string(index=False))
     return 0
 
