@@ -2,6 +2,7 @@
 hand-computed cases, the fit of the constants, the KV-cache capacity, bad input, and the measured runs' split."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -254,3 +255,34 @@ def test_interval_hits_counts_the_rows_inside_their_interval():
     assert t.loc["vllm", "TPOT inside (%)"] == 50 and t.loc["vllm", "TTFT inside (%)"] == 50
     assert t.loc["trtllm", "TPOT inside (%)"] == 100 and t.loc["trtllm", "TTFT inside (%)"] == 0   # bounds count
     assert t.loc["all", "rows"] == 3 and t.loc["all", "TPOT inside (%)"] == pytest.approx(200 / 3)
+
+
+def test_an_answer_outside_the_rows_takes_the_wider_spread_of_a_new_configuration():
+    c = EngineConstants(1.0, 1.0, 2.0, 0.5, tpot_sigma=0.1, ttft_sigma=0.5, tpot_sigma_outside=0.3,
+                        ttft_sigma_outside=0.9, covers=("llama3_8b / NVIDIA_H100_80GB_HBM3 / bf16",))
+    z = 1.2815515655446004
+    inside = serving.answer(_q(), 2.0, 10.0, c)
+    assert inside["tpot_hi_ms"] / inside["tpot_ms"] == pytest.approx(np.exp(z * 0.1))
+    other_gpu = serving.answer(_q(device="NVIDIA_H200"), 2.0, 10.0, c)
+    assert other_gpu["tpot_hi_ms"] / other_gpu["tpot_ms"] == pytest.approx(np.exp(z * 0.3))
+    assert other_gpu["ttft_lo_ms"] / other_gpu["ttft_ms"] == pytest.approx(np.exp(-z * 0.9))
+    told = serving.answer(_q(), 2.0, 10.0, c, outside=True)          # e.g. another engine's constants
+    assert told["tpot_hi_ms"] / told["tpot_ms"] == pytest.approx(np.exp(z * 0.3))
+    narrower = dataclasses.replace(c, tpot_sigma_outside=0.05)         # never narrower than the engine's own spread
+    assert serving.answer(_q(device="NVIDIA_H200"), 2.0, 10.0, narrower)["tpot_hi_ms"] == pytest.approx(inside["tpot_hi_ms"])
+
+
+def test_the_fit_measures_the_spread_of_a_new_model_or_gpu_and_pools_it_for_a_lone_engine():
+    from neusight_core.studies import serving_eval
+    rows = _made_rows(noise=0.0)
+    bias = {k: b for k, b in zip(sorted(set(zip(rows.model, rows.device))), [-0.2, 0.1, 0.25, -0.1, 0.0, 0.15])}
+    rows["tpot_ms"] *= np.exp([bias[k] for k in zip(rows.model, rows.device)])
+    lone = rows[(rows.model == "llama3_8b") & (rows.device == "NVIDIA_H200")].assign(engine="sglang")
+    got = serving_eval.fit(pd.concat([rows, lone], ignore_index=True))
+    t = got["trtllm"]
+    # what the rows of each model on a GPU, held out whole, err by (the floor's split of the same name)
+    held = serving_eval.model_held_out(rows, serving_eval.folds_of(rows, "each model on a GPU with an engine"))
+    want = np.sqrt(np.mean(np.log(held.pred_tpot_ms / held.tpot_ms) ** 2))
+    assert t.tpot_sigma_outside == pytest.approx(want, abs=1e-4) and want > 0.1
+    s = got["sglang"]
+    assert s.tpot_sigma_outside == pytest.approx(t.tpot_sigma_outside) and "other engines'" in s.source

@@ -81,6 +81,8 @@ class EngineConstants:
     comm_scale: float = 1.0       # the decode step's all-reduces against NCCL's measured cost (engines' own all-reduce)
     tpot_sigma: float = 0.0       # spread (log) of the measured TPOT around the model, each group of rows held out
     ttft_sigma: float = 0.0       # the same for TTFT
+    tpot_sigma_outside: float = 0.0   # the spread with every run of a model on a GPU held out: for an answer whose
+    ttft_sigma_outside: float = 0.0   # model, GPU or precision the rows do not hold (``outside_rows``), or another engine's
     rows: int = 0                 # development rows they were fitted on
     source: str = ""              # which rows, with which predictor and weights
     covers: tuple = ()            # the (model, GPU, precision) of those rows, as "model / GPU / precision"
@@ -162,18 +164,27 @@ def step_scenarios(q: ServeQuestion) -> tuple:
 
 
 # ------------------------------------------------------------------------------ the answer
-def answer(q: ServeQuestion, t_dec: float, t_pre: float, c: EngineConstants, comm_dec: float = 0.0) -> dict:
+def answer(q: ServeQuestion, t_dec: float, t_pre: float, c: EngineConstants, comm_dec: float = 0.0,
+           outside: bool | None = None) -> dict:
     """TTFT, TPOT, the request's end-to-end time and the throughputs of ``q`` from its two step times (ms), the decode
-    step's exposed communication (ms, part of ``t_dec``) and its engine's constants (the module docstring's formulas); TTFT's and TPOT's intervals at ``q.coverage``: symmetric
-    in log, the normal quantile times the spread of the engine's development rows around the model, each group of
-    them (a model on a GPU at a TP) predicted by constants fitted without it (``serving_eval.fit``)."""
+    step's exposed communication (ms, part of ``t_dec``) and its engine's constants (the module docstring's formulas).
+
+    TTFT's and TPOT's intervals at ``q.coverage`` are symmetric in log: the normal quantile times the spread of the
+    engine's development rows around the model, each group of them (a model on a GPU at a TP) predicted by constants
+    fitted without it (``serving_eval.fit``). ``outside`` (default: ``outside_rows`` says so): the question is not
+    one of the rows' model / GPU / precision, or is answered with another engine's constants, and takes the spread
+    measured with every run of a model on a GPU held out, where that is the wider."""
+    if outside is None:
+        outside = bool(outside_rows(q, c))
+    s_tpot, s_ttft = ((max(c.tpot_sigma, c.tpot_sigma_outside), max(c.ttft_sigma, c.ttft_sigma_outside)) if outside
+                      else (c.tpot_sigma, c.ttft_sigma))
     C, osl = q.concurrency, q.osl
     tpot = c.step_scale * (t_dec - comm_dec) + c.comm_scale * comm_dec + c.prefill_share * C * t_pre / (osl - 1)
     ttft = t_pre * (c.ttft_base + c.ttft_per_request * (C - 1))
     e2e = ttft + (osl - 1) * tpot
     z = error_model.normal_quantile(0.5 + q.coverage / 2)
-    return {"ttft_ms": ttft, "ttft_lo_ms": ttft * math.exp(-z * c.ttft_sigma), "ttft_hi_ms": ttft * math.exp(z * c.ttft_sigma),
-            "tpot_ms": tpot, "tpot_lo_ms": tpot * math.exp(-z * c.tpot_sigma), "tpot_hi_ms": tpot * math.exp(z * c.tpot_sigma),
+    return {"ttft_ms": ttft, "ttft_lo_ms": ttft * math.exp(-z * s_ttft), "ttft_hi_ms": ttft * math.exp(z * s_ttft),
+            "tpot_ms": tpot, "tpot_lo_ms": tpot * math.exp(-z * s_tpot), "tpot_hi_ms": tpot * math.exp(z * s_tpot),
             "e2e_ms": e2e, "requests_per_s": 1e3 * C / e2e,
             "tokens_per_s": 1e3 * C * osl / e2e, "tokens_per_s_per_gpu": 1e3 * C * osl / e2e / q.tp}
 
@@ -242,19 +253,21 @@ def predict(questions, predictor="neusight", quick: bool | None = None, seed: in
         row.update(error=st["error"], note="", constants_of="")
         if not st["error"]:
             c, fitted_for = constants(q.engine, constants_file)
-            row.update(answer(q, st["t_dec"], st["t_pre"], c, st["comm_dec"]))
+            row.update(answer(q, st["t_dec"], st["t_pre"], c, st["comm_dec"],
+                              outside=fitted_for != q.engine or bool(outside_rows(q, c))))
             cap, most = kv_capacity(q, st, devices.get_device(q.device).mem_gb)
             fits = most >= 1         # the step of all C may not fit (above max_concurrency): the engine queues
             row.update(decode_step_ms=st["t_dec"], prefill_ms=st["t_pre"], kv_capacity_tokens=cap,
                        max_concurrency=most, fits=fits, kv_limited=fits and q.concurrency > most,
                        constants_of=str(fitted_for))
             notes = []
+            wider = "; its interval is the spread of a model on a GPU the fit never saw"
             if fitted_for != q.engine:
                 notes.append(f"{q.engine} has no development rows: answered with {fitted_for}'s constants "
-                             "(an extrapolation)")
+                             f"(an extrapolation){wider}")
             elif outside := outside_rows(q, c):
                 notes.append(f"an extrapolation: {q.engine}'s constants were fitted on runs without its "
-                             f"{', '.join(outside)} (docs/serving.md)")
+                             f"{', '.join(outside)} (docs/serving.md){wider}")
             if not fits:
                 notes.append(f"does not fit: the weights leave no KV cache for one request of {q.isl + q.osl:,} "
                              f"tokens on {q.tp} x {q.device}")

@@ -31,6 +31,8 @@ BOUNDS = ["ttft_lo_ms", "ttft_hi_ms", "tpot_lo_ms", "tpot_hi_ms"]
 #: a group the spread and the floor leave out whole: one model's runs on one GPU at one TP with one engine
 TP = "tp"       # the serve question's field: GPUs of one serving instance (not a parallel plan)
 GROUP = ["model", "device", TP, "engine"]
+#: a new configuration: every run of one model on one GPU with one engine
+NEW_CONFIG = ["model", "device", "engine"]
 
 
 def steps(rows: pd.DataFrame, predictor="neusight", quick: bool | None = None, seed: int = 0,
@@ -80,19 +82,37 @@ def fit(frame: pd.DataFrame, source: str = "") -> dict:
     The spread an answer's interval is drawn with (``tpot_sigma``, ``ttft_sigma``: root mean square of the log
     residuals) is measured the way a user's question is held out: each group of the engine's rows (``GROUP``: one
     model on one GPU at one TP) predicted by the constants fitted on its other groups. An engine whose rows are one
-    group has only its in-sample spread."""
-    out = {}
+    group has only its in-sample spread. The spread of an answer outside the rows (``*_sigma_outside``: another
+    model, GPU or precision) is measured with every run of a model on a GPU held out (``NEW_CONFIG``); an engine
+    whose rows are one model on one GPU takes the other engines' rows' spread, pooled, and its ``source`` says so."""
+    out, outside = {}, []
     ok = frame[frame["error"].eq("") & frame["t_dec"].gt(0) & frame["t_pre"].gt(0)]
     for engine, g in ok.groupby("engine"):
         c = fit_engine(g, source)
-        keys = g[GROUP].astype(str).agg(" / ".join, axis=1)
-        if keys.nunique() > 1:
-            s = pd.concat([scored(g[keys == k], {engine: fit_engine(g[keys != k])}) for k in keys.unique()])
-        else:
-            s = scored(g, {engine: c})
-        out[engine] = dataclasses.replace(c, tpot_sigma=_rms_log(s, "tpot_ms", "pred_tpot_ms"),
-                                          ttft_sigma=_rms_log(s, "ttft_ms", "pred_ttft_ms"))
+        s = held_by(g, GROUP, engine) if g[GROUP].drop_duplicates().shape[0] > 1 else scored(g, {engine: c})
+        c = dataclasses.replace(c, tpot_sigma=_rms_log(s, "tpot_ms", "pred_tpot_ms"),
+                                ttft_sigma=_rms_log(s, "ttft_ms", "pred_ttft_ms"))
+        # an answer outside the rows (another model or GPU): every run of a model on a GPU held out
+        if g[NEW_CONFIG].drop_duplicates().shape[0] > 1:
+            s = held_by(g, NEW_CONFIG, engine)
+            outside.append(s)
+            c = dataclasses.replace(c, tpot_sigma_outside=_rms_log(s, "tpot_ms", "pred_tpot_ms"),
+                                    ttft_sigma_outside=_rms_log(s, "ttft_ms", "pred_ttft_ms"))
+        out[engine] = c
+    # an engine whose rows are one model on one GPU cannot measure it: the other engines' rows, pooled
+    pooled = pd.concat(outside) if outside else None
+    for engine, c in out.items():
+        if c.tpot_sigma_outside == 0 and pooled is not None:
+            out[engine] = dataclasses.replace(c, tpot_sigma_outside=_rms_log(pooled, "tpot_ms", "pred_tpot_ms"),
+                                              ttft_sigma_outside=_rms_log(pooled, "ttft_ms", "pred_ttft_ms"),
+                                              source=c.source + "; spread outside its rows: the other engines'")
     return out
+
+
+def held_by(g: pd.DataFrame, by: list, engine) -> pd.DataFrame:
+    """One engine's rows ``g`` scored, each group of ``by`` with constants fitted on the others."""
+    keys = g[by].astype(str).agg(" / ".join, axis=1)
+    return pd.concat([scored(g[keys == k], {engine: fit_engine(g[keys != k])}) for k in keys.unique()])
 
 
 def save(consts: dict, path: Path = serving.CONSTANTS_FILE) -> None:
@@ -188,7 +208,7 @@ FLOOR_TARGETS = {"TPOT": ("tpot_ms", "pred_tpot_ms", "t_dec"), "TTFT": ("ttft_ms
 #: how the floor holds rows out (``floor_table``): None = random rows in 10 folds, else whole groups of these columns
 SPLITS = {"random rows (10 folds)": None,
           "each TP of a model on a GPU with an engine": GROUP,
-          "each model on a GPU with an engine": ["model", "device", "engine"]}
+          "each model on a GPU with an engine": NEW_CONFIG}
 
 
 def folds_of(ok: pd.DataFrame, split: str, seed: int = 0) -> np.ndarray:
