@@ -28,13 +28,13 @@ QUICK_SEEDS = (0, 1)
 #: calibration (``calibrate``, median seconds of one repetition) of the slower 2-core kind (AMD EPYC), calm: 0.384-0.397 s
 #: in three calls and 0.397 s at the start of a quick run, 2026-12-07 (0.46-0.56 s measured right after a run, still busy)
 REFERENCE_CALIBRATION_S = 0.39
-#: measured wall times on the slower 2-core kind, minutes: (mode, every weight to train / none) -> (minutes, source)
+#: measured wall times on the slower 2-core kind: (mode, every weight to train / none) -> (minutes, the calibration
+#: measured at that run's start in seconds (None: not recorded, taken as the kind's reference), source)
 MEASURED_RUNS = {
-    ("quick", "all"): (7.8, "quick run in a fresh clone, 2b02dbf, 2026-12-07, calm (calibration 0.36 s), "
-                           "with notebook 09 before its quick subset (0.8 min more than now)"),
-    ("quick", "none"): (2.2, "quick run with its weights trained, f065380, 2026-12-07"),
-    ("full", "all"): (129.0, "full run in a fresh clone, 520dc02, other work beside it"),
-    ("full", "none"): (15.6, "full run with its weights trained, 2026-11-24, the tests beside it"),
+    ("quick", "all"): (6.8, 0.37, "quick run in a fresh clone, 6832073, 2026-12-07"),
+    ("quick", "none"): (2.2, None, "quick run with its weights trained, f065380, 2026-12-07"),
+    ("full", "all"): (86.6, 0.43, "full run in a fresh clone, c51d246, 2026-12-07, other work beside it"),
+    ("full", "none"): (15.6, None, "full run with its weights trained, 2026-11-24, the tests beside it"),
 }
 
 
@@ -117,13 +117,16 @@ def estimate(results: Path, quick: bool, missing: int, calibration_s: float) -> 
                 f"this machine's last {mode} run with {missing} weights to train, {name}: {minutes:.1f} min at "
                 f"calibration {cal:.2f} s, now {calibration_s:.2f} s")
     total = len(FULL_RECIPES) * len(seeds(quick))
-    (hi, hi_src), (lo, lo_src) = MEASURED_RUNS[(mode, "all")], MEASURED_RUNS[(mode, "none")]
+    (hi, hi_cal, hi_src), (lo, lo_cal, lo_src) = MEASURED_RUNS[(mode, "all")], MEASURED_RUNS[(mode, "none")]
     share = min(max(missing / total, 0.0), 1.0) if total else 0.0
-    reference = lo + share * (hi - lo)
-    return (reference * calibration_s / REFERENCE_CALIBRATION_S,
-            f"{missing} of {total} NeuSight weights to train; measured on the slower 2-core kind: {hi:g} min with all "
-            f"to train ({hi_src}), {lo:g} min with none ({lo_src}); scaled by this machine's calibration "
-            f"{calibration_s:.2f} s against that kind's {REFERENCE_CALIBRATION_S:.2f} s")
+    # each measured time at its own run's calibration, so that a busy reference run does not read as a slow kind
+    hi_now, lo_now = (m * calibration_s / (cal or REFERENCE_CALIBRATION_S) for m, cal in ((hi, hi_cal), (lo, lo_cal)))
+    said = [f"{m:g} min with {what} to train ({src}{f', calibration {cal:.2f} s' if cal else ''})"
+            for m, cal, src, what in ((hi, hi_cal, hi_src, "all"), (lo, lo_cal, lo_src, "none"))]
+    return (lo_now + share * (hi_now - lo_now),
+            f"{missing} of {total} NeuSight weights to train; measured on the slower 2-core kind: {said[0]}, {said[1]}; "
+            f"scaled by this machine's calibration {calibration_s:.2f} s against each run's (else that kind's "
+            f"{REFERENCE_CALIBRATION_S:.2f} s)")
 
 
 def line(results: Path, quick: bool, calibration_s: float, missing: int | None = None) -> str:
