@@ -89,12 +89,13 @@ def fit(frame: pd.DataFrame, source: str = "") -> dict:
     ok = frame[frame["error"].eq("") & frame["t_dec"].gt(0) & frame["t_pre"].gt(0)]
     for engine, g in ok.groupby("engine"):
         c = fit_engine(g, source)
-        s = held_by(g, GROUP, engine) if g[GROUP].drop_duplicates().shape[0] > 1 else scored(g, {engine: c})
+        s = (model_held_out(g, group_labels(g, GROUP)) if g[GROUP].drop_duplicates().shape[0] > 1
+             else scored(g, {engine: c}))
         c = dataclasses.replace(c, tpot_sigma=_rms_log(s, "tpot_ms", "pred_tpot_ms"),
                                 ttft_sigma=_rms_log(s, "ttft_ms", "pred_ttft_ms"))
         # an answer outside the rows (another model or GPU): every run of a model on a GPU held out
         if g[NEW_CONFIG].drop_duplicates().shape[0] > 1:
-            s = held_by(g, NEW_CONFIG, engine)
+            s = model_held_out(g, group_labels(g, NEW_CONFIG))
             outside.append(s)
             c = dataclasses.replace(c, tpot_sigma_outside=_rms_log(s, "tpot_ms", "pred_tpot_ms"),
                                     ttft_sigma_outside=_rms_log(s, "ttft_ms", "pred_ttft_ms"))
@@ -109,10 +110,9 @@ def fit(frame: pd.DataFrame, source: str = "") -> dict:
     return out
 
 
-def held_by(g: pd.DataFrame, by: list, engine) -> pd.DataFrame:
-    """One engine's rows ``g`` scored, each group of ``by`` with constants fitted on the others."""
-    keys = g[by].astype(str).agg(" / ".join, axis=1)
-    return pd.concat([scored(g[keys == k], {engine: fit_engine(g[keys != k])}) for k in keys.unique()])
+def group_labels(rows: pd.DataFrame, by: list) -> np.ndarray:
+    """One label per row: its values of the columns ``by`` (the group a held-out check leaves out whole)."""
+    return rows[by].astype(str).agg(" / ".join, axis=1).to_numpy()
 
 
 def save(consts: dict, path: Path = serving.CONSTANTS_FILE) -> None:
@@ -148,16 +148,21 @@ def scored(frame: pd.DataFrame, consts: dict | None = None) -> pd.DataFrame:
     return ok
 
 
+def _inside(s: pd.DataFrame) -> pd.DataFrame:
+    """``s`` (scored rows) with ``tpot_in`` / ``ttft_in``: the measured time lies in the answer's interval, bounds
+    included."""
+    return s.assign(tpot_in=(s.tpot_ms >= s.tpot_lo_ms) & (s.tpot_ms <= s.tpot_hi_ms),
+                    ttft_in=(s.ttft_ms >= s.ttft_lo_ms) & (s.ttft_ms <= s.ttft_hi_ms))
+
+
 def coverage_table(frame: pd.DataFrame, consts: dict | None = None, levels=(0.5, 0.8, 0.95)) -> pd.DataFrame:
     """Per engine and overall: the share of rows whose measured TTFT / TPOT lies in the answer's interval at each
     coverage in ``levels`` (%), and the median relative half-width at 80 %."""
     parts = []
     for p in levels:
         s = scored(frame.assign(coverage=p), consts)
-        parts.append(s.assign(level=p, tpot_in=(s.tpot_ms >= s.tpot_lo_ms) & (s.tpot_ms <= s.tpot_hi_ms),
-                              ttft_in=(s.ttft_ms >= s.ttft_lo_ms) & (s.ttft_ms <= s.ttft_hi_ms),
-                              tpot_hw=(s.tpot_hi_ms - s.tpot_lo_ms) / 2 / s.pred_tpot_ms,
-                              ttft_hw=(s.ttft_hi_ms - s.ttft_lo_ms) / 2 / s.pred_ttft_ms))
+        parts.append(_inside(s).assign(level=p, tpot_hw=(s.tpot_hi_ms - s.tpot_lo_ms) / 2 / s.pred_tpot_ms,
+                                       ttft_hw=(s.ttft_hi_ms - s.ttft_lo_ms) / 2 / s.pred_ttft_ms))
     a = pd.concat(parts, ignore_index=True)
     rows = []
     for eng, g in list(a.groupby("engine")) + [("all", a)]:
@@ -176,8 +181,7 @@ def coverage_table(frame: pd.DataFrame, consts: dict | None = None, levels=(0.5,
 def interval_hits(s: pd.DataFrame) -> pd.DataFrame:
     """Per engine and overall: the share (%) of scored rows ``s`` whose measured TTFT / TPOT lies inside the answer's
     interval (at the coverage the rows were asked at)."""
-    hit = s.assign(tpot_in=(s.tpot_ms >= s.tpot_lo_ms) & (s.tpot_ms <= s.tpot_hi_ms),
-                   ttft_in=(s.ttft_ms >= s.ttft_lo_ms) & (s.ttft_ms <= s.ttft_hi_ms))
+    hit = _inside(s)
     rows = [{"engine": eng, "rows": len(g), "TPOT inside (%)": 100 * g.tpot_in.mean(),
              "TTFT inside (%)": 100 * g.ttft_in.mean()} for eng, g in list(hit.groupby("engine")) + [("all", hit)]]
     return pd.DataFrame(rows)
@@ -214,9 +218,7 @@ SPLITS = {"random rows (10 folds)": None,
 def folds_of(ok: pd.DataFrame, split: str, seed: int = 0) -> np.ndarray:
     """One fold label per row of ``ok`` for the split named ``split`` (a key of ``SPLITS``)."""
     by = SPLITS[split]
-    if by is None:
-        return np.random.default_rng(seed).integers(0, 10, len(ok))
-    return ok[by].astype(str).agg(" / ".join, axis=1).to_numpy()
+    return np.random.default_rng(seed).integers(0, 10, len(ok)) if by is None else group_labels(ok, by)
 
 
 def model_held_out(ok: pd.DataFrame, folds: np.ndarray) -> pd.DataFrame:
