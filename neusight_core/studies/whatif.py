@@ -217,6 +217,10 @@ SERVING_MODELS = (("llama3_8b", 1), ("llama3_70b", 8))
 SERVING_CONCURRENCY = (8, 32, 128)
 
 
+#: ``serving``'s ``validation`` of a GPU the serving constants were fitted on
+SERVING_SEEN_GPU = "GPU of the development rows"
+
+
 def serving(gpus=None, dtypes=(Precision.BF16,), quick: bool = False, predictor="neusight",
             gpu_price_per_hour: float | None = None, engine=schema.ServingEngine.VLLM, isl: int = 1024,
             osl: int = 1024) -> pd.DataFrame:
@@ -231,7 +235,7 @@ def serving(gpus=None, dtypes=(Precision.BF16,), quick: bool = False, predictor=
     df = serving_model.predict(qs, predictor, quick=quick)
     # the GPUs of the rows the engine's constants were fitted on (the constants file's ``covers``)
     seen = {x.split(" / ")[1] for x in serving_model.constants(engine)[0].covers}
-    df["validation"] = np.where(df["device"].isin(seen), "GPU of the development rows",
+    df["validation"] = np.where(df["device"].isin(seen), SERVING_SEEN_GPU,
                                 "GPU outside the serving model's development rows")
     if gpu_price_per_hour:
         df["cost_per_mtok"] = gpu_price_per_hour / 3600 / df["tokens_per_s_per_gpu"] * 1e6
