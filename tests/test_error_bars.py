@@ -242,8 +242,40 @@ def test_the_check_scores_every_set_and_its_coverage_grows_with_the_nominal(cali
     assert any(s.startswith("recorded H100") for s in sets)
     t = cal.coverage_table(pts, m)
     assert (t["points"] > 0).all() and t[["covered at 50%", "covered at 80%", "covered at 95%"]].notna().all().all()
+    # each point's shared spread is a part of its spread; an eager host-bound step's is all of it (one machine's host)
+    assert pts["gpu"].notna().all() and (pts["sigma_shared"] <= pts["sigma"] + 1e-12).all()
+    assert (pts["sigma_shared"] > 0).all() and (pts["sigma_shared"] < pts["sigma"] - 1e-9).any()
+    assert (t["GPUs"] >= 1).all() and (t[cal.CALIBRATED_FROM] <= t[cal.CALIBRATED_TO]).all()
     rel = cal.reliability(pts, m)
     for _, g in rel.groupby("set"):
         assert g["observed"].is_monotonic_increasing        # nested intervals: never fewer points covered
     tg = cal.targets(t)
     assert tg["met"].dtype == bool and tg["target"].str.contains("80 % interval covers").any()
+
+
+def _synthetic_points(n_gpus: int, per_gpu: int, shared: float, seed: int = 0) -> pd.DataFrame:
+    """Points of a calibrated predictor: each GPU's points share one normal draw (spread ``shared``), each adds its own
+    (the rest of a unit spread)."""
+    rng = np.random.default_rng(seed)
+    gpu = np.repeat(np.arange(n_gpus), per_gpu)
+    err = shared * rng.standard_normal(n_gpus)[gpu] + np.sqrt(1 - shared**2) * rng.standard_normal(len(gpu))
+    y = 10.0 * np.exp(err)
+    return pd.DataFrame({"set": "s", "measured_lo": y, "measured_hi": y, "estimate": 10.0, "sigma": 1.0,
+                         "widest": "x", "gpu": gpu.astype(str), "sigma_shared": shared})
+
+
+def test_a_calibrated_model_covers_nominal_on_independent_points_and_wanders_on_few_gpus():
+    from neusight_core.studies import calibration as cal
+    lo, hi = cal.calibrated_range(_synthetic_points(20, 150, 0.0))
+    assert 76 < lo < 80 < hi < 84                       # 3,000 independent points: near nominal
+    lo3, hi3 = cal.calibrated_range(_synthetic_points(3, 1000, 0.95))
+    assert lo3 < 50 and hi3 > 98                        # three GPUs' biases: all three inside happens often
+    # the check set's own points land inside the range a calibrated model gives them
+    pts = _synthetic_points(20, 150, 0.0, seed=3)
+    m = em.ErrorModel("neusight", 0, True, shared={}, independent={})
+    t = cal.coverage_table(pts, m)
+    c = cal.consistency(t)
+    assert int(t["GPUs"].iloc[0]) == 20 and bool(c["inside"].iloc[0])
+    # a predictor whose errors are twice its stated spread falls outside it
+    wide = pts.assign(measured_lo=10.0 * (pts["measured_lo"] / 10.0) ** 2, measured_hi=10.0 * (pts["measured_hi"] / 10.0) ** 2)
+    assert not bool(cal.consistency(cal.coverage_table(wide, m))["inside"].iloc[0])

@@ -352,6 +352,11 @@ def test_our_recipe_adds_only_training_gpu_rows(release_root):
     extra = v.iloc[len(train.kernels[train.kernels["device"] != "Tesla_V100-PCIE-32GB"]):]
     assert "Tesla_V100-PCIE-32GB" not in set(v["device"]) and len(extra) > 0
     assert not set(dataset.shape_key(extra)) & held
+    # two GPUs left out at once (calibration.bias_by_training_gpus): both gone from both sources, the others kept
+    two = ["Tesla_V100-PCIE-32GB", "Tesla_P4"]
+    w = P.create("neusight", 0, {"drop_gpu": two})
+    w = w.training_records(P.data_for(w, train))
+    assert set(w["device"]) == {d.name for d in devices.training_devices()} - set(two)
 
 
 def test_authors_form_trains_unclamped():

@@ -158,8 +158,9 @@ class NeuSightPredictor(KernelPredictor):
         Never a row of an unseen GPU. The quick subset adds a quarter of its size per class (CI time)."""
         k = train.kernels
         drop = self.config.get("drop_gpu")      # validation only (recipe_studies.shape_holdout_check)
+        drop = [drop] if isinstance(drop, str) else list(drop or [])
         if drop:
-            k = k[k["device"] != drop]
+            k = k[~k["device"].isin(drop)]
         if self.config.get("extra_training") != "seen_test":
             return k
         extra = handed(train, "seen_test", self.name)
@@ -171,7 +172,7 @@ class NeuSightPredictor(KernelPredictor):
                     for _, idx in sorted(extra.groupby("op_class").indices.items())]
             extra = extra.iloc[np.sort(np.concatenate(keep))]
         if drop:
-            extra = extra[extra["device"] != drop]
+            extra = extra[~extra["device"].isin(drop)]
         return pd.concat([k, extra[[c for c in k.columns if c in extra.columns]]], ignore_index=True)
 
     def data_wanted(self) -> dict:
