@@ -277,5 +277,6 @@ def test_a_calibrated_model_covers_nominal_on_independent_points_and_wanders_on_
     c = cal.consistency(t)
     assert int(t["GPUs"].iloc[0]) == 20 and bool(c["inside"].iloc[0])
     # a predictor whose errors are twice its stated spread falls outside it
-    wide = pts.assign(measured_lo=10.0 * (pts["measured_lo"] / 10.0) ** 2, measured_hi=10.0 * (pts["measured_hi"] / 10.0) ** 2)
+    doubled = 10.0 * (pts["measured_lo"] / 10.0) ** 2
+    wide = pts.assign(measured_lo=doubled, measured_hi=doubled)
     assert not bool(cal.consistency(cal.coverage_table(wide, m))["inside"].iloc[0])

@@ -157,7 +157,7 @@ class NeuSightPredictor(KernelPredictor):
         (transformer-derived shapes; ``extra_holdout`` holds a share of their shapes out, for validation).
         Never a row of an unseen GPU. The quick subset adds a quarter of its size per class (CI time)."""
         k = train.kernels
-        drop = self.config.get("drop_gpu")      # validation only (recipe_studies.shape_holdout_check)
+        drop = self.config.get("drop_gpu")      # validation only (shape_holdout_check, calibration): a GPU or a list
         drop = [drop] if isinstance(drop, str) else list(drop or [])
         if drop:
             k = k[~k["device"].isin(drop)]

@@ -294,8 +294,9 @@ def fit(recipe: str = "neusight", seed: int = 0, quick: bool = True, log=print, 
             "seeds_from": [seed, seed + 1], "seed_steps": int(ok.sum()), "folds": f"{folds} (drop_gpu)"}
     model = dataclasses.replace(model, scores=tuple(float(x) for x in z), rows=rows,
                               notes=f"held-out parts and the scale from {folds} folds (one training GPU left out)"
-                                    + ("" if folds == "quick" and quick else "; full weights err less than the folds, "
-                                       "so their intervals are conservative"))
+                                    + ("" if quick or folds != "quick" else
+                                       "; for full weights (full folds were tried: they err more on the GPU left out, "
+                                       "docs/error_bars.md)"))
     em.save(model)
     return model
 
