@@ -169,7 +169,7 @@ def test_a_tensor_parallel_fp8_gemm_reads_one_byte_per_operand_element():
     """The TP plan recomputes a sliced GEMM's traffic from its dims: an fp8 GEMM's operands stay one byte each."""
     from neusight_core.cost import latency
     k = latency.predict_model("llama3_2_1b", "H100", batch=4, seq=1, past=64, dtype="fp8", parallel="tp", gpus=2,
-                              kv_cache="paged")["kernels"]
+                              kv_cache="paged", quick=True)["kernels"]
     fp8 = k[(k["op_class"] == "LINEAR") & (k["precision"] == "fp8")]
     assert len(fp8)
     expect = fp8["M"] * fp8["N"] + fp8["N"] * fp8["K"]
