@@ -62,7 +62,9 @@ def fold(recipe: str, seed: int, gpu: str | list, folds: str = "quick"):
     trained once, kept with the weights."""
     if folds not in FOLDS:
         raise ValueError(f"folds must be one of {', '.join(FOLDS)}, got {folds!r}")
-    return P.get(recipe, seed=seed, config={"drop_gpu": gpu}, **FOLDS[folds])
+    if not isinstance(gpu, str) and len(gpu) == 1:
+        gpu = gpu[0]            # one GPU is keyed by its name: the same weights however it is asked for
+    return P.get(recipe, seed=seed, config={"drop_gpu": gpu if isinstance(gpu, str) else list(gpu)}, **FOLDS[folds])
 
 
 # ------------------------------------------------------------------------------ 1. the kernel parts
@@ -101,7 +103,7 @@ def held_out_biases(recipe: str, seed: int, left_out: int, folds: str = "quick")
     import itertools
     rows, gpus, out = kernel_records(), training_gpus(), []
     for drop in itertools.combinations(gpus, left_out):
-        p = fold(recipe, seed, drop[0] if left_out == 1 else list(drop), folds)
+        p = fold(recipe, seed, drop, folds)
         for g in drop:
             for _, x in part_sizes(held_out_residuals(p, rows, g, seed)).iterrows():
                 out.append({"training GPUs": len(gpus) - left_out, "gpu": g, "part": x["part"],
